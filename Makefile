@@ -1,0 +1,73 @@
+# Attention, from scratch: the two commands a newcomer needs are `make book` and `make test`.
+# Everything runs inside .venv, created from the pinned requirements.txt.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PY := $(BIN)/python
+STAMP := $(VENV)/.installed
+VENDOR := assets/vendor
+BOOK_HTML := _build/html/index.html
+# `make book HIDE_SOLUTIONS=1` builds the instructors' edition without solutions.
+HIDE_SOLUTIONS ?= 0
+export ATTNBOOK_HIDE_SOLUTIONS := $(HIDE_SOLUTIONS)
+
+.DEFAULT_GOAL := help
+.PHONY: help venv assets book test execute lint format lock sync-url clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+venv: $(STAMP) ## create .venv with the pinned dependencies and attnbook (editable)
+
+$(STAMP): requirements.txt pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "Python 3.10+ is needed, found " + sys.version.split()[0])'
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation --editable .
+	@touch $@
+
+assets: $(VENDOR)/.stamp ## install MathJax, require.js, d3 and jQuery from npm, for offline pages
+
+$(VENDOR)/.stamp: package.json package-lock.json
+	@if command -v npm >/dev/null 2>&1; then \
+		npm ci --no-audit --no-fund --loglevel=error && \
+		rm -rf $(VENDOR) && mkdir -p $(VENDOR) && \
+		cp -R node_modules/mathjax/es5 $(VENDOR)/mathjax && \
+		cp node_modules/requirejs/require.js $(VENDOR)/require.js && \
+		cp node_modules/d3/dist/d3.min.js $(VENDOR)/d3.min.js && \
+		cp node_modules/jquery/dist/jquery.min.js $(VENDOR)/jquery.min.js && \
+		touch $@; \
+	else \
+		echo "npm not found: the book will load MathJax from its CDN and will not render offline."; \
+	fi
+
+book: venv assets ## build the HTML book (warnings are errors) and print where it is
+	$(BIN)/jupyter-book build . --warningiserror --nitpick --keep-going
+	@echo "The book: file://$(CURDIR)/$(BOOK_HTML)"
+
+test: venv assets ## lint, unit tests, nbval on every chapter, book build, browser test; one summary
+	$(PY) tools/run_tests.py
+
+execute: venv ## re-run every chapter notebook in place, top to bottom, in a fresh kernel
+	$(PY) tools/execute_notebooks.py chapters/*.ipynb
+
+lint: venv ## ruff check and ruff format --check (notebooks included)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: venv ## apply ruff's fixes and formatting
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+sync-url: venv ## copy the repository URL from _config.yml to every place that shows it
+	$(PY) tools/sync_repo_url.py
+
+lock: ## re-resolve requirements.in into requirements.txt in a throw-away environment
+	rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv
+	.lock-venv/bin/pip install --quiet -r requirements.in
+	{ sed -n '1,/^$$/p' requirements.txt; .lock-venv/bin/pip freeze --exclude-editable | sed 's/^torch==\(.*\)+cpu$$/torch==\1/'; } > requirements.txt.new
+	mv requirements.txt.new requirements.txt && rm -rf .lock-venv
+
+clean: ## remove the build, caches and vendored front-end files (keeps .venv)
+	rm -rf _build $(VENDOR) node_modules .pytest_cache .ruff_cache .test-reports .hypothesis

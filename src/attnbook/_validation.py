@@ -1,0 +1,102 @@
+"""Input checks shared by the package's public functions.
+
+Every public function validates its arguments up front and raises a
+``ValueError`` that names the argument, what it got and what it needs, instead
+of failing three calls deeper or silently returning NaN.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Union
+
+import numpy as np
+import torch
+
+Array = Union[np.ndarray, torch.Tensor]
+"""A NumPy array or a torch tensor: most functions accept either and return the same kind."""
+
+
+def shape_str(x: Array) -> str:
+    """Format a shape as ``(2, 3)`` for error messages."""
+    return "(" + ", ".join(str(int(d)) for d in x.shape) + ")"
+
+
+def as_float_array(x: object, name: str) -> Array:
+    """Return ``x`` as a floating-point NumPy array or torch tensor.
+
+    Lists and tuples become NumPy arrays. Integer and boolean inputs are
+    rejected: the functions that call this compute ratios and exponentials,
+    where silently truncated integers give wrong answers.
+    """
+    if isinstance(x, torch.Tensor):
+        if not torch.is_floating_point(x):
+            raise ValueError(
+                f"{name} must be a floating-point tensor, got dtype {x.dtype}; "
+                f"convert it first, e.g. {name}.float()"
+            )
+        return x
+    if isinstance(x, np.ndarray):
+        arr = x
+    elif isinstance(x, (list, tuple, float, int, np.floating, np.integer)) and not isinstance(
+        x, bool
+    ):
+        arr = np.asarray(x)
+    else:
+        raise ValueError(
+            f"{name} must be a NumPy array or a torch tensor, got {type(x).__name__}"
+        )
+    if not np.issubdtype(arr.dtype, np.floating):
+        raise ValueError(
+            f"{name} must hold floating-point numbers, got dtype {arr.dtype}; "
+            f"convert it first, e.g. np.asarray({name}, dtype=float)"
+        )
+    return arr
+
+
+def check_finite(x: Array, name: str) -> None:
+    """Raise if ``x`` holds NaN or infinite values."""
+    bad = (
+        bool((~torch.isfinite(x)).any())
+        if isinstance(x, torch.Tensor)
+        else bool((~np.isfinite(x)).any())
+    )
+    if bad:
+        raise ValueError(f"{name} must be finite, but it contains NaN or infinite values")
+
+
+def check_no_nan(x: Array, name: str) -> None:
+    """Raise if ``x`` holds NaN values (infinities are allowed)."""
+    bad = bool(torch.isnan(x).any()) if isinstance(x, torch.Tensor) else bool(np.isnan(x).any())
+    if bad:
+        raise ValueError(f"{name} contains NaN values")
+
+
+def normalize_axis(axis: object, ndim: int, name: str = "axis") -> int:
+    """Return ``axis`` as a non-negative index into a tensor of ``ndim`` dimensions."""
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+        raise ValueError(f"{name} must be an int, got {type(axis).__name__}")
+    if ndim == 0:
+        raise ValueError(f"{name}={axis} is invalid for a 0-dimensional input; pass at least a 1-D array")
+    if not -ndim <= axis < ndim:
+        raise ValueError(f"{name} must be in [{-ndim}, {ndim - 1}] for a {ndim}-D input, got {axis}")
+    return int(axis) % ndim
+
+
+def check_positive_number(value: object, name: str) -> float:
+    """Return ``value`` as a float, raising unless it is finite and strictly positive."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ValueError(f"{name} must be a positive number, got {type(value).__name__}")
+    value = float(value)
+    if not math.isfinite(value) or value <= 0.0:
+        raise ValueError(f"{name} must be a finite number > 0, got {value}")
+    return value
+
+
+def same_kind(a: Array, b: Array, name_a: str, name_b: str) -> None:
+    """Raise unless ``a`` and ``b`` are both NumPy arrays or both torch tensors."""
+    if isinstance(a, torch.Tensor) != isinstance(b, torch.Tensor):
+        raise ValueError(
+            f"{name_a} and {name_b} must both be NumPy arrays or both torch tensors, "
+            f"got {type(a).__name__} and {type(b).__name__}"
+        )

@@ -1,0 +1,74 @@
+"""Checkers for the exercises of chapter 1 (scores)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from attnbook.exercises._framework import Case, Verdict, run_cases
+from attnbook.scores import cosine_similarity, score_matrix
+
+__all__ = ["check_cosine_similarity", "check_score_matrix"]
+
+
+def _rng(seed: int) -> np.random.Generator:
+    return np.random.default_rng(seed)
+
+
+_SCORE_MATRIX_CASES = [
+    Case(
+        "2 queries, 3 keys, width 4",
+        lambda: (_rng(1).normal(size=(2, 4)), _rng(2).normal(size=(3, 4))),
+        "Entry [t, s] is the dot product of query t with key s; the result has one row per query.",
+    ),
+    Case(
+        "1 query, 5 keys",
+        lambda: (_rng(3).normal(size=(1, 3)), _rng(4).normal(size=(5, 3))),
+        "The output has shape (T, S): T queries down, S keys across.",
+    ),
+    Case(
+        "4 queries, 4 keys (square, so a transpose mistake hides in the shape)",
+        lambda: (_rng(5).normal(size=(4, 6)), _rng(6).normal(size=(4, 6))),
+        "Multiply queries by the transpose of keys, not keys by the transpose of queries.",
+    ),
+    Case(
+        "vectors with large entries",
+        lambda: (100 * _rng(7).normal(size=(3, 2)), 100 * _rng(8).normal(size=(2, 2))),
+        "Do not normalise the vectors: a score is a raw dot product.",
+    ),
+]
+
+
+def check_score_matrix(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Verdict:
+    """Check ``fn(queries, keys) -> scores`` with queries ``(T, d)``, keys ``(S, d)``, scores ``(T, S)``."""
+    return run_cases("score_matrix", fn, score_matrix, _SCORE_MATRIX_CASES)
+
+
+_COSINE_CASES = [
+    Case(
+        "two parallel vectors of different length",
+        lambda: (np.array([1.0, 2.0, 2.0]), np.array([2.0, 4.0, 4.0])),
+        "Parallel vectors have cosine similarity 1, whatever their lengths.",
+    ),
+    Case(
+        "two orthogonal vectors",
+        lambda: (np.array([1.0, 0.0]), np.array([0.0, 3.0])),
+        "Orthogonal vectors have cosine similarity 0.",
+    ),
+    Case(
+        "opposite vectors",
+        lambda: (np.array([1.0, -2.0, 0.5]), np.array([-2.0, 4.0, -1.0])),
+        "Divide the dot product by the product of both lengths; opposite directions give -1.",
+    ),
+    Case(
+        "random vectors of width 8",
+        lambda: (_rng(11).normal(size=8), _rng(12).normal(size=8)),
+        "cos θ = a·b / (‖a‖ ‖b‖), with ‖a‖ = sqrt(a·a).",
+    ),
+]
+
+
+def check_cosine_similarity(fn: Callable[[np.ndarray, np.ndarray], float]) -> Verdict:
+    """Check ``fn(a, b) -> float``, the cosine similarity of two 1-D vectors."""
+    return run_cases("cosine_similarity", fn, cosine_similarity, _COSINE_CASES)

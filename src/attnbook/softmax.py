@@ -1,0 +1,135 @@
+"""Softmax: turning a row of scores into weights that are positive and sum to 1.
+
+Introduced in chapter 2 (``chapters/02_softmax.ipynb``).
+
+Shape legend: ``...`` any dimensions; the softmax runs along one ``axis`` of
+length ``n`` and leaves the shape unchanged.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from attnbook._validation import (
+    Array,
+    as_float_array,
+    check_no_nan,
+    check_positive_number,
+    normalize_axis,
+    shape_str,
+)
+
+__all__ = ["log_softmax", "softmax", "softmax_jacobian"]
+
+
+def _shifted_scores(x: object, axis: int, temperature: float) -> tuple[Array, int]:
+    """Validate, divide by the temperature and subtract the maximum along ``axis``."""
+    x = as_float_array(x, "x")
+    temperature = check_positive_number(temperature, "temperature")
+    ax = normalize_axis(axis, x.ndim)
+    if x.shape[ax] == 0:
+        raise ValueError(f"x has length 0 along axis {axis} (shape {shape_str(x)}); softmax needs at least one entry")
+    check_no_nan(x, "x")
+    if isinstance(x, torch.Tensor):
+        if bool(torch.isposinf(x).any()):
+            raise ValueError("x contains +inf; softmax is undefined there (inf - inf)")
+        z = x / temperature
+        top = z.amax(dim=ax, keepdim=True)
+        if bool(torch.isneginf(top).any()):
+            raise ValueError(f"x has a slice along axis {axis} where every entry is -inf; its softmax is undefined")
+        return z - top, ax
+    if bool(np.isposinf(x).any()):
+        raise ValueError("x contains +inf; softmax is undefined there (inf - inf)")
+    z = x / temperature
+    top = z.max(axis=ax, keepdims=True)
+    if bool(np.isneginf(top).any()):
+        raise ValueError(f"x has a slice along axis {axis} where every entry is -inf; its softmax is undefined")
+    return z - top, ax
+
+
+def softmax(x: Array, axis: int = -1, temperature: float = 1.0) -> Array:
+    """Numerically stable softmax: ``exp(x_i / τ) / sum_j exp(x_j / τ)`` along ``axis``.
+
+    Subtracting the maximum first changes nothing mathematically (the common
+    factor ``exp(-max)`` cancels) but keeps every exponent ``<= 0``, so nothing
+    overflows even for scores of ``1e4``. Entries equal to ``-inf`` get weight
+    exactly 0; that is how masks will work in chapter 6.
+
+    Args:
+        x: scores, any shape, floating point (NumPy array or torch tensor).
+        axis: the axis whose entries compete for weight; the default ``-1``
+            normalises each row of a ``(T, S)`` score matrix over the keys.
+        temperature: ``τ > 0``. Small ``τ`` sharpens the distribution towards
+            the arg-max (a hard lookup); large ``τ`` flattens it towards uniform.
+
+    Returns:
+        ``weights`` with the shape, dtype and array kind of ``x``: non-negative,
+        summing to 1 along ``axis``. Differentiable when ``x`` is a tensor.
+
+    Raises:
+        ValueError: for integer input, an empty or out-of-range ``axis``, a
+            temperature that is not a finite positive number, NaN or +inf
+            entries, or a slice that is entirely ``-inf``.
+    """
+    shifted, ax = _shifted_scores(x, axis, temperature)
+    if isinstance(shifted, torch.Tensor):
+        e = torch.exp(shifted)
+        return e / e.sum(dim=ax, keepdim=True)
+    e = np.exp(shifted)
+    return e / e.sum(axis=ax, keepdims=True)
+
+
+def log_softmax(x: Array, axis: int = -1, temperature: float = 1.0) -> Array:
+    """Logarithm of :func:`softmax`, computed without ever forming tiny weights.
+
+    ``log(softmax(x))`` underflows to ``-inf`` once a weight drops below about
+    ``1e-308`` (float64); ``z - logsumexp(z)`` stays finite. Cross-entropy
+    losses use this form.
+
+    Args:
+        x: scores, any shape, floating point.
+        axis: the axis to normalise over.
+        temperature: ``τ > 0``, as in :func:`softmax`.
+
+    Returns:
+        Same shape and kind as ``x``; ``exp`` of it sums to 1 along ``axis``.
+    """
+    shifted, ax = _shifted_scores(x, axis, temperature)
+    if isinstance(shifted, torch.Tensor):
+        return shifted - torch.log(torch.exp(shifted).sum(dim=ax, keepdim=True))
+    return shifted - np.log(np.exp(shifted).sum(axis=ax, keepdims=True))
+
+
+def softmax_jacobian(weights: Array) -> Array:
+    """The derivative of softmax, from its output: ``J = diag(p) - p pᵀ``.
+
+    ``J[..., i, j] = ∂p_i / ∂x_j = p_i (δ_ij - p_j)``. When one weight is near 1
+    and the others near 0, every entry of ``J`` is near 0: a saturated softmax
+    passes almost no gradient back to its scores (chapter 2).
+
+    Args:
+        weights: softmax outputs ``p`` of shape ``(..., n)``, each row summing to 1.
+
+    Returns:
+        Shape ``(..., n, n)``.
+    """
+    p = as_float_array(weights, "weights")
+    if p.ndim == 0:
+        raise ValueError("weights must have shape (..., n), got a scalar")
+    check_no_nan(p, "weights")
+    row_sums = p.sum(-1)
+    ok = (
+        bool(torch.allclose(row_sums, torch.ones_like(row_sums), atol=1e-4)) and bool((p >= 0).all())
+        if isinstance(p, torch.Tensor)
+        else bool(np.allclose(row_sums, 1.0, atol=1e-4)) and bool((p >= 0).all())
+    )
+    if not ok:
+        raise ValueError(
+            "weights must be non-negative and sum to 1 along the last axis (the output of softmax); "
+            f"got rows summing to values in [{float(row_sums.min()):.4g}, {float(row_sums.max()):.4g}]"
+        )
+    if isinstance(p, torch.Tensor):
+        return torch.diag_embed(p) - p.unsqueeze(-1) * p.unsqueeze(-2)
+    eye = np.eye(p.shape[-1], dtype=p.dtype)
+    return p[..., :, None] * eye - p[..., :, None] * p[..., None, :]

@@ -1,0 +1,198 @@
+"""Figures in one consistent style: heatmaps of score/weight matrices and bar charts.
+
+Introduced in chapter 1 and used by every chapter. This module only *draws*
+what it is given; it computes no scores or attention weights itself.
+
+Conventions: in every heatmap rows are queries and columns are keys, so row
+``t`` of a weight matrix reads "where query ``t`` looks".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+from matplotlib.axes import Axes
+
+from attnbook._validation import Array, shape_str
+
+__all__ = ["STYLE", "course_style", "plot_bars", "plot_heatmap", "to_numpy"]
+
+STYLE: dict[str, object] = {
+    "figure.dpi": 100,
+    "savefig.dpi": 100,
+    "figure.figsize": (5.5, 4.0),
+    "font.size": 10,
+    "axes.titlesize": 11,
+    "axes.titleweight": "bold",
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": False,
+    "image.cmap": "viridis",
+}
+"""Matplotlib settings applied (temporarily, never globally) by every helper here."""
+
+SEQUENTIAL_CMAP = "viridis"  # weights in [0, 1]: perceptually uniform, colour-blind safe
+DIVERGING_CMAP = "RdBu_r"  # scores of either sign: blue negative, red positive
+
+
+@contextmanager
+def course_style() -> Iterator[None]:
+    """Context manager that draws with the course's style without changing global settings."""
+    with plt.rc_context(STYLE):
+        yield
+
+
+def to_numpy(x: Array | Sequence[float]) -> np.ndarray:
+    """Return ``x`` as a NumPy array (detached and on the CPU if it is a tensor)."""
+    if isinstance(x, torch.Tensor):
+        return x.detach().to("cpu").numpy()
+    return np.asarray(x)
+
+
+def _check_labels(labels: Sequence[str] | None, n: int, name: str, axis_name: str) -> None:
+    if labels is not None and len(labels) != n:
+        raise ValueError(f"{name} must have one label per {axis_name} ({n}), got {len(labels)}")
+
+
+def plot_heatmap(
+    matrix: Array,
+    row_labels: Sequence[str] | None = None,
+    col_labels: Sequence[str] | None = None,
+    *,
+    ax: Axes | None = None,
+    title: str | None = None,
+    xlabel: str = "keys",
+    ylabel: str = "queries",
+    annotate: bool | None = None,
+    fmt: str = "{:.2f}",
+    cmap: str | None = None,
+    vmin: float | None = None,
+    vmax: float | None = None,
+    colorbar: bool = True,
+) -> Axes:
+    """Draw a 2-D matrix (scores or weights) as a labelled heatmap.
+
+    Rows are queries, columns are keys. Values are written in the cells when
+    the matrix is small enough to read them (at most 12 x 12 by default).
+    Scores with both signs get a diverging colour map centred on 0; weights
+    (all in ``[0, 1]``) a sequential one.
+
+    Args:
+        matrix: shape ``(T, S)``, NumPy array or tensor.
+        row_labels: ``T`` labels for the queries (e.g. tokens).
+        col_labels: ``S`` labels for the keys.
+        ax: axes to draw into; a new figure is made if ``None``.
+        title: axes title.
+        xlabel: label of the key axis.
+        ylabel: label of the query axis.
+        annotate: write the values into the cells; ``None`` means "if small".
+        fmt: format string for annotations.
+        cmap: colour map; chosen from the data's sign if ``None``.
+        vmin: lower end of the colour scale.
+        vmax: upper end of the colour scale.
+        colorbar: add a colour bar.
+
+    Returns:
+        The matplotlib ``Axes``.
+    """
+    m = to_numpy(matrix)
+    if m.ndim != 2:
+        raise ValueError(f"matrix must have shape (T, S), got {shape_str(m)}")
+    if not np.issubdtype(m.dtype, np.number) or np.issubdtype(m.dtype, np.complexfloating):
+        raise ValueError(f"matrix must hold real numbers, got dtype {m.dtype}")
+    T, S = m.shape
+    _check_labels(row_labels, T, "row_labels", "row (query)")
+    _check_labels(col_labels, S, "col_labels", "column (key)")
+    m = m.astype(float)
+    finite = m[np.isfinite(m)]
+    if cmap is None:
+        cmap = DIVERGING_CMAP if finite.size and finite.min() < 0 else SEQUENTIAL_CMAP
+    if cmap == DIVERGING_CMAP and vmin is None and vmax is None and finite.size:
+        bound = float(np.abs(finite).max()) or 1.0
+        vmin, vmax = -bound, bound
+    if annotate is None:
+        annotate = T <= 12 and S <= 12
+    with course_style():
+        if ax is None:
+            _, ax = plt.subplots(figsize=(max(3.0, 0.6 * S + 2.0), max(2.5, 0.5 * T + 1.5)))
+        image = ax.imshow(m, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto")
+        ax.set_xticks(range(S), labels=col_labels if col_labels is not None else range(S))
+        ax.set_yticks(range(T), labels=row_labels if row_labels is not None else range(T))
+        if col_labels is not None and max((len(str(c)) for c in col_labels), default=0) > 3:
+            ax.tick_params(axis="x", labelrotation=45)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        if title:
+            ax.set_title(title)
+        for spine in ax.spines.values():
+            spine.set_visible(False)
+        if annotate:
+            lo, hi = image.get_clim()
+            for t in range(T):
+                for s in range(S):
+                    value = m[t, s]
+                    if not np.isfinite(value):
+                        text, dark = ("-inf" if value < 0 else str(value)), False
+                    else:
+                        text = fmt.format(value)
+                        frac = (value - lo) / (hi - lo) if hi > lo else 0.5
+                        dark = frac > 0.6 if cmap == SEQUENTIAL_CMAP else 0.25 < frac < 0.75
+                    ax.text(s, t, text, ha="center", va="center", fontsize=8,
+                            color="black" if dark else "white")
+        if colorbar:
+            ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+    return ax
+
+
+def plot_bars(
+    values: Array | Sequence[float],
+    labels: Sequence[str] | None = None,
+    *,
+    ax: Axes | None = None,
+    title: str | None = None,
+    ylabel: str = "weight",
+    ylim: tuple[float, float] | None = None,
+    color: str = "C0",
+    annotate: bool = True,
+    fmt: str = "{:.2f}",
+) -> Axes:
+    """Draw one vector (a row of scores or weights) as labelled bars.
+
+    Args:
+        values: shape ``(n,)``.
+        labels: ``n`` labels (e.g. the keys' tokens).
+        ax: axes to draw into; a new figure is made if ``None``.
+        title: axes title.
+        ylabel: label of the value axis.
+        ylim: limits of the value axis.
+        color: bar colour.
+        annotate: write each value above its bar.
+        fmt: format string for annotations.
+
+    Returns:
+        The matplotlib ``Axes``.
+    """
+    v = to_numpy(values).astype(float)
+    if v.ndim != 1:
+        raise ValueError(f"values must have shape (n,), got {shape_str(v)}")
+    _check_labels(labels, v.shape[0], "labels", "value")
+    with course_style():
+        if ax is None:
+            _, ax = plt.subplots(figsize=(max(3.0, 0.5 * v.shape[0] + 1.5), 2.8))
+        xs = np.arange(v.shape[0])
+        ax.bar(xs, v, color=color)
+        ax.set_xticks(xs, labels=labels if labels is not None else xs)
+        ax.set_ylabel(ylabel)
+        if ylim is not None:
+            ax.set_ylim(*ylim)
+        if title:
+            ax.set_title(title)
+        if annotate:
+            for x, y in zip(xs, v):
+                ax.annotate(fmt.format(y), (x, y), ha="center", va="bottom", fontsize=8,
+                            xytext=(0, 2), textcoords="offset points")
+    return ax

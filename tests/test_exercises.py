@@ -1,0 +1,111 @@
+"""The checkers of chapters 1-2 accept correct answers and reject typical wrong ones."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from attnbook.exercises import (
+    check_cosine_similarity,
+    check_score_matrix,
+    check_softmax,
+    check_softmax_temperature,
+)
+
+
+def _stable_softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def _naive_softmax(x: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore", invalid="ignore"):
+        e = np.exp(x)
+        return e / e.sum(axis=-1, keepdims=True)
+
+
+def _softmax_wrong_axis(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max(axis=0, keepdims=True))
+    return e / e.sum(axis=0, keepdims=True)
+
+
+def _softmax_global_max(x: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore"):
+        e = np.exp(x - x.max())  # one maximum for the whole batch underflows other rows
+        return e / e.sum(axis=-1, keepdims=True)
+
+
+def test_softmax_checker_accepts_a_correct_answer() -> None:
+    verdict = check_softmax(_stable_softmax)
+    assert verdict
+    assert verdict.passed and verdict.attempted
+    assert "all 6 hidden cases pass" in repr(verdict)
+
+
+@pytest.mark.parametrize(
+    ("wrong", "failing_case"),
+    [
+        (_naive_softmax, "exp overflows"),
+        (_softmax_wrong_axis, "one softmax per row"),
+        (lambda x: np.exp(x - x.max(axis=-1, keepdims=True)), "a small 1-D vector"),
+        (_softmax_global_max, "a batch of matrices"),
+    ],
+)
+def test_softmax_checker_rejects_typical_mistakes(wrong, failing_case: str) -> None:
+    verdict = check_softmax(wrong)
+    assert not verdict
+    assert verdict.attempted
+    assert failing_case in verdict.message
+    assert "Hint:" in verdict.message
+    assert "Traceback" not in verdict.message
+
+
+def test_stub_reads_as_not_attempted() -> None:
+    def stub(x):
+        raise NotImplementedError
+
+    verdict = check_softmax(stub)
+    assert not verdict
+    assert not verdict.attempted
+    assert "not attempted yet" in verdict.message
+
+
+def test_an_exception_becomes_a_one_line_verdict() -> None:
+    verdict = check_softmax(lambda x: x.nonexistent_method())
+    assert not verdict
+    assert "raised AttributeError" in verdict.message
+    assert "Traceback" not in verdict.message
+
+
+def test_checker_wants_the_function_not_its_result() -> None:
+    with pytest.raises(ValueError, match="pass the function without calling it"):
+        check_softmax(np.zeros(3))  # type: ignore[arg-type]
+
+
+def test_temperature_checker() -> None:
+    assert check_softmax_temperature(lambda x, t: _stable_softmax(x / t))
+    assert not check_softmax_temperature(lambda x, t: _stable_softmax(x * t))
+    assert not check_softmax_temperature(lambda x, t: _naive_softmax(x / t))
+    assert not check_softmax_temperature(lambda x, t: _stable_softmax(x) / t)
+
+
+def test_score_matrix_checker() -> None:
+    assert check_score_matrix(lambda q, k: q @ k.T)
+    transposed = check_score_matrix(lambda q, k: k @ q.T)
+    assert not transposed
+    assert "shape" in transposed.message or "wrong values" in transposed.message
+
+    def normalised(q, k):
+        qn = q / np.linalg.norm(q, axis=-1, keepdims=True)
+        kn = k / np.linalg.norm(k, axis=-1, keepdims=True)
+        return qn @ kn.T
+
+    assert not check_score_matrix(normalised)
+    # Square inputs hide a transpose in the shape; the values still catch it.
+    assert "square" in check_score_matrix(lambda q, k: (k @ q.T) if q.shape == k.shape else q @ k.T).message
+
+
+def test_cosine_checker() -> None:
+    assert check_cosine_similarity(lambda a, b: a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+    assert not check_cosine_similarity(lambda a, b: a @ b)
+    assert not check_cosine_similarity(lambda a, b: a @ b / np.linalg.norm(a) ** 2)

@@ -1,0 +1,98 @@
+"""Every code solution shown in the book passes the checker it calls.
+
+The solutions live in ``{solution}`` dropdowns of the chapters' markdown. This
+test runs each solution's Python block with only ``np``, ``torch``, ``math``,
+``nn``, ``F`` and the checkers in scope, records every verdict, and asserts
+each one passed: a solution that drifts from its checker fails here.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import nbformat
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import attnbook.exercises as exercises
+
+CHAPTERS = sorted((Path(__file__).resolve().parent.parent / "chapters").glob("*.ipynb"))
+_OPEN = re.compile(r"^(?P<fence>:{3,})\{solution\}\s*(?P<label>\S+)")
+_CODE = re.compile(r"```(?:python|ipython3?)\n(?P<code>.*?)```", re.DOTALL)
+
+
+def solution_blocks(path: Path) -> list[tuple[str, str]]:
+    """Return ``(label, code)`` for every Python block inside a ``{solution}`` directive."""
+    found = []
+    for cell in nbformat.read(path, as_version=4).cells:
+        if cell.cell_type != "markdown":
+            continue
+        lines = cell.source.splitlines()
+        i = 0
+        while i < len(lines):
+            match = _OPEN.match(lines[i])
+            if not match:
+                i += 1
+                continue
+            fence, label = match["fence"], match["label"]
+            body = []
+            i += 1
+            while i < len(lines) and lines[i].strip() != fence:
+                body.append(lines[i])
+                i += 1
+            found += [(label, m["code"]) for m in _CODE.finditer("\n".join(body))]
+    return found
+
+
+CASES = [
+    pytest.param(path, label, code, id=f"{path.stem}:{label}")
+    for path in CHAPTERS
+    for label, code in solution_blocks(path)
+    if "check_" in code
+]
+
+
+@pytest.mark.skipif(not CASES, reason="no chapter has a code solution yet")
+@pytest.mark.parametrize(("path", "label", "code"), CASES)
+def test_solution_passes_its_checker(path: Path, label: str, code: str) -> None:
+    verdicts = []
+
+    def recording(checker):
+        def wrapper(fn):
+            verdict = checker(fn)
+            verdicts.append(verdict)
+            return verdict
+
+        return wrapper
+
+    namespace = {"np": np, "torch": torch, "math": math, "nn": nn, "F": F}
+    namespace |= {
+        name: recording(getattr(exercises, name)) for name in dir(exercises) if name.startswith("check_")
+    }
+    torch.manual_seed(0)
+    exec(compile(code, f"{path.name}:{label}", "exec"), namespace)
+    assert verdicts, f"solution {label} in {path.name} calls no checker"
+    for verdict in verdicts:
+        assert verdict.passed, f"solution {label} in {path.name} fails its checker:\n{verdict.message}"
+
+
+def test_the_extractor_finds_solution_code(tmp_path: Path) -> None:
+    nb = nbformat.v4.new_notebook()
+    nb.cells.append(
+        nbformat.v4.new_markdown_cell(
+            "::::{solution} ex-demo\n:class: dropdown\n```python\nx = 1\ncheck_softmax(f)\n```\n::::\n"
+            "```python\nnot_in_a_solution()\n```"
+        )
+    )
+    path = tmp_path / "demo.ipynb"
+    nbformat.write(nb, path)
+    assert solution_blocks(path) == [("ex-demo", "x = 1\ncheck_softmax(f)\n")]

@@ -1,0 +1,66 @@
+"""Tests of attnbook.runtime: seeding, device choice, print options, import hygiene."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import attnbook
+
+
+def test_set_seed_makes_python_numpy_and_torch_repeat() -> None:
+    def draw() -> tuple:
+        return random.random(), np.random.rand(), torch.rand(1).item()
+
+    attnbook.set_seed(123)
+    first = draw()
+    attnbook.set_seed(123)
+    assert draw() == first
+    attnbook.set_seed(124)
+    assert draw() != first
+
+
+@pytest.mark.parametrize(("seed", "match"), [(-1, r"\[0, 2\*\*32\)"), (2**32, r"\[0, 2\*\*32\)"), (1.5, "must be an int"), (True, "must be an int")])
+def test_set_seed_rejects_bad_seeds(seed: object, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        attnbook.set_seed(seed)  # type: ignore[arg-type]
+
+
+def test_get_device_falls_back_to_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    assert attnbook.get_device() == torch.device("cpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert attnbook.get_device() == torch.device("cuda")
+
+
+def test_print_options_round_numbers() -> None:
+    old_np, old_torch = np.get_printoptions(), torch._tensor_str.PRINT_OPTS.precision
+    try:
+        attnbook.set_print_options(3)
+        assert repr(np.array([1 / 3])) == "array([0.333])"
+        assert "0.333" in repr(torch.tensor([1 / 3]))
+        with pytest.raises(ValueError, match="precision must be in"):
+            attnbook.set_print_options(0)
+    finally:
+        np.set_printoptions(**old_np)
+        torch.set_printoptions(precision=old_torch)
+
+
+def test_import_has_no_side_effects() -> None:
+    code = (
+        "import sys, numpy as np, torch, random\n"
+        "before = (np.get_printoptions()['precision'], torch.initial_seed())\n"
+        "import attnbook, attnbook.exercises, attnbook.viz\n"
+        "after = (np.get_printoptions()['precision'], torch.initial_seed())\n"
+        "assert before == after, (before, after)\n"
+        "import matplotlib\n"
+        "assert matplotlib.rcParams['figure.dpi'] == matplotlib.rcParamsDefault['figure.dpi']\n"
+        "assert 'matplotlib.pyplot' not in sys.modules or not __import__('matplotlib.pyplot').pyplot.get_fignums()\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

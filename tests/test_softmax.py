@@ -1,0 +1,140 @@
+"""Tests of attnbook.softmax: invariants, agreement with torch and SciPy, bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.special
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from attnbook import log_softmax, softmax, softmax_jacobian
+
+finite_floats = st.floats(-1e4, 1e4, allow_nan=False, allow_infinity=False, width=64)
+
+
+@settings(max_examples=60, deadline=None)
+@given(arrays(np.float64, st.tuples(st.integers(1, 4), st.integers(1, 7)), elements=finite_floats))
+def test_weights_are_a_probability_distribution(x: np.ndarray) -> None:
+    w = softmax(x)
+    assert w.shape == x.shape
+    assert np.all(w >= 0)
+    np.testing.assert_allclose(w.sum(-1), 1.0, rtol=0, atol=1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    arrays(np.float64, st.integers(1, 8), elements=st.floats(-50, 50, width=64)),
+    st.floats(-1e3, 1e3, width=64),
+)
+def test_shift_invariance(x: np.ndarray, c: float) -> None:
+    np.testing.assert_allclose(softmax(x + c), softmax(x), rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_agrees_with_scipy_and_torch(seed: int, axis: int) -> None:
+    x = np.random.default_rng(seed).normal(scale=5.0, size=(3, 4, 5))
+    expected = scipy.special.softmax(x, axis=axis)
+    np.testing.assert_allclose(softmax(x, axis=axis), expected, rtol=1e-12, atol=1e-15)
+    t = torch.from_numpy(x)
+    torch.testing.assert_close(softmax(t, axis=axis), torch.softmax(t, dim=axis))
+    np.testing.assert_allclose(log_softmax(x, axis=axis), scipy.special.log_softmax(x, axis=axis), atol=1e-12)
+    torch.testing.assert_close(log_softmax(t, axis=axis), torch.log_softmax(t, dim=axis))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_stable_at_1e4(dtype: type) -> None:
+    x = np.array([[1e4, 1e4 - 1.0, -1e4], [-1e4, -1e4 - 2.0, -1e4 - 4.0]], dtype=dtype)
+    w = softmax(x)
+    assert w.dtype == dtype
+    assert np.all(np.isfinite(w))
+    expected = scipy.special.softmax(x.astype(np.float64), axis=-1)
+    np.testing.assert_allclose(w, expected, rtol=1e-5)
+    wt = softmax(torch.from_numpy(x))
+    assert torch.isfinite(wt).all()
+
+
+def test_temperature_limits() -> None:
+    x = np.array([1.0, 3.0, 2.0, -1.0])
+    cold = softmax(x, temperature=1e-3)
+    np.testing.assert_allclose(cold, [0.0, 1.0, 0.0, 0.0], atol=1e-12)
+    hot = softmax(x, temperature=1e6)
+    np.testing.assert_allclose(hot, np.full(4, 0.25), atol=1e-5)
+    np.testing.assert_allclose(softmax(x, temperature=2.0), softmax(x / 2.0))
+
+
+def test_temperature_sharpens_monotonically() -> None:
+    x = np.array([0.5, 2.0, 1.0])
+    peaks = [softmax(x, temperature=t).max() for t in (4.0, 2.0, 1.0, 0.5, 0.25)]
+    assert all(a < b for a, b in zip(peaks, peaks[1:]))
+
+
+def test_negative_infinity_gets_zero_weight() -> None:
+    x = np.array([1.0, -np.inf, 2.0])
+    w = softmax(x)
+    assert w[1] == 0.0
+    np.testing.assert_allclose(w[[0, 2]], scipy.special.softmax([1.0, 2.0]))
+
+
+def test_keeps_kind_dtype_and_gradient() -> None:
+    x = torch.randn(2, 3, dtype=torch.float64, requires_grad=True)
+    w = softmax(x)
+    assert isinstance(w, torch.Tensor)
+    assert w.dtype == torch.float64
+    (w[:, 0]).sum().backward()
+    assert x.grad is not None
+    assert torch.isfinite(x.grad).all()
+
+
+def test_accepts_lists_of_floats() -> None:
+    np.testing.assert_allclose(softmax([0.0, 0.0]), [0.5, 0.5])
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"x": np.array([1, 2, 3])}, "x must hold floating-point"),
+        ({"x": torch.tensor([1, 2, 3])}, "x must be a floating-point tensor"),
+        ({"x": [1, 2]}, "x must hold floating-point"),
+        ({"x": "abc"}, "x must be a NumPy array or a torch tensor"),
+        ({"x": np.zeros((2, 0))}, "length 0 along axis"),
+        ({"x": np.zeros(3), "axis": 1}, "axis must be in"),
+        ({"x": np.zeros(3), "axis": 0.5}, "axis must be an int"),
+        ({"x": np.array(1.0)}, "0-dimensional"),
+        ({"x": np.zeros(3), "temperature": 0.0}, "temperature must be a finite number > 0"),
+        ({"x": np.zeros(3), "temperature": -1.0}, "temperature must be a finite number > 0"),
+        ({"x": np.zeros(3), "temperature": float("nan")}, "temperature must be a finite number > 0"),
+        ({"x": np.zeros(3), "temperature": float("inf")}, "temperature must be a finite number > 0"),
+        ({"x": np.array([1.0, np.nan])}, "NaN"),
+        ({"x": np.array([1.0, np.inf])}, r"\+inf"),
+        ({"x": np.array([[1.0, 2.0], [-np.inf, -np.inf]])}, "every entry is -inf"),
+        ({"x": torch.tensor([-float("inf"), -float("inf")])}, "every entry is -inf"),
+    ],
+)
+def test_bad_input_raises_a_clear_value_error(kwargs: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        softmax(**kwargs)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_jacobian_matches_autograd(seed: int) -> None:
+    x = torch.randn(5, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
+    expected = torch.autograd.functional.jacobian(lambda z: torch.softmax(z, dim=-1), x)
+    torch.testing.assert_close(softmax_jacobian(softmax(x)), expected)
+    np.testing.assert_allclose(softmax_jacobian(softmax(x.numpy())), expected.numpy(), atol=1e-12)
+
+
+def test_jacobian_vanishes_when_saturated() -> None:
+    p = softmax(np.array([0.0, 1.0, 2.0]) * 100)
+    assert np.abs(softmax_jacobian(p)).max() < 1e-30 + 1e-40
+    assert np.abs(softmax_jacobian(softmax(np.zeros(3)))).max() > 0.1
+
+
+def test_jacobian_rejects_non_distributions() -> None:
+    with pytest.raises(ValueError, match="weights must be non-negative and sum to 1"):
+        softmax_jacobian(np.array([0.5, 0.7]))
+    with pytest.raises(ValueError, match="weights must have shape"):
+        softmax_jacobian(np.array(1.0))

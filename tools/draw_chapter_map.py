@@ -1,0 +1,90 @@
+"""Draw the chapter map of the introduction (images/chapter_map.svg).
+
+Usage: python tools/draw_chapter_map.py   (run again when _toc.yml changes;
+set PREVIEW_PNG=some.png to also write a PNG preview)
+
+Chapters listed in _toc.yml are drawn solid; planned ones dashed. The SVG is
+deterministic (no date, fixed ids), so re-drawing an unchanged map changes nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# (part, [(file stem, short title)]) in reading order: the plan of the whole course.
+PLAN = [
+    ("Foundations", [("01_scores", "Scores"), ("02_softmax", "Softmax")]),
+    (
+        "Attention",
+        [
+            ("03_soft_lookup", "Soft lookup"),
+            ("04_scaled_dot_product_attention", "Scaled dot-product\nattention"),
+            ("05_qkv_projections", "Queries, keys,\nvalues"),
+            ("06_masking", "Masking"),
+        ],
+    ),
+    (
+        "Transformers",
+        [
+            ("07_multihead_attention", "Multi-head\nattention"),
+            ("08_positional_encoding", "Positional\nencoding"),
+            ("09_transformer_block", "The transformer\nblock"),
+            ("10_small_transformer", "Training a small\ntransformer"),
+        ],
+    ),
+    ("Inside and beyond", [("11_inside_attention", "Looking inside\n(bertviz)"), ("12_efficient_attention", "Efficient\nattention")]),
+]
+
+
+def main() -> None:
+    toc = (ROOT / "_toc.yml").read_text()
+    written = set(re.findall(r"file:\s*chapters/(\S+)", toc))
+    plt.rcParams["svg.hashsalt"] = "attnbook-chapter-map"
+    fig, ax = plt.subplots(figsize=(10, 4.6))
+    ax.set_xlim(0, 4)
+    ax.set_ylim(-4.6, 0.7)
+    ax.axis("off")
+    number = 0
+    centres = []
+    for col, (part, chapters) in enumerate(PLAN):
+        ax.text(col + 0.5, 0.35, part, ha="center", va="center", fontsize=12, fontweight="bold", color="#333333")
+        for row, (stem, title) in enumerate(chapters):
+            number += 1
+            x, y = col + 0.5, -0.55 - 1.05 * row
+            done = stem in written
+            box = FancyBboxPatch(
+                (x - 0.42, y - 0.38), 0.84, 0.76, boxstyle="round,pad=0.02,rounding_size=0.06",
+                facecolor="#dbe9f6" if done else "white", edgecolor="#1f5f99" if done else "#8a8a8a",
+                linestyle="-" if done else "--", linewidth=1.4,
+            )
+            ax.add_patch(box)
+            ax.text(x, y, f"{number}. {title}", ha="center", va="center", fontsize=9.5,
+                    color="#102a43" if done else "#6b6b6b")
+            centres.append((x, y))
+    for (x0, y0), (x1, y1) in zip(centres, centres[1:]):
+        if x0 == x1:
+            start, end, style = (x0, y0 - 0.4), (x1, y1 + 0.4), "arc3"
+        else:
+            start, end, style = (x0 + 0.43, y0), (x1 - 0.43, y1), "arc3,rad=0.0"
+        ax.add_patch(FancyArrowPatch(start, end, arrowstyle="-|>", mutation_scale=10, color="#555555",
+                                     connectionstyle=style, linewidth=1.0))
+    ax.text(4.0, -4.55, "solid: available    dashed: planned", ha="right", va="bottom", fontsize=8, color="#6b6b6b")
+    fig.tight_layout()
+    fig.savefig(ROOT / "images" / "chapter_map.svg", metadata={"Date": None}, bbox_inches="tight")
+    preview = os.environ.get("PREVIEW_PNG")  # e.g. PREVIEW_PNG=map.png to look at it
+    if preview:
+        fig.savefig(preview, dpi=80, bbox_inches="tight")
+
+
+if __name__ == "__main__":
+    main()
