@@ -29,7 +29,9 @@ def _configure(app: Sphinx, config: Config) -> None:
     if (ASSETS / MATHJAX).is_file():
         config.html_static_path = [*config.html_static_path, str(ASSETS)]
         config.mathjax_path = MATHJAX
-        logger.info("attnbook: MathJax, require.js, d3 and jQuery are served from the book (offline-ready)")
+        logger.info(
+            "attnbook: MathJax, require.js, d3 and jQuery are served from the book (offline-ready)"
+        )
     else:
         logger.info(
             "attnbook: assets/vendor/ not found (npm missing?): MathJax loads from its CDN, "

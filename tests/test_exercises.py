@@ -38,7 +38,8 @@ def _softmax_global_max(x: np.ndarray) -> np.ndarray:
 def test_softmax_checker_accepts_a_correct_answer() -> None:
     verdict = check_softmax(_stable_softmax)
     assert verdict
-    assert verdict.passed and verdict.attempted
+    assert verdict.passed
+    assert verdict.attempted
     assert "all 6 hidden cases pass" in repr(verdict)
 
 
@@ -102,7 +103,10 @@ def test_score_matrix_checker() -> None:
 
     assert not check_score_matrix(normalised)
     # Square inputs hide a transpose in the shape; the values still catch it.
-    assert "square" in check_score_matrix(lambda q, k: (k @ q.T) if q.shape == k.shape else q @ k.T).message
+    assert (
+        "square"
+        in check_score_matrix(lambda q, k: (k @ q.T) if q.shape == k.shape else q @ k.T).message
+    )
 
 
 def test_cosine_checker() -> None:

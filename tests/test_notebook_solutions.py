@@ -76,13 +76,17 @@ def test_solution_passes_its_checker(path: Path, label: str, code: str) -> None:
 
     namespace = {"np": np, "torch": torch, "math": math, "nn": nn, "F": F}
     namespace |= {
-        name: recording(getattr(exercises, name)) for name in dir(exercises) if name.startswith("check_")
+        name: recording(getattr(exercises, name))
+        for name in dir(exercises)
+        if name.startswith("check_")
     }
     torch.manual_seed(0)
     exec(compile(code, f"{path.name}:{label}", "exec"), namespace)
     assert verdicts, f"solution {label} in {path.name} calls no checker"
     for verdict in verdicts:
-        assert verdict.passed, f"solution {label} in {path.name} fails its checker:\n{verdict.message}"
+        assert verdict.passed, (
+            f"solution {label} in {path.name} fails its checker:\n{verdict.message}"
+        )
 
 
 def test_the_extractor_finds_solution_code(tmp_path: Path) -> None:

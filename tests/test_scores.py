@@ -21,14 +21,18 @@ def test_score_matrix_is_all_pairwise_dot_products(seed: int) -> None:
             assert s[t, j] == pytest.approx(dot_product(q[t], k[j]))
 
 
-@pytest.mark.parametrize("shape_q,shape_k", [((2, 3, 4), (2, 5, 4)), ((2, 1, 3, 4), (3, 6, 4))])
+@pytest.mark.parametrize(
+    ("shape_q", "shape_k"), [((2, 3, 4), (2, 5, 4)), ((2, 1, 3, 4), (3, 6, 4))]
+)
 def test_score_matrix_batches_and_broadcasts_like_torch(shape_q: tuple, shape_k: tuple) -> None:
     g = torch.Generator().manual_seed(0)
     q = torch.randn(*shape_q, generator=g, dtype=torch.float64)
     k = torch.randn(*shape_k, generator=g, dtype=torch.float64)
     torch.testing.assert_close(score_matrix(q, k), q @ k.transpose(-2, -1))
     torch.testing.assert_close(score_matrix(q, k, scale=0.5), 0.5 * (q @ k.transpose(-2, -1)))
-    np.testing.assert_allclose(score_matrix(q.numpy(), k.numpy()), (q @ k.transpose(-2, -1)).numpy())
+    np.testing.assert_allclose(
+        score_matrix(q.numpy(), k.numpy()), (q @ k.transpose(-2, -1)).numpy()
+    )
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -37,7 +41,9 @@ def test_cosine_agrees_with_torch(seed: int) -> None:
     a = torch.randn(4, 6, generator=g, dtype=torch.float64)
     b = torch.randn(4, 6, generator=g, dtype=torch.float64)
     torch.testing.assert_close(cosine_similarity(a, b), F.cosine_similarity(a, b, dim=-1))
-    np.testing.assert_allclose(cosine_similarity(a.numpy(), b.numpy()), F.cosine_similarity(a, b, dim=-1).numpy())
+    np.testing.assert_allclose(
+        cosine_similarity(a.numpy(), b.numpy()), F.cosine_similarity(a, b, dim=-1).numpy()
+    )
 
 
 def test_cosine_ignores_length_and_dot_product_does_not() -> None:
@@ -55,18 +61,34 @@ def test_cosine_of_a_zero_vector_is_zero_not_nan() -> None:
 @pytest.mark.parametrize(
     ("fn", "args", "match"),
     [
-        (dot_product, (np.zeros(3), np.zeros(4)), r"same last dimension d, got a \(3\) and b \(4\)"),
+        (
+            dot_product,
+            (np.zeros(3), np.zeros(4)),
+            r"same last dimension d, got a \(3\) and b \(4\)",
+        ),
         (dot_product, (np.zeros((2, 3)), np.zeros((4, 3))), "do not broadcast"),
         (dot_product, (np.zeros(3), torch.zeros(3)), "both be NumPy arrays or both torch tensors"),
         (dot_product, (np.array(1.0), np.zeros(1)), "at least 1 dimension"),
         (dot_product, (np.zeros(0), np.zeros(0)), "last dimension d >= 1"),
         (cosine_similarity, (np.arange(3), np.ones(3)), "a must hold floating-point"),
         (cosine_similarity, (np.ones(3), np.ones(3), 0.0), "eps must be a finite number > 0"),
-        (score_matrix, (np.zeros(3), np.zeros((2, 3))), r"queries must have shape \(..., T, d\), got \(3\)"),
+        (
+            score_matrix,
+            (np.zeros(3), np.zeros((2, 3))),
+            r"queries must have shape \(..., T, d\), got \(3\)",
+        ),
         (score_matrix, (np.zeros((2, 3)), np.zeros((2, 4))), r"queries \(2, 3\) and keys \(2, 4\)"),
         (score_matrix, (np.zeros((2, 2, 3)), np.zeros((3, 2, 3))), "batch dimensions"),
-        (score_matrix, (np.zeros((2, 3)), np.zeros((2, 3)), -1.0), "scale must be a finite number > 0"),
-        (score_matrix, (torch.zeros(2, 3, dtype=torch.int64), torch.zeros(2, 3)), "queries must be a floating-point tensor"),
+        (
+            score_matrix,
+            (np.zeros((2, 3)), np.zeros((2, 3)), -1.0),
+            "scale must be a finite number > 0",
+        ),
+        (
+            score_matrix,
+            (torch.zeros(2, 3, dtype=torch.int64), torch.zeros(2, 3)),
+            "queries must be a floating-point tensor",
+        ),
     ],
 )
 def test_bad_input_raises_a_clear_value_error(fn, args: tuple, match: str) -> None:

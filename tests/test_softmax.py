@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 import scipy.special
@@ -41,7 +43,9 @@ def test_agrees_with_scipy_and_torch(seed: int, axis: int) -> None:
     np.testing.assert_allclose(softmax(x, axis=axis), expected, rtol=1e-12, atol=1e-15)
     t = torch.from_numpy(x)
     torch.testing.assert_close(softmax(t, axis=axis), torch.softmax(t, dim=axis))
-    np.testing.assert_allclose(log_softmax(x, axis=axis), scipy.special.log_softmax(x, axis=axis), atol=1e-12)
+    np.testing.assert_allclose(
+        log_softmax(x, axis=axis), scipy.special.log_softmax(x, axis=axis), atol=1e-12
+    )
     torch.testing.assert_close(log_softmax(t, axis=axis), torch.log_softmax(t, dim=axis))
 
 
@@ -69,7 +73,7 @@ def test_temperature_limits() -> None:
 def test_temperature_sharpens_monotonically() -> None:
     x = np.array([0.5, 2.0, 1.0])
     peaks = [softmax(x, temperature=t).max() for t in (4.0, 2.0, 1.0, 0.5, 0.25)]
-    assert all(a < b for a, b in zip(peaks, peaks[1:]))
+    assert all(a < b for a, b in itertools.pairwise(peaks))
 
 
 def test_negative_infinity_gets_zero_weight() -> None:
@@ -106,8 +110,14 @@ def test_accepts_lists_of_floats() -> None:
         ({"x": np.array(1.0)}, "0-dimensional"),
         ({"x": np.zeros(3), "temperature": 0.0}, "temperature must be a finite number > 0"),
         ({"x": np.zeros(3), "temperature": -1.0}, "temperature must be a finite number > 0"),
-        ({"x": np.zeros(3), "temperature": float("nan")}, "temperature must be a finite number > 0"),
-        ({"x": np.zeros(3), "temperature": float("inf")}, "temperature must be a finite number > 0"),
+        (
+            {"x": np.zeros(3), "temperature": float("nan")},
+            "temperature must be a finite number > 0",
+        ),
+        (
+            {"x": np.zeros(3), "temperature": float("inf")},
+            "temperature must be a finite number > 0",
+        ),
         ({"x": np.array([1.0, np.nan])}, "NaN"),
         ({"x": np.array([1.0, np.inf])}, r"\+inf"),
         ({"x": np.array([[1.0, 2.0], [-np.inf, -np.inf]])}, "every entry is -inf"),

@@ -56,8 +56,14 @@ def test_heatmap_does_not_change_global_style() -> None:
     ("args", "match"),
     [
         ((np.zeros(3),), r"matrix must have shape \(T, S\), got \(3\)"),
-        ((np.zeros((2, 2)), ["a"]), r"row_labels must have one label per row \(query\) \(2\), got 1"),
-        ((np.zeros((2, 2)), None, ["a", "b", "c"]), r"col_labels must have one label per column \(key\) \(2\), got 3"),
+        (
+            (np.zeros((2, 2)), ["a"]),
+            r"row_labels must have one label per row \(query\) \(2\), got 1",
+        ),
+        (
+            (np.zeros((2, 2)), None, ["a", "b", "c"]),
+            r"col_labels must have one label per column \(key\) \(2\), got 3",
+        ),
     ],
 )
 def test_heatmap_rejects_bad_input(args: tuple, match: str) -> None:

@@ -9,6 +9,7 @@ deterministic (no date, fixed ids), so re-drawing an unchanged map changes nothi
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 from pathlib import Path
@@ -42,7 +43,13 @@ PLAN = [
             ("10_small_transformer", "Training a small\ntransformer"),
         ],
     ),
-    ("Inside and beyond", [("11_inside_attention", "Looking inside\n(bertviz)"), ("12_efficient_attention", "Efficient\nattention")]),
+    (
+        "Inside and beyond",
+        [
+            ("11_inside_attention", "Looking inside\n(bertviz)"),
+            ("12_efficient_attention", "Efficient\nattention"),
+        ],
+    ),
 ]
 
 
@@ -57,28 +64,66 @@ def main() -> None:
     number = 0
     centres = []
     for col, (part, chapters) in enumerate(PLAN):
-        ax.text(col + 0.5, 0.35, part, ha="center", va="center", fontsize=12, fontweight="bold", color="#333333")
+        ax.text(
+            col + 0.5,
+            0.35,
+            part,
+            ha="center",
+            va="center",
+            fontsize=12,
+            fontweight="bold",
+            color="#333333",
+        )
         for row, (stem, title) in enumerate(chapters):
             number += 1
             x, y = col + 0.5, -0.55 - 1.05 * row
             done = stem in written
             box = FancyBboxPatch(
-                (x - 0.42, y - 0.38), 0.84, 0.76, boxstyle="round,pad=0.02,rounding_size=0.06",
-                facecolor="#dbe9f6" if done else "white", edgecolor="#1f5f99" if done else "#8a8a8a",
-                linestyle="-" if done else "--", linewidth=1.4,
+                (x - 0.42, y - 0.38),
+                0.84,
+                0.76,
+                boxstyle="round,pad=0.02,rounding_size=0.06",
+                facecolor="#dbe9f6" if done else "white",
+                edgecolor="#1f5f99" if done else "#8a8a8a",
+                linestyle="-" if done else "--",
+                linewidth=1.4,
             )
             ax.add_patch(box)
-            ax.text(x, y, f"{number}. {title}", ha="center", va="center", fontsize=9.5,
-                    color="#102a43" if done else "#6b6b6b")
+            ax.text(
+                x,
+                y,
+                f"{number}. {title}",
+                ha="center",
+                va="center",
+                fontsize=9.5,
+                color="#102a43" if done else "#6b6b6b",
+            )
             centres.append((x, y))
-    for (x0, y0), (x1, y1) in zip(centres, centres[1:]):
+    for (x0, y0), (x1, y1) in itertools.pairwise(centres):
         if x0 == x1:
             start, end, style = (x0, y0 - 0.4), (x1, y1 + 0.4), "arc3"
         else:
             start, end, style = (x0 + 0.43, y0), (x1 - 0.43, y1), "arc3,rad=0.0"
-        ax.add_patch(FancyArrowPatch(start, end, arrowstyle="-|>", mutation_scale=10, color="#555555",
-                                     connectionstyle=style, linewidth=1.0))
-    ax.text(4.0, -4.55, "solid: available    dashed: planned", ha="right", va="bottom", fontsize=8, color="#6b6b6b")
+        ax.add_patch(
+            FancyArrowPatch(
+                start,
+                end,
+                arrowstyle="-|>",
+                mutation_scale=10,
+                color="#555555",
+                connectionstyle=style,
+                linewidth=1.0,
+            )
+        )
+    ax.text(
+        4.0,
+        -4.55,
+        "solid: available    dashed: planned",
+        ha="right",
+        va="bottom",
+        fontsize=8,
+        color="#6b6b6b",
+    )
     fig.tight_layout()
     fig.savefig(ROOT / "images" / "chapter_map.svg", metadata={"Date": None}, bbox_inches="tight")
     preview = os.environ.get("PREVIEW_PNG")  # e.g. PREVIEW_PNG=map.png to look at it

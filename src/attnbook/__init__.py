@@ -14,11 +14,11 @@ is in its docstring):
 - :mod:`attnbook.exercises`: checkers for the chapters' code exercises
 """
 
+from importlib.metadata import version as _version
+
 from attnbook.runtime import get_device, set_print_options, set_seed
 from attnbook.scores import cosine_similarity, dot_product, score_matrix
 from attnbook.softmax import log_softmax, softmax, softmax_jacobian
-
-from importlib.metadata import version as _version
 
 __version__ = _version("attnbook")
 

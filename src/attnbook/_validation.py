@@ -8,12 +8,11 @@ of failing three calls deeper or silently returning NaN.
 from __future__ import annotations
 
 import math
-from typing import Union
 
 import numpy as np
 import torch
 
-Array = Union[np.ndarray, torch.Tensor]
+Array = np.ndarray | torch.Tensor
 """A NumPy array or a torch tensor: most functions accept either and return the same kind."""
 
 
@@ -43,9 +42,7 @@ def as_float_array(x: object, name: str) -> Array:
     ):
         arr = np.asarray(x)
     else:
-        raise ValueError(
-            f"{name} must be a NumPy array or a torch tensor, got {type(x).__name__}"
-        )
+        raise ValueError(f"{name} must be a NumPy array or a torch tensor, got {type(x).__name__}")
     if not np.issubdtype(arr.dtype, np.floating):
         raise ValueError(
             f"{name} must hold floating-point numbers, got dtype {arr.dtype}; "
@@ -77,9 +74,13 @@ def normalize_axis(axis: object, ndim: int, name: str = "axis") -> int:
     if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
         raise ValueError(f"{name} must be an int, got {type(axis).__name__}")
     if ndim == 0:
-        raise ValueError(f"{name}={axis} is invalid for a 0-dimensional input; pass at least a 1-D array")
+        raise ValueError(
+            f"{name}={axis} is invalid for a 0-dimensional input; pass at least a 1-D array"
+        )
     if not -ndim <= axis < ndim:
-        raise ValueError(f"{name} must be in [{-ndim}, {ndim - 1}] for a {ndim}-D input, got {axis}")
+        raise ValueError(
+            f"{name} must be in [{-ndim}, {ndim - 1}] for a {ndim}-D input, got {axis}"
+        )
     return int(axis) % ndim
 
 

@@ -30,7 +30,7 @@ def set_seed(seed: int) -> None:
     if not 0 <= int(seed) < 2**32:
         raise ValueError(f"seed must be in [0, 2**32), got {seed}")
     random.seed(int(seed))
-    np.random.seed(int(seed))
+    np.random.seed(int(seed))  # noqa: NPY002 (learners and published examples use it)
     torch.manual_seed(int(seed))  # also seeds every CUDA device
 
 

@@ -29,7 +29,9 @@ def _shifted_scores(x: object, axis: int, temperature: float) -> tuple[Array, in
     temperature = check_positive_number(temperature, "temperature")
     ax = normalize_axis(axis, x.ndim)
     if x.shape[ax] == 0:
-        raise ValueError(f"x has length 0 along axis {axis} (shape {shape_str(x)}); softmax needs at least one entry")
+        raise ValueError(
+            f"x has length 0 along axis {axis} (shape {shape_str(x)}); softmax needs at least one entry"
+        )
     check_no_nan(x, "x")
     if isinstance(x, torch.Tensor):
         if bool(torch.isposinf(x).any()):
@@ -37,14 +39,18 @@ def _shifted_scores(x: object, axis: int, temperature: float) -> tuple[Array, in
         z = x / temperature
         top = z.amax(dim=ax, keepdim=True)
         if bool(torch.isneginf(top).any()):
-            raise ValueError(f"x has a slice along axis {axis} where every entry is -inf; its softmax is undefined")
+            raise ValueError(
+                f"x has a slice along axis {axis} where every entry is -inf; its softmax is undefined"
+            )
         return z - top, ax
     if bool(np.isposinf(x).any()):
         raise ValueError("x contains +inf; softmax is undefined there (inf - inf)")
     z = x / temperature
     top = z.max(axis=ax, keepdims=True)
     if bool(np.isneginf(top).any()):
-        raise ValueError(f"x has a slice along axis {axis} where every entry is -inf; its softmax is undefined")
+        raise ValueError(
+            f"x has a slice along axis {axis} where every entry is -inf; its softmax is undefined"
+        )
     return z - top, ax
 
 
@@ -120,7 +126,8 @@ def softmax_jacobian(weights: Array) -> Array:
     check_no_nan(p, "weights")
     row_sums = p.sum(-1)
     ok = (
-        bool(torch.allclose(row_sums, torch.ones_like(row_sums), atol=1e-4)) and bool((p >= 0).all())
+        bool(torch.allclose(row_sums, torch.ones_like(row_sums), atol=1e-4))
+        and bool((p >= 0).all())
         if isinstance(p, torch.Tensor)
         else bool(np.allclose(row_sums, 1.0, atol=1e-4)) and bool((p >= 0).all())
     )

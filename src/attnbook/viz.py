@@ -141,8 +141,15 @@ def plot_heatmap(
                         text = fmt.format(value)
                         frac = (value - lo) / (hi - lo) if hi > lo else 0.5
                         dark = frac > 0.6 if cmap == SEQUENTIAL_CMAP else 0.25 < frac < 0.75
-                    ax.text(s, t, text, ha="center", va="center", fontsize=8,
-                            color="black" if dark else "white")
+                    ax.text(
+                        s,
+                        t,
+                        text,
+                        ha="center",
+                        va="center",
+                        fontsize=8,
+                        color="black" if dark else "white",
+                    )
         if colorbar:
             ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
     return ax
@@ -193,6 +200,13 @@ def plot_bars(
             ax.set_title(title)
         if annotate:
             for x, y in zip(xs, v):
-                ax.annotate(fmt.format(y), (x, y), ha="center", va="bottom", fontsize=8,
-                            xytext=(0, 2), textcoords="offset points")
+                ax.annotate(
+                    fmt.format(y),
+                    (x, y),
+                    ha="center",
+                    va="bottom",
+                    fontsize=8,
+                    xytext=(0, 2),
+                    textcoords="offset points",
+                )
     return ax

@@ -78,11 +78,7 @@ def _compare(got: object, expected: object, rtol: float, atol: float) -> str | N
     if not np.allclose(g, e, rtol=rtol, atol=atol, equal_nan=True):
         worst = np.unravel_index(np.argmax(np.abs(g - e)), g.shape) if g.ndim else ()
         where = f" (largest difference at index {tuple(int(i) for i in worst)})" if g.ndim else ""
-        return (
-            f"returned the wrong values{where}:\n"
-            f"   expected {_show(e)}\n"
-            f"   got      {_show(g)}"
-        )
+        return f"returned the wrong values{where}:\n   expected {_show(e)}\n   got      {_show(g)}"
     return None
 
 
@@ -119,23 +115,35 @@ def run_cases(
             got = learner_fn(*case.make_args())
         except NotImplementedError:
             return Verdict(
-                exercise, False, False, len(cases),
+                exercise,
+                False,
+                False,
+                len(cases),
                 f"⏳ {exercise}: not attempted yet. Replace `raise NotImplementedError` "
                 "with your code and run this cell again.",
             )
-        except Exception as exc:  # noqa: BLE001  (any learner error becomes a one-line verdict)
+        except Exception as exc:
             return Verdict(
-                exercise, False, True, len(cases),
+                exercise,
+                False,
+                True,
+                len(cases),
                 f"❌ {exercise}: case {i}/{len(cases)} ({case.name}) raised "
                 f"{type(exc).__name__}: {exc}\n   Hint: {case.hint}",
             )
         problem = _compare(got, expected, rtol, atol)
         if problem is not None:
             return Verdict(
-                exercise, False, True, len(cases),
+                exercise,
+                False,
+                True,
+                len(cases),
                 f"❌ {exercise}: case {i}/{len(cases)} ({case.name}) {problem}\n   Hint: {case.hint}",
             )
     return Verdict(
-        exercise, True, True, len(cases),
+        exercise,
+        True,
+        True,
+        len(cases),
         f"✅ {exercise}: all {len(cases)} hidden cases pass.",
     )
