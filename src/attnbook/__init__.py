@@ -8,28 +8,62 @@ Modules, named after the concept they hold (the chapter that introduces each
 is in its docstring):
 
 - :mod:`attnbook.runtime`: ``set_seed``, ``get_device``, ``set_print_options``
-- :mod:`attnbook.scores`: dot products, cosine similarity, score matrices
+- :mod:`attnbook.scores`: dot products, cosine similarity, score matrices,
+  additive (Bahdanau) scores
 - :mod:`attnbook.softmax`: a numerically stable softmax and its derivative
+- :mod:`attnbook.lookup`: attention as a soft dictionary lookup (hard vs soft)
+- :mod:`attnbook.attention`: scaled dot-product attention, a single attention head
+- :mod:`attnbook.masking`: causal and padding masks (``True`` = may attend)
 - :mod:`attnbook.viz`: the course's figures (heatmaps, bar charts)
 - :mod:`attnbook.exercises`: checkers for the chapters' code exercises
 """
 
 from importlib.metadata import version as _version
 
+from attnbook.attention import SingleHeadAttention, scaled_dot_product_attention
+from attnbook.lookup import hard_lookup, soft_lookup
+from attnbook.masking import (
+    apply_mask,
+    causal_mask,
+    combine_masks,
+    mask_to_additive,
+    masked_softmax,
+    padding_mask,
+    to_mha_mask,
+)
 from attnbook.runtime import get_device, set_print_options, set_seed
-from attnbook.scores import cosine_similarity, dot_product, score_matrix
+from attnbook.scores import (
+    AdditiveScorer,
+    additive_scores,
+    cosine_similarity,
+    dot_product,
+    score_matrix,
+)
 from attnbook.softmax import log_softmax, softmax, softmax_jacobian
 
 __version__ = _version("attnbook")
 
 __all__ = [
+    "AdditiveScorer",
+    "SingleHeadAttention",
+    "additive_scores",
+    "apply_mask",
+    "causal_mask",
+    "combine_masks",
     "cosine_similarity",
     "dot_product",
     "get_device",
+    "hard_lookup",
     "log_softmax",
+    "mask_to_additive",
+    "masked_softmax",
+    "padding_mask",
+    "scaled_dot_product_attention",
     "score_matrix",
     "set_print_options",
     "set_seed",
+    "soft_lookup",
     "softmax",
     "softmax_jacobian",
+    "to_mha_mask",
 ]

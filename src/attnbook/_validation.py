@@ -101,3 +101,49 @@ def same_kind(a: Array, b: Array, name_a: str, name_b: str) -> None:
             f"{name_a} and {name_b} must both be NumPy arrays or both torch tensors, "
             f"got {type(a).__name__} and {type(b).__name__}"
         )
+
+
+def as_float_tensor(x: object, name: str, needed: str) -> torch.Tensor:
+    """Return ``x`` if it is a floating-point torch tensor, else raise.
+
+    ``needed`` is the shape the caller wants, e.g. ``"(..., T, d_k)"``; it is
+    quoted in the message so the learner sees what to pass instead.
+    """
+    if isinstance(x, np.ndarray):
+        raise ValueError(
+            f"{name} must be a torch tensor of shape {needed}, got a NumPy array of shape "
+            f"{shape_str(x)}; this function expects torch tensors: "
+            f"convert with torch.as_tensor({name})"
+        )
+    if not isinstance(x, torch.Tensor):
+        raise ValueError(
+            f"{name} must be a torch tensor of shape {needed}, got {type(x).__name__}; "
+            "this function expects torch tensors"
+        )
+    if not torch.is_floating_point(x):
+        raise ValueError(
+            f"{name} must be a floating-point tensor of shape {needed}, got dtype {x.dtype} "
+            f"(shape {shape_str(x)}); convert it first, e.g. {name}.float()"
+        )
+    return x
+
+
+def check_probability(value: object, name: str) -> float:
+    """Return ``value`` as a float, raising unless ``0 <= value < 1``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ValueError(f"{name} must be a number in [0, 1), got {type(value).__name__}")
+    value = float(value)
+    if not 0.0 <= value < 1.0:  # also rejects NaN
+        raise ValueError(f"{name} must be a number in [0, 1), got {value}")
+    return value
+
+
+def broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
+    """True if an array of ``shape`` broadcasts to exactly ``target`` (not to something bigger).
+
+    Stricter than mutual broadcasting: a mask of shape ``(B, 1, 1, S)`` must
+    not silently turn ``(B, T, S)`` scores into ``(B, B, T, S)``.
+    """
+    if len(shape) > len(target):
+        return False
+    return all(s in (1, t) for s, t in zip(reversed(shape), reversed(target)))

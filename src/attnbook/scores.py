@@ -2,10 +2,13 @@
 
 Introduced in chapter 1 (``chapters/01_scores.ipynb``). A *score* is one number
 per (query, key) pair; attention turns a row of scores into weights (chapter 2).
+The additive (Bahdanau) score, :func:`additive_scores` and :class:`AdditiveScorer`,
+is compared with the dot product in chapter 4.
 
 Shape legend used in this module:
-    ``T`` query positions, ``S`` key positions, ``d`` vector width, ``...`` any
-    leading batch dimensions (they broadcast like NumPy's).
+    ``T`` query positions, ``S`` key positions, ``d`` vector width (``d_q``,
+    ``d_k`` when queries and keys differ), ``d_a`` the hidden width of the
+    additive score, ``...`` any leading batch dimensions (they broadcast like NumPy's).
 
 Every function accepts NumPy arrays or torch tensors (not a mix) and returns the
 same kind, so the chapters can start in NumPy and move to PyTorch unchanged.
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from torch import nn
 
 from attnbook._validation import (
     Array,
@@ -24,7 +28,7 @@ from attnbook._validation import (
     shape_str,
 )
 
-__all__ = ["cosine_similarity", "dot_product", "score_matrix"]
+__all__ = ["AdditiveScorer", "additive_scores", "cosine_similarity", "dot_product", "score_matrix"]
 
 
 def _check_pair(a: Array, b: Array, name_a: str, name_b: str) -> tuple[Array, Array]:
@@ -132,3 +136,101 @@ def score_matrix(queries: Array, keys: Array, scale: float | None = None) -> Arr
     if scale is not None:
         scores = scores * check_positive_number(scale, "scale")
     return scores
+
+
+def additive_scores(queries: Array, keys: Array, W_q: Array, W_k: Array, v: Array) -> Array:
+    """Additive (Bahdanau) scores: ``scores[..., t, s] = v · tanh(queries[t] W_q + keys[s] W_k)``.
+
+    The score of the first attention model (Bahdanau et al., 2015): a small
+    one-hidden-layer network judges each (query, key) pair. Unlike the dot
+    product it can compare vectors of different widths and rank keys by more
+    than alignment, at the cost of a ``(T, S, d_a)`` intermediate tensor.
+
+    The paper writes ``vᵀ tanh(W_q q + W_k k)`` with column vectors; with the
+    row vectors used throughout this package the matrices act from the right,
+    as in ``Q = X W_Q``, so here ``W_q`` has shape ``(d_q, d_a)``.
+
+    Args:
+        queries: shape ``(..., T, d_q)``.
+        keys: shape ``(..., S, d_k)``; leading dimensions broadcast against ``queries``'.
+        W_q: shape ``(d_q, d_a)``.
+        W_k: shape ``(d_k, d_a)``.
+        v: shape ``(d_a,)``.
+
+    Returns:
+        ``scores`` of shape ``(..., T, S)``.
+    """
+    named = {"queries": queries, "keys": keys, "W_q": W_q, "W_k": W_k, "v": v}
+    arrays = {name: as_float_array(x, name) for name, x in named.items()}
+    for name in ("keys", "W_q", "W_k", "v"):
+        same_kind(arrays["queries"], arrays[name], "queries", name)
+    queries, keys, W_q, W_k, v = arrays.values()
+    if isinstance(queries, torch.Tensor):
+        for name, x in arrays.items():
+            if x.dtype != queries.dtype:
+                raise ValueError(
+                    f"{name} must have the dtype of queries ({queries.dtype}), got {x.dtype}"
+                )
+    for x, name, needed in (
+        (queries, "queries", "(..., T, d_q)"),
+        (keys, "keys", "(..., S, d_k)"),
+    ):
+        if x.ndim < 2:
+            raise ValueError(f"{name} must have shape {needed}, got {shape_str(x)}")
+    if v.ndim != 1:
+        raise ValueError(f"v must have shape (d_a,), got {shape_str(v)}")
+    d_a = v.shape[0]
+    for W, name, x, x_name in ((W_q, "W_q", queries, "queries"), (W_k, "W_k", keys, "keys")):
+        if W.ndim != 2 or W.shape[0] != x.shape[-1] or W.shape[1] != d_a:
+            raise ValueError(
+                f"{name} must have shape ({x.shape[-1]}, {d_a}) = (width of {x_name}, len(v)), "
+                f"got {shape_str(W)}"
+            )
+    try:
+        np.broadcast_shapes(tuple(queries.shape[:-2]), tuple(keys.shape[:-2]))
+    except ValueError:
+        raise ValueError(
+            f"the batch dimensions of queries {shape_str(queries)} and keys {shape_str(keys)} "
+            "do not broadcast"
+        ) from None
+    q = (queries @ W_q)[..., :, None, :]  # (..., T, d_q) @ (d_q, d_a) -> (..., T, 1, d_a)
+    k = (keys @ W_k)[..., None, :, :]  # (..., S, d_k) @ (d_k, d_a) -> (..., 1, S, d_a)
+    hidden = torch.tanh(q + k) if isinstance(q, torch.Tensor) else np.tanh(q + k)
+    return hidden @ v  # (..., T, S, d_a) @ (d_a,) -> (..., T, S)
+
+
+class AdditiveScorer(nn.Module):
+    """Learned additive (Bahdanau) scores, a module wrapping :func:`additive_scores`.
+
+    The three learnable pieces ``W_q``, ``W_k`` and ``v`` are ``nn.Linear``
+    layers without bias, so the scorer trains like any other layer.
+    ``W_q.weight`` holds ``W_qᵀ`` (shape ``(d_a, d_q)``), as ``nn.Linear`` stores it.
+
+    Args:
+        d_query: ``d_q``, the width of the queries.
+        d_key: ``d_k``, the width of the keys (may differ from ``d_q``).
+        d_attn: ``d_a``, the hidden width of the scoring network.
+    """
+
+    def __init__(self, d_query: int, d_key: int, d_attn: int) -> None:
+        super().__init__()
+        for value, name in ((d_query, "d_query"), (d_key, "d_key"), (d_attn, "d_attn")):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        self.W_q = nn.Linear(d_query, d_attn, bias=False)  # weight (d_a, d_q)
+        self.W_k = nn.Linear(d_key, d_attn, bias=False)  # weight (d_a, d_k)
+        self.v = nn.Linear(d_attn, 1, bias=False)  # weight (1, d_a)
+
+    def forward(self, queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        """Score every query against every key.
+
+        Args:
+            queries: shape ``(..., T, d_q)``.
+            keys: shape ``(..., S, d_k)``.
+
+        Returns:
+            ``scores`` of shape ``(..., T, S)``.
+        """
+        return additive_scores(
+            queries, keys, self.W_q.weight.T, self.W_k.weight.T, self.v.weight[0]
+        )  # W_q.weight.T: (d_q, d_a), W_k.weight.T: (d_k, d_a), v.weight[0]: (d_a,)

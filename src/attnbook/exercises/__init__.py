@@ -8,13 +8,27 @@ This subpackage imports the rest of ``attnbook``; nothing imports it back.
 """
 
 from attnbook.exercises._framework import Verdict
+from attnbook.exercises.attention import (
+    check_cross_attention,
+    check_scaled_dot_product_attention,
+    check_self_attention,
+)
+from attnbook.exercises.lookup import check_hard_lookup, check_soft_lookup
+from attnbook.exercises.masking import check_causal_mask, check_masked_attention
 from attnbook.exercises.scores import check_cosine_similarity, check_score_matrix
 from attnbook.exercises.softmax import check_softmax, check_softmax_temperature
 
 __all__ = [
     "Verdict",
+    "check_causal_mask",
     "check_cosine_similarity",
+    "check_cross_attention",
+    "check_hard_lookup",
+    "check_masked_attention",
+    "check_scaled_dot_product_attention",
     "check_score_matrix",
+    "check_self_attention",
+    "check_soft_lookup",
     "check_softmax",
     "check_softmax_temperature",
 ]

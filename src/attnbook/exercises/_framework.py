@@ -64,8 +64,35 @@ def _fmt_shape(shape: Sequence[int]) -> str:
     return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
+def _is_bool(x: object) -> bool:
+    if isinstance(x, torch.Tensor):
+        return x.dtype == torch.bool
+    return isinstance(x, (np.ndarray, np.bool_)) and np.asarray(x).dtype == np.bool_
+
+
+def _compare_bool(got: object, expected: object) -> str | None:
+    """Masks are compared exactly, and must be boolean (``True`` = may attend)."""
+    if not _is_bool(got):
+        kind = f"dtype {got.dtype}" if hasattr(got, "dtype") else f"a {type(got).__name__}"
+        return f"returned {kind}, expected a boolean mask (dtype bool, True = may attend)"
+    g = got.detach().to("cpu").numpy() if isinstance(got, torch.Tensor) else np.asarray(got)
+    e = expected.detach().to("cpu").numpy() if isinstance(expected, torch.Tensor) else expected
+    e = np.asarray(e)
+    if g.shape != e.shape:
+        return f"returned shape {_fmt_shape(g.shape)}, expected shape {_fmt_shape(e.shape)}"
+    if not np.array_equal(g, e):
+        first = tuple(int(i) for i in np.argwhere(g != e)[0])
+        return (
+            f"returned the wrong mask (first difference at index {first}):\n"
+            f"   expected {_show(e)}\n   got      {_show(g)}"
+        )
+    return None
+
+
 def _compare(got: object, expected: object, rtol: float, atol: float) -> str | None:
     """Return ``None`` if ``got`` matches ``expected``, else a short description of the difference."""
+    if _is_bool(expected):
+        return _compare_bool(got, expected)
     try:
         g = _to_numpy(got)
     except (TypeError, ValueError):
@@ -98,6 +125,8 @@ def run_cases(
         learner_fn: the learner's function.
         reference_fn: the package's function it must agree with.
         cases: the hidden cases, tried in order; the first failure stops the run.
+            When the reference returns a boolean array (a mask), the learner's
+            result must be boolean too and is compared exactly.
         rtol: relative tolerance of the comparison.
         atol: absolute tolerance of the comparison.
 

@@ -1,0 +1,279 @@
+"""Scaled dot-product attention, and a single attention head that learns its projections.
+
+Introduced in chapter 4 (``chapters/04_scaled_dot_product_attention.ipynb``);
+:class:`SingleHeadAttention` in chapter 5 (``chapters/05_qkv_projections.ipynb``,
+self- and cross-attention); masks in chapter 6 (see :mod:`attnbook.masking` for
+the mask convention: ``True`` means *may attend*).
+
+Attention is three steps: score every query against every key, turn each row
+of scores into weights with a softmax, and average the values with those
+weights::
+
+    output = softmax(query @ keyᵀ / sqrt(d_k) + mask) @ value
+
+Shape legend used in this module:
+    ``B`` batch, ``T`` query positions, ``S`` key positions, ``D`` model width
+    (of the queries' inputs), ``D_ctx`` width of the context's inputs,
+    ``d_k`` query/key width, ``d_v`` value width, ``...`` any leading batch
+    dimensions (they broadcast like NumPy's).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from attnbook._validation import (
+    as_float_tensor,
+    check_positive_number,
+    check_probability,
+    shape_str,
+)
+from attnbook.masking import check_mask, masked_softmax
+from attnbook.scores import score_matrix
+
+__all__ = ["SingleHeadAttention", "scaled_dot_product_attention"]
+
+
+def _validate(
+    query: object,
+    key: object,
+    value: object,
+    mask: object,
+    dropout_p: object,
+    scale: object,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None, float, float]:
+    """Check every argument of :func:`scaled_dot_product_attention`; return them normalised."""
+    query = as_float_tensor(query, "query", "(..., T, d_k)")
+    key = as_float_tensor(key, "key", "(..., S, d_k)")
+    value = as_float_tensor(value, "value", "(..., S, d_v)")
+    for x, name, needed in (
+        (query, "query", "(..., T, d_k)"),
+        (key, "key", "(..., S, d_k)"),
+        (value, "value", "(..., S, d_v)"),
+    ):
+        if x.ndim < 2:
+            raise ValueError(f"{name} must have shape {needed} (at least 2-D), got {shape_str(x)}")
+    if not query.dtype == key.dtype == value.dtype:
+        raise ValueError(
+            "query, key and value must share one dtype, got "
+            f"{query.dtype}, {key.dtype} and {value.dtype}; convert them, e.g. key.to(query.dtype)"
+        )
+    d_k = query.shape[-1]
+    if d_k == 0:
+        raise ValueError(
+            f"query must have shape (..., T, d_k) with d_k >= 1, got {shape_str(query)}"
+        )
+    if key.shape[-1] != d_k:
+        raise ValueError(
+            f"key must have shape (..., S, d_k) with d_k = {d_k} (query's last dimension), "
+            f"got key {shape_str(key)} for query {shape_str(query)}"
+        )
+    n_keys = key.shape[-2]
+    if n_keys == 0:
+        raise ValueError(f"key must have shape (..., S, d_k) with S >= 1, got {shape_str(key)}")
+    if value.shape[-2] != n_keys:
+        raise ValueError(
+            f"value must have shape (..., S, d_v) with S = {n_keys} (one value per key), "
+            f"got value {shape_str(value)} for key {shape_str(key)}"
+        )
+    try:
+        batch = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
+    except RuntimeError:
+        raise ValueError(
+            f"the batch dimensions of query {shape_str(query)}, key {shape_str(key)} and value "
+            f"{shape_str(value)} do not broadcast; they need shapes (..., T, d_k), (..., S, d_k) "
+            "and (..., S, d_v) whose leading dimensions '...' are equal or 1"
+        ) from None
+    if mask is not None:
+        mask = check_mask(mask, (*batch, query.shape[-2], n_keys))
+        if mask.dtype != torch.bool:
+            mask = mask.to(query.dtype)
+    dropout_p = check_probability(dropout_p, "dropout_p")
+    scale = 1.0 / math.sqrt(d_k) if scale is None else check_positive_number(scale, "scale")
+    return query, key, value, mask, dropout_p, scale
+
+
+def _fused_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    mask: torch.Tensor | None,
+    dropout_p: float,
+    scale: float,
+) -> torch.Tensor:
+    """PyTorch's fused kernel, with the package's rule for queries that may attend to nothing."""
+    batch = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
+    query = query.expand(*batch, *query.shape[-2:])  # (..., T, d_k), no copy
+    key = key.expand(*batch, *key.shape[-2:])  # (..., S, d_k)
+    value = value.expand(*batch, *value.shape[-2:])  # (..., S, d_v)
+    empty = None
+    if mask is not None:
+        blocked = ~mask if mask.dtype == torch.bool else torch.isneginf(mask)
+        empty = blocked.all(dim=-1, keepdim=True)  # (..., T or 1, 1): rows with no allowed key
+        # Depending on version and backend, the fused kernel returns NaN or 0 for such rows;
+        # let it attend everywhere there, then zero those rows ourselves.
+        mask = mask | empty if mask.dtype == torch.bool else mask.masked_fill(empty, 0.0)
+    output = F.scaled_dot_product_attention(
+        query, key, value, attn_mask=mask, dropout_p=dropout_p, scale=scale
+    )  # (..., T, d_v)
+    if empty is not None:
+        output = output.masked_fill(empty, 0.0)  # (..., T, d_v); empty broadcasts over d_v
+    return output
+
+
+def scaled_dot_product_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    scale: float | None = None,
+    *,
+    need_weights: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Attention: each query's output is an average of the values, weighted by softmax(scores).
+
+    Dividing the scores by ``sqrt(d_k)`` keeps their spread near 1 whatever the
+    width, so the softmax neither saturates (vanishing gradients) nor goes flat
+    (chapter 4). This is the operation every transformer layer repeats.
+
+    Dropout, when ``dropout_p > 0``, zeroes each weight with probability
+    ``dropout_p`` and scales the rest by ``1 / (1 - dropout_p)``; it applies
+    whenever ``dropout_p > 0`` (as in ``F.scaled_dot_product_attention``), so a
+    module passes ``dropout_p=0.0`` in eval mode. The returned ``weights`` are
+    the ones *after* dropout, those actually used, so ``output == weights @ value``
+    always holds (``nn.MultiheadAttention`` returns the same).
+
+    A query whose mask row allows no key gets weights 0 and an output row of
+    zeros, not NaN (see :mod:`attnbook.masking`), on both paths.
+
+    Args:
+        query: shape ``(..., T, d_k)``, floating point.
+        key: shape ``(..., S, d_k)``; same dtype as ``query``.
+        value: shape ``(..., S, d_v)``; same dtype. Leading dimensions of the
+            three broadcast against each other.
+        mask: ``None``, a boolean tensor (``True`` = may attend) or an additive
+            float tensor (``0`` keeps, ``-inf`` blocks, added to the scaled
+            scores), broadcastable to the scores' shape ``(..., T, S)``.
+        dropout_p: probability in ``[0, 1)`` of dropping each weight.
+        scale: the factor multiplying ``query @ keyᵀ``; default ``1 / sqrt(d_k)``.
+        need_weights: if ``False``, skip materialising the weights and call
+            PyTorch's fused ``F.scaled_dot_product_attention`` (faster, far less
+            memory for long sequences); the result is then ``(output, None)``.
+
+    Returns:
+        ``(output, weights)``: ``output`` of shape ``(..., T, d_v)`` and
+        ``weights`` of shape ``(..., T, S)`` (``None`` when ``need_weights=False``),
+        where ``...`` is the broadcast of the inputs' leading dimensions (and
+        the mask's).
+    """
+    query, key, value, mask, dropout_p, scale = _validate(query, key, value, mask, dropout_p, scale)
+    if not need_weights:
+        return _fused_attention(query, key, value, mask, dropout_p, scale), None
+    scores = score_matrix(query, key, scale=scale)  # (..., T, d_k) @ (..., d_k, S) -> (..., T, S)
+    weights = masked_softmax(scores, mask)  # (..., T, S), each row sums to 1 (or is all 0)
+    if dropout_p > 0.0:
+        weights = F.dropout(weights, p=dropout_p, training=True)  # (..., T, S)
+    output = weights @ value  # (..., T, S) @ (..., S, d_v) -> (..., T, d_v)
+    return output, weights
+
+
+def _check_width(value: object, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    return value
+
+
+class SingleHeadAttention(nn.Module):
+    """One attention head with learned projections: ``Q = X W_Q``, ``K = C W_K``, ``V = C W_V``.
+
+    The inputs are not queries, keys and values yet: three learned linear maps
+    decide what each position asks for (query), what it offers to be found by
+    (key) and what it hands over when found (value). With no context ``C`` the
+    sequence attends to itself (self-attention); with one, the queries come
+    from ``X`` and keys and values from ``C`` (cross-attention, ``T != S`` allowed).
+
+    There is no output projection ``W_O``: it arrives with multi-head
+    attention. ``q_proj.weight`` holds ``W_Qᵀ`` (``nn.Linear`` computes ``x @ weight.T``),
+    and likewise for ``k_proj`` and ``v_proj``.
+
+    Args:
+        d_model: ``D``, the width of the query inputs ``x_query``.
+        d_k: width of queries and keys.
+        d_v: width of values and of the output (default: ``d_k``).
+        d_context: ``D_ctx``, the width of the context inputs (default: ``d_model``).
+        bias: whether the three projections have a bias.
+        dropout: probability of dropping an attention weight, in training mode only.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        d_k: int,
+        d_v: int | None = None,
+        *,
+        d_context: int | None = None,
+        bias: bool = False,
+        dropout: float = 0.0,
+    ) -> None:
+        super().__init__()
+        self.d_model = _check_width(d_model, "d_model")
+        self.d_k = _check_width(d_k, "d_k")
+        self.d_v = _check_width(d_k if d_v is None else d_v, "d_v")
+        self.d_context = _check_width(d_model if d_context is None else d_context, "d_context")
+        self.dropout = check_probability(dropout, "dropout")
+        self.q_proj = nn.Linear(self.d_model, self.d_k, bias=bias)  # weight (d_k, D) = W_Qᵀ
+        self.k_proj = nn.Linear(self.d_context, self.d_k, bias=bias)  # weight (d_k, D_ctx) = W_Kᵀ
+        self.v_proj = nn.Linear(self.d_context, self.d_v, bias=bias)  # weight (d_v, D_ctx) = W_Vᵀ
+
+    def extra_repr(self) -> str:
+        return f"d_model={self.d_model}, d_k={self.d_k}, d_v={self.d_v}, dropout={self.dropout}"
+
+    def forward(
+        self,
+        x_query: torch.Tensor,
+        x_context: torch.Tensor | None = None,
+        mask: torch.Tensor | None = None,
+        need_weights: bool = True,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Attend from ``x_query`` to ``x_context`` (or to itself).
+
+        Args:
+            x_query: shape ``(..., T, D)``.
+            x_context: shape ``(..., S, D_ctx)``, or ``None`` for self-attention (``S = T``).
+            mask: optional boolean (``True`` = may attend) or additive mask,
+                broadcastable to ``(..., T, S)``.
+            need_weights: as in :func:`scaled_dot_product_attention`.
+
+        Returns:
+            ``(output, weights)`` of shapes ``(..., T, d_v)`` and ``(..., T, S)``
+            (``weights`` is ``None`` when ``need_weights=False``).
+        """
+        x_query = as_float_tensor(x_query, "x_query", "(..., T, d_model)")
+        if x_query.ndim < 2 or x_query.shape[-1] != self.d_model:
+            raise ValueError(
+                f"x_query must have shape (..., T, d_model) with d_model = {self.d_model}, "
+                f"got {shape_str(x_query)}"
+            )
+        if x_context is None:
+            if self.d_context != self.d_model:
+                raise ValueError(
+                    f"x_context is None (self-attention), but this module was built for a "
+                    f"context of width d_context = {self.d_context} != d_model = {self.d_model}"
+                )
+            x_context = x_query
+        x_context = as_float_tensor(x_context, "x_context", "(..., S, d_context)")
+        if x_context.ndim < 2 or x_context.shape[-1] != self.d_context:
+            raise ValueError(
+                f"x_context must have shape (..., S, d_context) with d_context = {self.d_context}, "
+                f"got {shape_str(x_context)}"
+            )
+        q = self.q_proj(x_query)  # (..., T, D) @ (D, d_k) -> (..., T, d_k)
+        k = self.k_proj(x_context)  # (..., S, D_ctx) @ (D_ctx, d_k) -> (..., S, d_k)
+        v = self.v_proj(x_context)  # (..., S, D_ctx) @ (D_ctx, d_v) -> (..., S, d_v)
+        dropout_p = self.dropout if self.training else 0.0
+        return scaled_dot_product_attention(q, k, v, mask, dropout_p, need_weights=need_weights)

@@ -1,0 +1,192 @@
+"""Checkers for the exercises of chapters 4 and 5 (scaled dot-product attention, projections).
+
+The learner's functions take and return torch tensors (float64 in the hidden
+cases, so only real mistakes show up as differences).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from attnbook.attention import scaled_dot_product_attention
+from attnbook.exercises._framework import Case, Verdict, run_cases
+
+__all__ = [
+    "check_cross_attention",
+    "check_scaled_dot_product_attention",
+    "check_self_attention",
+]
+
+
+def _randn(seed: int, *shape: int) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+
+
+def _worked_example() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Four 3-d inputs and integer projections drawn with ``np.random.seed(42)`` (chapter 5)."""
+    rng = np.random.RandomState(42)  # the legacy generator the published example uses
+    x = np.array([[1, 0, 0], [0, 1, 0], [1, 1, 0], [0, 0, 1]], dtype=float)
+    w_q, w_k, w_v = (rng.randint(3, size=(3, 3)).astype(float) for _ in range(3))
+    return tuple(torch.as_tensor(a, dtype=torch.float64) for a in (x, w_q, w_k, w_v))
+
+
+def _worked_qkv() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    x, w_q, w_k, w_v = _worked_example()
+    return x @ w_q, x @ w_k, x @ w_v  # (4, 3) each
+
+
+_SDPA_CASES = [
+    Case(
+        "the worked example: 4 tokens, d_k = 3",
+        _worked_qkv,
+        "Three steps: scores = query @ keyᵀ divided by sqrt(d_k); weights = softmax of each "
+        "row (over the keys, the last axis); output = weights @ value.",
+    ),
+    Case(
+        "T = 2 queries, S = 5 keys, d_k = 4, d_v = 3",
+        lambda: (_randn(401, 2, 4), _randn(402, 5, 4), _randn(403, 5, 3)),
+        "The scores have shape (T, S); each query's row is normalised over the keys (the last "
+        "axis), and the output has one row per query and the width of a value.",
+    ),
+    Case(
+        "square: T = S = 4 (a transpose mistake hides in the shape)",
+        lambda: (_randn(404, 4, 4), _randn(405, 4, 4), _randn(406, 4, 2)),
+        "Transpose the keys, not the queries: entry [t, s] of the scores is query t · key s.",
+    ),
+    Case(
+        "wide vectors, d_k = 64 (the scale matters)",
+        lambda: (_randn(407, 3, 64), _randn(408, 6, 64), _randn(409, 6, 5)),
+        "Divide the scores by sqrt(d_k), with d_k the width of a query (the last dimension), "
+        "not by d_k itself.",
+    ),
+    Case(
+        "a batch of 2 sequences: shapes (B, T, d_k), (B, S, d_k), (B, S, d_v)",
+        lambda: (_randn(410, 2, 3, 4), _randn(411, 2, 5, 4), _randn(412, 2, 5, 3)),
+        "With a batch axis in front, swap only the last two axes of the keys "
+        "(key.transpose(-2, -1)) and softmax over dim=-1.",
+    ),
+]
+
+
+def check_scaled_dot_product_attention(
+    fn: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
+) -> Verdict:
+    """Check ``fn(query, key, value) -> output``: ``softmax(query @ keyᵀ / sqrt(d_k)) @ value``.
+
+    Shapes: ``query`` ``(..., T, d_k)``, ``key`` ``(..., S, d_k)``, ``value``
+    ``(..., S, d_v)``, output ``(..., T, d_v)``; the last case has a batch axis.
+    """
+    return run_cases(
+        "scaled_dot_product_attention",
+        fn,
+        lambda q, k, v: scaled_dot_product_attention(q, k, v)[0],
+        _SDPA_CASES,
+    )
+
+
+def _self_attention_reference(
+    x: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor, w_v: torch.Tensor
+) -> torch.Tensor:
+    # (..., T, D) @ (D, d_k) -> (..., T, d_k); likewise for keys and values
+    return scaled_dot_product_attention(x @ w_q, x @ w_k, x @ w_v)[0]
+
+
+_SELF_CASES = [
+    Case(
+        "the worked example: 4 tokens of width 3, integer W_Q, W_K, W_V",
+        _worked_example,
+        "Project first: Q = x @ W_Q, K = x @ W_K, V = x @ W_V; then scaled dot-product "
+        "attention of Q, K and V.",
+    ),
+    Case(
+        "d_model = 6, d_k = 3, d_v = 2 (all widths differ)",
+        lambda: (_randn(421, 5, 6), _randn(422, 6, 3), _randn(423, 6, 3), _randn(424, 6, 2)),
+        "Scale by sqrt(d_k), the width of the projected queries, not sqrt(d_model); and the "
+        "output is a mix of the projected values V, of width d_v.",
+    ),
+    Case(
+        "a batch of 2 sequences, x of shape (B, T, d_model)",
+        lambda: (_randn(425, 2, 4, 5), _randn(426, 5, 3), _randn(427, 5, 3), _randn(428, 5, 4)),
+        "x @ W works for a batch too; transpose only the last two axes of K.",
+    ),
+]
+
+
+def check_self_attention(
+    fn: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
+) -> Verdict:
+    """Check ``fn(x, W_q, W_k, W_v) -> output``: self-attention with learned projections.
+
+    Shapes: ``x`` ``(..., T, d_model)``, ``W_q`` and ``W_k`` ``(d_model, d_k)``,
+    ``W_v`` ``(d_model, d_v)``; output ``(..., T, d_v)`` =
+    ``softmax((x W_q)(x W_k)ᵀ / sqrt(d_k)) (x W_v)``.
+    """
+    return run_cases("self_attention", fn, _self_attention_reference, _SELF_CASES)
+
+
+def _cross_attention_reference(
+    x_query: torch.Tensor,
+    x_context: torch.Tensor,
+    w_q: torch.Tensor,
+    w_k: torch.Tensor,
+    w_v: torch.Tensor,
+) -> torch.Tensor:
+    q = x_query @ w_q  # (..., T, D) @ (D, d_k) -> (..., T, d_k)
+    k = x_context @ w_k  # (..., S, D_ctx) @ (D_ctx, d_k) -> (..., S, d_k)
+    v = x_context @ w_v  # (..., S, D_ctx) @ (D_ctx, d_v) -> (..., S, d_v)
+    return scaled_dot_product_attention(q, k, v)[0]
+
+
+_CROSS_CASES = [
+    Case(
+        "T = 2 queries of width 4 attend to S = 5 context vectors of width 6",
+        lambda: (
+            _randn(431, 2, 4),
+            _randn(432, 5, 6),
+            _randn(433, 4, 3),
+            _randn(434, 6, 3),
+            _randn(435, 6, 2),
+        ),
+        "Queries come from x_query; keys and values both come from x_context. The output has "
+        "one row per query.",
+    ),
+    Case(
+        "T = S = 3, both inputs of width 4 (a mix-up hides in the shape)",
+        lambda: (
+            _randn(436, 3, 4),
+            _randn(437, 3, 4),
+            _randn(438, 4, 4),
+            _randn(439, 4, 4),
+            _randn(440, 4, 4),
+        ),
+        "Check which input each projection reads: only W_q sees x_query.",
+    ),
+    Case(
+        "a batch of 2: x_query (B, T, D), x_context (B, S, D_ctx)",
+        lambda: (
+            _randn(441, 2, 3, 4),
+            _randn(442, 2, 6, 5),
+            _randn(443, 4, 2),
+            _randn(444, 5, 2),
+            _randn(445, 5, 3),
+        ),
+        "Transpose only the last two axes of K, and softmax over the keys (dim=-1).",
+    ),
+]
+
+
+def check_cross_attention(
+    fn: Callable[
+        [torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor
+    ],
+) -> Verdict:
+    """Check ``fn(x_query, x_context, W_q, W_k, W_v) -> output``: cross-attention.
+
+    Shapes: ``x_query`` ``(..., T, D)``, ``x_context`` ``(..., S, D_ctx)``,
+    ``W_q`` ``(D, d_k)``, ``W_k`` ``(D_ctx, d_k)``, ``W_v`` ``(D_ctx, d_v)``;
+    output ``(..., T, d_v)``.
+    """
+    return run_cases("cross_attention", fn, _cross_attention_reference, _CROSS_CASES)

@@ -1,0 +1,109 @@
+"""Checkers for the exercises of chapter 3 (attention as a soft dictionary lookup).
+
+The learner's functions take and return NumPy arrays (torch tensors work too,
+as long as the code uses operations both share, such as ``@`` and ``.T``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from attnbook.exercises._framework import Case, Verdict, run_cases
+from attnbook.lookup import hard_lookup, soft_lookup
+
+__all__ = ["check_hard_lookup", "check_soft_lookup"]
+
+
+def _rng(seed: int) -> np.random.Generator:
+    return np.random.default_rng(seed)
+
+
+def _dictionary(seed: int, n_keys: int, d: int, d_v: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = _rng(seed)
+    return rng.normal(size=(n_keys, d)), rng.normal(size=(n_keys, d_v))
+
+
+_SOFT_CASES = [
+    Case(
+        "one query, 4 keys, temperature 1",
+        lambda: (_rng(301).normal(size=3), *_dictionary(302, 4, 3, 2), 1.0),
+        "Score the query against every key (dot products), softmax the scores, "
+        "then take the weighted sum of the values: the output has the width of a value.",
+    ),
+    Case(
+        "one query, 5 keys, temperature 0.5 (sharper)",
+        lambda: (_rng(303).normal(size=4), *_dictionary(304, 5, 4, 3), 0.5),
+        "Divide the scores by the temperature before the softmax (not after, and not multiply).",
+    ),
+    Case(
+        "one query, 3 keys, temperature 10 (flatter)",
+        lambda: (_rng(305).normal(size=2), *_dictionary(306, 3, 2, 4), 10.0),
+        "A large temperature brings the weights close to uniform: the output nears the mean value.",
+    ),
+    Case(
+        "tiny temperature 0.01: the scores / τ reach the thousands",
+        lambda: (
+            np.array([10.0, 0.0]),
+            np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [-1.0, 0.0]]),
+            _rng(307).normal(size=(4, 2)),
+            0.01,
+        ),
+        "exp overflows for scores / τ near 1000: subtract the maximum before exponentiating.",
+    ),
+    Case(
+        "three queries at once, shape (3, d)",
+        lambda: (_rng(308).normal(size=(3, 4)), *_dictionary(309, 5, 4, 2), 1.0),
+        "Write the scores as query @ keys.T so one row comes out per query, and "
+        "normalise each row over the keys (the last axis).",
+    ),
+]
+
+
+def check_soft_lookup(fn: Callable[..., np.ndarray]) -> Verdict:
+    """Check ``fn(query, keys, values, temperature) -> output``, a soft dictionary lookup.
+
+    ``query`` has shape ``(d,)`` (or ``(T, d)`` for several queries), ``keys``
+    ``(S, d)``, ``values`` ``(S, d_v)``; the output has shape ``(d_v,)`` (or
+    ``(T, d_v)``): the values averaged with weights ``softmax(query · keys / τ)``.
+    """
+    return run_cases(
+        "soft_lookup",
+        fn,
+        lambda q, k, v, t: soft_lookup(q, k, v, temperature=t)[0],
+        _SOFT_CASES,
+    )
+
+
+_HARD_CASES = [
+    Case(
+        "one query, 4 keys",
+        lambda: (
+            np.array([1.0, 0.5]),
+            np.array([[0.0, 1.0], [1.0, 0.0], [-1.0, 0.0], [1.0, 1.0]]),
+            np.arange(8.0).reshape(4, 2),
+        ),
+        "Find the key with the largest dot product with the query and return the value "
+        "stored under it (a row of values, not of keys).",
+    ),
+    Case(
+        "a query that points away from most keys",
+        lambda: (np.array([-2.0, 0.1, 0.0]), *_dictionary(311, 5, 3, 3)),
+        "The best match has the *largest* dot product with the query (arg-max, not arg-min).",
+    ),
+    Case(
+        "random query, 6 keys, values of width 4",
+        lambda: (_rng(312).normal(size=5), *_dictionary(313, 6, 5, 4)),
+        "Compute one dot product per key, find the index of the largest, and return that row of values.",
+    ),
+]
+
+
+def check_hard_lookup(fn: Callable[..., np.ndarray]) -> Verdict:
+    """Check ``fn(query, keys, values) -> value``: the value of the key with the largest dot product.
+
+    ``query`` has shape ``(d,)``, ``keys`` ``(S, d)``, ``values`` ``(S, d_v)``;
+    the result has shape ``(d_v,)``.
+    """
+    return run_cases("hard_lookup", fn, hard_lookup, _HARD_CASES)

@@ -1,0 +1,322 @@
+"""Masks: which keys each query may attend to.
+
+Introduced in chapter 6 (``chapters/06_masking.ipynb``) and used by every later
+chapter. A mask removes (query, key) pairs *before* the softmax, so the removed
+keys get weight exactly 0 and the remaining weights still sum to 1.
+
+**The convention of this package: ``True`` means *may attend*.** A boolean
+mask ``mask[..., t, s]`` is ``True`` when query ``t`` may look at key ``s``.
+PyTorch's ``F.scaled_dot_product_attention`` uses the same convention, but
+``nn.MultiheadAttention`` (and ``nn.Transformer*``) read a boolean
+``attn_mask`` or ``key_padding_mask`` the *opposite* way: there ``True`` means
+*blocked*. :func:`to_mha_mask` converts ours to theirs.
+
+A mask may also be *additive*: a float tensor added to the scores, ``0`` where
+attention is allowed and ``-inf`` where it is blocked (:func:`mask_to_additive`
+turns a boolean mask into one). Both kinds mean the same thing to
+:func:`apply_mask`, :func:`masked_softmax` and
+:func:`attnbook.scaled_dot_product_attention`.
+
+**A query that may attend to nothing** (a row with no ``True``, or only
+``-inf``) has no well-defined softmax (``0 / 0``). Here its weights are all 0,
+so its attention output is a zero vector, never NaN. This happens for padded
+*query* positions, whose outputs are thrown away anyway.
+
+Shape legend used in this module:
+    ``B`` batch, ``H`` heads, ``T`` query positions, ``S`` key positions,
+    ``...`` any leading batch dimensions. A mask needs only to *broadcast* to
+    the scores' shape ``(..., T, S)``: a ``(T, S)`` mask is shared by the whole
+    batch, a ``(B, 1, S)`` mask by all queries of one sequence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from attnbook._validation import broadcasts_to, shape_str
+
+__all__ = [
+    "apply_mask",
+    "causal_mask",
+    "combine_masks",
+    "mask_to_additive",
+    "masked_softmax",
+    "padding_mask",
+    "to_mha_mask",
+]
+
+
+def _check_size(value: object, name: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{name} must be an int >= {minimum}, got {type(value).__name__}")
+    if int(value) < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}, got {value}")
+    return int(value)
+
+
+def _check_bool_mask(mask: object, name: str = "mask") -> torch.Tensor:
+    if not isinstance(mask, torch.Tensor):
+        kind = "a NumPy array" if isinstance(mask, np.ndarray) else type(mask).__name__
+        raise ValueError(
+            f"{name} must be a boolean torch tensor (True = may attend), got {kind}; "
+            "this function expects torch tensors"
+        )
+    if mask.dtype != torch.bool:
+        raise ValueError(
+            f"{name} must be a boolean tensor (True = may attend), got dtype {mask.dtype} "
+            f"(shape {shape_str(mask)}); for a 0/1 tensor use {name}.bool()"
+        )
+    return mask
+
+
+def check_mask(mask: object, scores_shape: tuple[int, ...], name: str = "mask") -> torch.Tensor:
+    """Validate a boolean or additive mask against scores of shape ``scores_shape``.
+
+    Used by :func:`apply_mask` and by :mod:`attnbook.attention`; not part of the
+    public API.
+
+    Args:
+        mask: boolean (``True`` = may attend) or floating (additive, ``0`` or
+            ``-inf``) tensor, broadcastable to ``scores_shape``.
+        scores_shape: the shape ``(..., T, S)`` of the scores it will mask.
+        name: the argument's name, for error messages.
+
+    Returns:
+        ``mask`` unchanged.
+    """
+    target = "(" + ", ".join(str(int(d)) for d in scores_shape) + ")"
+    if not isinstance(mask, torch.Tensor):
+        kind = "a NumPy array" if isinstance(mask, np.ndarray) else type(mask).__name__
+        raise ValueError(
+            f"{name} must be a torch tensor broadcastable to the scores' shape (..., T, S) = "
+            f"{target}, got {kind}; this function expects torch tensors"
+        )
+    if mask.dtype != torch.bool and not torch.is_floating_point(mask):
+        raise ValueError(
+            f"{name} must be boolean (True = may attend) or floating-point (additive: 0 keeps, "
+            f"-inf blocks), got dtype {mask.dtype} (shape {shape_str(mask)}); "
+            f"for a 0/1 tensor meaning 'may attend' use {name}.bool()"
+        )
+    if not broadcasts_to(tuple(mask.shape), tuple(scores_shape)):
+        raise ValueError(
+            f"{name} of shape {shape_str(mask)} does not broadcast to the scores' shape "
+            f"(..., T, S) = {target}; each of its dimensions, aligned from the right, "
+            "must be 1 or equal the scores' (e.g. (T, S), (B, 1, S) or (B, 1, 1, S) for (B, H, T, S))"
+        )
+    if mask.dtype != torch.bool and bool((torch.isnan(mask) | torch.isposinf(mask)).any()):
+        raise ValueError(
+            f"additive {name} must hold finite numbers or -inf, but it contains NaN or +inf"
+        )
+    return mask
+
+
+def causal_mask(seq_len: int, *, device: torch.device | str | None = None) -> torch.Tensor:
+    """The mask of a left-to-right model: query ``t`` may attend to keys ``0..t`` only.
+
+    A language model predicts token ``t + 1`` from tokens ``0..t``; if position
+    ``t`` could look at later positions it would copy the answer instead of
+    learning to predict it.
+
+    Args:
+        seq_len: ``T``, the number of positions (queries and keys are the same sequence).
+        device: where to create the mask (default: the CPU).
+
+    Returns:
+        Boolean tensor of shape ``(T, T)``: ``True`` on and below the diagonal.
+        It broadcasts against scores ``(..., T, T)``.
+    """
+    seq_len = _check_size(seq_len, "seq_len", 1)
+    return torch.ones(seq_len, seq_len, dtype=torch.bool, device=device).tril()  # (T, T)
+
+
+def padding_mask(
+    lengths: Sequence[int] | torch.Tensor | np.ndarray,
+    max_len: int | None = None,
+    *,
+    per_head: bool = False,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """The mask of a padded batch: no query may attend to a padding key.
+
+    Sequences of different lengths are padded to a common length ``S`` so they
+    fit in one tensor; the padding is not data, so its keys must get weight 0.
+
+    Args:
+        lengths: shape ``(B,)``, the true length of each sequence, each in ``[0, max_len]``.
+        max_len: ``S``, the padded length (default: the largest length).
+        per_head: return ``(B, 1, 1, S)`` instead of ``(B, 1, S)``, for scores
+            with a head axis ``(B, H, T, S)``.
+        device: where to create the mask (default: ``lengths``' device, else the CPU).
+
+    Returns:
+        Boolean tensor, ``True`` at real keys ``s < lengths[b]``, of shape
+        ``(B, 1, S)``: it broadcasts against single-head scores ``(B, T, S)``
+        (the ``1`` is shared by all ``T`` queries). For multi-head scores
+        ``(B, H, T, S)`` pass ``per_head=True`` (or index ``[:, None]``) to get
+        ``(B, 1, 1, S)``; aligning ``(B, 1, S)`` from the right against
+        ``(B, H, T, S)`` would put ``B`` on the head axis, which
+        :func:`apply_mask` rejects.
+    """
+    if isinstance(lengths, torch.Tensor):
+        device = lengths.device if device is None else device
+        if (
+            lengths.dtype.is_floating_point
+            or lengths.dtype.is_complex
+            or lengths.dtype == torch.bool
+        ):
+            raise ValueError(f"lengths must hold integers, got dtype {lengths.dtype}")
+        lens = lengths.to(device=device, dtype=torch.long)
+    else:
+        arr = np.asarray(lengths)
+        if arr.dtype == bool or not np.issubdtype(arr.dtype, np.integer):
+            raise ValueError(
+                f"lengths must be a sequence of ints of shape (B,), got dtype {arr.dtype}"
+            )
+        lens = torch.as_tensor(arr, dtype=torch.long, device=device)
+    if lens.ndim != 1 or lens.numel() == 0:
+        raise ValueError(f"lengths must have shape (B,) with B >= 1, got shape {shape_str(lens)}")
+    if bool((lens < 0).any()):
+        raise ValueError(f"lengths must be >= 0, got {lens.tolist()}")
+    if max_len is None:
+        max_len = int(lens.max())
+    max_len = _check_size(max_len, "max_len", 1)
+    if bool((lens > max_len).any()):
+        raise ValueError(
+            f"every length must be <= max_len = {max_len}, got lengths {lens.tolist()}"
+        )
+    positions = torch.arange(max_len, device=lens.device)  # (S,)
+    mask = positions[None, :] < lens[:, None]  # (1, S) < (B, 1) -> (B, S)
+    if per_head:
+        return mask[:, None, None, :]  # (B, 1, 1, S)
+    return mask[:, None, :]  # (B, 1, S)
+
+
+def combine_masks(*masks: torch.Tensor) -> torch.Tensor:
+    """Combine boolean masks: a pair may be attended to only if *every* mask allows it.
+
+    A decoder over a padded batch needs both rules at once: no peeking ahead
+    (causal) and no looking at padding. With ``True`` = may attend, that is a
+    logical AND.
+
+    Args:
+        *masks: one or more boolean tensors whose shapes broadcast, e.g. a causal
+            ``(T, T)`` and a padding ``(B, 1, T)``.
+
+    Returns:
+        Boolean tensor of the broadcast shape, e.g. ``(B, T, T)``.
+    """
+    if not masks:
+        raise ValueError("combine_masks needs at least one mask, got none")
+    checked = [_check_bool_mask(m, f"masks[{i}]") for i, m in enumerate(masks)]
+    try:
+        torch.broadcast_shapes(*(m.shape for m in checked))
+    except RuntimeError:
+        shapes = ", ".join(shape_str(m) for m in checked)
+        raise ValueError(
+            f"masks of shapes {shapes} do not broadcast; align them from the right, with "
+            "a 1 wherever a mask is shared (e.g. (T, S) and (B, 1, S))"
+        ) from None
+    combined = checked[0]
+    for m in checked[1:]:
+        combined = combined & m  # broadcasts, e.g. (T, S) & (B, 1, S) -> (B, T, S)
+    return combined
+
+
+def mask_to_additive(mask: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Turn a boolean mask into an additive one: ``True -> 0``, ``False -> -inf``.
+
+    Adding ``-inf`` to a score sends its ``exp`` to exactly 0; adding ``0``
+    changes nothing. An additive mask can also carry soft biases (any finite
+    number), which a boolean mask cannot.
+
+    Args:
+        mask: boolean tensor, ``True`` = may attend, any shape.
+        dtype: the floating dtype of the result (use the scores' dtype).
+
+    Returns:
+        Float tensor of ``mask``'s shape holding ``0.0`` and ``-inf``.
+    """
+    mask = _check_bool_mask(mask)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ValueError(f"dtype must be a floating torch dtype, got {dtype}")
+    zeros = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
+    return zeros.masked_fill(~mask, float("-inf"))
+
+
+def to_mha_mask(mask: torch.Tensor) -> torch.Tensor:
+    """Convert a mask of this package (``True`` = may attend) to ``nn.MultiheadAttention``'s.
+
+    ``nn.MultiheadAttention`` and ``nn.Transformer*`` read a boolean
+    ``attn_mask`` or ``key_padding_mask`` the opposite way: ``True`` means
+    *blocked*. Passing our mask unconverted silently attends to exactly the
+    wrong keys. (``F.scaled_dot_product_attention`` shares our convention: do
+    not convert for it.)
+
+    Example::
+
+        attn_mask = to_mha_mask(causal_mask(T))                    # (T, T)
+        key_padding_mask = to_mha_mask(padding_mask(lengths, S)[:, 0])  # (B, S)
+        mha(x, x, x, attn_mask=attn_mask, key_padding_mask=key_padding_mask)
+
+    Args:
+        mask: boolean tensor, ``True`` = may attend, any shape.
+
+    Returns:
+        ``~mask``: boolean tensor of the same shape, ``True`` = blocked.
+    """
+    return ~_check_bool_mask(mask)
+
+
+def apply_mask(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """Block the pairs a mask forbids by setting their scores to ``-inf``.
+
+    Masking the *scores* (not the weights) is what keeps the softmax honest: the
+    blocked keys get ``exp(-inf) = 0`` and the allowed ones still sum to 1.
+    Setting a score to ``0`` instead would not block anything: ``exp(0) = 1``.
+
+    Args:
+        scores: shape ``(..., T, S)``, floating point.
+        mask: ``None`` (no masking), a boolean tensor (``True`` = may attend) or an
+            additive float tensor (added to the scores), broadcastable to ``(..., T, S)``.
+
+    Returns:
+        Masked scores of shape ``(..., T, S)`` and ``scores``' dtype.
+    """
+    if not isinstance(scores, torch.Tensor) or not torch.is_floating_point(scores):
+        got = scores.dtype if isinstance(scores, torch.Tensor) else type(scores).__name__
+        raise ValueError(f"scores must be a floating-point torch tensor (..., T, S), got {got}")
+    if scores.ndim < 2:
+        raise ValueError(f"scores must have shape (..., T, S), got {shape_str(scores)}")
+    if mask is None:
+        return scores
+    mask = check_mask(mask, tuple(scores.shape))
+    if mask.dtype == torch.bool:
+        return scores.masked_fill(~mask, float("-inf"))  # (..., T, S)
+    return scores + mask.to(scores.dtype)  # (..., T, S) + (broadcast to ..., T, S)
+
+
+def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Softmax over the keys after masking, with zero weights for a query that may attend to nothing.
+
+    The plain softmax of a row that is entirely ``-inf`` is ``0 / 0 = NaN``, and
+    one NaN spreads through every later layer. Here such a row gets weights 0
+    (and so a zero attention output); every other row is the ordinary softmax.
+
+    Args:
+        scores: shape ``(..., T, S)``, floating point.
+        mask: optional boolean (``True`` = may attend) or additive mask,
+            broadcastable to ``(..., T, S)``.
+
+    Returns:
+        ``weights`` of shape ``(..., T, S)``: each row sums to 1, except rows
+        with no allowed key, which are all 0. Blocked pairs get exactly 0.
+    """
+    scores = apply_mask(scores, mask)  # (..., T, S)
+    top = scores.amax(dim=-1, keepdim=True).detach()  # (..., T, 1); softmax ignores the shift
+    top = torch.where(torch.isneginf(top), torch.zeros_like(top), top)  # empty row: shift by 0
+    e = torch.exp(scores - top)  # (..., T, S); an empty row is all exp(-inf) = 0
+    total = e.sum(dim=-1, keepdim=True)  # (..., T, 1); >= 1 unless the row is empty
+    return e / torch.where(total == 0, torch.ones_like(total), total)  # 0 / 1 = 0, no NaN

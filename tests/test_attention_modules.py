@@ -1,0 +1,231 @@
+"""Tests of attnbook.SingleHeadAttention and the additive (Bahdanau) scorer.
+
+Shapes for self- and cross-attention, agreement with a computation written out
+by hand and with ``nn.MultiheadAttention(num_heads=1)`` (weights copied over,
+boolean masks converted to its opposite convention), and the additive score.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from attnbook import (
+    AdditiveScorer,
+    SingleHeadAttention,
+    additive_scores,
+    causal_mask,
+    padding_mask,
+    score_matrix,
+    to_mha_mask,
+)
+
+
+def _randn(seed: int, *shape: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+
+
+# --------------------------------------------------------- SingleHeadAttention
+
+
+def test_self_attention_shapes() -> None:
+    attn = SingleHeadAttention(d_model=8, d_k=4, d_v=6)
+    output, weights = attn(torch.randn(2, 5, 8))
+    assert output.shape == (2, 5, 6)
+    assert weights.shape == (2, 5, 5)
+    assert SingleHeadAttention(8, 4)(torch.randn(5, 8))[0].shape == (5, 4)  # d_v defaults to d_k
+
+
+def test_cross_attention_shapes_with_t_different_from_s() -> None:
+    attn = SingleHeadAttention(d_model=8, d_k=4, d_v=3, d_context=6)
+    output, weights = attn(torch.randn(2, 3, 8), torch.randn(2, 7, 6))
+    assert output.shape == (2, 3, 3)
+    assert weights.shape == (2, 3, 7)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(2, 3))
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_matches_the_computation_written_out(bias: bool, seed: int) -> None:
+    torch.manual_seed(seed)
+    attn = SingleHeadAttention(6, 4, 3, d_context=5, bias=bias).double()
+    x, c = _randn(seed, 2, 3, 6), _randn(seed + 10, 2, 4, 5)
+    mask = padding_mask([4, 2], 4)
+    w_q, w_k, w_v = (p.weight.T for p in (attn.q_proj, attn.k_proj, attn.v_proj))
+    q, k, v = x @ w_q, c @ w_k, c @ w_v
+    if bias:
+        q, k, v = q + attn.q_proj.bias, k + attn.k_proj.bias, v + attn.v_proj.bias
+    scores = (q @ k.transpose(-2, -1) / math.sqrt(4)).masked_fill(~mask, float("-inf"))
+    expected = torch.softmax(scores, dim=-1) @ v
+    output, weights = attn(x, c, mask)
+    torch.testing.assert_close(output, expected)
+    torch.testing.assert_close(weights, torch.softmax(scores, dim=-1))
+    fast, none = attn(x, c, mask, need_weights=False)
+    assert none is None
+    torch.testing.assert_close(fast, expected)
+
+
+def _mha_like(attn: SingleHeadAttention, bias: bool) -> nn.MultiheadAttention:
+    """An nn.MultiheadAttention(num_heads=1) holding the same projections and an identity W_O."""
+    d = attn.d_model
+    mha = nn.MultiheadAttention(
+        d, 1, bias=bias, batch_first=True, kdim=attn.d_context, vdim=attn.d_context
+    )
+    mha = mha.double().eval()
+    with torch.no_grad():
+        if mha._qkv_same_embed_dim:
+            mha.in_proj_weight.copy_(
+                torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight])
+            )
+        else:
+            mha.q_proj_weight.copy_(attn.q_proj.weight)
+            mha.k_proj_weight.copy_(attn.k_proj.weight)
+            mha.v_proj_weight.copy_(attn.v_proj.weight)
+        mha.out_proj.weight.copy_(torch.eye(d, dtype=torch.float64))  # no W_O in a single head
+        if bias:
+            mha.in_proj_bias.copy_(
+                torch.cat([attn.q_proj.bias, attn.k_proj.bias, attn.v_proj.bias])
+            )
+            mha.out_proj.bias.zero_()
+    return mha
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_agrees_with_torch_multihead_attention_with_one_head(bias: bool, seed: int) -> None:
+    torch.manual_seed(seed)
+    attn = SingleHeadAttention(8, 8, 8, bias=bias).double().eval()
+    mha = _mha_like(attn, bias)
+    x = _randn(seed, 2, 5, 8)
+    mask = causal_mask(5)
+    ours, w_ours = attn(x, mask=mask)
+    theirs, w_theirs = mha(x, x, x, attn_mask=to_mha_mask(mask))  # True = *blocked* there
+    torch.testing.assert_close(ours, theirs)
+    torch.testing.assert_close(w_ours, w_theirs)
+    # Unconverted, the same boolean mask means the opposite to MHA: the outputs differ.
+    _, w_wrong = mha(
+        x[:, :4], x[:, :4], x[:, :4], attn_mask=mask[:4, :4] & ~torch.eye(4, dtype=torch.bool)
+    )
+    assert bool((w_wrong[:, ~mask[:4, :4]] > 0).all())
+
+
+def test_cross_attention_agrees_with_torch_multihead_attention() -> None:
+    torch.manual_seed(3)
+    attn = SingleHeadAttention(8, 8, 8, d_context=5, bias=False).double().eval()
+    mha = _mha_like(attn, bias=False)
+    x, c = _randn(3, 2, 3, 8), _randn(4, 2, 6, 5)
+    lengths = [6, 4]
+    ours, w_ours = attn(x, c, padding_mask(lengths, 6))
+    theirs, w_theirs = mha(x, c, c, key_padding_mask=to_mha_mask(padding_mask(lengths, 6)[:, 0]))
+    torch.testing.assert_close(ours, theirs)
+    torch.testing.assert_close(w_ours, w_theirs)
+
+
+def test_dropout_only_in_training_mode() -> None:
+    torch.manual_seed(0)
+    attn = SingleHeadAttention(8, 4, dropout=0.5)
+    x = torch.randn(2, 6, 8)
+    attn.eval()
+    a, _ = attn(x)
+    b, _ = attn(x)
+    torch.testing.assert_close(a, b, rtol=0, atol=0)
+    attn.train()
+    c, w = attn(x)
+    assert not torch.allclose(a, c)
+    assert bool((w == 0).any())
+
+
+def test_gradients_reach_every_projection() -> None:
+    attn = SingleHeadAttention(6, 4, 3, bias=True)
+    output, _ = attn(torch.randn(2, 5, 6), mask=causal_mask(5))
+    output.square().sum().backward()
+    for name, p in attn.named_parameters():
+        assert p.grad is not None, name
+        assert bool(p.grad.abs().sum() > 0), name
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda a: a(torch.randn(2, 5, 7)), r"x_query must have shape \(\.\.\., T, d_model\) with d_model = 8, got \(2, 5, 7\)"),
+        (lambda a: a(torch.randn(2, 5, 8), torch.randn(2, 4, 7)), r"x_context must have shape \(\.\.\., S, d_context\) with d_context = 6"),
+        (lambda a: a(torch.randn(2, 5, 8)), r"x_context is None \(self-attention\).*d_context = 6"),
+        (lambda a: a(np.ones((5, 8)), torch.randn(4, 6)), r"x_query must be a torch tensor.*expects torch tensors"),
+        (lambda a: a(torch.randn(5, 8), torch.randn(4, 6), causal_mask(5)), r"mask of shape \(5, 5\) does not broadcast.*\(5, 4\)"),
+    ],
+)  # fmt: skip
+def test_forward_bad_inputs(call, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        call(SingleHeadAttention(8, 4, d_context=6))
+
+
+def test_constructor_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="d_k must be an int >= 1, got 0"):
+        SingleHeadAttention(8, 0)
+    with pytest.raises(ValueError, match="d_model must be an int >= 1"):
+        SingleHeadAttention(8.0, 4)
+    with pytest.raises(ValueError, match=r"dropout must be a number in \[0, 1\)"):
+        SingleHeadAttention(8, 4, dropout=1.5)
+
+
+# ------------------------------------------------------------- additive scores
+
+
+def test_additive_scores_shape_and_formula() -> None:
+    queries, keys = _randn(0, 2, 3, 4), _randn(1, 2, 5, 6)
+    w_q, w_k, v = _randn(2, 4, 7), _randn(3, 6, 7), _randn(4, 7)
+    scores = additive_scores(queries, keys, w_q, w_k, v)
+    assert scores.shape == (2, 3, 5)
+    b, t, s = 1, 2, 4
+    expected = v @ torch.tanh(queries[b, t] @ w_q + keys[b, s] @ w_k)
+    torch.testing.assert_close(scores[b, t, s], expected)
+    as_numpy = additive_scores(*(a.numpy() for a in (queries, keys, w_q, w_k, v)))
+    np.testing.assert_allclose(as_numpy, scores.numpy())
+
+
+def test_additive_scorer_module_matches_the_function_and_trains() -> None:
+    torch.manual_seed(0)
+    scorer = AdditiveScorer(d_query=4, d_key=6, d_attn=5)
+    queries, keys = torch.randn(2, 3, 4), torch.randn(2, 7, 6)
+    scores = scorer(queries, keys)
+    assert scores.shape == (2, 3, 7)
+    expected = additive_scores(
+        queries, keys, scorer.W_q.weight.T, scorer.W_k.weight.T, scorer.v.weight[0]
+    )
+    torch.testing.assert_close(scores, expected)
+    scores.sum().backward()
+    assert all(p.grad is not None for p in scorer.parameters())
+
+
+def test_additive_score_can_rank_keys_unlike_the_dot_product() -> None:
+    query = torch.tensor([[1.0, 0.0]])  # (T=1, d=2)
+    keys = torch.tensor([[2.0, 0.0], [0.0, 3.0]])  # key 0 aligned with the query, key 1 not
+    dot = score_matrix(query, keys)
+    additive = additive_scores(query, keys, torch.eye(2), torch.eye(2), torch.tensor([0.0, 1.0]))
+    assert int(dot.argmax()) == 0  # the dot product prefers the aligned key
+    assert int(additive.argmax()) == 1  # this scorer has learned to look at the 2nd feature
+    assert float(dot[0, 1]) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("args", "match"),
+    [
+        (((3, 4), (5, 6), (4, 7), (6, 7), (8,)), r"W_q must have shape \(4, 8\)"),
+        (((3, 4), (5, 6), (4, 7), (5, 7), (7,)), r"W_k must have shape \(6, 7\) = \(width of keys, len\(v\)\), got \(5, 7\)"),
+        (((3, 4), (5, 6), (4, 7), (6, 7), (7, 1)), r"v must have shape \(d_a,\), got \(7, 1\)"),
+        (((4,), (5, 6), (4, 7), (6, 7), (7,)), r"queries must have shape \(\.\.\., T, d_q\)"),
+        (((2, 3, 4), (3, 5, 6), (4, 7), (6, 7), (7,)), r"batch dimensions of queries \(2, 3, 4\) and keys \(3, 5, 6\)"),
+    ],
+)  # fmt: skip
+def test_additive_scores_bad_inputs(args: tuple, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        additive_scores(*(torch.zeros(s) for s in args))
+
+
+def test_additive_scorer_bad_widths() -> None:
+    with pytest.raises(ValueError, match="d_attn must be an int >= 1, got 0"):
+        AdditiveScorer(4, 4, 0)
