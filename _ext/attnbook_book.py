@@ -42,6 +42,27 @@ def _configure(app: Sphinx, config: Config) -> None:
         logger.info("attnbook: solutions are hidden (instructors' build)")
 
 
+def _drop_duplicate_inline_scripts(
+    app: Sphinx, pagename: str, templatename: str, context: dict, doctree: object
+) -> None:
+    """Keep one copy of each inline script of the page.
+
+    Sphinx 7.4 lists an inline script twice when an extension adds it after the
+    builder started (once with filename None, once with ""): sphinx-thebe's
+    `const THEBE_JS_URL = ...` then runs twice and every page throws
+    "Identifier 'THEBE_JS_URL' has already been declared" (the browser test sees it).
+    """
+    seen, unique = set(), []
+    for js in context.get("script_files", []):
+        attributes = tuple(sorted((key, str(value)) for key, value in js.attributes.items()))
+        key = (js.filename or "", js.priority, attributes)
+        if key not in seen:
+            seen.add(key)
+            unique.append(js)
+    context["script_files"][:] = unique
+
+
 def setup(app: Sphinx) -> dict[str, object]:
     app.connect("config-inited", _configure)
+    app.connect("html-page-context", _drop_duplicate_inline_scripts, priority=900)
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}

@@ -1,0 +1,328 @@
+"""Fixtures of the browser test: the built book, served locally, in headless Chromium.
+
+- The browser is the system's Chromium (`/usr/bin/chromium`, or `$ATTNBOOK_CHROMIUM`),
+  driven by Playwright; Playwright never downloads a browser here. Without one,
+  every browser test is skipped with one line saying so.
+- `_build/html` is served by `http.server` on 127.0.0.1 (a free port) from a
+  thread. Every request to any other host is aborted and recorded, so a page
+  that needs the network (a CDN's MathJax, a web font) fails the tests.
+- Each page is opened once, in a fresh browser context; what the tests need to
+  know about it is gathered into a `PageReport` and shared by all of them.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import os
+import re
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILD = ROOT / "_build" / "html"
+CHROMIUM = Path(os.environ.get("ATTNBOOK_CHROMIUM", "/usr/bin/chromium"))
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+SKIPPED_PARTS = {"_sources", "_static", "_images"}
+SKIPPED_PAGES = {"genindex.html", "search.html"}
+TIMEOUT_MS = 30_000  # loading one page, MathJax included
+NO_BUILD = "<no _build/html>"  # the page id used when there is nothing to test
+
+BOOK_TITLE = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))["title"]
+
+# Console messages of type "error" that are expected and harmless: (regex, why).
+# Keep it empty unless a real need appears, and explain each entry precisely.
+ALLOWED_CONSOLE_ERRORS: list[tuple[str, str]] = []
+
+
+_REDIRECT = re.compile(r'<meta http-equiv="refresh" content="0; url=([^"]+)"', re.IGNORECASE)
+
+
+def _html_files() -> dict[str, str | None]:
+    """Every HTML file of the build that a reader can open, with its redirect target.
+
+    Maps the path relative to `_build/html` to None for a page, or to the page it
+    sends the reader to for a redirect stub (Jupyter Book writes `index.html` as
+    one when the root document is not called `index`).
+    """
+    files: dict[str, str | None] = {}
+    for path in sorted(BUILD.rglob("*.html")) if BUILD.is_dir() else []:
+        rel = path.relative_to(BUILD)
+        if not SKIPPED_PARTS.isdisjoint(rel.parts[:-1]) or rel.as_posix() in SKIPPED_PAGES:
+            continue
+        head = path.read_text(encoding="utf-8", errors="replace")[:2000]
+        match = _REDIRECT.search(head) if "<article" not in head else None
+        files[rel.as_posix()] = match[1] if match else None
+    return files
+
+
+def built_pages() -> list[str]:
+    """Every page of the built book (not redirect stubs), relative to `_build/html`."""
+    return [name for name, target in _html_files().items() if target is None] or [NO_BUILD]
+
+
+def redirects() -> list[tuple[str, str]]:
+    """`(stub, target)` for every redirect stub of the build."""
+    return [(name, target) for name, target in _html_files().items() if target is not None]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A test that takes `page_name` runs once per built page, named after it."""
+    if "page_name" in metafunc.fixturenames:
+        metafunc.parametrize("page_name", built_pages())
+    if "redirect" in metafunc.fixturenames:
+        found = redirects()
+        metafunc.parametrize("redirect", found, ids=[stub for stub, _ in found])
+
+
+def _no_chromium() -> str | None:
+    """Why the browser test cannot run here, or None if it can."""
+    if CHROMIUM.is_file() and os.access(CHROMIUM, os.X_OK):
+        return None
+    return (
+        f"browser test skipped: no Chromium at {CHROMIUM} "
+        "(apt-get install chromium, or set ATTNBOOK_CHROMIUM)"
+    )
+
+
+@pytest.hookimpl(trylast=True)  # after `-m` has deselected what it deselects
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Without Chromium, report one skipped test with one line, not one per page and check."""
+    reason = _no_chromium()
+    browser_items = [item for item in items if item.get_closest_marker("browser")]
+    if reason is None or not browser_items:
+        return
+    first, rest = browser_items[0], browser_items[1:]
+    first.add_marker(pytest.mark.skip(reason=f"{reason}; {len(browser_items)} tests not run"))
+    if rest:
+        config.hook.pytest_deselected(items=rest)
+        items[:] = [item for item in items if item not in rest]
+
+
+@pytest.fixture(scope="session")
+def book_title() -> str:
+    return BOOK_TITLE
+
+
+# One round trip gathers everything the tests check. It runs after MathJax has
+# finished typesetting (or was found missing). The "article" is the page's main
+# text (sphinx-book-theme's <article class="bd-article">, else <main>, else <body>).
+COLLECT_JS = r"""
+async () => {
+  const article = document.querySelector("article.bd-article") || document.querySelector("main")
+      || document.body;
+  const snippet = (s) => s.replace(/\s+/g, " ").trim().slice(0, 80);
+
+  const images = [...article.querySelectorAll("img")];
+  images.forEach((img) => { if (img.loading === "lazy") img.loading = "eager"; });
+  await Promise.race([
+    Promise.all(images.map((img) => img.complete ? null : new Promise((done) => {
+      img.addEventListener("load", done); img.addEventListener("error", done);
+    }))),
+    new Promise((done) => setTimeout(done, 10000)),
+  ]);
+
+  const maths = [...article.querySelectorAll(".math.notranslate.nohighlight, div.math")];
+  const untypeset = maths.filter((m) => !m.querySelector("mjx-container"));
+
+  // Text outside code, scripts and typeset maths (closed dropdowns included):
+  // raw TeX there was never typeset.
+  const skip = "pre, code, script, style, textarea, mjx-container, .highlight";
+  const walker = document.createTreeWalker(article, NodeFilter.SHOW_TEXT);
+  const prose = [];
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    if (!node.parentElement.closest(skip)) prose.push(node.textContent);
+  }
+
+  return {
+    title: document.title,
+    h1: [...article.querySelectorAll("h1")].map((h) => snippet(h.textContent)),
+    mathCount: maths.length,
+    untypeset: untypeset.map((m) => m.tagName.toLowerCase() + ": " + snippet(m.textContent)),
+    prose: prose.join(" "),
+    images: images.map((img) => ({
+      src: img.getAttribute("src"),
+      loaded: img.complete && img.naturalWidth > 0,
+      alt: (img.getAttribute("alt") || "").trim(),
+    })),
+    figures: [...article.querySelectorAll("figure")].map((f) => ({
+      id: f.id || (f.querySelector("img") || {}).src || "(no id)",
+      caption: snippet((f.querySelector("figcaption") || {}).textContent || ""),
+    })),
+  };
+}
+"""
+
+
+@dataclass
+class PageReport:
+    """What one page looked like once loaded, for the tests to judge."""
+
+    name: str
+    facts: dict = field(default_factory=dict)  # the result of COLLECT_JS
+    mathjax_problem: str | None = None  # why MathJax did not finish, if it did not
+    console_errors: list[str] = field(default_factory=list)
+    page_errors: list[str] = field(default_factory=list)
+    blocked: list[tuple[str, str]] = field(default_factory=list)  # (resource type, URL)
+    failed_local: list[str] = field(default_factory=list)  # local URLs answered >= 400
+
+    def errors(self) -> list[str]:
+        """Console errors (less the allowed ones), uncaught exceptions, local HTTP errors."""
+        allowed = [re.compile(pattern) for pattern, _why in ALLOWED_CONSOLE_ERRORS]
+        found = [
+            f"console: {text}"
+            for text in self.console_errors
+            if not any(pattern.search(text) for pattern in allowed)
+        ]
+        found += [f"uncaught: {text}" for text in self.page_errors]
+        found += [f"HTTP {line}" for line in self.failed_local]
+        return found
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass  # the tests report what matters; the access log is noise
+
+
+@pytest.fixture(scope="session")
+def chromium_path() -> Path:
+    reason = _no_chromium()
+    if reason:
+        pytest.skip(reason)
+    return CHROMIUM
+
+
+@pytest.fixture(scope="session")
+def book_url(chromium_path: Path) -> Iterator[str]:
+    """Serve `_build/html` on 127.0.0.1 and yield its base URL (with a trailing slash)."""
+    if not (BUILD / "index.html").is_file():
+        pytest.fail(
+            f"{BUILD.relative_to(ROOT)} has no index.html: build the book first "
+            "(`make book`, or `make test`, which builds it before this test)",
+            pytrace=False,
+        )
+    handler = functools.partial(_QuietHandler, directory=str(BUILD))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture(scope="session")
+def chromium(chromium_path: Path):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=str(chromium_path), headless=True, args=CHROMIUM_ARGS
+        )
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+def _open(browser, base: str, name: str, settle: Callable) -> PageReport:
+    """Open `name` offline, let it settle (`settle(page, report)`), and gather a report."""
+    report = PageReport(name)
+    context = browser.new_context(service_workers="block")
+    try:
+        page = context.new_page()
+        page.set_default_timeout(TIMEOUT_MS)
+
+        def on_request(route):  # the local server only; everything else is refused
+            request = route.request
+            if request.url.startswith(base):
+                route.continue_()
+            else:
+                report.blocked.append((request.resource_type, request.url))
+                route.abort()
+
+        def on_console(message):
+            if message.type == "error":
+                report.console_errors.append(message.text)
+
+        def on_response(response):
+            if response.status >= 400 and response.url.startswith(base):
+                report.failed_local.append(f"{response.status} {response.url}")
+
+        page.route("**/*", on_request)
+        page.on("console", on_console)
+        page.on("pageerror", lambda error: report.page_errors.append(str(error)))
+        page.on("response", on_response)
+        page.goto(base + name, wait_until="load")
+        settle(page, report)
+        report.facts = page.evaluate(COLLECT_JS)
+    finally:
+        context.close()
+    return report
+
+
+def _wait_for_mathjax(page, report: PageReport) -> None:
+    """Wait until MathJax has typeset the page; note in `report` if it never does."""
+    if page.evaluate("() => !!window.MathJax && !window.MathJax.startup"):
+        # MathJax's script is deferred, so by the load event it has run, or failed to load:
+        # what is left is only the configuration object the page itself sets.
+        report.mathjax_problem = (
+            "MathJax's script did not load: was it blocked (a CDN) or missing? "
+            "Run `make assets` before building the book"
+        )
+        return
+    try:
+        page.wait_for_function(
+            "() => !window.MathJax || (window.MathJax.startup && window.MathJax.startup.promise)",
+            timeout=15_000,
+        )
+        page.evaluate(
+            "() => window.MathJax && window.MathJax.startup && window.MathJax.startup.promise"
+            ".then(() => true)"
+        )
+    except Exception as error:  # a timeout, or MathJax's own failure
+        report.mathjax_problem = (
+            f"MathJax never finished starting ({type(error).__name__}); "
+            "was its script blocked or missing? Run `make assets` before building."
+        )
+
+
+@pytest.fixture(scope="session")
+def visit(chromium, book_url: str) -> Callable[[str], PageReport]:
+    """`visit(name)` opens a built page once and returns its (cached) `PageReport`."""
+    cache: dict[str, PageReport | Exception] = {}
+
+    def get(name: str) -> PageReport:
+        if name == NO_BUILD:
+            pytest.fail(f"nothing to test: {BUILD} has no pages; build the book first")
+        if name not in cache:
+            try:
+                cache[name] = _open(chromium, book_url, name, _wait_for_mathjax)
+            except Exception as error:  # remembered, so the other tests of the page fail fast
+                cache[name] = error
+        found = cache[name]
+        if isinstance(found, Exception):
+            pytest.fail(f"{name}: the page could not be opened: {found}", pytrace=False)
+        return found
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def open_page(chromium, book_url: str) -> Callable[[str, Callable], PageReport]:
+    """`open_page(name, settle)`: like `visit`, uncached, with a custom wait."""
+    return lambda name, settle: _open(chromium, book_url, name, settle)

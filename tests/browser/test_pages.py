@@ -1,0 +1,149 @@
+"""Every page of the built book, opened offline in headless Chromium.
+
+For each page of `_build/html` (not the generated index and search pages, nor
+`_static`, `_sources` and `_images`):
+
+- its <title> names the book, and its article has an <h1>;
+- every formula (display and inline) was typeset by MathJax, and no raw TeX
+  (`$$`, `\\[`, `\\begin{`) is left in the article's text outside code;
+- every image in the article loaded and has alt text; every figure has a caption;
+- the browser logged no error and the page threw none;
+- nothing was requested from the network: the book is served from 127.0.0.1
+  and every other request is aborted, so the pages must use the vendored
+  MathJax and fonts (`make assets`); a script, stylesheet or font fetched
+  from elsewhere is named in the failure.
+
+Also: `index.html` (a redirect stub) leads to a page, and the search page finds
+a word offline. Without Chromium all of this is one skipped test.
+
+Run with `pytest tests -m browser` after building the book (`make test` does both).
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+# Every test taking `page_name` runs once per built page (conftest.pytest_generate_tests).
+RAW_TEX = [r"$$", r"\[", r"\begin{"]
+OFFLINE_CRITICAL = {"script", "stylesheet", "font"}  # what makes a page break without a network
+SEARCH_WORD = "attention"  # a word of intro.md, so the search must find at least one page
+
+
+def _problems(title: str, items: list[str], limit: int = 8) -> str:
+    shown = "\n".join(f"  - {item}" for item in items[:limit])
+    more = f"\n  ... and {len(items) - limit} more" if len(items) > limit else ""
+    return f"{title}:\n{shown}{more}"
+
+
+def test_title_names_the_book(visit, page_name: str, book_title: str) -> None:
+    title = visit(page_name).facts["title"].strip()
+    assert title, f"{page_name}: the <title> is empty"
+    assert book_title in title, f"{page_name}: the <title> {title!r} does not name {book_title!r}"
+
+
+def test_has_a_heading(visit, page_name: str) -> None:
+    assert visit(page_name).facts["h1"], f"{page_name}: the article has no <h1>"
+
+
+def test_maths_is_typeset(visit, page_name: str) -> None:
+    report = visit(page_name)
+    untypeset = report.facts["untypeset"]
+    if untypeset:
+        why = f" ({report.mathjax_problem})" if report.mathjax_problem else ""
+        pytest.fail(
+            _problems(
+                f"{page_name}: {len(untypeset)} of {report.facts['mathCount']} formulas "
+                f"were not typeset by MathJax{why}",
+                untypeset,
+            ),
+            pytrace=False,
+        )
+
+
+def test_no_raw_tex_in_the_text(visit, page_name: str) -> None:
+    prose = visit(page_name).facts["prose"]
+    found = []
+    for marker in RAW_TEX:
+        for match in re.finditer(re.escape(marker), prose):
+            start = max(match.start() - 30, 0)
+            found.append(f"{marker!r} in ...{' '.join(prose[start : match.end() + 40].split())}...")
+    if found:
+        pytest.fail(
+            _problems(f"{page_name}: raw TeX is visible in the article", found), pytrace=False
+        )
+
+
+def test_images_load_and_have_alt_text(visit, page_name: str) -> None:
+    problems = []
+    for image in visit(page_name).facts["images"]:
+        if not image["loaded"]:
+            problems.append(f"{image['src']} did not load")
+        if not image["alt"] or image["alt"] == image["src"]:
+            # Sphinx writes the file's path as the alt text when none is given.
+            problems.append(f"{image['src']} has no alt text")
+    if problems:
+        pytest.fail(_problems(f"{page_name}: images", problems), pytrace=False)
+
+
+def test_figures_have_captions(visit, page_name: str) -> None:
+    missing = [
+        figure["id"] for figure in visit(page_name).facts["figures"] if not figure["caption"]
+    ]
+    if missing:
+        pytest.fail(_problems(f"{page_name}: figures without a caption", missing), pytrace=False)
+
+
+def test_no_errors_in_the_browser(visit, page_name: str) -> None:
+    errors = visit(page_name).errors()
+    if errors:
+        pytest.fail(_problems(f"{page_name}: errors in the browser", errors), pytrace=False)
+
+
+def test_nothing_is_loaded_from_the_network(visit, page_name: str) -> None:
+    blocked = visit(page_name).blocked
+    critical = [url for kind, url in blocked if kind in OFFLINE_CRITICAL]
+    if critical:
+        pytest.fail(
+            _problems(
+                f"{page_name}: scripts, stylesheets or fonts requested from the network "
+                "(is MathJax vendored? run `make assets`, then rebuild the book)",
+                critical,
+            ),
+            pytrace=False,
+        )
+    if blocked:
+        pytest.fail(
+            _problems(
+                f"{page_name}: requests to the network (blocked; the page must work offline)",
+                [f"{kind}: {url}" for kind, url in blocked],
+            ),
+            pytrace=False,
+        )
+
+
+def test_redirect_leads_to_a_page(open_page, redirect: tuple[str, str]) -> None:
+    stub, target = redirect
+    landed = {}
+
+    def follow(page, report):
+        page.wait_for_url(f"**/{target}")
+        landed["title"] = page.title()
+
+    report = open_page(stub, follow)
+    assert landed["title"].strip(), f"{stub} redirects to {target}, which has no <title>"
+    if report.errors():
+        pytest.fail(_problems(f"{stub} -> {target}: errors", report.errors()), pytrace=False)
+
+
+def test_search_works_offline(open_page) -> None:
+    def wait_for_results(page, report):
+        page.wait_for_selector("#search-results ul.search li", timeout=20_000)
+
+    report = open_page(f"search.html?q={SEARCH_WORD}", wait_for_results)
+    problems = report.errors() + [f"network: {url}" for _kind, url in report.blocked]
+    if problems:
+        pytest.fail(_problems(f"search.html?q={SEARCH_WORD}", problems), pytrace=False)

@@ -1,0 +1,323 @@
+"""The project's files keep the promises of README.md and CONTRIBUTING.md.
+
+- the repository URL of `_config.yml` is the one shown everywhere (`make sync-url`);
+- `requirements.txt` pins every package exactly (torch to 2.13.0), covers
+  `requirements.in`, and agrees with `environment.yml`;
+- the book renders stored outputs and never tolerates errors;
+- the table of contents and `chapters/` list the same chapters;
+- every chapter has the anatomy of CONTRIBUTING.md: the Colab cell first, cells
+  run in order without errors, objectives, exercises with a checker and hidden
+  solutions, key takeaways, references, and figures with captions and alt text;
+- few cells escape nbval's comparison of outputs.
+
+Notebook checks are parametrized by chapter, so a failure names the chapter.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import nbformat
+import pytest
+import yaml
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+ROOT = Path(__file__).resolve().parent.parent
+CHAPTERS = sorted((ROOT / "chapters").glob("*.ipynb"))
+TORCH_PIN = "torch==2.13.0"
+IGNORE_LIMIT = 0.05  # share of code cells whose output nbval may skip
+IMAGE_TYPES = ("image/png", "image/jpeg", "image/svg+xml", "image/gif")
+
+
+def _load_tool(name: str) -> ModuleType:
+    """Import `tools/<name>.py` (tools/ is a folder of scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+sync_repo_url = _load_tool("sync_repo_url")
+run_tests = _load_tool("run_tests")
+
+
+def _pins(path: Path) -> dict[str, str]:
+    """{canonical name: version} of the `name==version` lines of a requirements file."""
+    pins = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        match = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==(\S+)", line.strip())
+        if match:
+            pins[canonicalize_name(match[1])] = match[2]
+    return pins
+
+
+# --- repository URL, pins, configuration --------------------------------------------------------
+
+
+def test_repository_url_is_in_sync() -> None:
+    found = sync_repo_url.find_out_of_sync(ROOT)
+    listing = "\n".join(f"  {p.path.relative_to(ROOT)}: {p.reason}" for p in found)
+    assert not found, f"these files disagree with repository.url of _config.yml:\n{listing}\n" + (
+        "run `make sync-url`"
+    )
+
+
+def test_torch_is_pinned() -> None:
+    lines = (ROOT / "requirements.txt").read_text(encoding="utf-8").splitlines()
+    assert TORCH_PIN in [line.strip() for line in lines], f"requirements.txt must pin {TORCH_PIN}"
+
+
+def test_every_requirement_is_an_exact_pin() -> None:
+    loose = []
+    for number, line in enumerate((ROOT / "requirements.txt").read_text().splitlines(), 1):
+        text = line.strip()
+        if not text or text.startswith("#") or text.startswith(("--index-url", "--extra-index")):
+            continue  # comments, and where to find packages (e.g. torch's CPU index)
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*(\[[^\]]*\])?==[^\s=<>!~;,]+", text):
+            loose.append(f"line {number}: {text}")
+    assert not loose, "requirements.txt must pin every package as name==version:\n" + "\n".join(
+        loose
+    )
+
+
+def test_requirements_in_is_pinned_in_requirements_txt() -> None:
+    pins = _pins(ROOT / "requirements.txt")
+    problems = []
+    for line in (ROOT / "requirements.in").read_text(encoding="utf-8").splitlines():
+        text = line.split("#", 1)[0].strip()
+        if not text or text.startswith("-"):
+            continue
+        requirement = Requirement(text)
+        version = pins.get(canonicalize_name(requirement.name))
+        if version is None:
+            problems.append(f"{requirement.name} is not pinned")
+        elif not requirement.specifier.contains(version, prereleases=True):
+            problems.append(f"{requirement.name}=={version} does not satisfy {requirement}")
+    assert not problems, "requirements.txt vs requirements.in (run `make lock`):\n" + "\n".join(
+        problems
+    )
+
+
+def test_environment_yml_agrees_with_requirements_txt() -> None:
+    path = ROOT / "environment.yml"
+    if not path.is_file():
+        pytest.skip("no environment.yml")
+    pins = _pins(ROOT / "requirements.txt")
+    conda = {}
+    for entry in yaml.safe_load(path.read_text(encoding="utf-8"))["dependencies"]:
+        if isinstance(entry, str):
+            match = re.fullmatch(r"([A-Za-z0-9._-]+)\s*=+\s*([^\s=<>]+)", entry)
+            if match:
+                conda[canonicalize_name(match[1])] = match[2]
+    problems = [
+        f"{name} is not pinned" for name in ("numpy", "scipy", "matplotlib") if name not in conda
+    ]
+    problems += [
+        f"{name}: environment.yml has {version}, requirements.txt has {pins[name]}"
+        for name, version in sorted(conda.items())
+        if name in pins and pins[name] != version
+    ]
+    assert not problems, "environment.yml vs requirements.txt:\n" + "\n".join(problems)
+
+
+def _find_key(node: object, key: str) -> bool:
+    if isinstance(node, dict):
+        return key in node or any(_find_key(value, key) for value in node.values())
+    if isinstance(node, list):
+        return any(_find_key(value, key) for value in node)
+    return False
+
+
+def test_book_renders_stored_outputs_and_allows_no_errors() -> None:
+    config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
+    for key in ("allow_errors", "nb_execution_allow_errors", "execution_allow_errors"):
+        assert not _find_key(config, key), f"_config.yml must not set {key}"
+    mode = (config.get("execute") or {}).get("execute_notebooks")
+    assert mode == "off", (
+        f'_config.yml: execute.execute_notebooks must be "off" (quoted), got {mode!r}; '
+        "notebooks are committed executed and checked by nbval"
+    )
+
+
+def _toc_files(node: object) -> list[str]:
+    if isinstance(node, dict):
+        found = [node["file"]] if "file" in node else []
+        return found + [f for value in node.values() for f in _toc_files(value)]
+    if isinstance(node, list):
+        return [f for value in node for f in _toc_files(value)]
+    return []
+
+
+def test_table_of_contents_lists_every_chapter() -> None:
+    on_disk = {p.with_suffix("").relative_to(ROOT).as_posix() for p in CHAPTERS}
+    on_disk |= {p.with_suffix("").relative_to(ROOT).as_posix() for p in ROOT.glob("chapters/*.md")}
+    if not on_disk:
+        pytest.skip("chapters/ has no chapter yet (the book build reports a toc without files)")
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
+    listed = {re.sub(r"\.(ipynb|md)$", "", f) for f in _toc_files(toc)}
+    listed_chapters = {f for f in listed if f.startswith("chapters/")}
+    assert not on_disk - listed_chapters, f"not in _toc.yml: {sorted(on_disk - listed_chapters)}"
+    assert not listed_chapters - on_disk, (
+        f"_toc.yml lists missing chapters: {sorted(listed_chapters - on_disk)}"
+    )
+
+
+# --- the anatomy of a chapter -------------------------------------------------------------------
+
+chapter = pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
+no_chapters = pytest.mark.skipif(not CHAPTERS, reason="chapters/ has no notebook yet")
+
+
+def _read(path: Path) -> nbformat.NotebookNode:
+    return nbformat.read(path, as_version=4)
+
+
+def _markdown(nb: nbformat.NotebookNode) -> str:
+    return "\n\n".join(cell.source for cell in nb.cells if cell.cell_type == "markdown")
+
+
+def _code_cells(nb: nbformat.NotebookNode) -> list[nbformat.NotebookNode]:
+    return [cell for cell in nb.cells if cell.cell_type == "code"]
+
+
+def _directives(markdown: str, name: str) -> list[list[str]]:
+    """The option lines (`:key: value`) of every `{name}` directive, fenced by ::: or ```."""
+    lines = markdown.splitlines()
+    found = []
+    for i, line in enumerate(lines):
+        if re.match(rf"^\s*(:{{3,}}|`{{3,}})\{{{name}\}}", line):
+            options = []
+            for option in lines[i + 1 :]:
+                if not re.match(r"^\s*:[\w-]+:", option):
+                    break
+                options.append(option.strip())
+            found.append(options)
+    return found
+
+
+@no_chapters
+@chapter
+def test_first_code_cell_is_the_colab_cell(path: Path) -> None:
+    cells = _code_cells(_read(path))
+    wanted = sync_repo_url.colab_cell_source(sync_repo_url.repository_url(ROOT))
+    assert cells, f"{path.name} has no code cell"
+    assert cells[0].source == wanted, (
+        f"{path.name}: the first code cell must be the Colab cell of CONTRIBUTING.md "
+        "(`make sync-url` rewrites it)"
+    )
+
+
+@no_chapters
+@chapter
+def test_cells_ran_in_order(path: Path) -> None:
+    cells = _code_cells(_read(path))
+    counts = [cell.execution_count for cell in cells]
+    assert counts == list(range(1, len(cells) + 1)), (
+        f"{path.name}: execution counts are {counts}, not 1..{len(cells)}: "
+        "run `make execute` (or Restart and run all), then commit"
+    )
+
+
+@no_chapters
+@chapter
+def test_no_stored_errors(path: Path) -> None:
+    errors = [
+        f"code cell {i}: {output.get('ename')}: {output.get('evalue')}"
+        for i, cell in enumerate(_code_cells(_read(path)), start=1)
+        for output in cell.outputs
+        if output.output_type == "error"
+    ]
+    assert not errors, f"{path.name} stores errors:\n" + "\n".join(errors)
+
+
+@no_chapters
+@chapter
+def test_chapter_has_the_required_sections(path: Path) -> None:
+    markdown = _markdown(_read(path))
+    missing = []
+    if not re.search(r"^\s*(:{3,}|`{3,})\{admonition\}\s+Learning objectives", markdown, re.M):
+        missing.append("a `{admonition} Learning objectives`")
+    for heading in ("## Exercises", "## Key takeaways", "## References"):
+        if not re.search(rf"^{re.escape(heading)}\s*$", markdown, re.MULTILINE):
+            missing.append(f"a heading `{heading}`")
+    assert not missing, f"{path.name} lacks " + ", ".join(missing)
+    sections = re.findall(r"^## (.+?)\s*$", markdown, re.MULTILINE)
+    assert sections[-1] == "References", (
+        f"{path.name}: `## References` must be the last section, found `## {sections[-1]}` after it"
+    )
+    references = markdown[markdown.rindex("## References") :]
+    assert re.search(r"^\s*(:{3,}|`{3,})\{footbibliography\}", references, re.MULTILINE), (
+        f"{path.name}: the References section needs a {{footbibliography}} directive"
+    )
+
+
+@no_chapters
+@chapter
+def test_at_least_three_exercises(path: Path) -> None:
+    exercises = _directives(_markdown(_read(path)), "exercise")
+    assert len(exercises) >= 3, f"{path.name} has {len(exercises)} {{exercise}} directives, needs 3"
+
+
+@no_chapters
+@chapter
+def test_solutions_are_hidden(path: Path) -> None:
+    markdown = _markdown(_read(path))
+    solutions = _directives(markdown, "solution") + _directives(markdown, "solution-start")
+    shown = [
+        i
+        for i, options in enumerate(solutions, start=1)
+        if not any(re.fullmatch(r":class:.*\bdropdown\b.*", option) for option in options)
+    ]
+    assert not shown, f"{path.name}: solutions number {shown} lack `:class: dropdown`"
+
+
+@no_chapters
+@chapter
+def test_a_code_exercise_calls_a_checker(path: Path) -> None:
+    checkers = {name for name in dir(_exercises()) if name.startswith("check_")}
+    called = {
+        name
+        for cell in _code_cells(_read(path))
+        for name in re.findall(r"\b(check_\w+)\s*\(", cell.source)
+        if name in checkers
+    }
+    assert called, f"{path.name}: no code cell calls a checker of attnbook.exercises"
+
+
+def _exercises() -> ModuleType:
+    import attnbook.exercises
+
+    return attnbook.exercises
+
+
+@no_chapters
+@chapter
+def test_figures_have_a_caption_and_alt_text(path: Path) -> None:
+    problems = []
+    for i, cell in enumerate(_code_cells(_read(path)), start=1):
+        if not any(
+            kind in output.get("data", {}) for output in cell.outputs for kind in IMAGE_TYPES
+        ):
+            continue
+        mystnb = cell.metadata.get("mystnb", {})
+        if not str(mystnb.get("figure", {}).get("caption", "")).strip():
+            problems.append(f"code cell {i}: no metadata mystnb.figure.caption")
+        if not str(mystnb.get("image", {}).get("alt", "")).strip():
+            problems.append(f"code cell {i}: no metadata mystnb.image.alt")
+    assert not problems, f"{path.name}, figures (see CONTRIBUTING.md):\n" + "\n".join(problems)
+
+
+@no_chapters
+def test_few_outputs_escape_nbval() -> None:
+    code_cells, ignored = run_tests.code_cell_census()
+    assert len(ignored) < IGNORE_LIMIT * code_cells, (
+        f"{len(ignored)} of {code_cells} code cells are marked NBVAL_IGNORE_OUTPUT or "
+        f"NBVAL_SKIP (limit: under {IGNORE_LIMIT:.0%}); mark only truly volatile outputs:\n"
+        + "\n".join(ignored)
+    )

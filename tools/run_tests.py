@@ -1,0 +1,237 @@
+"""Run every check of the book, in order, and print one summary: what `make test` runs.
+
+Usage: python tools/run_tests.py [STEP ...]     (default: every step; e.g. `... nbval book`)
+
+Steps, each timed; a failing step does not stop the ones after it:
+
+  lint      ruff check .
+  format    ruff format --check .
+  unit      pytest tests -m "not browser"        the package, the solutions, project files
+  nbval     pytest --nbval chapters/             re-runs every notebook, compares outputs
+  book      jupyter-book build into an emptied _build/html (warnings are errors,
+            nitpicky, every page re-read)
+  browser   pytest tests -m browser              the built book in headless Chromium
+
+Each pytest step writes a JUnit XML report to .test-reports/. The last line is
+
+  summary: N passed, M failed, K skipped
+
+where N, M and K add up the pytest tests of every step, plus one per step that
+is not pytest (ruff check, ruff format, the book build). Failed includes
+errors. The exit status is 0 only if nothing failed. pytest's "no tests
+collected" (exit status 5) is a failure for the unit tests and nbval, and for
+the browser test only where Chromium is installed. Finally the share of code
+cells whose output nbval does not compare (`# NBVAL_IGNORE_OUTPUT`) must stay
+below 5%.
+
+Every program is taken from the environment of the Python running this script
+(`.venv/bin/` under `make test`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent  # the virtual environment's bin/, not resolved on purpose
+REPORTS = ROOT / ".test-reports"
+CHROMIUM = Path(os.environ.get("ATTNBOOK_CHROMIUM", "/usr/bin/chromium"))
+IGNORE_LIMIT = 0.05  # at most this share of code cells may skip nbval's comparison
+PYTEST_NO_TESTS = 5  # pytest's exit status when it collected nothing
+
+PYTEST = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider"]
+NBVAL_ENV = {  # as tools/execute_notebooks.py: no downloads, no progress bars, no debugger noise
+    "HF_HUB_OFFLINE": "1",
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    "PYDEVD_DISABLE_FILE_VALIDATION": "1",
+}
+
+
+@dataclass
+class Step:
+    key: str  # the name to run it alone: `python tools/run_tests.py nbval`
+    title: str  # its row in the summary
+    command: list[str]
+    junit: str | None = None  # the report's file name, for pytest steps
+    env: dict[str, str] | None = None
+    empty_is_failure: bool = True  # for pytest: is "no tests collected" a failure?
+    # Filled in by run():
+    returncode: int | None = None
+    seconds: float = 0.0
+    passed: int = 0
+    failed: int = 0
+    skipped: int = 0
+
+    @property
+    def ok(self) -> bool:
+        if self.returncode == PYTEST_NO_TESTS and self.junit:
+            return not self.empty_is_failure
+        return self.returncode == 0
+
+
+def steps() -> list[Step]:
+    return [
+        Step("lint", "ruff check", [str(BIN / "ruff"), "check", "."]),
+        Step("format", "ruff format --check", [str(BIN / "ruff"), "format", "--check", "."]),
+        Step("unit", "pytest (not browser)", [*PYTEST, "tests", "-m", "not browser"], "unit.xml"),
+        Step(
+            "nbval",
+            "nbval (chapters)",
+            [
+                *PYTEST,
+                "--nbval",
+                "--nbval-current-env",
+                "--nbval-sanitize-with",
+                "tests/nbval_sanitize.cfg",
+                "chapters/",
+            ],
+            "nbval.xml",
+            env=NBVAL_ENV,
+        ),
+        Step(
+            "book",
+            "jupyter-book build",
+            # --all: re-read every page, so warnings of unchanged pages are not skipped.
+            [
+                str(BIN / "jupyter-book"),
+                "build",
+                ".",
+                "--warningiserror",
+                "--nitpick",
+                "--keep-going",
+                "--all",
+            ],
+        ),
+        Step(
+            "browser",
+            "pytest (browser)",
+            [*PYTEST, "tests", "-m", "browser"],
+            "browser.xml",
+            empty_is_failure=CHROMIUM.exists(),
+        ),
+    ]
+
+
+def junit_counts(path: Path) -> tuple[int, int, int]:
+    """(passed, failed, skipped) of a pytest JUnit XML report; errors count as failed."""
+    root = ET.parse(path).getroot()
+    suites = [root] if root.tag == "testsuite" else root.iter("testsuite")
+    tests = failed = skipped = 0
+    for suite in suites:
+        tests += int(suite.get("tests", 0))
+        failed += int(suite.get("failures", 0)) + int(suite.get("errors", 0))
+        skipped += int(suite.get("skipped", 0))
+    return tests - failed - skipped, failed, skipped
+
+
+def run(step: Step, number: int, total: int) -> None:
+    command = list(step.command)
+    report = REPORTS / step.junit if step.junit else None
+    if report:
+        command.append(f"--junitxml={report}")
+    print(f"\n==> [{number}/{total}] {step.title}: {' '.join(step.command)}", flush=True)
+    if step.key == "book":
+        # Start from an empty _build/html: pages left over from an earlier build
+        # (a renamed chapter) would otherwise be checked by the browser test.
+        shutil.rmtree(ROOT / "_build" / "html", ignore_errors=True)
+    start = time.perf_counter()
+    try:
+        step.returncode = subprocess.run(
+            command, cwd=ROOT, env={**os.environ, **(step.env or {})}, check=False
+        ).returncode
+    except FileNotFoundError as error:
+        print(f"cannot run {command[0]}: {error}")
+        step.returncode = 127
+    step.seconds = time.perf_counter() - start
+
+    if report and report.is_file():
+        step.passed, step.failed, step.skipped = junit_counts(report)
+    elif not report:
+        step.passed, step.failed = (1, 0) if step.ok else (0, 1)
+    if not step.ok and step.failed == 0:
+        step.failed = 1  # failed without a failing test: no tests, a crash, a usage error
+    if step.returncode == PYTEST_NO_TESTS and report:
+        print(f"{step.title}: no tests were collected")
+
+
+def code_cell_census() -> tuple[int, list[str]]:
+    """(number of code cells, "notebook: cell N" for each cell nbval does not compare)."""
+    code_cells, ignored = 0, []
+    for path in sorted((ROOT / "chapters").glob("*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        cells = [cell for cell in nb.cells if cell.cell_type == "code"]
+        code_cells += len(cells)
+        ignored += [
+            f"{path.name}: code cell {i}"
+            for i, cell in enumerate(cells, start=1)
+            if is_output_ignored(cell)
+        ]
+    return code_cells, ignored
+
+
+def is_output_ignored(cell: nbformat.NotebookNode) -> bool:
+    """Does nbval skip comparing this cell's output (by comment or by tag)?"""
+    tags = {tag.lower() for tag in cell.get("metadata", {}).get("tags", [])}
+    marked = re.search(r"^\s*#\s*NBVAL_(IGNORE_OUTPUT|SKIP)\b", cell.source, re.MULTILINE)
+    return bool(marked) or bool(tags & {"nbval-ignore-output", "nbval-skip"})
+
+
+def main(selected: list[str]) -> int:
+    all_steps = steps()
+    unknown = set(selected) - {step.key for step in all_steps}
+    if unknown:
+        print(f"unknown step(s): {', '.join(sorted(unknown))}\n\n{__doc__}")
+        return 2
+    chosen = [step for step in all_steps if not selected or step.key in selected]
+
+    REPORTS.mkdir(exist_ok=True)
+    for step in chosen:
+        if step.junit:
+            (REPORTS / step.junit).unlink(missing_ok=True)
+    for number, step in enumerate(chosen, start=1):
+        run(step, number, len(chosen))
+
+    print("\n" + "=" * 78)
+    print(f"{'step':<24}{'result':<8}{'seconds':>9}   counts")
+    for step in chosen:
+        result = "ok" if step.ok else "FAILED"
+        if step.ok and step.skipped and not step.passed:
+            result = "skipped"
+        counts = f"{step.passed} passed, {step.failed} failed, {step.skipped} skipped"
+        print(f"{step.title:<24}{result:<8}{step.seconds:>9.1f}   {counts}")
+    print(f"{'total':<32}{sum(step.seconds for step in chosen):>9.1f}")
+
+    ignore_failed = False
+    nbval = next((step for step in chosen if step.key == "nbval"), None)
+    if nbval:
+        code_cells, ignored = code_cell_census()
+        share = len(ignored) / code_cells if code_cells else 0.0
+        ignore_failed = share >= IGNORE_LIMIT
+        print(
+            f"\nnotebooks: {code_cells} code cells; nbval validated {nbval.passed} "
+            f"(failed {nbval.failed}); {len(ignored)} marked NBVAL_IGNORE_OUTPUT/SKIP "
+            f"= {share:.1%} (limit: under {IGNORE_LIMIT:.0%})"
+            + (" FAILED" if ignore_failed else "")
+        )
+        if ignore_failed:
+            print("\n".join(f"  {cell}" for cell in ignored))
+
+    passed = sum(step.passed for step in chosen)
+    failed = sum(step.failed for step in chosen)
+    skipped = sum(step.skipped for step in chosen)
+    print(f"summary: {passed} passed, {failed} failed, {skipped} skipped")
+    return 1 if failed or ignore_failed or not all(step.ok for step in chosen) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

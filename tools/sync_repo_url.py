@@ -1,0 +1,172 @@
+"""Copy the repository URL from _config.yml to every place that shows it.
+
+Usage:
+    python tools/sync_repo_url.py           # rewrite what is out of date (`make sync-url`)
+    python tools/sync_repo_url.py --check   # change nothing; exit 1 and list what is out of date
+
+The URL lives only in `_config.yml` (`repository: url:`). This script writes it to:
+
+- the first code cell of every `chapters/*.ipynb`, the Colab install cell, whose
+  whole source is rewritten to the canonical text of CONTRIBUTING.md (outputs,
+  execution count and metadata are kept);
+- README.md, between `<!-- repo-url:start -->` and `<!-- repo-url:end -->`: every
+  `https://github.com/OWNER/REPO` there (the badges and links) becomes the URL;
+- CITATION.cff, the `repository-code:` line;
+- pyproject.toml, the `Homepage` line of `[project.urls]`.
+
+A file or marker that is absent is skipped. `tests/test_project_files.py` calls
+`find_out_of_sync()` so that a URL edited by hand in one place fails the tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+from typing import NamedTuple
+
+import nbformat
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# The Colab cell of CONTRIBUTING.md; `{url}` is the repository URL.
+COLAB_CELL = """\
+# On Colab, install the course package attnbook. Elsewhere this does nothing:
+# `make book` has already installed it into .venv.
+import sys
+
+if "google.colab" in sys.modules:
+    %pip install --quiet "attnbook @ git+{url}\""""
+
+README_START, README_END = "<!-- repo-url:start -->", "<!-- repo-url:end -->"
+_GITHUB_REPO = re.compile(r"https://github\.com/[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+")
+_CITATION_LINE = re.compile(r"^(repository-code:[ \t]*).*$", re.MULTILINE)
+_HOMEPAGE_LINE = re.compile(r'^(Homepage[ \t]*=[ \t]*)"[^"\n]*"', re.MULTILINE)
+
+
+class OutOfSync(NamedTuple):
+    """A file whose copy of the URL disagrees with `_config.yml`."""
+
+    path: Path
+    reason: str
+    fixable: bool = True  # False: the script cannot fix it, a person must
+
+
+def repository_url(root: Path = ROOT) -> str:
+    """Return `repository.url` of `_config.yml`, without a trailing slash."""
+    config = yaml.safe_load((root / "_config.yml").read_text(encoding="utf-8"))
+    url = str((config.get("repository") or {}).get("url") or "").strip().rstrip("/")
+    if not url.startswith("https://"):
+        raise ValueError(f"_config.yml: repository.url must be an https:// URL, got {url!r}")
+    return url
+
+
+def colab_cell_source(url: str) -> str:
+    """The canonical source of the first code cell of every chapter."""
+    return COLAB_CELL.format(url=url)
+
+
+def _is_colab_cell(source: str) -> bool:
+    return "google.colab" in source or "attnbook @ git+" in source
+
+
+def _sync_notebook(path: Path, url: str, write: bool) -> OutOfSync | None:
+    """Say how `path` is out of sync (None if it is not); fix it when `write`."""
+    nb = nbformat.read(path, as_version=4)
+    code_cells = [cell for cell in nb.cells if cell.cell_type == "code"]
+    if not code_cells or not _is_colab_cell(code_cells[0].source):
+        # Never overwrite a cell that is not the Colab cell: it would lose real code.
+        reason = "its first code cell is not the Colab cell: add it by hand (see CONTRIBUTING.md)"
+        return OutOfSync(path, reason, fixable=False)
+    first = code_cells[0]
+    wanted = colab_cell_source(url)
+    if first.source == wanted:
+        return None
+    if write:
+        first.source = wanted
+        nbformat.write(nb, path)
+    return OutOfSync(path, "its Colab cell differs from the canonical text")
+
+
+def _replace_in_readme(text: str, url: str) -> str:
+    start, end = text.find(README_START), text.find(README_END)
+    if start < 0 or end < start:
+        return text
+    block = _GITHUB_REPO.sub(url, text[start:end])
+    return text[:start] + block + text[end:]
+
+
+def _replace_homepage(text: str, url: str) -> str:
+    match = re.search(r"^\[project\.urls\][ \t]*$", text, re.MULTILINE)
+    if not match:
+        return text
+    section_end = re.compile(r"^\[", re.MULTILINE).search(text, match.end())
+    stop = section_end.start() if section_end else len(text)
+    section = _HOMEPAGE_LINE.sub(lambda m: f'{m[1]}"{url}"', text[match.end() : stop], count=1)
+    return text[: match.end()] + section + text[stop:]
+
+
+def _text_rewrites(url: str) -> dict[str, object]:
+    return {
+        "README.md": lambda text: _replace_in_readme(text, url),
+        "CITATION.cff": lambda text: _CITATION_LINE.sub(lambda m: f'{m[1]}"{url}"', text, count=1),
+        "pyproject.toml": lambda text: _replace_homepage(text, url),
+    }
+
+
+def sync(root: Path = ROOT, write: bool = True) -> list[OutOfSync]:
+    """Bring every copy of the URL in line with `_config.yml`.
+
+    Returns an `OutOfSync` for every file that was out of sync (and, unless it
+    is not `fixable`, is fixed now). With `write=False` nothing is changed:
+    this is `--check`, and what the tests call.
+    """
+    url = repository_url(root)
+    found: list[OutOfSync] = []
+    for path in sorted((root / "chapters").glob("*.ipynb")):
+        problem = _sync_notebook(path, url, write)
+        if problem:
+            found.append(problem)
+    for name, rewrite in _text_rewrites(url).items():
+        path = root / name
+        if not path.is_file():
+            continue
+        text = path.read_text(encoding="utf-8")
+        new = rewrite(text)
+        if new != text:
+            found.append(OutOfSync(path, f"does not show {url}"))
+            if write:
+                path.write_text(new, encoding="utf-8")
+    return found
+
+
+def find_out_of_sync(root: Path = ROOT) -> list[OutOfSync]:
+    """Every file whose URL disagrees with `_config.yml`; changes nothing."""
+    return sync(root, write=False)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--check", action="store_true", help="change nothing; exit 1 if out of sync"
+    )
+    args = parser.parse_args(argv)
+    url = repository_url(ROOT)
+    found = sync(ROOT, write=not args.check)
+    for problem in found:
+        print(f"{problem.path.relative_to(ROOT)}: {problem.reason}")
+    if args.check:
+        if found:
+            print(f"{len(found)} file(s) out of sync with {url}: run `make sync-url`.")
+            return 1
+        print(f"every copy of the repository URL is {url}")
+        return 0
+    fixed = [problem for problem in found if problem.fixable]
+    print(f"updated {len(fixed)} file(s) to {url}")
+    return 0 if len(fixed) == len(found) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
