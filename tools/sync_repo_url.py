@@ -63,6 +63,11 @@ def repository_url(root: Path = ROOT) -> str:
     return url
 
 
+# The Colab cell runs everywhere (nbval included) but is left out of the rendered
+# book, where it would be the first thing a reader sees; Colab shows it.
+COLAB_TAG = "remove-cell"
+
+
 def colab_cell_source(url: str) -> str:
     """The canonical source of the first code cell of every chapter."""
     return COLAB_CELL.format(url=url)
@@ -82,12 +87,15 @@ def _sync_notebook(path: Path, url: str, write: bool) -> OutOfSync | None:
         return OutOfSync(path, reason, fixable=False)
     first = code_cells[0]
     wanted = colab_cell_source(url)
-    if first.source == wanted:
+    tags = first.metadata.get("tags", [])
+    if first.source == wanted and COLAB_TAG in tags:
         return None
     if write:
         first.source = wanted
+        if COLAB_TAG not in tags:
+            first.metadata["tags"] = [*tags, COLAB_TAG]
         nbformat.write(nb, path)
-    return OutOfSync(path, "its Colab cell differs from the canonical text")
+    return OutOfSync(path, f"its Colab cell differs from the canonical text or lacks the tag {COLAB_TAG!r}")
 
 
 def _replace_in_readme(text: str, url: str) -> str:
