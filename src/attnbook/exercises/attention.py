@@ -26,7 +26,7 @@ def _randn(seed: int, *shape: int) -> torch.Tensor:
 
 
 def _worked_example() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Four 3-d inputs and integer projections drawn with ``np.random.seed(42)`` (chapter 5)."""
+    """Four 3-d inputs and integer projections drawn with ``np.random.seed(42)`` (chapter 4)."""
     rng = np.random.RandomState(42)  # the legacy generator the published example uses
     x = np.array([[1, 0, 0], [0, 1, 0], [1, 1, 0], [0, 0, 1]], dtype=float)
     w_q, w_k, w_v = (rng.randint(3, size=(3, 3)).astype(float) for _ in range(3))
