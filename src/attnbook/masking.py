@@ -157,8 +157,10 @@ def padding_mask(
         (the ``1`` is shared by all ``T`` queries). For multi-head scores
         ``(B, H, T, S)`` pass ``per_head=True`` (or index ``[:, None]``) to get
         ``(B, 1, 1, S)``; aligning ``(B, 1, S)`` from the right against
-        ``(B, H, T, S)`` would put ``B`` on the head axis, which
-        :func:`apply_mask` rejects.
+        ``(B, H, T, S)`` would put ``B`` on the head axis: :func:`apply_mask`
+        rejects that when ``H != B``, but when ``H == B`` it broadcasts without
+        error and masks the wrong rows (chapter 6 shows it), so choose the
+        shape deliberately.
     """
     if isinstance(lengths, torch.Tensor):
         device = lengths.device if device is None else device
