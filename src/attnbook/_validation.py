@@ -147,3 +147,14 @@ def broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
     if len(shape) > len(target):
         return False
     return all(s in (1, t) for s, t in zip(reversed(shape), reversed(target)))
+
+
+def check_batch_broadcast(a: Array, b: Array, name_a: str, name_b: str) -> None:
+    """Raise unless the batch dimensions (all but the last two) of ``a`` and ``b`` broadcast."""
+    try:
+        np.broadcast_shapes(tuple(a.shape[:-2]), tuple(b.shape[:-2]))
+    except ValueError:
+        raise ValueError(
+            f"the batch dimensions of {name_a} {shape_str(a)} and {name_b} {shape_str(b)} "
+            "do not broadcast"
+        ) from None

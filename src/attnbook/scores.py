@@ -23,6 +23,7 @@ from torch import nn
 from attnbook._validation import (
     Array,
     as_float_array,
+    check_batch_broadcast,
     check_positive_number,
     same_kind,
     shape_str,
@@ -124,13 +125,7 @@ def score_matrix(queries: Array, keys: Array, scale: float | None = None) -> Arr
             "queries and keys must have the same last dimension d, got "
             f"queries {shape_str(queries)} and keys {shape_str(keys)}"
         )
-    try:
-        np.broadcast_shapes(tuple(queries.shape[:-2]), tuple(keys.shape[:-2]))
-    except ValueError:
-        raise ValueError(
-            f"the batch dimensions of queries {shape_str(queries)} and keys {shape_str(keys)} "
-            "do not broadcast"
-        ) from None
+    check_batch_broadcast(queries, keys, "queries", "keys")
     keys_t = keys.transpose(-2, -1) if isinstance(keys, torch.Tensor) else np.swapaxes(keys, -2, -1)
     scores = queries @ keys_t  # (..., T, d) @ (..., d, S) -> (..., T, S)
     if scale is not None:
@@ -186,13 +181,7 @@ def additive_scores(queries: Array, keys: Array, W_q: Array, W_k: Array, v: Arra
                 f"{name} must have shape ({x.shape[-1]}, {d_a}) = (width of {x_name}, len(v)), "
                 f"got {shape_str(W)}"
             )
-    try:
-        np.broadcast_shapes(tuple(queries.shape[:-2]), tuple(keys.shape[:-2]))
-    except ValueError:
-        raise ValueError(
-            f"the batch dimensions of queries {shape_str(queries)} and keys {shape_str(keys)} "
-            "do not broadcast"
-        ) from None
+    check_batch_broadcast(queries, keys, "queries", "keys")
     q = (queries @ W_q)[..., :, None, :]  # (..., T, d_q) @ (d_q, d_a) -> (..., T, 1, d_a)
     k = (keys @ W_k)[..., None, :, :]  # (..., S, d_k) @ (d_k, d_a) -> (..., 1, S, d_a)
     hidden = torch.tanh(q + k) if isinstance(q, torch.Tensor) else np.tanh(q + k)
