@@ -95,7 +95,9 @@ def _sync_notebook(path: Path, url: str, write: bool) -> OutOfSync | None:
         if COLAB_TAG not in tags:
             first.metadata["tags"] = [*tags, COLAB_TAG]
         nbformat.write(nb, path)
-    return OutOfSync(path, f"its Colab cell differs from the canonical text or lacks the tag {COLAB_TAG!r}")
+    return OutOfSync(
+        path, f"its Colab cell differs from the canonical text or lacks the tag {COLAB_TAG!r}"
+    )
 
 
 def _replace_in_readme(text: str, url: str) -> str:

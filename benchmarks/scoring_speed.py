@@ -1,0 +1,149 @@
+"""How much faster is dot-product scoring than additive (Bahdanau) scoring? (chapter 5)
+
+Usage:
+    python benchmarks/scoring_speed.py [--seq-len 512] [--dim 64] [--repeats 20] [--device auto]
+
+Every row is timed on the same inputs in the same run, and reported against its
+dot-product peer:
+
+- ``scores`` group: ``T = S = --seq-len`` queries and keys of width ``--dim``,
+  both projected to ``d_a = --dim`` with the same ``W_q`` and ``W_k``; then either
+  a dot product ``(q W_q)(k W_k)ᵀ / sqrt(d_a)`` (the peer) or the additive score
+  ``tanh(q W_q + k W_k) · v`` of ``attnbook.additive_scores``, which builds a
+  ``(T, S, d_a)`` intermediate tensor.
+- ``attention`` group: ``attnbook.scaled_dot_product_attention`` with
+  ``need_weights=True`` (explicit scores, softmax and weights: the peer) and with
+  ``need_weights=False`` (PyTorch's fused kernel, which never stores the
+  ``(T, S)`` weights).
+
+Each row reports the median of ``--repeats`` timed calls, after warm-up calls that
+are not timed and with the rows' calls interleaved; on a GPU every call is followed by a synchronisation so that the
+clock measures the work, not the launch. Timings depend on the machine, its load
+and the thread count, which is why this is a benchmark and not a test: it
+asserts nothing about speed and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+import time
+from collections.abc import Callable
+
+import torch
+
+import attnbook
+
+WARMUP = 3  # untimed calls before timing: first-call allocations, lazy initialisation
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait until the device has finished its queued work (no-op on the CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+
+def median_seconds(
+    fns: list[Callable[[], object]], repeats: int, device: torch.device
+) -> list[float]:
+    """Median wall-clock time of one call of each function in ``fns``.
+
+    Every function first gets ``WARMUP`` untimed calls. The timed calls are
+    interleaved (one call of each function per round, ``repeats`` rounds), so a
+    burst of load from another program slows all of them alike instead of
+    skewing one row of the table.
+    """
+    for fn in fns:
+        for _ in range(WARMUP):
+            fn()
+    synchronize(device)
+    times: list[list[float]] = [[] for _ in fns]
+    for _ in range(repeats):
+        for fn, fn_times in zip(fns, times):
+            start = time.perf_counter()
+            fn()
+            synchronize(device)
+            fn_times.append(time.perf_counter() - start)
+    return [statistics.median(fn_times) for fn_times in times]
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seq-len", type=int, default=512, help="T = S, queries and keys")
+    parser.add_argument("--dim", type=int, default=64, help="input width d and d_a")
+    parser.add_argument("--repeats", type=int, default=20, help="timed calls per row")
+    parser.add_argument(
+        "--device", default="auto", help="cpu, cuda, mps, or auto (attnbook.get_device())"
+    )
+    args = parser.parse_args(argv)
+    for name in ("seq_len", "dim", "repeats"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    device = attnbook.get_device() if args.device == "auto" else torch.device(args.device)
+    T = S = args.seq_len
+    d = d_a = args.dim
+
+    attnbook.set_seed(0)
+    queries = torch.randn(T, d, device=device)  # (T, d)
+    keys = torch.randn(S, d, device=device)  # (S, d)
+    values = torch.randn(S, d, device=device)  # (S, d)
+    W_q = torch.randn(d, d_a, device=device) / math.sqrt(d)  # (d, d_a)
+    W_k = torch.randn(d, d_a, device=device) / math.sqrt(d)  # (d, d_a)
+    v = torch.randn(d_a, device=device) / math.sqrt(d_a)  # (d_a,)
+
+    def dot_scores() -> torch.Tensor:
+        # (T, d) @ (d, d_a) -> (T, d_a); (T, d_a) @ (d_a, S) -> (T, S)
+        return (queries @ W_q) @ (keys @ W_k).T / math.sqrt(d_a)
+
+    def additive() -> torch.Tensor:
+        return attnbook.additive_scores(queries, keys, W_q, W_k, v)  # (T, S), via (T, S, d_a)
+
+    def attention_explicit() -> torch.Tensor:
+        return attnbook.scaled_dot_product_attention(queries, keys, values, need_weights=True)[0]
+
+    def attention_fused() -> torch.Tensor:
+        return attnbook.scaled_dot_product_attention(queries, keys, values, need_weights=False)[0]
+
+    rows = [  # (group, name, function, is the peer of its group)
+        ("scores", "dot product (peer)", dot_scores, True),
+        ("scores", "additive", additive, False),
+        ("attention", "need_weights=True (peer)", attention_explicit, True),
+        ("attention", "need_weights=False (fused)", attention_fused, False),
+    ]
+    with torch.inference_mode():
+        medians = median_seconds([fn for _, _, fn, _ in rows], args.repeats, device)
+    timed = [
+        (group, name, seconds, is_peer) for (group, name, _, is_peer), seconds in zip(rows, medians)
+    ]
+
+    threads = torch.get_num_threads() if device.type == "cpu" else "-"
+    print(
+        f"device {device}, torch {torch.__version__}, CPU threads {threads}; "
+        f"T = S = {T}, d = d_a = {d}; median of {args.repeats} interleaved calls after {WARMUP} warm-up calls"
+    )
+    hidden_mib = T * S * d_a * queries.element_size() / 2**20
+    scores_mib = T * S * queries.element_size() / 2**20
+    print(
+        f"additive's (T, S, d_a) intermediate: {hidden_mib:.1f} MiB; "
+        f"the (T, S) scores: {scores_mib:.2f} MiB"
+    )
+    print()
+    print(f"{'group':<10} {'method':<28} {'median (ms)':>12} {'vs peer':>9}")
+    peers = {group: seconds for group, _, seconds, is_peer in timed if is_peer}
+    for group, name, seconds, _ in timed:
+        ratio = seconds / peers[group]
+        print(f"{group:<10} {name:<28} {seconds * 1e3:>12.3f} {ratio:>8.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
