@@ -16,6 +16,7 @@ Notebook checks are parametrized by chapter, so a failure names the chapter.
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import re
 import sys
 from pathlib import Path
@@ -221,6 +222,21 @@ def test_cells_ran_in_order(path: Path) -> None:
     assert counts == list(range(1, len(cells) + 1)), (
         f"{path.name}: execution counts are {counts}, not 1..{len(cells)}: "
         "run `make execute` (or Restart and run all), then commit"
+    )
+
+
+@no_chapters
+@chapter
+def test_outputs_are_stored_as_make_execute_writes_them(path: Path) -> None:
+    split = [
+        f"code cell {i}"
+        for i, cell in enumerate(_code_cells(_read(path)), start=1)
+        for a, b in itertools.pairwise(cell.outputs)
+        if a.output_type == b.output_type == "stream" and a.name == b.name
+    ]
+    assert not split, (
+        f"{path.name}: printed text split into several outputs in {', '.join(split)}; "
+        "run `make execute`, which merges them, so that re-running changes nothing"
     )
 
 

@@ -21,6 +21,27 @@ from nbclient import NotebookClient
 TIMEOUT_S = 600  # per cell
 
 
+def _coalesce_streams(outputs: list) -> list:
+    """Merge consecutive stdout (or stderr) chunks into one output.
+
+    How a kernel splits printed text into messages depends on timing; merged,
+    the stored notebook is the same on every run.
+    """
+    merged: list = []
+    for out in outputs:
+        previous = merged[-1] if merged else None
+        if (
+            out.output_type == "stream"
+            and previous is not None
+            and previous.output_type == "stream"
+            and previous.name == out.name
+        ):
+            previous.text += out.text
+        else:
+            merged.append(out)
+    return merged
+
+
 def execute(path: Path) -> None:
     nb = nbformat.read(path, as_version=4)
     client = NotebookClient(
@@ -33,6 +54,8 @@ def execute(path: Path) -> None:
     client.execute()
     for cell in nb.cells:
         cell.metadata.pop("execution", None)
+        if cell.cell_type == "code":
+            cell.outputs = _coalesce_streams(cell.outputs)
     nb.metadata.pop("widgets", None)
     nb.metadata["kernelspec"] = {
         "display_name": "Python 3",
