@@ -149,10 +149,14 @@ def broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
     return all(s in (1, t) for s, t in zip(reversed(shape), reversed(target)))
 
 
-def check_batch_broadcast(a: Array, b: Array, name_a: str, name_b: str) -> None:
-    """Raise unless the batch dimensions (all but the last two) of ``a`` and ``b`` broadcast."""
+def check_batch_broadcast(a: Array, b: Array, name_a: str, name_b: str, core_dims: int = 2) -> None:
+    """Raise unless the leading dimensions of ``a`` and ``b`` broadcast.
+
+    The last ``core_dims`` dimensions are the ones a function works on, e.g.
+    ``(T, d)`` of a score matrix's queries; the rest are batch dimensions.
+    """
     try:
-        np.broadcast_shapes(tuple(a.shape[:-2]), tuple(b.shape[:-2]))
+        np.broadcast_shapes(tuple(a.shape[:-core_dims]), tuple(b.shape[:-core_dims]))
     except ValueError:
         raise ValueError(
             f"the batch dimensions of {name_a} {shape_str(a)} and {name_b} {shape_str(b)} "

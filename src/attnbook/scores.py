@@ -47,13 +47,7 @@ def _check_pair(a: Array, b: Array, name_a: str, name_b: str) -> tuple[Array, Ar
         )
     if a.shape[-1] == 0:
         raise ValueError(f"{name_a} and {name_b} must have a last dimension d >= 1, got 0")
-    try:
-        np.broadcast_shapes(tuple(a.shape[:-1]), tuple(b.shape[:-1]))
-    except ValueError:
-        raise ValueError(
-            f"the leading dimensions of {name_a} {shape_str(a)} and {name_b} {shape_str(b)} "
-            "do not broadcast"
-        ) from None
+    check_batch_broadcast(a, b, name_a, name_b, core_dims=1)
     return a, b
 
 
