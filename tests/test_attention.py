@@ -106,6 +106,68 @@ def test_agrees_with_torch_sdpa(seed: int, shapes: tuple, dtype: torch.dtype, ki
     torch.testing.assert_close(output, weights @ v)
 
 
+# ----------------------------------------------------------------- is_causal
+
+
+@pytest.mark.parametrize("need_weights", [True, False])
+@pytest.mark.parametrize("kind", ["none", "bool", "additive"])
+@pytest.mark.parametrize(("n_queries", "n_keys"), [(6, 6), (1, 6), (3, 6), (6, 4)])
+def test_is_causal_is_anded_with_the_mask(
+    need_weights: bool, kind: str, n_queries: int, n_keys: int
+) -> None:
+    q, k, v = _inputs(4, ((2, n_queries, 8), (2, n_keys, 8), (2, n_keys, 3)), torch.float64)
+    mask = _mask(kind, 4, (2, 1, n_keys), torch.float64)  # a key-padding-like mask
+    causal = causal_mask(n_queries, n_keys)
+    if mask is None:
+        explicit = causal
+    elif mask.dtype == torch.bool:
+        explicit = mask & causal
+    else:
+        explicit = mask.masked_fill(~causal, float("-inf"))
+    output, weights = scaled_dot_product_attention(
+        q, k, v, mask, is_causal=True, need_weights=need_weights
+    )
+    expected, expected_weights = scaled_dot_product_attention(q, k, v, explicit)
+    torch.testing.assert_close(output, expected)
+    assert not bool(torch.isnan(output).any())
+    if need_weights:
+        torch.testing.assert_close(weights, expected_weights)
+        assert bool((weights[..., ~causal] == 0).all())  # nothing from the future
+
+
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_is_causal_serves_a_key_value_cache(need_weights: bool) -> None:
+    """The last T queries over all S keys give the last T rows of full causal self-attention."""
+    (x,) = _inputs(5, ((2, 7, 4),), torch.float64)
+    full, _ = scaled_dot_product_attention(x, x, x, is_causal=True, need_weights=need_weights)
+    for n_new in (1, 3, 7):
+        new, _ = scaled_dot_product_attention(
+            x[:, -n_new:], x, x, is_causal=True, need_weights=need_weights
+        )
+        torch.testing.assert_close(new, full[:, -n_new:])
+
+
+def test_is_causal_without_a_mask_uses_the_kernels_own_flag(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """T == S, no mask: no (T, S) mask is built, so PyTorch may pick its flash backend."""
+    calls: list[dict] = []
+    original = F.scaled_dot_product_attention
+
+    def spy(*args: object, **kwargs: object) -> torch.Tensor:
+        calls.append(kwargs)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
+    (x,) = _inputs(6, ((2, 5, 4),), torch.float32)
+    scaled_dot_product_attention(x, x, x, is_causal=True, need_weights=False)
+    assert calls[-1].get("is_causal") is True
+    assert calls[-1].get("attn_mask") is None
+    scaled_dot_product_attention(x[:, :2], x, x, is_causal=True, need_weights=False)
+    assert not calls[-1].get("is_causal", False)  # T != S: our own bottom-right mask instead
+    assert torch.equal(calls[-1]["attn_mask"], causal_mask(2, 5))
+
+
 @pytest.mark.parametrize("scale", [0.1, 1.0, 2.5])
 def test_custom_scale_agrees_with_torch(scale: float) -> None:
     q, k, v = _inputs(3, ((2, 4, 8), (2, 5, 8), (2, 5, 3)), torch.float64)
@@ -265,6 +327,7 @@ def _qkv() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         ({"value": torch.randn(5)}, r"value must have shape \(\.\.\., S, d_v\)"),
         ({"key": torch.randn(2, 5, 4, dtype=torch.float64)}, r"query, key and value must share one dtype"),
         ({"key": torch.randn(2, 0, 4), "value": torch.randn(2, 0, 6)}, r"key must have shape \(\.\.\., S, d_k\) with S >= 1"),
+        ({"is_causal": 1}, r"is_causal must be True or False, got int"),
     ],
 )  # fmt: skip
 def test_bad_inputs_raise_a_clear_value_error(change: dict, match: str) -> None:

@@ -31,6 +31,51 @@ def test_causal_mask_is_true_on_and_below_the_diagonal(seq_len: int) -> None:
     assert causal_mask(3, device="cpu").device.type == "cpu"
 
 
+def test_rectangular_causal_mask_is_aligned_bottom_right() -> None:
+    """Two new queries after two cached keys: query t sits at position t + S - T."""
+    expected = torch.tensor([[True, True, True, False], [True, True, True, True]])
+    assert torch.equal(causal_mask(2, 4), expected)
+    assert torch.equal(causal_mask(4, 4), causal_mask(4))
+    assert torch.equal(causal_mask(1, 5), torch.ones(1, 5, dtype=torch.bool))  # sees every key
+
+
+@pytest.mark.parametrize(("n_queries", "n_keys"), [(1, 1), (3, 5), (5, 5), (4, 7), (5, 3)])
+def test_causal_mask_follows_its_formula(n_queries: int, n_keys: int) -> None:
+    mask = causal_mask(n_queries, n_keys)
+    assert mask.shape == (n_queries, n_keys)
+    assert mask.dtype == torch.bool
+    for t in range(n_queries):
+        for s in range(n_keys):
+            assert bool(mask[t, s]) == (s <= t + n_keys - n_queries)
+    assert bool(mask[-1].all())  # the last query always sees every key
+    if n_queries > n_keys:  # more queries than keys: the first T - S queries see nothing
+        assert not bool(mask[: n_queries - n_keys].any())
+
+
+def test_torch_is_causal_aligns_top_left_ours_bottom_right() -> None:
+    """For T != S PyTorch's is_causal lets query t see keys 0..t; ours, keys 0..t + S - T."""
+    g = torch.Generator().manual_seed(3)
+    n_queries, n_keys = 3, 5
+    q = torch.randn(2, n_queries, 4, generator=g)
+    k, v = (torch.randn(2, n_keys, 4, generator=g) for _ in range(2))
+    top_left = torch.ones(n_queries, n_keys, dtype=torch.bool).tril()  # s <= t
+    torch_causal = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    torch.testing.assert_close(torch_causal, F.scaled_dot_product_attention(q, k, v, top_left))
+    for need_weights in (True, False):
+        ours, _ = scaled_dot_product_attention(q, k, v, is_causal=True, need_weights=need_weights)
+        bottom_right = F.scaled_dot_product_attention(q, k, v, causal_mask(n_queries, n_keys))
+        torch.testing.assert_close(ours, bottom_right)
+        assert not torch.allclose(ours, torch_causal)  # the two alignments differ ...
+        # ... except for a square mask, where both are the ordinary lower triangle.
+        square, _ = scaled_dot_product_attention(
+            q, q, v[:, :n_queries], is_causal=True, need_weights=need_weights
+        )
+        torch.testing.assert_close(
+            square, F.scaled_dot_product_attention(q, q, v[:, :n_queries], is_causal=True)
+        )
+    assert not torch.equal(top_left, causal_mask(n_queries, n_keys))
+
+
 def test_padding_mask_shapes_and_values() -> None:
     mask = padding_mask([3, 1, 0], 4)
     assert mask.dtype == torch.bool
@@ -137,6 +182,8 @@ def test_multihead_attention_reads_boolean_masks_the_opposite_way() -> None:
     [
         (lambda: causal_mask(0), r"seq_len must be an int >= 1, got 0"),
         (lambda: causal_mask(2.5), r"seq_len must be an int >= 1, got float"),
+        (lambda: causal_mask(2, 0), r"key_len must be an int >= 1, got 0"),
+        (lambda: causal_mask(2, "4"), r"key_len must be an int >= 1, got str"),
         (lambda: padding_mask([3, 5], 4), r"every length must be <= max_len = 4"),
         (lambda: padding_mask([-1, 2], 4), r"lengths must be >= 0"),
         (lambda: padding_mask([[1, 2]], 4), r"lengths must have shape \(B,\)"),

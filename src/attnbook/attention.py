@@ -32,7 +32,7 @@ from attnbook._validation import (
     check_probability,
     shape_str,
 )
-from attnbook.masking import check_mask, masked_softmax
+from attnbook.masking import _causal_tril, check_mask, masked_softmax
 from attnbook.scores import score_matrix
 
 __all__ = ["SingleHeadAttention", "scaled_dot_product_attention"]
@@ -97,6 +97,20 @@ def _validate(
     return query, key, value, mask, dropout_p, scale
 
 
+def _add_causal(
+    mask: torch.Tensor | None, n_queries: int, n_keys: int, device: torch.device
+) -> torch.Tensor | None:
+    """AND the bottom-right causal rule into ``mask`` (``None``, boolean or additive)."""
+    if n_queries == 1:
+        return mask  # the single query sits at the last position and sees every key
+    causal = _causal_tril(n_queries, n_keys, device)  # (T, S), True = may attend
+    if mask is None:
+        return causal
+    if mask.dtype == torch.bool:
+        return mask & causal  # (..., T, S)
+    return mask.masked_fill(~causal, float("-inf"))  # (..., T, S), additive
+
+
 def _fused_attention(
     query: torch.Tensor,
     key: torch.Tensor,
@@ -104,25 +118,42 @@ def _fused_attention(
     mask: torch.Tensor | None,
     dropout_p: float,
     scale: float,
+    is_causal: bool = False,
 ) -> torch.Tensor:
-    """PyTorch's fused kernel, with the package's rule for queries that may attend to nothing."""
-    batch = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
-    query = query.expand(*batch, *query.shape[-2:])  # (..., T, d_k), no copy
-    key = key.expand(*batch, *key.shape[-2:])  # (..., S, d_k)
-    value = value.expand(*batch, *value.shape[-2:])  # (..., S, d_v)
-    empty = None
-    if mask is not None:
-        blocked = ~mask if mask.dtype == torch.bool else torch.isneginf(mask)
-        empty = blocked.all(dim=-1, keepdim=True)  # (..., T or 1, 1): rows with no allowed key
-        # Depending on version and backend, the fused kernel returns NaN or 0 for such rows;
-        # let it attend everywhere there, then zero those rows ourselves.
-        mask = mask | empty if mask.dtype == torch.bool else mask.masked_fill(empty, 0.0)
+    """PyTorch's fused kernel, with the package's rules; the fastest path, with NO validation.
+
+    The caller has checked everything (shapes, dtypes, a boolean or additive
+    ``mask`` that broadcasts to the scores ``(..., T, S)``, ``0 <= dropout_p < 1``,
+    ``scale > 0``): :func:`scaled_dot_product_attention` does, and so does a
+    module once at its boundary before calling this in its hot path.
+
+    ``is_causal`` is ANDed with ``mask`` and aligned bottom-right (query ``t``
+    sees keys ``0..t + S - T``, see :func:`attnbook.causal_mask`). Without a
+    mask and with ``T == S`` it goes straight to the kernel's own ``is_causal``
+    (the two alignments agree there), which keeps the flash backend eligible.
+    A query whose row allows no key gets an output row of zeros.
+
+    Returns:
+        ``output`` of shape ``(..., T, d_v)``.
+    """
+    n_queries, n_keys = query.shape[-2], key.shape[-2]
+    if is_causal:
+        if mask is None and n_queries == n_keys:
+            return F.scaled_dot_product_attention(
+                query, key, value, dropout_p=dropout_p, is_causal=True, scale=scale
+            )  # (..., T, d_v)
+        mask = _add_causal(mask, n_queries, n_keys, query.device)
+    if mask is None:
+        return F.scaled_dot_product_attention(query, key, value, dropout_p=dropout_p, scale=scale)
+    blocked = ~mask if mask.dtype == torch.bool else torch.isneginf(mask)
+    empty = blocked.all(dim=-1, keepdim=True)  # (..., T or 1, 1): rows with no allowed key
+    # Depending on version and backend, the fused kernel returns NaN or 0 for such rows;
+    # let it attend everywhere there, then zero those rows ourselves.
+    mask = mask | empty if mask.dtype == torch.bool else mask.masked_fill(empty, 0.0)
     output = F.scaled_dot_product_attention(
         query, key, value, attn_mask=mask, dropout_p=dropout_p, scale=scale
     )  # (..., T, d_v)
-    if empty is not None:
-        output = output.masked_fill(empty, 0.0)  # (..., T, d_v); empty broadcasts over d_v
-    return output
+    return output.masked_fill(empty, 0.0)  # (..., T, d_v); empty broadcasts over d_v
 
 
 def scaled_dot_product_attention(
@@ -134,6 +165,7 @@ def scaled_dot_product_attention(
     scale: float | None = None,
     *,
     need_weights: bool = True,
+    is_causal: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Attention: each query's output is an average of the values, weighted by softmax(scores).
 
@@ -164,6 +196,13 @@ def scaled_dot_product_attention(
         need_weights: if ``False``, skip materialising the weights and call
             PyTorch's fused ``F.scaled_dot_product_attention`` (faster, far less
             memory for long sequences); the result is then ``(output, None)``.
+        is_causal: if ``True``, also apply the causal rule of
+            :func:`attnbook.causal_mask` (ANDed with ``mask``), aligned
+            bottom-right when ``T != S``: query ``t`` sits at position
+            ``t + S - T`` and sees keys ``0..t + S - T``, as generation with a
+            key-value cache needs. (PyTorch's own ``is_causal`` aligns top-left
+            when ``T != S``.) No ``(T, S)`` mask is built when ``T == S`` and
+            ``mask`` is ``None`` on the fused path.
 
     Returns:
         ``(output, weights)``: ``output`` of shape ``(..., T, d_v)`` and
@@ -172,8 +211,12 @@ def scaled_dot_product_attention(
         the mask's).
     """
     query, key, value, mask, dropout_p, scale = _validate(query, key, value, mask, dropout_p, scale)
+    if not isinstance(is_causal, bool):
+        raise ValueError(f"is_causal must be True or False, got {type(is_causal).__name__}")
     if not need_weights:
-        return _fused_attention(query, key, value, mask, dropout_p, scale), None
+        return _fused_attention(query, key, value, mask, dropout_p, scale, is_causal), None
+    if is_causal:
+        mask = _add_causal(mask, query.shape[-2], key.shape[-2], query.device)
     scores = score_matrix(query, key, scale=scale)  # (..., T, d_k) @ (..., d_k, S) -> (..., T, S)
     weights = masked_softmax(scores, mask)  # (..., T, S), each row sums to 1 (or is all 0)
     if dropout_p > 0.0:

@@ -113,23 +113,50 @@ def check_mask(mask: object, scores_shape: tuple[int, ...], name: str = "mask") 
     return mask
 
 
-def causal_mask(seq_len: int, *, device: torch.device | str | None = None) -> torch.Tensor:
-    """The mask of a left-to-right model: query ``t`` may attend to keys ``0..t`` only.
+def _causal_tril(n_queries: int, n_keys: int, device: torch.device | str | None) -> torch.Tensor:
+    """The bottom-right-aligned causal mask ``(T, S)``, unvalidated (for the package's hot paths)."""
+    ones = torch.ones(n_queries, n_keys, dtype=torch.bool, device=device)  # (T, S)
+    return ones.tril(diagonal=n_keys - n_queries)  # True where s <= t + S - T
+
+
+def causal_mask(
+    seq_len: int, key_len: int | None = None, *, device: torch.device | str | None = None
+) -> torch.Tensor:
+    """The mask of a left-to-right model: each query may attend to its own and earlier positions.
 
     A language model predicts token ``t + 1`` from tokens ``0..t``; if position
     ``t`` could look at later positions it would copy the answer instead of
     learning to predict it.
 
+    With ``key_len = S`` different from ``seq_len = T`` the mask is *rectangular*
+    and aligned **bottom-right**: the ``T`` queries are the *last* ``T``
+    positions of the ``S`` keys, so query ``t`` sits at position ``t + S - T``
+    and may attend to keys ``0..t + S - T``; the last query sees every key.
+    This is what generation with a key-value cache needs: ``T`` new tokens
+    attend to the ``S - T`` cached ones and to each other, causally. (PyTorch's
+    own ``F.scaled_dot_product_attention(..., is_causal=True)`` aligns the
+    other way, top-left, when ``T != S``: its query ``t`` sees keys ``0..t``.
+    Both agree when ``T == S``.) If ``T > S``, the first ``T - S`` queries may
+    attend to nothing; :func:`masked_softmax` gives them all-zero weights.
+
+    Example, ``causal_mask(2, 4)`` (two new queries after two cached keys)::
+
+        [[ True,  True,  True, False],
+         [ True,  True,  True,  True]]
+
     Args:
-        seq_len: ``T``, the number of positions (queries and keys are the same sequence).
+        seq_len: ``T``, the number of queries.
+        key_len: ``S``, the number of keys (default: ``T``, a square mask).
         device: where to create the mask (default: the CPU).
 
     Returns:
-        Boolean tensor of shape ``(T, T)``: ``True`` on and below the diagonal.
-        It broadcasts against scores ``(..., T, T)``.
+        Boolean tensor of shape ``(T, S)``, ``True`` where ``s <= t + S - T``
+        (on and below the diagonal when ``T == S``). It broadcasts against
+        scores ``(..., T, S)``.
     """
     seq_len = _check_size(seq_len, "seq_len", 1)
-    return torch.ones(seq_len, seq_len, dtype=torch.bool, device=device).tril()  # (T, T)
+    key_len = seq_len if key_len is None else _check_size(key_len, "key_len", 1)
+    return _causal_tril(seq_len, key_len, device)  # (T, S)
 
 
 def padding_mask(
