@@ -15,6 +15,11 @@ from attnbook.exercises.attention import (
 )
 from attnbook.exercises.lookup import check_hard_lookup, check_soft_lookup
 from attnbook.exercises.masking import check_causal_mask, check_masked_attention
+from attnbook.exercises.multihead import (
+    check_merge_heads,
+    check_multi_head_attention,
+    check_split_heads,
+)
 from attnbook.exercises.scores import check_cosine_similarity, check_score_matrix
 from attnbook.exercises.softmax import check_softmax, check_softmax_temperature
 
@@ -25,10 +30,13 @@ __all__ = [
     "check_cross_attention",
     "check_hard_lookup",
     "check_masked_attention",
+    "check_merge_heads",
+    "check_multi_head_attention",
     "check_scaled_dot_product_attention",
     "check_score_matrix",
     "check_self_attention",
     "check_soft_lookup",
     "check_softmax",
     "check_softmax_temperature",
+    "check_split_heads",
 ]

@@ -1,0 +1,197 @@
+"""Checkers for the exercises of chapter 7 (multi-head attention).
+
+The learner's functions take and return torch tensors (float64 in the hidden
+cases, so only real mistakes show up as differences). Weight matrices act from
+the right, as in chapter 5: ``Q = x @ W_Q`` with ``W_Q`` of shape
+``(d_model, d_model)``; there are no biases.
+
+Shape legend: ``B`` batch, ``T`` query positions, ``S`` key positions, ``H``
+heads, ``D`` model width (``d_model``), ``Dh`` head width (``d_head = D / H``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from attnbook.attention import scaled_dot_product_attention
+from attnbook.exercises._framework import Case, Verdict, run_cases
+
+__all__ = ["check_merge_heads", "check_multi_head_attention", "check_split_heads"]
+
+# The running example of the book: "she likes coffee", one 4-d embedding per word.
+_SHE_LIKES_COFFEE = [[0.2, 0.9, 0.1, 0.5], [0.8, 0.3, 0.7, 0.2], [0.4, 0.6, 0.3, 0.9]]
+
+
+def _randn(seed: int, *shape: int) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+
+
+def _she_likes_coffee() -> torch.Tensor:
+    return torch.tensor([_SHE_LIKES_COFFEE], dtype=torch.float64)  # (B, T, D) = (1, 3, 4)
+
+
+def _split_reference(x: torch.Tensor, n_heads: int) -> torch.Tensor:
+    B, T, D = x.shape
+    return x.view(B, T, n_heads, D // n_heads).transpose(1, 2)  # (B, T, H, Dh) -> (B, H, T, Dh)
+
+
+def _merge_reference(x: torch.Tensor) -> torch.Tensor:
+    B, H, T, Dh = x.shape
+    return x.transpose(1, 2).reshape(B, T, H * Dh)  # (B, H, T, Dh) -> (B, T, H, Dh) -> (B, T, D)
+
+
+# ------------------------------------------------------------------ split heads
+
+_SPLIT_HINT = (
+    "Head h owns the features h * d_head to (h + 1) * d_head - 1 of every position: view x as "
+    "(B, T, n_heads, d_head), then swap the T and head axes with .transpose(1, 2). A plain "
+    ".view(B, n_heads, T, d_head) keeps the numbers in memory order and mixes positions "
+    "across heads."
+)
+
+_SPLIT_CASES = [
+    Case(
+        "'she likes coffee': B = 1, T = 3, d_model = 4, 2 heads",
+        lambda: (_she_likes_coffee(), 2),
+        _SPLIT_HINT,
+    ),
+    Case(
+        "B = 2, T = 5, d_model = 6, 3 heads",
+        lambda: (_randn(701, 2, 5, 6), 3),
+        "The result has shape (B, n_heads, T, d_head) with d_head = d_model // n_heads; "
+        "transpose the T and head axes (1 and 2), not other ones. " + _SPLIT_HINT,
+    ),
+    Case(
+        "square: T = n_heads = d_head = 4 (a wrong order hides in the shape)",
+        lambda: (_randn(702, 2, 4, 16), 4),
+        "Each head takes a contiguous block of d_head features (not every n_heads-th feature), "
+        "and the head axis goes before the positions: (B, n_heads, T, d_head).",
+    ),
+    Case(
+        "one head: the result is x with a head axis of size 1",
+        lambda: (_randn(703, 2, 3, 5), 1),
+        "With n_heads = 1, d_head = d_model and the answer is x.unsqueeze(1).",
+    ),
+]
+
+
+def check_split_heads(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> Verdict:
+    """Check ``fn(x, n_heads) -> heads``: ``(B, T, d_model)`` to ``(B, n_heads, T, d_head)``.
+
+    Head ``h`` gets the features ``h * d_head`` to ``(h + 1) * d_head - 1`` of every
+    position, with ``d_head = d_model // n_heads``.
+    """
+    return run_cases("split_heads", fn, _split_reference, _SPLIT_CASES, rtol=0.0, atol=0.0)
+
+
+# ------------------------------------------------------------------ merge heads
+
+_MERGE_CASES = [
+    Case(
+        "B = 1, 2 heads, T = 3, d_head = 2 (back to 'she likes coffee' shapes)",
+        lambda: (_split_reference(_she_likes_coffee(), 2),),
+        "Concatenate the heads along the features: move the head axis next to d_head with "
+        ".transpose(1, 2) (giving (B, T, n_heads, d_head)), then reshape to (B, T, d_model). "
+        "Reshaping without the transpose mixes positions; averaging the heads loses "
+        "d_model - d_head features.",
+    ),
+    Case(
+        "B = 2, 3 heads, T = 5, d_head = 2",
+        lambda: (_randn(711, 2, 3, 5, 2),),
+        "The output has shape (B, T, n_heads * d_head): every head's d_head features, side by "
+        "side (concatenated, not averaged or summed).",
+    ),
+    Case(
+        "square: n_heads = T = d_head = 4",
+        lambda: (_randn(712, 2, 4, 4, 4),),
+        "Row t of the output is [head 0 at t, head 1 at t, ...]: transpose to "
+        "(B, T, n_heads, d_head) before reshaping (use .reshape, or .contiguous().view).",
+    ),
+]
+
+
+def check_merge_heads(fn: Callable[[torch.Tensor], torch.Tensor]) -> Verdict:
+    """Check ``fn(heads) -> x``: ``(B, n_heads, T, d_head)`` to ``(B, T, n_heads * d_head)``.
+
+    The inverse of splitting: position ``t``'s output is the concatenation of the
+    heads' outputs at ``t``, head 0 first.
+    """
+    return run_cases("merge_heads", fn, _merge_reference, _MERGE_CASES, rtol=0.0, atol=0.0)
+
+
+# ------------------------------------------------------- multi-head attention
+
+
+def _mha_reference(
+    x_query: torch.Tensor,
+    x_context: torch.Tensor,
+    w_q: torch.Tensor,
+    w_k: torch.Tensor,
+    w_v: torch.Tensor,
+    w_o: torch.Tensor,
+    n_heads: int,
+) -> torch.Tensor:
+    q = _split_reference(x_query @ w_q, n_heads)  # (B, T, D) @ (D, D) -> (B, H, T, Dh)
+    k = _split_reference(x_context @ w_k, n_heads)  # (B, S, D) @ (D, D) -> (B, H, S, Dh)
+    v = _split_reference(x_context @ w_v, n_heads)  # (B, S, D) @ (D, D) -> (B, H, S, Dh)
+    heads, _ = scaled_dot_product_attention(q, k, v)  # (B, H, T, Dh), scaled by 1/sqrt(Dh)
+    return _merge_reference(heads) @ w_o  # (B, T, D) @ (D, D) -> (B, T, D)
+
+
+def _mha_args(seed: int, B: int, T: int, S: int, D: int, n_heads: int, *, self_attn: bool):
+    x = _randn(seed, B, T, D)
+    context = x.clone() if self_attn else _randn(seed + 1, B, S, D)
+    ws = [_randn(seed + i, D, D) / D**0.5 for i in range(2, 6)]  # W_Q, W_K, W_V, W_O
+    return (x, context, *ws, n_heads)
+
+
+def _she_likes_coffee_mha() -> tuple:
+    x = _she_likes_coffee()  # (1, 3, 4)
+    ws = [_randn(720 + i, 4, 4) for i in range(4)]  # W_Q, W_K, W_V, W_O
+    return (x, x.clone(), *ws, 2)
+
+
+_MHA_CASES = [
+    Case(
+        "one head (n_heads = 1): chapter 5's attention, then W_O",
+        lambda: _mha_args(730, 1, 3, 3, 4, 1, self_attn=True),
+        "With one head this is scaled dot-product attention of x @ W_Q, x @ W_K and x @ W_V, "
+        "followed by the output projection: output = heads @ W_O. Did you forget W_O?",
+    ),
+    Case(
+        "'she likes coffee', self-attention, d_model = 4, 2 heads",
+        _she_likes_coffee_mha,
+        "Scale each head's scores by sqrt(d_head) = sqrt(d_model / n_heads), not sqrt(d_model); "
+        "split with .view(B, T, n_heads, d_head).transpose(1, 2); concatenate the heads "
+        "(transpose back, reshape to (B, T, d_model)) instead of averaging them; then apply W_O.",
+    ),
+    Case(
+        "cross-attention: T = 2 queries, S = 5 keys, d_model = 8, 4 heads",
+        lambda: _mha_args(740, 2, 2, 5, 8, 4, self_attn=False),
+        "Queries come from x_query; keys and values both come from x_context. Each head's "
+        "weights are (T, S), so its output has one row per query.",
+    ),
+    Case(
+        "wide heads: B = 2, T = 4, d_model = 32, 2 heads (the scale matters)",
+        lambda: _mha_args(750, 2, 4, 4, 32, 2, self_attn=True),
+        "Divide by sqrt(d_head) = sqrt(16) = 4, the width of one head's queries.",
+    ),
+]
+
+
+def check_multi_head_attention(
+    fn: Callable[..., torch.Tensor],
+) -> Verdict:
+    """Check ``fn(x_query, x_context, W_Q, W_K, W_V, W_O, n_heads) -> output``.
+
+    Multi-head attention without biases or masks: project (``x_query @ W_Q``,
+    ``x_context @ W_K``, ``x_context @ W_V``), split into ``n_heads`` heads of
+    width ``d_head = d_model // n_heads``, scaled dot-product attention in each
+    head (scale ``1 / sqrt(d_head)``), concatenate the heads, project with ``W_O``.
+
+    Shapes: ``x_query`` ``(B, T, d_model)``, ``x_context`` ``(B, S, d_model)``,
+    each ``W`` ``(d_model, d_model)``; output ``(B, T, d_model)``.
+    """
+    return run_cases("multi_head_attention", fn, _mha_reference, _MHA_CASES)

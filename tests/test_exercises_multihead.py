@@ -1,0 +1,215 @@
+"""The checkers of chapter 7 accept correct answers and reject typical wrong ones."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from attnbook import scaled_dot_product_attention
+from attnbook.exercises import check_merge_heads, check_multi_head_attention, check_split_heads
+from attnbook.exercises.multihead import _MHA_CASES, _mha_reference
+
+# ------------------------------------------------------- learners' answers
+
+
+def _split(x: torch.Tensor, n_heads: int) -> torch.Tensor:
+    B, T, D = x.shape
+    return x.view(B, T, n_heads, D // n_heads).transpose(1, 2)
+
+
+def _merge(x: torch.Tensor) -> torch.Tensor:
+    B, H, T, Dh = x.shape
+    return x.transpose(1, 2).reshape(B, T, H * Dh)
+
+
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, d: int) -> torch.Tensor:
+    return torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(d), dim=-1) @ v
+
+
+def _mha(
+    xq, xc, w_q, w_k, w_v, w_o, n_heads, *, split=_split, scale_width=None, merge=_merge, out=True
+):
+    q, k, v = split(xq @ w_q, n_heads), split(xc @ w_k, n_heads), split(xc @ w_v, n_heads)
+    heads = _attend(q, k, v, scale_width or q.shape[-1])
+    merged = merge(heads)
+    return merged @ w_o if out else merged
+
+
+def _assert_rejects(verdict, failing_case: str) -> None:
+    assert not verdict
+    assert verdict.attempted
+    assert failing_case in verdict.message, verdict.message
+    assert "Hint:" in verdict.message
+    assert "Traceback" not in verdict.message
+
+
+def _stub(*args):
+    raise NotImplementedError
+
+
+# ------------------------------------------------------------------ split heads
+
+
+def test_split_heads_checker_accepts_correct_answers() -> None:
+    verdict = check_split_heads(_split)
+    assert verdict, verdict.message
+    assert "all 4 hidden cases pass" in verdict.message
+    # reshape + permute, and einops-style unflatten, are just as right
+    assert check_split_heads(lambda x, h: x.reshape(*x.shape[:2], h, -1).permute(0, 2, 1, 3))
+    assert check_split_heads(lambda x, h: x.unflatten(-1, (h, -1)).transpose(1, 2))
+    assert not check_split_heads(_stub).attempted
+
+
+@pytest.mark.parametrize(
+    ("wrong", "failing_case", "hint"),
+    [
+        # a plain view in memory order: no transpose
+        (lambda x, h: x.view(x.shape[0], h, x.shape[1], x.shape[2] // h), "she likes coffee", ".view(B, n_heads, T, d_head)"),
+        # interleaved heads: head h gets every n_heads-th feature
+        (lambda x, h: x.view(*x.shape[:2], x.shape[2] // h, h).permute(0, 3, 1, 2), "she likes coffee", "features h * d_head"),
+        # transposing the wrong axes: (B, T, H, Dh) -> (B, T, Dh, H)
+        (lambda x, h: x.view(*x.shape[:2], h, x.shape[2] // h).transpose(2, 3), "she likes coffee", "transpose"),
+        # the right split, but the batch and head axes swapped
+        (lambda x, h: x.view(*x.shape[:2], h, x.shape[2] // h).permute(2, 0, 1, 3), "she likes coffee", "(B, n_heads, T, d_head)"),
+        # forgetting the split altogether
+        (lambda x, h: x, "she likes coffee", "view x as"),
+    ],
+)  # fmt: skip
+def test_split_heads_checker_rejects_typical_mistakes(wrong, failing_case: str, hint: str) -> None:
+    verdict = check_split_heads(wrong)
+    _assert_rejects(verdict, failing_case)
+    assert hint in verdict.message
+
+
+def test_split_heads_square_case_catches_what_hides_in_the_shape() -> None:
+    # Right on every case where the shapes differ; the interleaved order only on the square one.
+    def sneaky(x, h):
+        if x.shape[1] == h == x.shape[2] // h:
+            return x.view(*x.shape[:2], x.shape[2] // h, h).permute(0, 3, 1, 2)
+        return _split(x, h)
+
+    _assert_rejects(check_split_heads(sneaky), "square")
+
+
+# ------------------------------------------------------------------ merge heads
+
+
+def test_merge_heads_checker_accepts_correct_answers() -> None:
+    verdict = check_merge_heads(_merge)
+    assert verdict, verdict.message
+    assert check_merge_heads(lambda x: x.permute(0, 2, 1, 3).flatten(2))
+    assert check_merge_heads(lambda x: torch.cat(list(x.unbind(1)), dim=-1))
+    assert not check_merge_heads(_stub).attempted
+
+
+@pytest.mark.parametrize(
+    ("wrong", "failing_case", "hint"),
+    [
+        # reshaping without moving the head axis first
+        (lambda x: x.reshape(x.shape[0], x.shape[2], -1), "B = 1, 2 heads", "without the transpose"),
+        # averaging the heads instead of concatenating them
+        (lambda x: x.mean(dim=1), "B = 1, 2 heads", "averaging"),
+        # summing them
+        (lambda x: x.sum(dim=1), "B = 1, 2 heads", "Concatenate"),
+        # concatenating along the positions
+        (lambda x: torch.cat(list(x.unbind(1)), dim=1), "B = 1, 2 heads", "along the features"),
+    ],
+)  # fmt: skip
+def test_merge_heads_checker_rejects_typical_mistakes(wrong, failing_case: str, hint: str) -> None:
+    verdict = check_merge_heads(wrong)
+    _assert_rejects(verdict, failing_case)
+    assert hint in verdict.message
+
+
+def test_merge_heads_square_case() -> None:
+    def sneaky(x):
+        if x.shape[1] == x.shape[2] == x.shape[3]:
+            return x.reshape(x.shape[0], x.shape[2], -1)
+        return _merge(x)
+
+    _assert_rejects(check_merge_heads(sneaky), "square")
+
+
+# ------------------------------------------------------- multi-head attention
+
+
+def test_multi_head_attention_checker_accepts_correct_answers() -> None:
+    verdict = check_multi_head_attention(_mha)
+    assert verdict, verdict.message
+    assert "all 4 hidden cases pass" in verdict.message
+
+    def as_a_sum_over_heads(xq, xc, w_q, w_k, w_v, w_o, n_heads):
+        d_head = xq.shape[-1] // n_heads
+        output = 0
+        for h in range(n_heads):
+            cols = slice(h * d_head, (h + 1) * d_head)
+            head = _attend(xq @ w_q[:, cols], xc @ w_k[:, cols], xc @ w_v[:, cols], d_head)
+            output = output + head @ w_o[cols, :]  # (B, T, Dh) @ (Dh, D)
+        return output
+
+    assert check_multi_head_attention(as_a_sum_over_heads)
+    assert not check_multi_head_attention(_stub).attempted
+
+
+@pytest.mark.parametrize(
+    ("wrong", "failing_case", "hint"),
+    [
+        # forgetting the output projection
+        (lambda *a: _mha(*a, out=False), "one head", "forget W_O"),
+        # scaling by sqrt(d_model) instead of sqrt(d_head)
+        (lambda *a: _mha(*a, scale_width=a[0].shape[-1]), "she likes coffee", "not sqrt(d_model)"),
+        # averaging the heads instead of concatenating them (then W_O does not fit: an error)
+        (lambda *a: _mha(*a, merge=lambda x: x.mean(dim=1)), "she likes coffee", "instead of averaging"),
+        # splitting with a plain view, no transpose (and merging back the same way)
+        (lambda *a: _mha(*a, split=lambda x, h: x.view(x.shape[0], h, x.shape[1], -1), merge=lambda x: x.reshape(x.shape[0], x.shape[2], -1)), "she likes coffee", ".transpose(1, 2)"),
+        # keys and values from the queries' input
+        (lambda xq, xc, *rest: _mha(xq, xq, *rest), "cross-attention", "x_context"),
+        # values from x_query (T != S: the shapes do not fit, an error with the hint)
+        (lambda xq, xc, w_q, w_k, w_v, w_o, h: _merge(_attend(_split(xq @ w_q, h), _split(xc @ w_k, h), _split(xq @ w_v, h), xq.shape[-1] // h)) @ w_o, "cross-attention", "keys and values both"),
+    ],
+)  # fmt: skip
+def test_multi_head_attention_checker_rejects_typical_mistakes(
+    wrong, failing_case: str, hint: str
+) -> None:
+    verdict = check_multi_head_attention(wrong)
+    _assert_rejects(verdict, failing_case)
+    assert hint in verdict.message
+
+
+def test_scale_mistake_is_caught_on_the_wide_case_too() -> None:
+    # Right everywhere except the wide case, where it scales by sqrt(d_model).
+    def sneaky(*a):
+        return _mha(*a, scale_width=a[0].shape[-1] if a[0].shape[-1] == 32 else None)
+
+    _assert_rejects(check_multi_head_attention(sneaky), "wide heads")
+
+
+def test_reference_agrees_with_the_package_attention_per_head() -> None:
+    # The reference's heads are the package's attention of column blocks of the projections.
+    for case in _MHA_CASES:
+        xq, xc, w_q, w_k, w_v, w_o, n_heads = case.make_args()
+        d_head = xq.shape[-1] // n_heads
+        heads = [
+            scaled_dot_product_attention(
+                xq @ w_q[:, h * d_head : (h + 1) * d_head],
+                xc @ w_k[:, h * d_head : (h + 1) * d_head],
+                xc @ w_v[:, h * d_head : (h + 1) * d_head],
+            )[0]
+            for h in range(n_heads)
+        ]  # n_heads x (B, T, Dh)
+        expected = torch.cat(heads, dim=-1) @ w_o
+        torch.testing.assert_close(_mha_reference(xq, xc, w_q, w_k, w_v, w_o, n_heads), expected)
+
+
+def test_reference_agrees_with_nn_multihead_attention() -> None:
+    for case in _MHA_CASES:
+        xq, xc, w_q, w_k, w_v, w_o, n_heads = case.make_args()
+        D = xq.shape[-1]
+        mha = torch.nn.MultiheadAttention(D, n_heads, bias=False, batch_first=True).double()
+        with torch.no_grad():  # nn.Linear-style weights hold the transposes
+            mha.in_proj_weight.copy_(torch.cat([w_q.T, w_k.T, w_v.T]))
+            mha.out_proj.weight.copy_(w_o.T)
+            expected, _ = mha(xq, xc, xc, need_weights=False)
+        torch.testing.assert_close(_mha_reference(xq, xc, w_q, w_k, w_v, w_o, n_heads), expected)
