@@ -14,6 +14,7 @@ is in its docstring):
 - :mod:`attnbook.lookup`: attention as a soft dictionary lookup (hard vs soft)
 - :mod:`attnbook.attention`: scaled dot-product attention, a single attention head
 - :mod:`attnbook.masking`: causal and padding masks (``True`` = may attend)
+- :mod:`attnbook.positional`: sinusoidal encodings, rotary embeddings (RoPE), ALiBi biases
 - :mod:`attnbook.viz`: the course's figures (heatmaps, bar charts)
 - :mod:`attnbook.exercises`: checkers for the chapters' code exercises
 """
@@ -31,6 +32,12 @@ from attnbook.masking import (
     padding_mask,
     to_mha_mask,
 )
+from attnbook.positional import (
+    alibi_bias,
+    alibi_slopes,
+    apply_rope,
+    sinusoidal_positional_encoding,
+)
 from attnbook.runtime import get_device, set_print_options, set_seed
 from attnbook.scores import (
     AdditiveScorer,
@@ -47,7 +54,10 @@ __all__ = [
     "AdditiveScorer",
     "SingleHeadAttention",
     "additive_scores",
+    "alibi_bias",
+    "alibi_slopes",
     "apply_mask",
+    "apply_rope",
     "causal_mask",
     "combine_masks",
     "cosine_similarity",
@@ -62,6 +72,7 @@ __all__ = [
     "score_matrix",
     "set_print_options",
     "set_seed",
+    "sinusoidal_positional_encoding",
     "soft_lookup",
     "softmax",
     "softmax_jacobian",

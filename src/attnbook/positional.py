@@ -1,0 +1,256 @@
+"""Positional information: sinusoidal encodings, rotary embeddings (RoPE) and ALiBi biases.
+
+Introduced in chapter 8 (``chapters/08_positional_encoding.ipynb``); the
+models of chapter 9 (:mod:`attnbook.multihead`, :mod:`attnbook.model`) use it.
+
+Attention by itself is *permutation-equivariant*: shuffle the tokens and the
+outputs shuffle the same way, so "cats chase mice" and "mice chase cats" look
+alike to it. Position has to be put in from outside, in one of three places:
+
+- **added to the inputs** (absolute): :func:`sinusoidal_positional_encoding`
+  (Vaswani et al., 2017), or a learned table (``nn.Embedding(context_length,
+  d_model)``, which needs no function here);
+- **rotating the queries and keys** (relative): :func:`apply_rope` (Su et al.,
+  2021), so that the score of a query and a key depends on their offset only;
+- **biasing the scores** (relative): :func:`alibi_bias` (Press et al., 2022),
+  a penalty that grows linearly with the distance between query and key.
+
+**Pairing convention.** Both the sinusoidal encoding and RoPE work on
+*interleaved* pairs of features ``(2i, 2i + 1)``, ``i = 0 .. d/2 - 1``, each
+pair with frequency ``base^(-2i/d)``. Many RoPE implementations (GPT-NeoX,
+LLaMA) pair feature ``i`` with feature ``i + d/2`` instead ("half split");
+the two are the same rotation applied to permuted features, but weights
+trained with one are wrong for the other.
+
+Shape legend used in this module:
+    ``T`` positions (queries), ``S`` key positions, ``d`` feature width
+    (``d_model`` for the sinusoidal encoding, the head width for RoPE),
+    ``H`` heads, ``...`` any leading batch dimensions (e.g. ``(B, H)``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from attnbook._validation import as_float_tensor, shape_str
+
+__all__ = ["alibi_bias", "alibi_slopes", "apply_rope", "sinusoidal_positional_encoding"]
+
+
+def _check_size(value: object, name: str, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{name} must be an int >= {minimum}, got {type(value).__name__}")
+    if int(value) < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}, got {value}")
+    return int(value)
+
+
+def _check_base(base: object) -> float:
+    if isinstance(base, bool) or not isinstance(base, (int, float, np.integer, np.floating)):
+        raise ValueError(f"base must be a number > 1, got {type(base).__name__}")
+    value = float(base)
+    if not math.isfinite(value) or value <= 1.0:
+        raise ValueError(
+            f"base must be a finite number > 1 (frequencies base^(-2i/d) must decrease), got {base}"
+        )
+    return value
+
+
+def sinusoidal_positional_encoding(
+    seq_len: int, d_model: int, *, device: torch.device | str | None = None
+) -> torch.Tensor:
+    """The fixed sinusoidal position codes of the original transformer (Vaswani et al., 2017).
+
+    Each position gets a vector of sines and cosines at geometrically spaced
+    frequencies; added to the token embeddings, it tells attention where each
+    token sits. Because ``sin`` and ``cos`` of a shifted angle are a rotation
+    of the unshifted ones, ``PE[pos + k]`` is a fixed linear map of ``PE[pos]``
+    (one 2x2 rotation per pair of columns), and ``PE[p] · PE[q]`` depends only
+    on ``p - q``.
+
+    For pair ``i = 0 .. d_model/2 - 1`` with frequency ``w_i = 10000^(-2i/d_model)``::
+
+        PE[pos, 2i]     = sin(pos * w_i)
+        PE[pos, 2i + 1] = cos(pos * w_i)
+
+    so wavelengths run from ``2π`` (columns 0, 1) to almost ``2π · 10000``.
+    ``d_model`` must be even: the columns come in (sin, cos) pairs, and a lone
+    sine column would break the shift-is-a-rotation property.
+
+    Args:
+        seq_len: ``T``, the number of positions (``0 .. T - 1``), an int >= 1.
+        d_model: the width of the codes, an even int >= 2.
+        device: where to create the tensor (default: the CPU).
+
+    Returns:
+        Float32 tensor of shape ``(T, d_model)``; row ``pos`` is ``PE[pos]``.
+        The angles are computed in float64 and rounded once, so long sequences
+        keep accurate values.
+    """
+    seq_len = _check_size(seq_len, "seq_len")
+    d_model = _check_size(d_model, "d_model", 2)
+    if d_model % 2:
+        raise ValueError(f"d_model must be even (columns come in (sin, cos) pairs), got {d_model}")
+    pos = torch.arange(seq_len, dtype=torch.float64, device=device)  # (T,)
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64, device=device)  # (d/2,)
+    freqs = 10000.0 ** (-two_i / d_model)  # (d/2,)
+    angles = pos[:, None] * freqs[None, :]  # (T, 1) * (1, d/2) -> (T, d/2)
+    pe = torch.stack((angles.sin(), angles.cos()), dim=-1)  # (T, d/2, 2): sin, cos per pair
+    return pe.reshape(seq_len, d_model).to(torch.float32)  # (T, d): sin, cos, sin, cos, ...
+
+
+def apply_rope(
+    x: torch.Tensor, positions: torch.Tensor | None = None, base: float = 10000.0
+) -> torch.Tensor:
+    """Rotary position embedding (RoPE, Su et al., 2021): rotate feature pairs by position.
+
+    Applied to the queries and the keys of every head (not the values), RoPE
+    makes the score ``q_t · k_s`` depend on the positions only through the
+    offset ``t - s``: rotating both by their own angles leaves the angle
+    between them, which is the offset times the pair's frequency. Rotations
+    keep norms, so nothing else about the vectors changes.
+
+    Pair ``i`` is the *interleaved* pair ``(x[..., 2i], x[..., 2i + 1])``,
+    rotated counter-clockwise by ``theta = pos * base^(-2i/d)``::
+
+        out[..., 2i]     = x[..., 2i] * cos(theta) - x[..., 2i + 1] * sin(theta)
+        out[..., 2i + 1] = x[..., 2i] * sin(theta) + x[..., 2i + 1] * cos(theta)
+
+    (GPT-NeoX and LLaMA code pairs feature ``i`` with ``i + d/2`` instead;
+    see the module docstring.)
+
+    Args:
+        x: float tensor of shape ``(..., T, d)``, e.g. per-head queries
+            ``(B, H, T, Dh)``; ``d`` must be even.
+        positions: integer tensor of shape ``(T,)``, the position of each row
+            (default: ``arange(T)``; pass ``arange(start, start + T)`` for
+            tokens that continue a cached prefix).
+        base: the base of the frequencies, a number > 1 (10000 in the paper).
+
+    Returns:
+        Tensor of the same shape, dtype and device as ``x``, rotated. The
+        angles are computed in at least float32 and the result in ``x``'s dtype.
+    """
+    x = as_float_tensor(x, "x", "(..., T, d)")
+    if x.ndim < 2:
+        raise ValueError(f"x must have shape (..., T, d) (at least 2-D), got {shape_str(x)}")
+    n_pos, d = x.shape[-2], x.shape[-1]
+    if d == 0 or d % 2:
+        raise ValueError(
+            f"x must have shape (..., T, d) with d even and >= 2 (features are rotated in "
+            f"pairs), got {shape_str(x)}"
+        )
+    base = _check_base(base)
+    angle_dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
+    if positions is None:
+        pos = torch.arange(n_pos, device=x.device, dtype=angle_dtype)  # (T,)
+    else:
+        if not isinstance(positions, torch.Tensor):
+            raise ValueError(
+                f"positions must be an integer torch tensor of shape (T,) = ({n_pos},), "
+                f"got {type(positions).__name__}"
+            )
+        if (
+            positions.dtype.is_floating_point
+            or positions.dtype.is_complex
+            or (positions.dtype == torch.bool)
+        ):
+            raise ValueError(
+                f"positions must be an integer tensor of shape (T,) = ({n_pos},), "
+                f"got dtype {positions.dtype}"
+            )
+        if tuple(positions.shape) != (n_pos,):
+            raise ValueError(
+                f"positions must have shape (T,) = ({n_pos},) (one per row of x "
+                f"{shape_str(x)}), got {shape_str(positions)}"
+            )
+        pos = positions.to(device=x.device, dtype=angle_dtype)  # (T,)
+    two_i = torch.arange(0, d, 2, device=x.device, dtype=angle_dtype)  # (d/2,)
+    freqs = base ** (-two_i / d)  # (d/2,)
+    angles = pos[:, None] * freqs[None, :]  # (T, 1) * (1, d/2) -> (T, d/2)
+    cos = angles.cos().to(x.dtype)  # (T, d/2)
+    sin = angles.sin().to(x.dtype)  # (T, d/2)
+    pairs = x.unflatten(-1, (d // 2, 2))  # (..., T, d/2, 2)
+    x_even, x_odd = pairs[..., 0], pairs[..., 1]  # (..., T, d/2) each
+    rotated = torch.stack(
+        (x_even * cos - x_odd * sin, x_even * sin + x_odd * cos), dim=-1
+    )  # (..., T, d/2, 2)
+    return rotated.flatten(-2)  # (..., T, d)
+
+
+def alibi_slopes(n_heads: int) -> torch.Tensor:
+    """The per-head slopes ``m_h`` of ALiBi (Press et al., 2022).
+
+    For ``n_heads`` a power of two the slopes are the geometric sequence
+    ``m_h = 2^(-8h/n_heads)``, ``h = 1 .. n_heads`` (8 heads: 1/2, 1/4, ...,
+    1/256). Otherwise, following the paper's reference code, take the slopes
+    of the closest smaller power of two ``n``, then append every other slope
+    of ``2n`` heads (the 1st, 3rd, 5th, ...) until there are ``n_heads``; e.g.
+    12 heads: ``2^-1 .. 2^-8`` then ``2^-0.5, 2^-1.5, 2^-2.5, 2^-3.5``.
+
+    Args:
+        n_heads: ``H``, an int >= 1.
+
+    Returns:
+        Float32 tensor of shape ``(H,)``.
+    """
+    n_heads = _check_size(n_heads, "n_heads")
+
+    def power_of_two(n: int) -> list[float]:
+        return [2.0 ** (-8.0 * h / n) for h in range(1, n + 1)]
+
+    closest = 2 ** math.floor(math.log2(n_heads))
+    slopes = power_of_two(closest)
+    if closest < n_heads:
+        slopes += power_of_two(2 * closest)[0::2][: n_heads - closest]
+    return torch.tensor(slopes, dtype=torch.float32)
+
+
+def alibi_bias(
+    n_heads: int,
+    seq_len: int,
+    key_len: int | None = None,
+    *,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """ALiBi's additive score bias (Press et al., 2022): a linear penalty on distance.
+
+    Instead of encoding positions in the inputs, ALiBi adds ``-m_h * (t - s)``
+    to the score of query ``t`` and key ``s``: the further back a key, the
+    lower its score, each head ``h`` with its own slope ``m_h``
+    (:func:`alibi_slopes`), so some heads look far and some near. Nothing is
+    learned and nothing depends on the absolute position, which is why it
+    keeps working on sequences longer than those seen in training.
+
+    **Above the diagonal** (keys in the future, ``s > t``) the bias holds
+    ``-inf``: the tensor is itself a causal additive mask, so passing it as
+    the ``mask`` of attention both biases and masks, and combining it with a
+    causal mask changes nothing. (ALiBi was designed for left-to-right models.)
+
+    With ``key_len = S`` different from ``seq_len = T`` the queries are the
+    *last* ``T`` of the ``S`` positions (bottom-right, like
+    :func:`attnbook.causal_mask`): query ``t`` sits at position ``t + S - T``.
+
+    Args:
+        n_heads: ``H``, an int >= 1.
+        seq_len: ``T``, the number of queries, an int >= 1.
+        key_len: ``S``, the number of keys (default: ``T``).
+        device: where to create the tensor (default: the CPU).
+
+    Returns:
+        Float32 tensor of shape ``(H, T, S)``: ``-m_h * (t + S - T - s)`` where
+        ``s <= t + S - T``, ``-inf`` elsewhere. It broadcasts against scores
+        ``(B, H, T, S)``.
+    """
+    n_heads = _check_size(n_heads, "n_heads")
+    seq_len = _check_size(seq_len, "seq_len")
+    key_len = seq_len if key_len is None else _check_size(key_len, "key_len")
+    slopes = alibi_slopes(n_heads).to(device)  # (H,)
+    q_pos = torch.arange(key_len - seq_len, key_len, device=device)  # (T,)
+    k_pos = torch.arange(key_len, device=device)  # (S,)
+    distance = (q_pos[:, None] - k_pos[None, :]).to(torch.float32)  # (T, 1) - (1, S) -> (T, S)
+    bias = -slopes[:, None, None] * distance  # (H, 1, 1) * (T, S) -> (H, T, S)
+    return bias.masked_fill(distance < 0, float("-inf"))  # (H, T, S)

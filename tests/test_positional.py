@@ -1,0 +1,275 @@
+"""Positional encodings: sinusoidal codes, rotary embeddings and ALiBi biases."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from attnbook import alibi_bias, alibi_slopes, apply_rope, sinusoidal_positional_encoding
+
+
+def _randn(seed: int, *shape: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+
+
+# ------------------------------------------------------------- sinusoidal
+
+
+def test_sinusoidal_shape_and_dtype() -> None:
+    pe = sinusoidal_positional_encoding(7, 10)
+    assert pe.shape == (7, 10)
+    assert pe.dtype == torch.float32
+
+
+def test_sinusoidal_columns_are_sin_then_cos_at_the_papers_frequencies() -> None:
+    seq_len, d_model = 50, 16
+    pe = sinusoidal_positional_encoding(seq_len, d_model).double()
+    pos = torch.arange(seq_len, dtype=torch.float64)
+    for i in range(d_model // 2):
+        freq = 10000.0 ** (-2 * i / d_model)
+        torch.testing.assert_close(pe[:, 2 * i], torch.sin(pos * freq), rtol=0, atol=1e-6)
+        torch.testing.assert_close(pe[:, 2 * i + 1], torch.cos(pos * freq), rtol=0, atol=1e-6)
+
+
+def test_sinusoidal_first_row_and_a_golden_value() -> None:
+    pe = sinusoidal_positional_encoding(3, 4)
+    torch.testing.assert_close(pe[0], torch.tensor([0.0, 1.0, 0.0, 1.0]))
+    # position 2, pair i = 1: frequency 10000^(-2/4) = 0.01
+    torch.testing.assert_close(
+        pe[2], torch.tensor([math.sin(2), math.cos(2), math.sin(0.02), math.cos(0.02)])
+    )
+
+
+def test_sinusoidal_shift_is_one_fixed_linear_map() -> None:
+    seq_len, d_model, k = 200, 12, 5
+    pe = sinusoidal_positional_encoding(seq_len, d_model).double()
+    # M is block-diagonal: one 2x2 rotation by k * w_i per (sin, cos) pair; it does not
+    # depend on the position, so PE[pos + k] = M PE[pos] for every pos at once
+    m = torch.zeros(d_model, d_model, dtype=torch.float64)
+    for i in range(d_model // 2):
+        w = 10000.0 ** (-2 * i / d_model)
+        c, s = math.cos(k * w), math.sin(k * w)
+        # (sin(a + b), cos(a + b)) = (sin a cos b + cos a sin b, cos a cos b - sin a sin b)
+        m[2 * i : 2 * i + 2, 2 * i : 2 * i + 2] = torch.tensor([[c, s], [-s, c]])
+    torch.testing.assert_close(pe[: seq_len - k] @ m.T, pe[k:], rtol=0, atol=1e-5)
+    # a shift by another k needs another map
+    assert not torch.allclose(pe[: seq_len - k - 1] @ m.T, pe[k + 1 :], atol=1e-2)
+
+
+def test_sinusoidal_dot_product_depends_on_offset_only() -> None:
+    pe = sinusoidal_positional_encoding(64, 32).double()
+    gram = pe @ pe.T  # (T, T)
+    for offset in (-7, 0, 1, 3, 20):
+        diag = torch.diagonal(gram, offset=offset)
+        torch.testing.assert_close(diag, diag[0].expand_as(diag), rtol=0, atol=1e-5)
+    assert not torch.allclose(torch.diagonal(gram, 1)[0], torch.diagonal(gram, 3)[0])
+
+
+def test_sinusoidal_device_argument() -> None:
+    assert sinusoidal_positional_encoding(2, 2, device="cpu").device.type == "cpu"
+
+
+@pytest.mark.parametrize(
+    ("args", "name"),
+    [
+        ((0, 4), "seq_len"),
+        ((3.0, 4), "seq_len"),
+        ((True, 4), "seq_len"),
+        ((3, 0), "d_model"),
+        ((3, 5), "d_model"),
+        ((3, "4"), "d_model"),
+    ],
+)
+def test_sinusoidal_rejects_bad_sizes(args, name: str) -> None:
+    with pytest.raises(ValueError, match=name):
+        sinusoidal_positional_encoding(*args)
+
+
+# ------------------------------------------------------------------- RoPE
+
+
+def _rope_by_hand(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
+    """One explicit 2x2 rotation matrix per position and pair (slow and obvious)."""
+    out = torch.empty_like(x)
+    d = x.shape[-1]
+    for t, p in enumerate(positions.tolist()):
+        for i in range(d // 2):
+            theta = p * base ** (-2 * i / d)
+            rot = torch.tensor(
+                [[math.cos(theta), -math.sin(theta)], [math.sin(theta), math.cos(theta)]],
+                dtype=x.dtype,
+            )
+            out[..., t, 2 * i : 2 * i + 2] = x[..., t, 2 * i : 2 * i + 2] @ rot.T
+    return out
+
+
+def test_rope_agrees_with_explicit_rotation_matrices() -> None:
+    x = _randn(0, 2, 3, 5, 8)  # (B, H, T, Dh)
+    positions = torch.tensor([0, 1, 2, 7, 30])
+    torch.testing.assert_close(
+        apply_rope(x, positions, base=100.0), _rope_by_hand(x, positions, 100.0)
+    )
+
+
+def test_rope_rotates_interleaved_pairs_counter_clockwise() -> None:
+    x = torch.zeros(2, 4, dtype=torch.float64)
+    x[:, 0] = 1.0  # the first pair is (1, 0)
+    out = apply_rope(x)
+    # position 1, pair 0 (frequency 1): (1, 0) -> (cos 1, sin 1); the other pair stays 0
+    torch.testing.assert_close(
+        out[1], torch.tensor([math.cos(1), math.sin(1), 0, 0], dtype=torch.float64)
+    )
+    torch.testing.assert_close(out[0], x[0])  # position 0 is not rotated
+
+
+def test_rope_keeps_shape_dtype_and_norms() -> None:
+    for dtype in (torch.float32, torch.float64):
+        x = _randn(1, 2, 4, 9, 16, dtype=dtype)
+        out = apply_rope(x)
+        assert out.shape == x.shape
+        assert out.dtype == dtype
+        torch.testing.assert_close(out.norm(dim=-1), x.norm(dim=-1))
+        assert not torch.allclose(out, x)
+
+
+def test_rope_bfloat16_input_stays_bfloat16() -> None:
+    x = _randn(2, 5, 8).to(torch.bfloat16)
+    out = apply_rope(x)
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.double(), apply_rope(x.double()), atol=0.05, rtol=0.02)
+
+
+def test_rope_score_depends_on_offset_only() -> None:
+    q, k = _randn(2, 1, 16), _randn(3, 1, 16)  # one query vector, one key vector
+    scores = {}
+    for t, s in [(5, 2), (10, 7), (103, 100), (3, 0), (8, 8), (20, 20)]:
+        q_rot = apply_rope(q, torch.tensor([t]))
+        k_rot = apply_rope(k, torch.tensor([s]))
+        scores.setdefault(t - s, []).append(float(q_rot @ k_rot.T))
+    for offset, values in scores.items():
+        assert max(values) - min(values) < 1e-9, (offset, values)
+    assert abs(scores[3][0] - scores[0][0]) > 1e-3  # and it does depend on the offset
+
+
+def test_rope_default_positions_equal_arange() -> None:
+    x = _randn(4, 3, 6, 8)
+    torch.testing.assert_close(apply_rope(x), apply_rope(x, torch.arange(6)))
+    # shifting every position by the same amount changes the vectors, not the scores
+    shifted = apply_rope(x, torch.arange(6) + 11)
+    assert not torch.allclose(shifted, apply_rope(x))
+    torch.testing.assert_close(
+        shifted @ shifted.transpose(-2, -1), apply_rope(x) @ apply_rope(x).transpose(-2, -1)
+    )
+
+
+def test_rope_base_changes_the_frequencies() -> None:
+    x = _randn(5, 4, 8)
+    assert not torch.allclose(apply_rope(x, base=10.0), apply_rope(x))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [
+        ({"x": torch.zeros(3, 5)}, "x"),  # odd d
+        ({"x": torch.zeros(4)}, "x"),  # 1-D
+        ({"x": torch.zeros(3, 4, dtype=torch.long)}, "x"),
+        ({"x": [[0.0, 1.0]]}, "x"),
+        ({"x": torch.zeros(3, 4), "positions": torch.arange(4)}, "positions"),
+        ({"x": torch.zeros(3, 4), "positions": torch.arange(3.0)}, "positions"),
+        ({"x": torch.zeros(3, 4), "positions": torch.zeros(1, 3, dtype=torch.long)}, "positions"),
+        ({"x": torch.zeros(3, 4), "positions": [0, 1, 2]}, "positions"),
+        ({"x": torch.zeros(3, 4), "base": 1.0}, "base"),
+        ({"x": torch.zeros(3, 4), "base": -5.0}, "base"),
+        ({"x": torch.zeros(3, 4), "base": float("inf")}, "base"),
+        ({"x": torch.zeros(3, 4), "base": "10000"}, "base"),
+    ],
+)
+def test_rope_rejects_bad_input(kwargs, name: str) -> None:
+    with pytest.raises(ValueError, match=name):
+        apply_rope(**kwargs)
+
+
+# ------------------------------------------------------------------ ALiBi
+
+
+def test_alibi_slopes_for_8_heads_are_a_half_to_1_over_256() -> None:
+    expected = torch.tensor([1 / 2**h for h in range(1, 9)])
+    torch.testing.assert_close(alibi_slopes(8), expected, rtol=0, atol=0)
+
+
+def test_alibi_slopes_for_16_heads_interleave_the_8_head_ones() -> None:
+    # Press et al. (2022), section 3: 16 heads use 1/2^0.5, 1/2^1, ..., 1/2^8
+    expected = torch.tensor([2.0 ** (-h / 2) for h in range(1, 17)])
+    torch.testing.assert_close(alibi_slopes(16), expected)
+
+
+@pytest.mark.parametrize(
+    ("n_heads", "exponents"),
+    [
+        # the reference code's rule: the closest smaller power of two n, then every
+        # other slope of 2n heads (1st, 3rd, ...) appended
+        (12, [1, 2, 3, 4, 5, 6, 7, 8, 0.5, 1.5, 2.5, 3.5]),
+        (6, [2, 4, 6, 8, 1, 3]),
+        (3, [4, 8, 2]),
+        (1, [8]),
+        (2, [4, 8]),
+    ],
+)
+def test_alibi_slopes_for_other_head_counts(n_heads: int, exponents: list[float]) -> None:
+    torch.testing.assert_close(alibi_slopes(n_heads), torch.tensor([2.0**-e for e in exponents]))
+
+
+def test_alibi_bias_values_and_future_is_blocked() -> None:
+    bias = alibi_bias(4, 5)
+    assert bias.shape == (4, 5, 5)
+    assert bias.dtype == torch.float32
+    slopes = alibi_slopes(4)
+    for h in range(4):
+        for t in range(5):
+            for s in range(5):
+                if s <= t:
+                    assert bias[h, t, s] == pytest.approx(-float(slopes[h]) * (t - s))
+                else:
+                    assert bias[h, t, s] == float("-inf")
+
+
+def test_alibi_bias_with_keys_is_bottom_right_aligned() -> None:
+    bias = alibi_bias(2, 2, 5)  # two queries at positions 3 and 4
+    assert bias.shape == (2, 2, 5)
+    torch.testing.assert_close(bias, alibi_bias(2, 5)[:, 3:, :])
+
+
+def test_alibi_bias_is_a_causal_mask_for_attention() -> None:
+    from attnbook import causal_mask, scaled_dot_product_attention
+
+    q, k, v = _randn(6, 1, 4, 5, 8), _randn(7, 1, 4, 5, 8), _randn(8, 1, 4, 5, 8)
+    bias = alibi_bias(4, 5).double()
+    with_bias, weights = scaled_dot_product_attention(q, k, v, bias)
+    assert torch.all(weights.triu(1) == 0)
+    both, _ = scaled_dot_product_attention(q, k, v, bias, is_causal=True)
+    torch.testing.assert_close(with_bias, both)
+    # and the bias changes the result compared with a causal mask alone
+    plain, _ = scaled_dot_product_attention(q, k, v, causal_mask(5))
+    assert not torch.allclose(with_bias, plain)
+
+
+@pytest.mark.parametrize(
+    ("args", "name"),
+    [
+        ((0, 4), "n_heads"),
+        ((2.0, 4), "n_heads"),
+        ((2, 0), "seq_len"),
+        ((2, None), "seq_len"),
+        ((2, 3, 0), "key_len"),
+    ],
+)
+def test_alibi_bias_rejects_bad_sizes(args, name: str) -> None:
+    with pytest.raises(ValueError, match=name):
+        alibi_bias(*args)
+
+
+def test_alibi_slopes_rejects_bad_n_heads() -> None:
+    with pytest.raises(ValueError, match="n_heads"):
+        alibi_slopes(-1)
