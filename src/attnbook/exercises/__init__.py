@@ -20,11 +20,13 @@ from attnbook.exercises.multihead import (
     check_multi_head_attention,
     check_split_heads,
 )
+from attnbook.exercises.positional import check_apply_rope, check_sinusoidal_positional_encoding
 from attnbook.exercises.scores import check_cosine_similarity, check_score_matrix
 from attnbook.exercises.softmax import check_softmax, check_softmax_temperature
 
 __all__ = [
     "Verdict",
+    "check_apply_rope",
     "check_causal_mask",
     "check_cosine_similarity",
     "check_cross_attention",
@@ -35,6 +37,7 @@ __all__ = [
     "check_scaled_dot_product_attention",
     "check_score_matrix",
     "check_self_attention",
+    "check_sinusoidal_positional_encoding",
     "check_soft_lookup",
     "check_softmax",
     "check_softmax_temperature",

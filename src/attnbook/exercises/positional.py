@@ -1,0 +1,237 @@
+"""Checkers for the exercises of chapter 8 (positional encoding).
+
+Besides the hidden cases, each checker knows the usual ways to get the
+exercise wrong (sine and cosine swapped, a frequency exponent off by a factor,
+the other pairing of features, a rotation the wrong way round). When a case
+fails and the learner's answer matches one of those mistakes exactly, the
+hint names that mistake instead of the case's general hint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+import numpy as np
+import torch
+
+from attnbook.exercises._framework import Case, Verdict, run_cases
+from attnbook.positional import apply_rope, sinusoidal_positional_encoding
+
+__all__ = ["check_apply_rope", "check_sinusoidal_positional_encoding"]
+
+_RTOL, _ATOL = 1e-4, 1e-4  # a float32 answer is fine; every mistake below is off by O(1)
+
+
+def _randn(seed: int, *shape: int) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+
+
+def _matches(got: object, expected: torch.Tensor) -> bool:
+    try:
+        g = torch.as_tensor(got).detach().to("cpu", torch.float64).numpy()
+    except (TypeError, ValueError, RuntimeError):
+        return False
+    e = expected.detach().to("cpu", torch.float64).numpy()
+    return g.shape == e.shape and bool(np.allclose(g, e, rtol=_RTOL, atol=_ATOL))
+
+
+def _diagnose(
+    verdict: Verdict,
+    learner_fn: Callable,
+    make_args: Callable[[], tuple],
+    mistakes: list[tuple[Callable, str]],
+) -> Verdict:
+    """Replace a failed verdict's hint by the named mistake the learner's answer matches, if any."""
+    if verdict.passed or not verdict.attempted:
+        return verdict
+    try:
+        got = learner_fn(*make_args())
+    except Exception:  # the verdict already reports the exception
+        return verdict
+    for wrong_fn, hint in mistakes:
+        if _matches(got, wrong_fn(*make_args())):
+            general = verdict.message.rsplit("\n   Hint: ", 1)[0]
+            return replace(verdict, message=f"{general}\n   Hint: {hint}")
+    return verdict
+
+
+# ------------------------------------------------------ sinusoidal encoding
+
+
+def _sinusoidal_variant(
+    seq_len: int, d_model: int, *, swap: bool = False, exponent: str = "2i", split: bool = False
+) -> torch.Tensor:
+    """The encoding with one deliberate mistake (for the diagnosis of wrong answers)."""
+    pos = torch.arange(seq_len, dtype=torch.float64)[:, None]  # (T, 1)
+    i = torch.arange(d_model // 2, dtype=torch.float64)  # (d/2,) pair index
+    powers = {"2i": -2 * i / d_model, "i": -i / d_model, "+2i": 2 * i / d_model}
+    freqs = 10000.0 ** powers.get(exponent, -2 * i / d_model)  # (d/2,)
+    first, second = (pos * freqs).sin(), (pos * freqs).cos()  # (T, d/2) each
+    if exponent == "column":  # odd column 2i + 1 with exponent -(2i + 1)/d
+        second = (pos * 10000.0 ** (-(2 * i + 1) / d_model)).cos()
+    if swap:
+        first, second = second, first
+    if split:
+        return torch.cat((first, second), dim=-1)  # (T, d): all sines, then all cosines
+    return torch.stack((first, second), dim=-1).reshape(seq_len, d_model)  # (T, d)
+
+
+_SINUSOIDAL_MISTAKES = [
+    (
+        lambda t, d: _sinusoidal_variant(t, d, swap=True),
+        "sine and cosine are swapped: even columns 2i hold sin(pos * w_i), odd columns "
+        "2i + 1 hold cos(pos * w_i).",
+    ),
+    (
+        lambda t, d: _sinusoidal_variant(t, d, split=True),
+        "your columns are all sines, then all cosines (concatenated); here they interleave: "
+        "column 2i is sin(pos * w_i) and column 2i + 1 is cos(pos * w_i).",
+    ),
+    (
+        lambda t, d: _sinusoidal_variant(t, d, exponent="i"),
+        "the exponent is missing its factor 2: w_i = 10000^(-2i / d_model) for pair i, "
+        "so the slowest pair has a wavelength near 2π·10000.",
+    ),
+    (
+        lambda t, d: _sinusoidal_variant(t, d, exponent="+2i"),
+        "the exponent has the wrong sign: the frequencies must fall, w_i = 10000^(-2i / d_model).",
+    ),
+    (
+        lambda t, d: _sinusoidal_variant(t, d, exponent="column"),
+        "the sine and the cosine of one pair must share one frequency: use the pair index i "
+        "(the even column 2i) in 10000^(-2i / d_model) for both columns 2i and 2i + 1.",
+    ),
+]
+
+_SINUSOIDAL_CASES = [
+    Case(
+        "seq_len = 4, d_model = 2",
+        lambda: (4, 2),
+        "With one pair, column 0 is sin(pos) and column 1 is cos(pos); row 0 is (0, 1).",
+    ),
+    Case(
+        "seq_len = 6, d_model = 8",
+        lambda: (6, 8),
+        "Pair i uses the frequency w_i = 10000^(-2i / d_model): column 2i = sin(pos * w_i), "
+        "column 2i + 1 = cos(pos * w_i).",
+    ),
+    Case(
+        "seq_len = 50, d_model = 16 (far positions, slow pairs)",
+        lambda: (50, 16),
+        "Compute pos * w_i for every position and pair at once by broadcasting "
+        "(T, 1) * (1, d_model / 2), then interleave the sines and cosines.",
+    ),
+]
+
+
+def check_sinusoidal_positional_encoding(fn: Callable[[int, int], torch.Tensor]) -> Verdict:
+    """Check ``fn(seq_len, d_model) -> pe``, the sinusoidal encoding ``(seq_len, d_model)``.
+
+    Even columns ``2i`` hold ``sin(pos * 10000^(-2i/d_model))``, odd columns
+    ``2i + 1`` the cosine at the same frequency; ``d_model`` is even.
+    """
+    verdict = run_cases(
+        "sinusoidal_positional_encoding",
+        fn,
+        sinusoidal_positional_encoding,
+        _SINUSOIDAL_CASES,
+        rtol=_RTOL,
+        atol=_ATOL,
+    )
+    return _diagnose(verdict, fn, lambda: (12, 8), _SINUSOIDAL_MISTAKES)
+
+
+# ------------------------------------------------------------------- RoPE
+
+
+def _rope_variant(
+    x: torch.Tensor,
+    positions: torch.Tensor,
+    *,
+    half_split: bool = False,
+    sign: float = 1.0,
+    exponent: str = "2i",
+) -> torch.Tensor:
+    """RoPE with one deliberate mistake (for the diagnosis of wrong answers)."""
+    d = x.shape[-1]
+    i = torch.arange(d // 2, dtype=torch.float64)  # (d/2,)
+    freqs = 10000.0 ** (-i / d if exponent == "i" else -2 * i / d)  # (d/2,)
+    angles = sign * positions.to(torch.float64)[:, None] * freqs  # (T, d/2)
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    if half_split:
+        a, b = x[..., : d // 2], x[..., d // 2 :]  # feature i paired with i + d/2
+        return torch.cat((a * cos - b * sin, a * sin + b * cos), dim=-1)
+    a, b = x[..., 0::2], x[..., 1::2]  # (..., T, d/2) each
+    return torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)
+
+
+_ROPE_MISTAKES = [
+    (
+        lambda x, p: _rope_variant(x, p, half_split=True),
+        "you paired feature i with feature i + d/2 (the 'half split' of GPT-NeoX/LLaMA code); "
+        "this exercise pairs neighbours: (x[..., 2i], x[..., 2i + 1]).",
+    ),
+    (
+        lambda x, p: _rope_variant(x, p, sign=-1.0),
+        "you rotate clockwise (by -θ): the rotation by +θ is "
+        "(a, b) -> (a cos θ - b sin θ, a sin θ + b cos θ).",
+    ),
+    (
+        lambda x, p: _rope_variant(x, p, exponent="i"),
+        "the exponent is missing its factor 2: pair i turns by pos * 10000^(-2i / d).",
+    ),
+    (
+        lambda x, p: _rope_variant(x, torch.arange(x.shape[-2])),
+        "you ignored `positions` and used 0, 1, ..., T - 1: rotate row t by positions[t].",
+    ),
+]
+
+
+def _rope_case(seed: int, shape: tuple[int, ...], positions: list[int]) -> Callable[[], tuple]:
+    return lambda: (_randn(seed, *shape), torch.tensor(positions))
+
+
+_ROPE_CASES = [
+    Case(
+        "x of shape (T, d) = (6, 4), positions 0..5",
+        _rope_case(801, (6, 4), list(range(6))),
+        "Row t, pair i = (x[t, 2i], x[t, 2i + 1]) turns by θ = positions[t] * 10000^(-2i / d): "
+        "(a, b) -> (a cos θ - b sin θ, a sin θ + b cos θ).",
+    ),
+    Case(
+        "x of shape (B, H, T, Dh) = (2, 3, 5, 8), positions 0..4",
+        _rope_case(802, (2, 3, 5, 8), list(range(5))),
+        "The leading axes are batch axes: index the last two axes only (x[..., 0::2], "
+        "x[..., 1::2]) and let the angles (T, d/2) broadcast.",
+    ),
+    Case(
+        "positions [3, 10, 11, 40, 41], not starting at 0",
+        _rope_case(803, (5, 6), [3, 10, 11, 40, 41]),
+        "Use the positions you are given, not 0..T-1.",
+    ),
+    Case(
+        "d = 16, positions up to 100 (the slow pairs matter)",
+        _rope_case(804, (4, 16), [0, 1, 50, 100]),
+        "Every pair has its own frequency 10000^(-2i / d), i = 0 .. d/2 - 1.",
+    ),
+]
+
+
+def check_apply_rope(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> Verdict:
+    """Check ``fn(x, positions) -> rotated``: rotary embeddings with base 10000.
+
+    ``x`` has shape ``(..., T, d)`` (``d`` even, float64 in the hidden cases),
+    ``positions`` is an int64 tensor ``(T,)``; pair ``(x[..., 2i], x[..., 2i + 1])``
+    of row ``t`` turns counter-clockwise by ``positions[t] * 10000^(-2i/d)``.
+    """
+    verdict = run_cases(
+        "apply_rope",
+        fn,
+        lambda x, positions: apply_rope(x, positions),
+        _ROPE_CASES,
+        rtol=_RTOL,
+        atol=_ATOL,
+    )
+    diagnostic = _rope_case(805, (7, 8), [5, 6, 7, 8, 9, 10, 11])
+    return _diagnose(verdict, fn, diagnostic, _ROPE_MISTAKES)

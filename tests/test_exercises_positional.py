@@ -1,0 +1,153 @@
+"""The checkers of chapter 8 accept correct answers and name typical wrong ones."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from attnbook.exercises import check_apply_rope, check_sinusoidal_positional_encoding
+
+# ------------------------------------------------------- learners' answers
+
+
+def _pe(seq_len, d_model, *, swap=False, split=False, exponent="2i", dtype=torch.float32):
+    """A learner's sinusoidal encoding, written as a learner would (float32 by default)."""
+    pos = torch.arange(seq_len, dtype=dtype)[:, None]
+    i = torch.arange(0, d_model // 2, dtype=dtype)
+    if exponent == "2i":
+        freqs = torch.exp(-math.log(10000.0) * 2 * i / d_model)
+    elif exponent == "i":
+        freqs = torch.exp(-math.log(10000.0) * i / d_model)
+    else:  # "+2i"
+        freqs = 10000.0 ** (2 * i / d_model)
+    s, c = torch.sin(pos * freqs), torch.cos(pos * freqs)
+    if swap:
+        s, c = c, s
+    if split:
+        return torch.cat([s, c], dim=-1)
+    pe = torch.zeros(seq_len, d_model, dtype=dtype)
+    pe[:, 0::2], pe[:, 1::2] = s, c
+    return pe
+
+
+def _pe_per_column(seq_len, d_model):
+    """Each column j uses 10000^(-j / d_model): the sine and cosine of a pair disagree."""
+    pos = torch.arange(seq_len, dtype=torch.float32)[:, None]
+    j = torch.arange(d_model, dtype=torch.float32)
+    angles = pos / 10000.0 ** (j / d_model)
+    return torch.where(j.long() % 2 == 0, torch.sin(angles), torch.cos(angles))
+
+
+def _rope(x, positions, *, half_split=False, sign=1.0, exponent="2i", ignore_positions=False):
+    """A learner's RoPE: interleaved pairs unless told otherwise."""
+    d = x.shape[-1]
+    if ignore_positions:
+        positions = torch.arange(x.shape[-2])
+    two_i = torch.arange(0, d, 2, dtype=torch.float32)
+    freqs = 10000.0 ** (-two_i / d if exponent == "2i" else -two_i / 2 / d)
+    theta = sign * positions[:, None].float() * freqs  # (T, d/2)
+    cos, sin = torch.cos(theta).to(x.dtype), torch.sin(theta).to(x.dtype)
+    if half_split:
+        a, b = x[..., : d // 2], x[..., d // 2 :]
+        return torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1)
+    a, b = x[..., 0::2], x[..., 1::2]
+    out = torch.empty_like(x)
+    out[..., 0::2] = a * cos - b * sin
+    out[..., 1::2] = a * sin + b * cos
+    return out
+
+
+def _assert_rejects(verdict, failing_case: str, named_mistake: str) -> None:
+    assert not verdict
+    assert verdict.attempted
+    assert failing_case in verdict.message, verdict.message
+    assert named_mistake in verdict.message.split("Hint:")[1], verdict.message
+    assert "Traceback" not in verdict.message
+
+
+# ------------------------------------------------------------- sinusoidal
+
+
+def test_sinusoidal_checker_accepts_float32_and_float64_answers() -> None:
+    for answer in (_pe, lambda t, d: _pe(t, d, dtype=torch.float64)):
+        verdict = check_sinusoidal_positional_encoding(answer)
+        assert verdict, verdict.message
+        assert "all 3 hidden cases pass" in verdict.message
+
+
+def test_sinusoidal_checker_accepts_a_numpy_answer() -> None:
+    assert check_sinusoidal_positional_encoding(lambda t, d: _pe(t, d).numpy())
+
+
+@pytest.mark.parametrize(
+    ("wrong", "failing_case", "named_mistake"),
+    [
+        (lambda t, d: _pe(t, d, swap=True), "seq_len = 4, d_model = 2", "sine and cosine are swapped"),
+        (lambda t, d: _pe(t, d, split=True), "seq_len = 6, d_model = 8", "all sines, then all cosines"),
+        (lambda t, d: _pe(t, d, exponent="i"), "seq_len = 6, d_model = 8", "missing its factor 2"),
+        (lambda t, d: _pe(t, d, exponent="+2i"), "seq_len = 6, d_model = 8", "the wrong sign"),
+        (_pe_per_column, "seq_len = 4, d_model = 2", "must share one frequency"),
+    ],
+)  # fmt: skip
+def test_sinusoidal_checker_names_typical_mistakes(wrong, failing_case, named_mistake) -> None:
+    _assert_rejects(check_sinusoidal_positional_encoding(wrong), failing_case, named_mistake)
+
+
+def test_sinusoidal_checker_keeps_the_case_hint_for_other_mistakes() -> None:
+    verdict = check_sinusoidal_positional_encoding(lambda t, d: _pe(t, d) + 0.1)
+    assert not verdict
+    assert "Hint: With one pair, column 0 is sin(pos)" in verdict.message
+
+
+def test_sinusoidal_checker_reports_a_stub_and_an_exception() -> None:
+    def stub(t, d):
+        raise NotImplementedError
+
+    verdict = check_sinusoidal_positional_encoding(stub)
+    assert not verdict
+    assert not verdict.attempted
+    assert "not attempted yet" in verdict.message
+    verdict = check_sinusoidal_positional_encoding(lambda t, d: torch.zeros(t, d)[:, 1 / 0])
+    assert verdict.attempted
+    assert "ZeroDivisionError" in verdict.message
+
+
+# ------------------------------------------------------------------- RoPE
+
+
+def test_rope_checker_accepts_correct_answers() -> None:
+    verdict = check_apply_rope(_rope)
+    assert verdict, verdict.message
+    assert "all 4 hidden cases pass" in verdict.message
+    assert check_apply_rope(lambda x, p: _rope(x.float(), p).double())  # float32 inside
+
+
+@pytest.mark.parametrize(
+    ("wrong", "failing_case", "named_mistake"),
+    [
+        (lambda x, p: _rope(x, p, half_split=True), "(T, d) = (6, 4)", "half split"),
+        (lambda x, p: _rope(x, p, sign=-1.0), "(T, d) = (6, 4)", "rotate clockwise"),
+        (lambda x, p: _rope(x, p, exponent="i"), "(T, d) = (6, 4)", "missing its factor 2"),
+        (lambda x, p: _rope(x, p, ignore_positions=True), "not starting at 0", "ignored `positions`"),
+    ],
+)  # fmt: skip
+def test_rope_checker_names_typical_mistakes(wrong, failing_case, named_mistake) -> None:
+    _assert_rejects(check_apply_rope(wrong), failing_case, named_mistake)
+
+
+def test_rope_checker_rejects_answers_without_a_named_mistake() -> None:
+    # rotating the values of every row by the same angle, whatever the position
+    verdict = check_apply_rope(lambda x, p: _rope(x, torch.ones_like(p)))
+    assert not verdict
+    assert "Hint: Row t, pair i" in verdict.message
+    # only 2-D inputs handled: the (B, H, T, Dh) case fails
+    verdict = check_apply_rope(lambda x, p: _rope(x, p) if x.ndim == 2 else x)
+    assert not verdict
+    assert "(B, H, T, Dh)" in verdict.message
+
+
+def test_rope_checker_needs_a_function() -> None:
+    with pytest.raises(ValueError, match="check_apply_rope needs your function"):
+        check_apply_rope(_rope(torch.zeros(2, 4), torch.arange(2)))
