@@ -8,12 +8,16 @@ PY := $(BIN)/python
 STAMP := $(VENV)/.installed
 VENDOR := assets/vendor
 BOOK_HTML := _build/html/index.html
+# The Jupyter kernel of .venv, registered inside it by `make venv`; `make lab`, `make execute`
+# and nbval run the chapters with it (tools/execute_notebooks.py holds the same name).
+KERNEL := attnbook
+KERNEL_DISPLAY := Python (attnbook)
 # `make book HIDE_SOLUTIONS=1` builds the instructors' edition without solutions.
 HIDE_SOLUTIONS ?= 0
 export ATTNBOOK_HIDE_SOLUTIONS := $(HIDE_SOLUTIONS)
 
 .DEFAULT_GOAL := help
-.PHONY: help venv assets book test execute lint format lock sync-url clean
+.PHONY: help venv lab assets book test execute lint format lock sync-url clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -25,7 +29,12 @@ $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet -r requirements.txt
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation --editable .
+	$(PY) -m ipykernel install --sys-prefix --name $(KERNEL) --display-name "$(KERNEL_DISPLAY)" >/dev/null
 	@touch $@
+
+lab: venv ## open the chapters in JupyterLab, running them with the kernel of .venv
+	$(BIN)/jupyter lab --KernelSpecManager.allowed_kernelspecs=$(KERNEL) \
+		--MultiKernelManager.default_kernel_name=$(KERNEL)
 
 assets: $(VENDOR)/.stamp ## install MathJax, require.js, d3 and jQuery from npm, for offline pages
 

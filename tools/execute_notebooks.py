@@ -1,11 +1,21 @@
 """Re-run chapter notebooks in place, top to bottom, each in a fresh kernel.
 
 Usage: python tools/execute_notebooks.py chapters/01_scores.ipynb [...]
+       python tools/execute_notebooks.py --kernelspec-only chapters/*.ipynb
 
 This is what `make execute` runs after a chapter is edited, so that the stored
 outputs are exactly what nbval will reproduce in `make test`. It records no
 timings and no kernel-specific metadata, so an unchanged notebook re-executes
 to an unchanged file.
+
+The notebooks run in the kernel of .venv that `make venv` registers as
+``attnbook`` (KERNEL_NAME), the one nbval and `make lab` use too. The stored
+``kernelspec`` metadata is NOTEBOOK_KERNELSPEC, written on every run;
+``--kernelspec-only`` writes just that metadata without executing anything
+(idempotent). It names ``python3`` on purpose: Google Colab opens a notebook
+whose kernelspec names any other kernel with an "Unrecognized runtime" warning,
+while `make lab` offers only the ``attnbook`` kernel, which JupyterLab then
+picks for these Python notebooks.
 """
 
 from __future__ import annotations
@@ -19,6 +29,8 @@ import nbformat
 from nbclient import NotebookClient
 
 TIMEOUT_S = 600  # per cell
+KERNEL_NAME = "attnbook"  # the kernel of .venv, registered by `make venv` (see the Makefile)
+NOTEBOOK_KERNELSPEC = {"display_name": "Python 3", "language": "python", "name": "python3"}
 
 
 def _coalesce_streams(outputs: list) -> list:
@@ -42,12 +54,44 @@ def _coalesce_streams(outputs: list) -> list:
     return merged
 
 
+def _set_notebook_metadata(nb: nbformat.NotebookNode) -> None:
+    nb.metadata.pop("widgets", None)
+    nb.metadata["kernelspec"] = dict(NOTEBOOK_KERNELSPEC)
+    nb.metadata["language_info"] = {"name": "python"}
+
+
+def set_kernelspec(path: Path) -> bool:
+    """Write the stored kernelspec metadata only; True if the file changed."""
+    before = path.read_text(encoding="utf-8")
+    nb = nbformat.reads(before, as_version=4)
+    _set_notebook_metadata(nb)
+    nbformat.validate(nb)
+    after = nbformat.writes(nb)
+    after += "" if after.endswith("\n") else "\n"  # as nbformat.write ends a file
+    if after != before:
+        path.write_text(after, encoding="utf-8")
+    return after != before
+
+
+def _check_kernel() -> None:
+    from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
+
+    try:
+        KernelSpecManager().get_kernel_spec(KERNEL_NAME)
+    except NoSuchKernel:
+        sys.exit(
+            f"the Jupyter kernel {KERNEL_NAME!r} is not registered: run `make venv`, or "
+            f"python -m ipykernel install --sys-prefix --name {KERNEL_NAME} "
+            '--display-name "Python (attnbook)"'
+        )
+
+
 def execute(path: Path) -> None:
     nb = nbformat.read(path, as_version=4)
     client = NotebookClient(
         nb,
         timeout=TIMEOUT_S,
-        kernel_name="python3",
+        kernel_name=KERNEL_NAME,
         resources={"metadata": {"path": str(path.parent)}},
         record_timing=False,
     )
@@ -56,21 +100,21 @@ def execute(path: Path) -> None:
         cell.metadata.pop("execution", None)
         if cell.cell_type == "code":
             cell.outputs = _coalesce_streams(cell.outputs)
-    nb.metadata.pop("widgets", None)
-    nb.metadata["kernelspec"] = {
-        "display_name": "Python 3",
-        "language": "python",
-        "name": "python3",
-    }
-    nb.metadata["language_info"] = {"name": "python"}
+    _set_notebook_metadata(nb)
     nbformat.validate(nb)
     nbformat.write(nb, path)
 
 
 def main(paths: list[str]) -> int:
+    if paths[:1] == ["--kernelspec-only"]:
+        for name in paths[1:]:
+            changed = set_kernelspec(Path(name))
+            print(f"{'set' if changed else 'unchanged'}: kernelspec of {name}")
+        return 0 if paths[1:] else 2
     if not paths:
         print(__doc__)
         return 2
+    _check_kernel()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")

@@ -90,7 +90,8 @@ def steps() -> list[Step]:
             [
                 *PYTEST,
                 "--nbval",
-                "--nbval-current-env",
+                "--nbval-kernel-name",
+                "attnbook",  # the kernel of .venv that `make venv` registers
                 "--nbval-sanitize-with",
                 "tests/nbval_sanitize.cfg",
                 "chapters/",
