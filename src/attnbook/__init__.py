@@ -15,6 +15,7 @@ is in its docstring):
 - :mod:`attnbook.attention`: scaled dot-product attention, a single attention head
 - :mod:`attnbook.masking`: causal and padding masks (``True`` = may attend)
 - :mod:`attnbook.positional`: sinusoidal encodings, rotary embeddings (RoPE), ALiBi biases
+- :mod:`attnbook.multihead`: multi-head attention (``MultiHeadAttention``)
 - :mod:`attnbook.viz`: the course's figures (heatmaps, bar charts)
 - :mod:`attnbook.exercises`: checkers for the chapters' code exercises
 """
@@ -32,6 +33,7 @@ from attnbook.masking import (
     padding_mask,
     to_mha_mask,
 )
+from attnbook.multihead import MultiHeadAttention
 from attnbook.positional import (
     alibi_bias,
     alibi_slopes,
@@ -52,6 +54,7 @@ __version__ = _version("attnbook")
 
 __all__ = [
     "AdditiveScorer",
+    "MultiHeadAttention",
     "SingleHeadAttention",
     "additive_scores",
     "alibi_bias",

@@ -1,0 +1,219 @@
+"""How much does attnbook.MultiHeadAttention cost over the bare fused kernel? (chapters 7 and 9)
+
+Usage:
+    python benchmarks/attention_overhead.py [--repeats 30] [--threads N] [--device auto]
+
+The peer is what a minimal implementation writes: four ``nn.Linear(d_model,
+d_model)`` maps around a bare ``F.scaled_dot_product_attention`` (with
+``is_causal=True`` for the causal rows), holding the same weights as the module.
+Against it:
+
+- ``forward()``: ``MultiHeadAttention.forward(x, x, x, need_weights=False)``,
+  the public call, which checks its inputs on every call;
+- ``_forward_unchecked()``: the same maths without the checks, which is what
+  the transformer blocks call in every layer (a model checks its input once).
+
+Shapes ``(B, T, d_model, heads)`` = ``(32, 64, 128, 4)`` and ``(8, 256, 256, 4)``,
+self-attention, without and with the causal rule, timed as a forward pass in
+``torch.no_grad()`` and as a forward plus backward pass (gradients of the
+input and of every weight, as in training). The target is a ratio within 1.1x.
+
+Every call of every row is timed in interleaved rounds (one call of each row
+per round, after warm-up calls), so a burst of load from another program slows
+all rows of a round alike. The table reports each row's median time and the
+median of its per-round ratio to the peer of the same round, with the 25th and
+75th percentiles of that ratio as its spread. Timings depend on the machine,
+its load and the thread count, which is why this is a benchmark and not a test:
+it asserts nothing about speed and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import attnbook
+
+WARMUP = 5  # untimed calls per row before timing: allocations, lazy initialisation
+SHAPES = [(32, 64, 128, 4), (8, 256, 256, 4)]  # (B, T, d_model, heads)
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait until the device has finished its queued work (no-op on the CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+
+def cpu_model() -> str:
+    """The CPU's model name, from /proc/cpuinfo where there is one."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+class BareAttention(nn.Module):
+    """The peer: four linear maps around PyTorch's fused kernel, nothing else."""
+
+    def __init__(self, mha: attnbook.MultiHeadAttention) -> None:
+        super().__init__()
+        self.n_heads = mha.n_heads
+        self.q_proj, self.k_proj, self.v_proj, self.out_proj = (
+            nn.Linear(mha.d_model, mha.d_model) for _ in range(4)
+        )
+        self.load_state_dict(mha.state_dict())  # the same weights as the module
+
+    def forward(self, x: torch.Tensor, is_causal: bool) -> torch.Tensor:
+        B, T, D = x.shape
+        H = self.n_heads
+        q = self.q_proj(x).view(B, T, H, D // H).transpose(1, 2)  # (B, H, T, Dh)
+        k = self.k_proj(x).view(B, T, H, D // H).transpose(1, 2)  # (B, H, T, Dh)
+        v = self.v_proj(x).view(B, T, H, D // H).transpose(1, 2)  # (B, H, T, Dh)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=is_causal)  # (B, H, T, Dh)
+        return self.out_proj(out.transpose(1, 2).reshape(B, T, D))  # (B, T, D)
+
+
+Row = tuple[str, Callable[[], object]]
+
+
+def make_rows(
+    mha: attnbook.MultiHeadAttention,
+    bare: BareAttention,
+    x: torch.Tensor,
+    grad_out: torch.Tensor,
+    is_causal: bool,
+) -> tuple[list[Row], list[Row]]:
+    """The three rows (peer, ``forward()``, ``_forward_unchecked()``), forward and forward+backward."""
+    x_grad = x.clone().requires_grad_(True)  # (B, T, D); its gradient is computed, as in a model
+    calls: list[tuple[str, Callable[[torch.Tensor], torch.Tensor]]] = [
+        ("peer (4 Linear + F.sdpa)", lambda z: bare(z, is_causal)),
+        ("forward()", lambda z: mha(z, z, z, need_weights=False, is_causal=is_causal)[0]),
+        (
+            "_forward_unchecked()",
+            lambda z: mha._forward_unchecked(z, z, z, None, is_causal, False)[0],
+        ),
+    ]
+
+    def forward_of(fn: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[], object]:
+        return lambda: fn(x)
+
+    def backward_of(fn: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[], object]:
+        def step() -> None:
+            mha.zero_grad(set_to_none=True)
+            bare.zero_grad(set_to_none=True)
+            x_grad.grad = None
+            fn(x_grad).backward(grad_out)
+
+        return step
+
+    forward_rows = [(name, forward_of(fn)) for name, fn in calls]
+    backward_rows = [(name, backward_of(fn)) for name, fn in calls]
+    return forward_rows, backward_rows
+
+
+def time_rounds(
+    fns: list[Callable[[], object]], repeats: int, device: torch.device
+) -> list[list[float]]:
+    """Seconds of each call of each function, in ``repeats`` interleaved rounds.
+
+    Each round calls every function once, starting from a different one each
+    round, so that no function always pays for running first.
+    """
+    for fn in fns:
+        for _ in range(WARMUP):
+            fn()
+    synchronize(device)
+    times: list[list[float]] = [[] for _ in fns]
+    for round_ in range(repeats):
+        first = round_ % len(fns)  # rotate the order: no row always runs first (cold caches)
+        for i in [*range(first, len(fns)), *range(first)]:
+            start = time.perf_counter()
+            fns[i]()
+            synchronize(device)
+            times[i].append(time.perf_counter() - start)
+    return times
+
+
+def quartiles(values: list[float]) -> tuple[float, float, float]:
+    """25th, 50th and 75th percentiles."""
+    q1, q2, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return q1, q2, q3
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=30, help="timed rounds per table")
+    parser.add_argument("--threads", type=int, default=0, help="CPU threads (0: torch's default)")
+    parser.add_argument(
+        "--device", default="cpu", help="cpu, cuda, mps, or auto (attnbook.get_device())"
+    )
+    args = parser.parse_args(argv)
+    if args.repeats < 4:
+        parser.error(f"--repeats must be >= 4 (quartiles need a few rounds), got {args.repeats}")
+    if args.threads < 0:
+        parser.error(f"--threads must be >= 0, got {args.threads}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    device = attnbook.get_device() if args.device == "auto" else torch.device(args.device)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    print(
+        f"device {device}; CPU {cpu_model()}; torch threads {torch.get_num_threads()}; "
+        f"torch {torch.__version__}; Python {platform.python_version()}"
+    )
+    print(
+        f"{args.repeats} interleaved rounds after {WARMUP} warm-up calls per row; "
+        "ratio = time / peer's time in the same round: median [25th, 75th percentile]"
+    )
+    print()
+    header = f"{'B, T, D, H':<16} {'causal':<7} {'pass':<9} {'row':<22} {'median ms':>10}"
+    print(f"{header} {'ratio':>7}  spread")
+    for B, T, D, H in SHAPES:
+        attnbook.set_seed(0)
+        mha = attnbook.MultiHeadAttention(D, H).to(device).eval()
+        bare = BareAttention(mha).to(device).eval()
+        x = torch.randn(B, T, D, device=device)  # (B, T, D)
+        grad_out = torch.randn(B, T, D, device=device)  # (B, T, D)
+        for is_causal in (False, True):
+            with torch.no_grad():  # the peer computes the same function as the module
+                torch.testing.assert_close(
+                    bare(x, is_causal), mha(x, x, x, is_causal=is_causal)[0], rtol=1e-4, atol=1e-5
+                )
+            forward_rows, backward_rows = make_rows(mha, bare, x, grad_out, is_causal)
+            for pass_name, rows in (("fwd", forward_rows), ("fwd+bwd", backward_rows)):
+                if pass_name == "fwd":
+                    with torch.no_grad():
+                        times = time_rounds([fn for _, fn in rows], args.repeats, device)
+                else:
+                    times = time_rounds([fn for _, fn in rows], args.repeats, device)
+                for (name, _), row_times in zip(rows, times):
+                    ratios = [t / p for t, p in zip(row_times, times[0])]
+                    q1, q2, q3 = quartiles(ratios)
+                    label = f"{B}, {T}, {D}, {H}"
+                    line = f"{label:<16} {is_causal!s:<7} {pass_name:<9} {name:<22} "
+                    line += f"{statistics.median(row_times) * 1e3:>10.3f}"
+                    spread = "" if row_times is times[0] else f"[{q1:.2f}, {q3:.2f}]"
+                    print(f"{line} {q2:>6.2f}x  {spread}")
+        print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

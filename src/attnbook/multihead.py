@@ -1,0 +1,300 @@
+"""Multi-head attention: several attention heads side by side, then one output projection.
+
+Introduced in chapter 7 (``chapters/07_multi_head_attention.ipynb``); the
+transformer blocks of chapter 9 (:mod:`attnbook.block`) are built from it.
+
+One softmax row is one weighted average, so one head can gather only one kind
+of information per query. Multi-head attention splits the model width
+``d_model`` into ``H`` heads of width ``d_head = d_model / H``; each head
+attends on its own (its own scores, its own weights), and the heads' outputs
+are concatenated and mixed by an output projection ``W_O``::
+
+    Q = X W_Q,  K = C W_K,  V = C W_V                 # (B, T, D), (B, S, D), (B, S, D)
+    split the last axis into H heads of width Dh      # (B, H, T, Dh), (B, H, S, Dh), ...
+    O_h = softmax(Q_h K_hᵀ / sqrt(Dh) + mask) V_h     # (B, H, T, Dh), one head each
+    output = concat_h(O_h) W_O                        # (B, T, D)
+
+The split costs nothing: the parameters and multiply-adds are those of one
+full-width head (plus ``W_O``); only the softmax is taken per head.
+
+Shape legend used in this module:
+    ``B`` batch, ``T`` query positions, ``S`` key positions, ``H`` heads
+    (``n_heads``), ``D`` model width (``d_model``), ``Dh`` head width
+    (``d_head = D / H``).
+
+Masks follow the package's convention (:mod:`attnbook.masking`): boolean with
+``True`` = *may attend*, or additive floats (``0`` keeps, ``-inf`` blocks),
+broadcastable to the scores' shape ``(B, H, T, S)``: a causal ``(T, S)`` mask,
+a key-padding ``(B, 1, 1, S)`` mask (``padding_mask(lengths, per_head=True)``),
+a per-head ``(1, H, T, S)`` bias. A 3-D mask ``(X, T, S)`` with ``X > 1`` is
+refused as ambiguous: right-aligned broadcasting would read ``X`` as the heads'
+axis, so a per-sequence ``(B, T, S)`` mask (or the ``(B, 1, S)`` of
+``padding_mask(lengths)``) would silently mask the wrong thing whenever
+``B == H``. Give it its missing axis: ``mask[:, None]`` per sequence,
+``mask[None]`` per head.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from attnbook._validation import (
+    as_float_tensor,
+    check_positive_number,
+    check_probability,
+    shape_str,
+)
+from attnbook.attention import _fused_attention, scaled_dot_product_attention
+from attnbook.masking import check_mask
+from attnbook.positional import apply_rope
+
+__all__ = ["MultiHeadAttention"]
+
+
+def _check_count(value: object, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    return int(value)
+
+
+class MultiHeadAttention(nn.Module):
+    """``H`` attention heads in parallel over one model width, mixed by an output projection.
+
+    Each head can attend to different positions for a different reason (one
+    to the previous token, one to a matching token, ...), which one softmax
+    cannot do at once. The same module serves the three uses in a
+    transformer: encoder self-attention (``query = key = value = X``), masked
+    decoder self-attention (``is_causal=True``) and encoder-decoder
+    cross-attention (``query = X``, ``key = value = C``, ``T != S`` allowed).
+
+    The four maps are ``nn.Linear(d_model, d_model)`` members ``q_proj``,
+    ``k_proj``, ``v_proj`` and ``out_proj``; ``q_proj.weight`` holds ``W_Qᵀ``
+    (``nn.Linear`` computes ``x @ weight.T``), whose rows ``h * Dh`` to
+    ``(h + 1) * Dh - 1`` make head ``h``'s queries (likewise for keys and values).
+    In self-attention the three input projections run as one matrix multiply
+    with their weights stacked (same result, fewer passes over ``X``).
+
+    Args:
+        d_model: ``D``, the width of inputs and output; a multiple of ``n_heads``.
+        n_heads: ``H``, the number of heads; each has width ``d_head = d_model // n_heads``.
+        dropout: probability of dropping an attention weight, in training mode only.
+        bias: whether the four projections have a bias.
+        rope_base: ``None`` (no positions inside attention) or the base (> 1, e.g.
+            ``10000.0``) of rotary position embeddings (chapter 8,
+            :func:`attnbook.apply_rope`), applied to each head's queries and keys
+            before the scores; needs an even ``d_head``. Keys get positions
+            ``0..S-1`` and queries the last ``T`` of them, ``S-T..S-1`` (as
+            the causal rule aligns them), which is ``0..T-1`` in self-attention.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        dropout: float = 0.0,
+        bias: bool = True,
+        *,
+        rope_base: float | None = None,
+    ) -> None:
+        super().__init__()
+        self.d_model = _check_count(d_model, "d_model")
+        self.n_heads = _check_count(n_heads, "n_heads")
+        if self.d_model % self.n_heads != 0:
+            raise ValueError(
+                f"d_model must be a multiple of n_heads (each head gets d_model // n_heads "
+                f"features), got d_model = {self.d_model} and n_heads = {self.n_heads}"
+            )
+        self.d_head = self.d_model // self.n_heads
+        self.dropout = check_probability(dropout, "dropout")
+        if not isinstance(bias, bool):
+            raise ValueError(f"bias must be True or False, got {bias!r}")
+        if rope_base is not None and check_positive_number(rope_base, "rope_base") <= 1.0:
+            raise ValueError(
+                f"rope_base must be a number > 1 (rotary frequencies rope_base^(-2i/d_head) must "
+                f"decrease), got {rope_base}"
+            )
+        self.rope_base = None if rope_base is None else float(rope_base)
+        if self.rope_base is not None and self.d_head % 2 != 0:
+            raise ValueError(
+                "rope_base needs an even head width d_head = d_model // n_heads (rotary "
+                f"embeddings rotate pairs of features), got d_head = {self.d_head}"
+            )
+        self.q_proj = nn.Linear(self.d_model, self.d_model, bias=bias)  # weight (D, D) = W_Qᵀ
+        self.k_proj = nn.Linear(self.d_model, self.d_model, bias=bias)  # weight (D, D) = W_Kᵀ
+        self.v_proj = nn.Linear(self.d_model, self.d_model, bias=bias)  # weight (D, D) = W_Vᵀ
+        self.out_proj = nn.Linear(self.d_model, self.d_model, bias=bias)  # weight (D, D) = W_Oᵀ
+
+    def extra_repr(self) -> str:
+        rope = "" if self.rope_base is None else f", rope_base={self.rope_base}"
+        return (
+            f"d_model={self.d_model}, n_heads={self.n_heads}, d_head={self.d_head}, "
+            f"dropout={self.dropout}{rope}"
+        )
+
+    def forward(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        need_weights: bool = False,
+        *,
+        is_causal: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Attend from ``query`` to ``key``/``value`` with every head; check the inputs first.
+
+        Pass the same tensor three times for self-attention, ``(X, C, C)`` for
+        cross-attention.
+
+        Args:
+            query: ``X``, shape ``(B, T, d_model)``.
+            key: ``C``, shape ``(B, S, d_model)``.
+            value: shape ``(B, S, d_model)`` (usually the same tensor as ``key``).
+            mask: ``None``, a boolean mask (``True`` = may attend) or an additive
+                float mask, broadcastable to the scores' shape ``(B, H, T, S)``,
+                e.g. ``(T, S)`` or ``(B, 1, 1, S)``.
+            need_weights: also return every head's attention weights (computed
+                explicitly). With ``False`` (the default) the weights are never
+                stored and PyTorch's fused kernel does the attention.
+            is_causal: apply the causal rule of :func:`attnbook.causal_mask`
+                (ANDed with ``mask``; bottom-right aligned when ``T != S``)
+                without building a mask, which keeps the fastest kernel eligible.
+
+        Returns:
+            ``(output, weights)``: ``output`` of shape ``(B, T, d_model)``, and
+            ``weights`` of shape ``(B, H, T, S)`` (after dropout, those used),
+            or ``None`` when ``need_weights=False``. A query that may attend to
+            no key gets weights 0 and an attention output of zeros (so its
+            ``output`` row is ``out_proj``'s bias), never NaN.
+        """
+        query, key, value, mask = self._validate(query, key, value, mask)
+        for flag, name in ((need_weights, "need_weights"), (is_causal, "is_causal")):
+            if not isinstance(flag, bool):
+                raise ValueError(f"{name} must be True or False, got {flag!r}")
+        return self._forward_unchecked(query, key, value, mask, is_causal, need_weights)
+
+    def _validate(
+        self, query: object, key: object, value: object, mask: object
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Check :meth:`forward`'s inputs; return them (an additive mask in the inputs' dtype)."""
+        names = (("query", "(B, T, d_model)"), ("key", "(B, S, d_model)"))
+        names += (("value", "(B, S, d_model)"),)
+        tensors = []
+        for x, (name, needed) in zip((query, key, value), names):
+            x = as_float_tensor(x, name, needed)
+            if x.ndim != 3 or x.shape[-1] != self.d_model:
+                raise ValueError(
+                    f"{name} must have shape {needed} with d_model = {self.d_model}, "
+                    f"got {shape_str(x)}"
+                )
+            if x.shape[1] == 0:
+                raise ValueError(f"{name} must have shape {needed} with at least one position")
+            tensors.append(x)
+        query, key, value = tensors
+        if not query.dtype == key.dtype == value.dtype == self.q_proj.weight.dtype:
+            raise ValueError(
+                "query, key and value must have the module's dtype "
+                f"{self.q_proj.weight.dtype}, got {query.dtype}, {key.dtype} and {value.dtype}; "
+                "convert the inputs (x.to(dtype)) or the module (module.to(dtype))"
+            )
+        if not query.shape[0] == key.shape[0] == value.shape[0]:
+            raise ValueError(
+                f"query, key and value must share the batch size B, got query "
+                f"{shape_str(query)}, key {shape_str(key)} and value {shape_str(value)}"
+            )
+        if value.shape[1] != key.shape[1]:
+            raise ValueError(
+                f"value must have shape (B, S, d_model) with S = {key.shape[1]} (one value per "
+                f"key), got value {shape_str(value)} for key {shape_str(key)}"
+            )
+        if mask is not None:
+            scores_shape = (query.shape[0], self.n_heads, query.shape[1], key.shape[1])
+            if isinstance(mask, torch.Tensor) and mask.ndim == 3 and mask.shape[0] != 1:
+                raise ValueError(
+                    f"mask of shape {shape_str(mask)} is ambiguous for the scores' shape "
+                    f"(B, H, T, S) = ({', '.join(map(str, scores_shape))}): its "
+                    "first axis would be read as the heads' axis. Add the missing axis: "
+                    "mask[:, None] for one mask per sequence (B, 1, T, S) (a padding mask: "
+                    "padding_mask(lengths, per_head=True)), mask[None] for one per head (1, H, T, S)"
+                )
+            mask = check_mask(mask, scores_shape)
+            if mask.dtype != torch.bool:
+                mask = mask.to(query.dtype)
+        return query, key, value, mask
+
+    def _project(
+        self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The three input projections, split into heads: ``(B, H, T, Dh)``, ``(B, H, S, Dh)`` x 2."""
+        B, T, _ = query.shape
+        S = key.shape[1]
+        H, Dh = self.n_heads, self.d_head
+        if query is key and key is value:  # self-attention: one multiply for Q, K and V
+            weight = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight])
+            bias = self.q_proj.bias
+            if bias is not None:
+                bias = torch.cat([bias, self.k_proj.bias, self.v_proj.bias])  # (3 * D,)
+            qkv = F.linear(query, weight, bias)  # (B, T, D) @ (D, 3 * D) -> (B, T, 3 * D)
+            qkv = qkv.view(B, T, 3, H, Dh).permute(2, 0, 3, 1, 4)  # (3, B, H, T, Dh), no copy
+            q, k, v = qkv.unbind(0)  # each (B, H, T, Dh)
+            return q, k, v
+        q = self.q_proj(query).view(B, T, H, Dh).transpose(1, 2)  # (B, T, D) -> (B, H, T, Dh)
+        k = self.k_proj(key).view(B, S, H, Dh).transpose(1, 2)  # (B, S, D) -> (B, H, S, Dh)
+        v = self.v_proj(value).view(B, S, H, Dh).transpose(1, 2)  # (B, S, D) -> (B, H, S, Dh)
+        return q, k, v
+
+    def _rotate(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rotary embeddings of each head's queries ``(B, H, T, Dh)`` and keys ``(B, H, S, Dh)``.
+
+        Keys sit at positions ``0..S-1``; queries at the *last* ``T`` of them,
+        ``S-T..S-1``, the same bottom-right alignment as the causal rule, so
+        ``T`` new tokens attending to ``S`` keys (the ``S - T`` before them
+        and themselves) rotate exactly as they would inside the full sequence.
+        """
+        n_queries, n_keys = q.shape[-2], k.shape[-2]
+        positions = None  # arange(T) for the queries, as for the keys when T == S
+        if n_queries != n_keys:
+            positions = torch.arange(n_keys - n_queries, n_keys, device=q.device)  # (T,)
+        q = apply_rope(q, positions, self.rope_base)  # (B, H, T, Dh)
+        k = apply_rope(k, None, self.rope_base)  # (B, H, S, Dh), positions 0..S-1
+        return q, k
+
+    def _forward_unchecked(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        mask: torch.Tensor | None,
+        is_causal: bool,
+        need_weights: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """:meth:`forward` without any input check: the hot path of the transformer blocks.
+
+        The caller guarantees what :meth:`forward` checks: 3-D inputs of width
+        ``d_model`` and the module's dtype, one batch size, ``key`` and
+        ``value`` of one length, and ``mask`` ``None``, boolean or additive,
+        broadcastable to ``(B, H, T, S)``. A model validates its own input once
+        and then calls this in every layer, every step.
+        """
+        B, T, _ = query.shape
+        q, k, v = self._project(query, key, value)  # (B, H, T, Dh), (B, H, S, Dh), (B, H, S, Dh)
+        if self.rope_base is not None:
+            q, k = self._rotate(q, k)  # (B, H, T, Dh), (B, H, S, Dh)
+        dropout_p = self.dropout if self.training else 0.0
+        if mask is not None and mask.dtype != torch.bool and mask.dtype != q.dtype:
+            mask = mask.to(q.dtype)  # e.g. a float32 bias under bf16 autocast
+        scale = 1.0 / math.sqrt(self.d_head)
+        if need_weights:
+            heads, weights = scaled_dot_product_attention(
+                q, k, v, mask, dropout_p, scale, need_weights=True, is_causal=is_causal
+            )  # (B, H, T, Dh), (B, H, T, S)
+        else:
+            heads = _fused_attention(q, k, v, mask, dropout_p, scale, is_causal)  # (B, H, T, Dh)
+            weights = None
+        heads = heads.transpose(1, 2).reshape(B, T, self.d_model)  # (B, T, H, Dh) -> (B, T, D)
+        return self.out_proj(heads), weights  # (B, T, D) @ (D, D) -> (B, T, D)

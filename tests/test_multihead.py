@@ -1,0 +1,456 @@
+"""Tests of attnbook.MultiHeadAttention.
+
+Agreement with ``nn.MultiheadAttention(batch_first=True)`` (weights copied over,
+its ``in_proj_weight`` split in three, boolean masks converted to its opposite
+convention) over seeds and shapes; an explicit loop over heads against the
+batched module; invariants (causality, parameter count, the fused and explicit
+paths agree, dropout only in training, rows that may attend to nothing give
+zeros); and every input error.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from attnbook import (
+    MultiHeadAttention,
+    apply_rope,
+    causal_mask,
+    mask_to_additive,
+    padding_mask,
+    scaled_dot_product_attention,
+    to_mha_mask,
+)
+
+
+def _randn(seed: int, *shape: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+
+
+def _module(d_model: int, n_heads: int, seed: int, **kwargs: object) -> MultiHeadAttention:
+    torch.manual_seed(seed)
+    return MultiHeadAttention(d_model, n_heads, **kwargs).double().eval()
+
+
+def _torch_twin(attn: MultiHeadAttention) -> nn.MultiheadAttention:
+    """``nn.MultiheadAttention`` holding the same weights: ``in_proj`` = W_Q, W_K, W_V stacked."""
+    bias = attn.q_proj.bias is not None
+    mha = nn.MultiheadAttention(attn.d_model, attn.n_heads, bias=bias, batch_first=True)
+    mha = mha.double().eval()
+    with torch.no_grad():
+        mha.in_proj_weight.copy_(
+            torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight])
+        )
+        mha.out_proj.weight.copy_(attn.out_proj.weight)
+        if bias:
+            mha.in_proj_bias.copy_(
+                torch.cat([attn.q_proj.bias, attn.k_proj.bias, attn.v_proj.bias])
+            )
+            mha.out_proj.bias.copy_(attn.out_proj.bias)
+    return mha
+
+
+# ------------------------------------------------- agreement with nn.MultiheadAttention
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+@pytest.mark.parametrize(
+    ("batch", "seq_len", "d_model", "n_heads"), [(2, 5, 8, 2), (3, 7, 12, 3), (1, 4, 16, 4)]
+)
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_causal_self_attention_agrees_with_torch(
+    seed: int, batch: int, seq_len: int, d_model: int, n_heads: int, need_weights: bool
+) -> None:
+    attn = _module(d_model, n_heads, seed)
+    mha = _torch_twin(attn)
+    x = _randn(seed, batch, seq_len, d_model)
+    mask = causal_mask(seq_len)
+    theirs, w_theirs = mha(x, x, x, attn_mask=to_mha_mask(mask), average_attn_weights=False)
+    for ours, w_ours in (
+        attn(x, x, x, mask, need_weights=need_weights),
+        attn(x, x, x, need_weights=need_weights, is_causal=True),
+    ):
+        torch.testing.assert_close(ours, theirs)
+        if need_weights:
+            assert w_ours.shape == (batch, n_heads, seq_len, seq_len)
+            torch.testing.assert_close(w_ours, w_theirs)
+        else:
+            assert w_ours is None
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize(("seq_len", "context_len"), [(3, 6), (5, 2)])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_cross_attention_agrees_with_torch(
+    seed: int, seq_len: int, context_len: int, bias: bool
+) -> None:
+    attn = _module(8, 2, seed, bias=bias)
+    mha = _torch_twin(attn)
+    x, c = _randn(seed, 2, seq_len, 8), _randn(seed + 10, 2, context_len, 8)
+    ours, w_ours = attn(x, c, c, need_weights=True)
+    theirs, w_theirs = mha(x, c, c, average_attn_weights=False)
+    assert ours.shape == (2, seq_len, 8)
+    assert w_ours.shape == (2, 2, seq_len, context_len)
+    torch.testing.assert_close(ours, theirs)
+    torch.testing.assert_close(w_ours, w_theirs)
+    torch.testing.assert_close(attn(x, c, c)[0], theirs)  # the fused path too
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_key_padding_agrees_with_torch_in_its_opposite_convention(seed: int) -> None:
+    attn = _module(12, 3, seed)
+    mha = _torch_twin(attn)
+    x, c = _randn(seed, 3, 4, 12), _randn(seed + 5, 3, 6, 12)
+    lengths = [6, 3, 1]
+    mask = padding_mask(lengths, 6, per_head=True)  # (B, 1, 1, S), True = real key
+    key_padding_mask = to_mha_mask(mask[:, 0, 0])  # (B, S), True = *blocked* there
+    theirs, w_theirs = mha(x, c, c, key_padding_mask=key_padding_mask, average_attn_weights=False)
+    for need_weights in (False, True):
+        ours, w_ours = attn(x, c, c, mask, need_weights=need_weights)
+        torch.testing.assert_close(ours, theirs)
+    torch.testing.assert_close(w_ours, w_theirs)
+    assert bool((w_ours[1, :, :, 3:] == 0).all())  # padded keys get weight exactly 0
+    # Passed unconverted, our mask means the opposite to torch: a different answer.
+    wrong, _ = mha(x, c, c, key_padding_mask=mask[:, 0, 0] & (torch.arange(6) > 0))
+    assert not torch.allclose(wrong, theirs)
+
+
+def test_additive_mask_agrees_with_boolean_mask() -> None:
+    attn = _module(8, 2, 0)
+    x = _randn(0, 2, 5, 8)
+    mask = causal_mask(5) & padding_mask([5, 3], 5, per_head=True)  # (B, 1, 5, 5)
+    additive = mask_to_additive(mask, torch.float32)  # cast to the inputs' dtype by the module
+    for need_weights in (False, True):
+        a = attn(x, x, x, mask, need_weights=need_weights)
+        b = attn(x, x, x, additive, need_weights=need_weights)
+        torch.testing.assert_close(a[0], b[0])
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_average_attn_weights_is_the_mean_of_our_per_head_weights(seed: int) -> None:
+    attn = _module(16, 4, seed)
+    mha = _torch_twin(attn)
+    x = _randn(seed, 2, 6, 16)
+    _, w_ours = attn(x, x, x, need_weights=True, is_causal=True)  # (B, H, T, S)
+    mask = to_mha_mask(causal_mask(6))
+    _, w_mean = mha(x, x, x, attn_mask=mask, average_attn_weights=True)  # (B, T, S)
+    _, w_heads = mha(x, x, x, attn_mask=mask, average_attn_weights=False)  # (B, H, T, S)
+    torch.testing.assert_close(w_ours, w_heads)
+    torch.testing.assert_close(w_ours.mean(dim=1), w_mean)
+    assert not torch.allclose(w_ours[:, 0], w_mean)  # the heads differ: the average loses that
+
+
+# --------------------------------------------------------- the heads, one at a time
+
+
+@pytest.mark.parametrize(("d_model", "n_heads"), [(8, 2), (12, 3), (16, 4), (6, 1)])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_loop_over_heads_equals_the_batched_module(seed: int, d_model: int, n_heads: int) -> None:
+    attn = _module(d_model, n_heads, seed)
+    x, c = _randn(seed, 2, 5, d_model), _randn(seed + 1, 2, 7, d_model)
+    mask = padding_mask([7, 4], 7)  # (B, 1, S): one mask for every head
+    d_head = d_model // n_heads
+    heads, head_weights = [], []
+    for h in range(n_heads):
+        rows = slice(h * d_head, (h + 1) * d_head)  # head h's rows of each W^T
+        q = x @ attn.q_proj.weight[rows].T + attn.q_proj.bias[rows]  # (B, T, Dh)
+        k = c @ attn.k_proj.weight[rows].T + attn.k_proj.bias[rows]  # (B, S, Dh)
+        v = c @ attn.v_proj.weight[rows].T + attn.v_proj.bias[rows]  # (B, S, Dh)
+        out, w = scaled_dot_product_attention(q, k, v, mask)  # (B, T, Dh), (B, T, S)
+        heads.append(out)
+        head_weights.append(w)
+    expected = attn.out_proj(torch.cat(heads, dim=-1))  # (B, T, D)
+    ours, weights = attn(x, c, c, mask[:, None], need_weights=True)
+    torch.testing.assert_close(ours, expected)
+    torch.testing.assert_close(weights, torch.stack(head_weights, dim=1))
+    torch.testing.assert_close(attn(x, c, c, mask[:, None])[0], expected)
+
+
+def test_a_per_head_additive_bias_reaches_its_own_head_only() -> None:
+    """A (1, H, T, S) bias (ALiBi's shape, chapter 8) is added to head h's scores only."""
+    attn = _module(8, 2, 0)
+    x = _randn(0, 2, 4, 8)
+    bias = torch.stack([torch.zeros(4, 4), _randn(1, 4, 4)])[None]  # (1, H, T, S); head 0: none
+    _, plain = attn(x, x, x, need_weights=True)
+    out, biased = attn(x, x, x, bias, need_weights=True)
+    torch.testing.assert_close(biased[:, 0], plain[:, 0])
+    assert not torch.allclose(biased[:, 1], plain[:, 1])
+    torch.testing.assert_close(attn(x, x, x, bias)[0], out)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize(("d_model", "n_heads"), [(8, 2), (64, 8), (30, 5)])
+def test_parameter_count_is_four_full_width_maps(d_model: int, n_heads: int, bias: bool) -> None:
+    attn = MultiHeadAttention(d_model, n_heads, bias=bias)
+    expected = 4 * d_model**2 + (4 * d_model if bias else 0)
+    assert sum(p.numel() for p in attn.parameters()) == expected
+    # The same count as one full-width head: the number of heads does not change it.
+    assert (
+        sum(p.numel() for p in MultiHeadAttention(d_model, 1, bias=bias).parameters()) == expected
+    )
+    names = {"q_proj.weight", "k_proj.weight", "v_proj.weight", "out_proj.weight"}
+    if bias:
+        names |= {"q_proj.bias", "k_proj.bias", "v_proj.bias", "out_proj.bias"}
+    assert set(attn.state_dict()) == names
+
+
+def test_gradients_reach_every_projection_on_both_paths() -> None:
+    for need_weights in (False, True):
+        attn = MultiHeadAttention(8, 2)
+        x = torch.randn(2, 5, 8, requires_grad=True)
+        output, _ = attn(x, x, x, need_weights=need_weights, is_causal=True)
+        output.square().sum().backward()
+        assert x.grad is not None
+        assert bool(x.grad.abs().sum() > 0)
+        for name, p in attn.named_parameters():
+            assert p.grad is not None, name
+            assert bool(p.grad.abs().sum() > 0), name
+
+
+# ------------------------------------------------------------------- invariants
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_need_weights_false_and_true_give_the_same_output(seed: int) -> None:
+    attn = _module(12, 4, seed)
+    x, c = _randn(seed, 2, 5, 12), _randn(seed + 3, 2, 8, 12)
+    for args, kwargs in (
+        ((x, x, x), {}),
+        ((x, x, x), {"is_causal": True}),
+        ((x, c, c), {"mask": padding_mask([8, 5], 8, per_head=True)}),
+        ((x, c, c), {"is_causal": True}),  # T < S: bottom-right aligned
+    ):
+        fused, none = attn(*args, **kwargs)
+        explicit, weights = attn(*args, need_weights=True, **kwargs)
+        assert none is None
+        torch.testing.assert_close(fused, explicit)
+        torch.testing.assert_close(weights.sum(-1), torch.ones(weights.shape[:-1], dtype=x.dtype))
+
+
+def test_is_causal_equals_the_causal_mask_and_ands_with_a_mask() -> None:
+    attn = _module(8, 2, 0)
+    x, c = _randn(0, 2, 3, 8), _randn(1, 2, 6, 8)
+    pad = padding_mask([6, 4], 6, per_head=True)  # (B, 1, 1, S)
+    for need_weights in (False, True):
+        a = attn(x, c, c, need_weights=need_weights, is_causal=True)[0]
+        b = attn(x, c, c, causal_mask(3, 6), need_weights=need_weights)[0]
+        torch.testing.assert_close(a, b)
+        a = attn(x, c, c, pad, need_weights=need_weights, is_causal=True)[0]
+        b = attn(x, c, c, pad & causal_mask(3, 6), need_weights=need_weights)[0]
+        torch.testing.assert_close(a, b)
+    assert not torch.allclose(attn(x, c, c, is_causal=True)[0], attn(x, c, c)[0])
+
+
+@pytest.mark.parametrize("rope_base", [None, 10000.0])
+@pytest.mark.parametrize("need_weights", [False, True])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_future_token_never_changes_an_earlier_output(
+    seed: int, need_weights: bool, rope_base: float | None
+) -> None:
+    attn = _module(16, 4, seed, rope_base=rope_base)
+    x = _randn(seed, 2, 8, 16)
+    cut = 3 + seed
+    changed = x.clone()
+    changed[:, cut:] = _randn(seed + 100, 2, 8 - cut, 16)
+    before = attn(x, x, x, need_weights=need_weights, is_causal=True)[0]
+    after = attn(changed, changed, changed, need_weights=need_weights, is_causal=True)[0]
+    torch.testing.assert_close(after[:, :cut], before[:, :cut], rtol=0, atol=1e-12)
+    assert not torch.allclose(after[:, cut:], before[:, cut:])
+    # Without the causal rule the earlier outputs do change: the test can tell.
+    free = attn(changed, changed, changed, need_weights=need_weights)[0]
+    assert not torch.allclose(free[:, :cut], attn(x, x, x, need_weights=need_weights)[0][:, :cut])
+
+
+def test_dropout_only_in_training_mode() -> None:
+    torch.manual_seed(0)
+    attn = MultiHeadAttention(16, 4, dropout=0.5)
+    twin = MultiHeadAttention(16, 4, dropout=0.0)
+    twin.load_state_dict(attn.state_dict())
+    x = torch.randn(2, 6, 16)
+    attn.eval()
+    for need_weights in (False, True):
+        a = attn(x, x, x, need_weights=need_weights)[0]
+        torch.testing.assert_close(a, attn(x, x, x, need_weights=need_weights)[0], rtol=0, atol=0)
+        torch.testing.assert_close(a, twin(x, x, x, need_weights=need_weights)[0])
+    _, clean = attn(x, x, x, need_weights=True)  # (B, H, T, S)
+    attn.train()
+    for need_weights in (False, True):
+        out, weights = attn(x, x, x, need_weights=need_weights)
+        assert not torch.allclose(out, a)
+    # Each weight is either dropped (0) or kept and scaled by 1 / (1 - p) = 2.
+    dropped = weights == 0
+    assert bool(dropped.any())
+    assert bool((~dropped).any())
+    torch.testing.assert_close(weights[~dropped], 2 * clean[~dropped])
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_a_query_that_may_attend_to_nothing_gets_zeros_not_nan(
+    need_weights: bool, bias: bool
+) -> None:
+    attn = _module(8, 2, 0, bias=bias)
+    x = _randn(0, 3, 4, 8).requires_grad_(True)
+    mask = padding_mask([4, 0, 2], 4, per_head=True)  # sequence 1 has no real key at all
+    output, weights = attn(x, x, x, mask, need_weights=need_weights)
+    assert not bool(output.isnan().any())
+    empty_row = torch.zeros(4, 8, dtype=x.dtype) if not bias else attn.out_proj.bias.expand(4, 8)
+    torch.testing.assert_close(output[1], empty_row)  # attention output 0, then W_O (+ bias)
+    if need_weights:
+        assert bool((weights[1] == 0).all())
+    output.sum().backward()
+    assert not bool(x.grad.isnan().any())
+    # T > S with is_causal: the first T - S queries come before every key.
+    c = _randn(1, 3, 2, 8)
+    output, _ = attn(x, c, c, need_weights=need_weights, is_causal=True)
+    assert not bool(output.isnan().any())
+    torch.testing.assert_close(output[:, :2], empty_row[:2].expand(3, 2, 8))
+
+
+def test_query_key_value_need_not_be_one_tensor_for_self_attention() -> None:
+    """Equal values in separate tensors (the unfused projections) give the same result."""
+    attn = _module(8, 2, 0)
+    x = _randn(0, 2, 5, 8)
+    fused = attn(x, x, x, is_causal=True)[0]
+    separate = attn(x, x.clone(), x.clone(), is_causal=True)[0]
+    torch.testing.assert_close(fused, separate)
+
+
+def test_forward_unchecked_is_forward_without_checks() -> None:
+    attn = _module(8, 2, 0)
+    x, c = _randn(0, 2, 5, 8), _randn(1, 2, 3, 8)
+    mask = padding_mask([3, 2], 3, per_head=True)
+    for need_weights in (False, True):
+        a = attn(x, c, c, mask, need_weights=need_weights)
+        b = attn._forward_unchecked(x, c, c, mask, False, need_weights)
+        torch.testing.assert_close(a[0], b[0])
+        a = attn(x, x, x, need_weights=need_weights, is_causal=True)
+        b = attn._forward_unchecked(x, x, x, None, True, need_weights)
+        torch.testing.assert_close(a[0], b[0])
+        if need_weights:
+            torch.testing.assert_close(a[1], b[1])
+
+
+def test_float32_module_and_repr() -> None:
+    attn = MultiHeadAttention(8, 2, dropout=0.1)
+    output, weights = attn(torch.randn(2, 3, 8), torch.randn(2, 4, 8), torch.randn(2, 4, 8))
+    assert output.dtype == torch.float32
+    assert output.shape == (2, 3, 8)
+    assert weights is None
+    assert "d_model=8, n_heads=2, d_head=4, dropout=0.1" in repr(attn)
+
+
+@pytest.mark.parametrize("rope_base", [None, 10000.0, 100.0])
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_the_last_t_queries_attend_as_inside_the_full_sequence(
+    need_weights: bool, rope_base: float | None
+) -> None:
+    """Bottom-right alignment: T new queries over S keys act like the last T rows of S x S."""
+    attn = _module(16, 4, 0, rope_base=rope_base)
+    x = _randn(0, 2, 7, 16)
+    full, w_full = attn(x, x, x, need_weights=need_weights, is_causal=True)
+    for n_new in (1, 3):
+        tail, w_tail = attn(x[:, -n_new:], x, x, need_weights=need_weights, is_causal=True)
+        torch.testing.assert_close(tail, full[:, -n_new:])
+        if need_weights:
+            torch.testing.assert_close(w_tail, w_full[:, :, -n_new:])
+
+
+# ------------------------------------------------------------------------- RoPE
+
+
+@pytest.mark.parametrize(("seq_len", "context_len"), [(5, 5), (3, 6)])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_rope_rotates_each_heads_queries_and_keys(
+    seed: int, seq_len: int, context_len: int
+) -> None:
+    attn = _module(16, 2, seed, rope_base=500.0)
+    x, c = _randn(seed, 2, seq_len, 16), _randn(seed + 1, 2, context_len, 16)
+    if seq_len == context_len:
+        c = x  # self-attention
+    q = attn.q_proj(x).view(2, seq_len, 2, 8).transpose(1, 2)  # (B, H, T, Dh)
+    k = attn.k_proj(c).view(2, context_len, 2, 8).transpose(1, 2)  # (B, H, S, Dh)
+    v = attn.v_proj(c).view(2, context_len, 2, 8).transpose(1, 2)  # (B, H, S, Dh)
+    q_positions = torch.arange(context_len - seq_len, context_len)  # the last T positions
+    q, k = apply_rope(q, q_positions, 500.0), apply_rope(k, None, 500.0)
+    out, weights = scaled_dot_product_attention(q, k, v, causal_mask(seq_len, context_len))
+    expected = attn.out_proj(out.transpose(1, 2).reshape(2, seq_len, 16))  # (B, T, D)
+    for need_weights in (False, True):
+        ours, w_ours = attn(x, c, c, need_weights=need_weights, is_causal=True)
+        torch.testing.assert_close(ours, expected)
+    torch.testing.assert_close(w_ours, weights)
+    plain = _module(16, 2, seed)  # the same weights without RoPE: a different answer
+    assert not torch.allclose(plain(x, c, c, is_causal=True)[0], expected)
+
+
+def test_rope_scores_depend_on_the_offset_only() -> None:
+    """Shifting the whole sequence's positions changes nothing: only offsets t - s matter."""
+    attn = _module(8, 2, 3, rope_base=10000.0)
+    x = _randn(3, 1, 6, 8)
+    _, weights = attn(x, x, x, need_weights=True)  # positions 0..5 for queries and keys
+    c = torch.cat([_randn(4, 1, 4, 8), x], dim=1)  # 4 extra keys in front: x sits at 4..9
+    _, shifted = attn(x, c, c, need_weights=True)  # queries at 4..9, keys at 0..9
+    # Among x's own keys, the weights are proportional to the unshifted ones.
+    renormalised = shifted[..., 4:] / shifted[..., 4:].sum(-1, keepdim=True)
+    torch.testing.assert_close(renormalised, weights)
+
+
+# ----------------------------------------------------------------------- errors
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"d_model": 10, "n_heads": 4}, r"d_model must be a multiple of n_heads.*d_model = 10 and n_heads = 4"),
+        ({"d_model": 0, "n_heads": 1}, r"d_model must be an int >= 1, got 0"),
+        ({"d_model": 8.0, "n_heads": 2}, r"d_model must be an int >= 1, got 8\.0"),
+        ({"d_model": 8, "n_heads": 0}, r"n_heads must be an int >= 1, got 0"),
+        ({"d_model": 8, "n_heads": True}, r"n_heads must be an int >= 1, got True"),
+        ({"d_model": 8, "n_heads": 2, "dropout": 1.0}, r"dropout must be a number in \[0, 1\)"),
+        ({"d_model": 8, "n_heads": 2, "bias": 1}, r"bias must be True or False"),
+        ({"d_model": 8, "n_heads": 2, "rope_base": 0.0}, r"rope_base must be a finite number > 0"),
+        ({"d_model": 8, "n_heads": 2, "rope_base": 1.0}, r"rope_base must be a number > 1"),
+        ({"d_model": 8, "n_heads": 2, "rope_base": "10000"}, r"rope_base must be a positive number, got str"),
+        ({"d_model": 6, "n_heads": 2, "rope_base": 10000.0}, r"rope_base needs an even head width.*d_head = 3"),
+    ],
+)  # fmt: skip
+def test_constructor_bad_arguments(kwargs: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        MultiHeadAttention(**kwargs)
+
+
+_X = torch.randn(2, 5, 8)
+_C = torch.randn(2, 3, 8)
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "match"),
+    [
+        ((torch.randn(2, 5, 7), _X, _X), {}, r"query must have shape \(B, T, d_model\) with d_model = 8, got \(2, 5, 7\)"),
+        ((_X, torch.randn(2, 3, 6), _C), {}, r"key must have shape \(B, S, d_model\) with d_model = 8, got \(2, 3, 6\)"),
+        ((_X, _C, torch.randn(2, 3, 9)), {}, r"value must have shape \(B, S, d_model\) with d_model = 8, got \(2, 3, 9\)"),
+        ((torch.randn(5, 8), _C, _C), {}, r"query must have shape \(B, T, d_model\) with d_model = 8, got \(5, 8\)"),
+        ((_X, torch.randn(1, 2, 3, 8), _C), {}, r"key must have shape \(B, S, d_model\).*got \(1, 2, 3, 8\)"),
+        ((torch.randn(2, 0, 8), _C, _C), {}, r"query must have shape \(B, T, d_model\) with at least one position"),
+        ((np.ones((2, 5, 8)), _C, _C), {}, r"query must be a torch tensor of shape \(B, T, d_model\), got a NumPy array"),
+        ((_X, _C.long(), _C), {}, r"key must be a floating-point tensor of shape \(B, S, d_model\)"),
+        ((_X.double(), _C.double(), _C.double()), {}, r"must have the module's dtype torch.float32, got torch.float64"),
+        ((_X, torch.randn(3, 3, 8), torch.randn(3, 3, 8)), {}, r"must share the batch size B.*query \(2, 5, 8\), key \(3, 3, 8\)"),
+        ((_X, _C, torch.randn(2, 4, 8)), {}, r"value must have shape \(B, S, d_model\) with S = 3 \(one value per key\), got value \(2, 4, 8\)"),
+        ((_X, _C, _C), {"mask": causal_mask(5)}, r"mask of shape \(5, 5\) does not broadcast to the scores' shape \(\.\.\., T, S\) = \(2, 2, 5, 3\)"),
+        ((_X, _X, _X), {"mask": padding_mask([5, 3], 5)}, r"mask of shape \(2, 1, 5\) is ambiguous for the scores' shape \(B, H, T, S\) = \(2, 2, 5, 5\).*per_head=True"),
+        ((_X, _X, _X), {"mask": torch.ones(2, 5, 5, dtype=torch.bool)}, r"mask of shape \(2, 5, 5\) is ambiguous.*mask\[:, None\]"),
+        ((_X, _C, _C), {"mask": torch.ones(1, 2, 3, 4, dtype=torch.bool)}, r"mask of shape \(1, 2, 3, 4\) does not broadcast.*\(2, 2, 5, 3\)"),
+        ((_X, _X, _X), {"mask": torch.ones(3, 1, 5, 5, dtype=torch.bool)}, r"mask of shape \(3, 1, 5, 5\) does not broadcast"),
+        ((_X, _X, _X), {"mask": torch.ones(5, 5, dtype=torch.int64)}, r"mask must be boolean \(True = may attend\) or floating-point"),
+        ((_X, _X, _X), {"mask": [[True]]}, r"mask must be a torch tensor broadcastable"),
+        ((_X, _X, _X), {"need_weights": 1}, r"need_weights must be True or False, got 1"),
+        ((_X, _X, _X), {"is_causal": None}, r"is_causal must be True or False, got None"),
+    ],
+)  # fmt: skip
+def test_forward_bad_inputs(args: tuple, kwargs: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        MultiHeadAttention(8, 2)(*args, **kwargs)
