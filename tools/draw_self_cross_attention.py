@@ -1,0 +1,182 @@
+"""Draw chapter 5's diagram of self- against cross-attention (images/self_vs_cross_attention.svg).
+
+Usage: python tools/draw_self_cross_attention.py   (set PREVIEW_PNG=some.png to also write a PNG preview)
+
+Left: self-attention, where queries, keys and values all come from one
+sequence X (the running example "she likes coffee", T = S = 3). Right:
+cross-attention, where the queries come from X (the decoder's "the black cat",
+T = 3) and keys and values from a context C (the encoder's "le chat noir dort .",
+S = 5), as in chapter 5's example. The weight grid of each panel has one row per
+query and one column per key. The SVG is deterministic (no date, fixed ids).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Rectangle
+
+ROOT = Path(__file__).resolve().parent.parent
+QUERY_FILL, CONTEXT_FILL, WEIGHT_FILL = "#dbe9f6", "#fde2c8", "#fbd0d0"
+EDGE, TEXT, GREY = "#1f5f99", "#102a43", "#555555"
+
+
+def tokens(ax, x: float, y: float, words: list[str], fill: str, title: str) -> list[tuple]:
+    """A column of token boxes, top at y; returns the right-edge midpoint of each box."""
+    ax.text(x + 0.55, y + 0.15, title, ha="center", va="bottom", fontsize=10, color=TEXT)
+    ends = []
+    for n, word in enumerate(words):
+        top = y - n * 0.42
+        ax.add_patch(
+            FancyBboxPatch(
+                (x, top - 0.34),
+                1.1,
+                0.32,
+                boxstyle="round,pad=0.01,rounding_size=0.05",
+                facecolor=fill,
+                edgecolor=EDGE,
+                linewidth=1.0,
+            )
+        )
+        ax.text(x + 0.55, top - 0.18, word, ha="center", va="center", fontsize=9, color=TEXT)
+        ends.append((x + 1.1, top - 0.18))
+    return ends
+
+
+def box(ax, x: float, y: float, label: str, fill: str, width: float = 0.9) -> tuple:
+    ax.add_patch(
+        FancyBboxPatch(
+            (x, y - 0.18),
+            width,
+            0.36,
+            boxstyle="round,pad=0.01,rounding_size=0.05",
+            facecolor=fill,
+            edgecolor=EDGE,
+            linewidth=1.0,
+        )
+    )
+    ax.text(x + width / 2, y, label, ha="center", va="center", fontsize=9.5, color=TEXT)
+    return (x, y), (x + width, y)
+
+
+def arrow(ax, start: tuple, end: tuple) -> None:
+    ax.add_patch(
+        FancyArrowPatch(start, end, arrowstyle="-|>", mutation_scale=9, color=GREY, linewidth=0.9)
+    )
+
+
+def weight_grid(ax, x: float, y: float, rows: list[str], cols: list[str], title: str) -> None:
+    size = 0.3
+    ax.text(
+        x + len(cols) * size / 2, y + 0.5, title, ha="center", va="bottom", fontsize=9.5, color=TEXT
+    )
+    for c, word in enumerate(cols):
+        ax.text(
+            x + (c + 0.5) * size, y + 0.05, word, ha="center", va="bottom", fontsize=7,
+            color=GREY, rotation=60,
+        )  # fmt: skip
+    for r, word in enumerate(rows):
+        ax.text(
+            x - 0.06, y - (r + 0.5) * size, word, ha="right", va="center", fontsize=7, color=GREY
+        )
+        for c in range(len(cols)):
+            ax.add_patch(
+                Rectangle(
+                    (x + c * size, y - (r + 1) * size),
+                    size,
+                    size,
+                    facecolor=WEIGHT_FILL,
+                    edgecolor=EDGE,
+                    linewidth=0.7,
+                )
+            )
+
+
+def panel(ax, x0: float, queries: list[str], context: list[str] | None, title: str) -> None:
+    ax.text(
+        x0 + 2.6, 1.55, title, ha="center", va="bottom", fontsize=12, fontweight="bold", color=TEXT
+    )
+    x_title = "X: queries, keys and values" if context is None else "X: queries"
+    q_ends = tokens(ax, x0, 1.1, queries, QUERY_FILL, x_title)
+    if context is None:
+        c_ends, keys = q_ends, queries
+        c_label = None
+    else:
+        c_ends = tokens(ax, x0, -0.5, context, CONTEXT_FILL, "C: keys and values")
+        keys = context
+        c_label = CONTEXT_FILL
+    q_in, q_out = box(ax, x0 + 1.7, 0.75, "Q = X W_Q", QUERY_FILL)
+    src = c_label or QUERY_FILL
+    name = "C" if context is not None else "X"
+    k_in, k_out = box(ax, x0 + 1.7, 0.05, f"K = {name} W_K", src)
+    v_in, v_out = box(ax, x0 + 1.7, -0.65, f"V = {name} W_V", src)
+    for end in q_ends:
+        arrow(ax, end, q_in)
+    for end in c_ends:
+        arrow(ax, end, k_in)
+        arrow(ax, end, v_in)
+    weight_grid(
+        ax,
+        x0 + 3.85,
+        0.75,
+        queries,
+        keys,
+        f"weights: {len(queries)} × {len(keys)}  (T × S)",
+    )
+    arrow(ax, q_out, (x0 + 3.2, 0.5))
+    arrow(ax, k_out, (x0 + 3.2, 0.4))
+    ax.text(
+        x0 + 3.85 + len(keys) * 0.15,
+        0.75 - len(queries) * 0.3 - 0.08,
+        "A = softmax(QKᵀ/√d_k)",
+        ha="center",
+        va="top",
+        fontsize=8,
+        color=GREY,
+    )
+    o_in, _ = box(ax, x0 + 3.75, -0.65, f"O = A V: {len(queries)} rows", "#d4efd9", width=1.2)
+    arrow(ax, v_out, o_in)
+    ax.text(
+        x0 + 2.6,
+        -1.55 if context is None else -2.75,
+        "T = S: one sequence" if context is None else "T ≠ S allowed; one output row per query",
+        ha="center",
+        va="center",
+        fontsize=8.5,
+        color=GREY,
+    )
+
+
+def main() -> None:
+    plt.rcParams["svg.hashsalt"] = "attnbook-self-cross"
+    fig, ax = plt.subplots(figsize=(12, 5.0))
+    ax.set_xlim(-0.1, 11.8)
+    ax.set_ylim(-2.95, 2.0)
+    ax.axis("off")
+    panel(ax, 0.0, ["she", "likes", "coffee"], None, "Self-attention")
+    ax.plot([5.75, 5.75], [-2.9, 1.9], color="#cccccc", linewidth=1)
+    panel(
+        ax,
+        6.1,
+        ["the", "black", "cat"],
+        ["le", "chat", "noir", "dort", "."],
+        "Cross-attention",
+    )
+    fig.tight_layout()
+    fig.savefig(
+        ROOT / "images" / "self_vs_cross_attention.svg",
+        metadata={"Date": None},
+        bbox_inches="tight",
+    )
+    preview = os.environ.get("PREVIEW_PNG")
+    if preview:
+        fig.savefig(preview, dpi=80, bbox_inches="tight")
+
+
+if __name__ == "__main__":
+    main()
