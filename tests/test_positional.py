@@ -225,6 +225,7 @@ def test_alibi_bias_values_and_future_is_blocked() -> None:
     bias = alibi_bias(4, 5)
     assert bias.shape == (4, 5, 5)
     assert bias.dtype == torch.float32
+    assert not torch.signbit(bias.diagonal(dim1=-2, dim2=-1)).any()  # 0, not -0 (prints cleanly)
     slopes = alibi_slopes(4)
     for h in range(4):
         for t in range(5):

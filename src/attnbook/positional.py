@@ -251,6 +251,6 @@ def alibi_bias(
     slopes = alibi_slopes(n_heads).to(device)  # (H,)
     q_pos = torch.arange(key_len - seq_len, key_len, device=device)  # (T,)
     k_pos = torch.arange(key_len, device=device)  # (S,)
-    distance = (q_pos[:, None] - k_pos[None, :]).to(torch.float32)  # (T, 1) - (1, S) -> (T, S)
-    bias = -slopes[:, None, None] * distance  # (H, 1, 1) * (T, S) -> (H, T, S)
-    return bias.masked_fill(distance < 0, float("-inf"))  # (H, T, S)
+    offset = (k_pos[None, :] - q_pos[:, None]).to(torch.float32)  # (1, S) - (T, 1) -> (T, S): s - t
+    bias = slopes[:, None, None] * offset  # (H, 1, 1) * (T, S) -> (H, T, S), <= 0 in the past
+    return bias.masked_fill(offset > 0, float("-inf"))  # (H, T, S): the future is blocked
