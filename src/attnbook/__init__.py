@@ -16,6 +16,9 @@ is in its docstring):
 - :mod:`attnbook.masking`: causal and padding masks (``True`` = may attend)
 - :mod:`attnbook.positional`: sinusoidal encodings, rotary embeddings (RoPE), ALiBi biases
 - :mod:`attnbook.multihead`: multi-head attention (``MultiHeadAttention``)
+- :mod:`attnbook.block`: the transformer block (feed-forward network, encoder
+  and decoder blocks, pre-LN or post-LN)
+- :mod:`attnbook.model`: whole models: ``GPT`` (decoder-only) and ``EncoderDecoder``
 - :mod:`attnbook.viz`: the course's figures (heatmaps, bar charts)
 - :mod:`attnbook.exercises`: checkers for the chapters' code exercises
 """
@@ -23,6 +26,7 @@ is in its docstring):
 from importlib.metadata import version as _version
 
 from attnbook.attention import SingleHeadAttention, scaled_dot_product_attention
+from attnbook.block import DecoderBlock, EncoderBlock, FeedForward
 from attnbook.lookup import hard_lookup, soft_lookup
 from attnbook.masking import (
     apply_mask,
@@ -33,6 +37,7 @@ from attnbook.masking import (
     padding_mask,
     to_mha_mask,
 )
+from attnbook.model import GPT, EncoderDecoder, EncoderDecoderConfig, GPTConfig
 from attnbook.multihead import MultiHeadAttention
 from attnbook.positional import (
     alibi_bias,
@@ -54,6 +59,13 @@ __version__ = _version("attnbook")
 
 __all__ = [
     "AdditiveScorer",
+    "DecoderBlock",
+    "EncoderBlock",
+    "EncoderDecoder",
+    "EncoderDecoderConfig",
+    "FeedForward",
+    "GPT",
+    "GPTConfig",
     "MultiHeadAttention",
     "SingleHeadAttention",
     "additive_scores",

@@ -13,6 +13,11 @@ from attnbook.exercises.attention import (
     check_scaled_dot_product_attention,
     check_self_attention,
 )
+from attnbook.exercises.block import (
+    check_feed_forward,
+    check_gpt_num_parameters,
+    check_pre_ln_block,
+)
 from attnbook.exercises.lookup import check_hard_lookup, check_soft_lookup
 from attnbook.exercises.masking import check_causal_mask, check_masked_attention
 from attnbook.exercises.multihead import (
@@ -30,10 +35,13 @@ __all__ = [
     "check_causal_mask",
     "check_cosine_similarity",
     "check_cross_attention",
+    "check_feed_forward",
+    "check_gpt_num_parameters",
     "check_hard_lookup",
     "check_masked_attention",
     "check_merge_heads",
     "check_multi_head_attention",
+    "check_pre_ln_block",
     "check_scaled_dot_product_attention",
     "check_score_matrix",
     "check_self_attention",

@@ -1,0 +1,346 @@
+"""The transformer block: attention and a feed-forward network, each wrapped in a residual.
+
+Introduced in chapter 9 (``chapters/09_transformer_block.ipynb``). A block is
+two sub-layers, each of the form ``x + sublayer(x)`` (a *residual connection*),
+with a LayerNorm either in front of the sub-layer (*pre-LN*, the default, as in
+GPT-2 and most models since) or after the sum (*post-LN*, the original
+Transformer):
+
+- pre-LN:  ``x = x + dropout(attention(norm(x)))``, then ``x = x + dropout(ffn(norm(x)))``
+- post-LN: ``x = norm(x + dropout(attention(x)))``, then ``x = norm(x + dropout(ffn(x)))``
+
+- :class:`FeedForward`: the position-wise network ``d_model -> d_ff -> d_model``.
+- :class:`EncoderBlock`: self-attention + feed-forward. With a causal mask it is
+  also the block of a decoder-only model (GPT): "decoder-only" blocks have no
+  cross-attention, so structurally they are encoder blocks that cannot look ahead.
+- :class:`DecoderBlock`: causal self-attention, cross-attention to an encoder's
+  output (the *context*), feed-forward.
+
+Dropout sits where the original Transformer put it, on the output of every
+sub-layer before it is added to the residual stream, plus on the attention
+weights and after the feed-forward activation (as ``torch.nn.TransformerEncoderLayer``
+does), so a block with copied weights computes exactly what PyTorch's computes.
+
+The public ``forward`` of a block checks its inputs; the models of
+:mod:`attnbook.model` check theirs once, at their boundary, and then call the
+blocks' unchecked ``_forward`` on the hot path.
+
+Shape legend used in this module:
+    ``B`` batch, ``T`` positions of the block's input (queries), ``S``
+    positions of the context (keys of cross-attention), ``D`` = ``d_model``,
+    ``F`` = ``d_ff``, ``H`` heads.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from attnbook._validation import as_float_tensor, check_probability, shape_str
+from attnbook.multihead import MultiHeadAttention
+
+__all__ = ["DecoderBlock", "EncoderBlock", "FeedForward"]
+
+
+def _check_int(value: object, name: str, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+    return value
+
+
+def _check_heads(d_model: int, n_heads: object) -> int:
+    n_heads = _check_int(n_heads, "n_heads")
+    if d_model % n_heads:
+        raise ValueError(
+            f"n_heads must divide d_model (each head gets d_model / n_heads features), "
+            f"got d_model = {d_model} and n_heads = {n_heads}"
+        )
+    return n_heads
+
+
+def _check_sequence(x: object, name: str, d_model: int, needed: str) -> torch.Tensor:
+    x = as_float_tensor(x, name, needed)
+    if x.ndim != 3 or x.shape[-1] != d_model or x.shape[1] == 0:
+        raise ValueError(
+            f"{name} must have shape {needed} with d_model = {d_model} and at least one "
+            f"position, got {shape_str(x)}"
+        )
+    return x
+
+
+class FeedForward(nn.Module):
+    """The position-wise feed-forward network: ``linear2(dropout(gelu(linear1(x))))``.
+
+    Attention mixes information *between* positions; this network then
+    transforms each position on its own, with the same weights everywhere. It
+    widens every vector to ``d_ff`` (usually ``4 * d_model``), applies a
+    nonlinearity, and projects back: about two thirds of a block's parameters
+    live here. GELU is the activation of GPT and BERT; the original
+    Transformer used ReLU.
+
+    Args:
+        d_model: ``D``, the width of the input and the output.
+        d_ff: ``F``, the hidden width (default: ``4 * d_model``).
+        dropout: probability of dropping a hidden activation, in training mode only.
+        bias: whether the two linear maps have a bias.
+    """
+
+    def __init__(
+        self, d_model: int, d_ff: int | None = None, dropout: float = 0.0, bias: bool = True
+    ) -> None:
+        super().__init__()
+        self.d_model = _check_int(d_model, "d_model")
+        self.d_ff = 4 * self.d_model if d_ff is None else _check_int(d_ff, "d_ff")
+        self.dropout = check_probability(dropout, "dropout")
+        self.linear1 = nn.Linear(self.d_model, self.d_ff, bias=bias)  # weight (F, D)
+        self.linear2 = nn.Linear(self.d_ff, self.d_model, bias=bias)  # weight (D, F)
+
+    def extra_repr(self) -> str:
+        return f"d_model={self.d_model}, d_ff={self.d_ff}, dropout={self.dropout}"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Transform every position of ``x`` independently.
+
+        Args:
+            x: shape ``(..., D)``; any leading dimensions (usually ``(B, T)``).
+
+        Returns:
+            Tensor of the same shape ``(..., D)``.
+        """
+        x = as_float_tensor(x, "x", "(..., d_model)")
+        if x.ndim < 1 or x.shape[-1] != self.d_model:
+            raise ValueError(
+                f"x must have shape (..., d_model) with d_model = {self.d_model}, "
+                f"got {shape_str(x)}"
+            )
+        return self._forward(x)
+
+    def _forward(self, x: torch.Tensor) -> torch.Tensor:
+        hidden = F.gelu(self.linear1(x))  # (..., D) @ (D, F) -> (..., F)
+        if self.training and self.dropout > 0.0:
+            hidden = F.dropout(hidden, self.dropout, training=True)
+        return self.linear2(hidden)  # (..., F) @ (F, D) -> (..., D)
+
+
+class _Block(nn.Module):
+    """What encoder and decoder blocks share: widths, norm placement, residual dropout."""
+
+    def __init__(
+        self, d_model: int, n_heads: int, d_ff: int | None, dropout: float, norm_first: bool
+    ) -> None:
+        super().__init__()
+        self.d_model = _check_int(d_model, "d_model")
+        self.n_heads = _check_heads(self.d_model, n_heads)
+        self.dropout = check_probability(dropout, "dropout")
+        if not isinstance(norm_first, bool):
+            raise ValueError(
+                f"norm_first must be True (pre-LN) or False (post-LN), got {norm_first!r}"
+            )
+        self.norm_first = norm_first
+
+    def extra_repr(self) -> str:
+        placement = "pre-LN" if self.norm_first else "post-LN"
+        return (
+            f"d_model={self.d_model}, n_heads={self.n_heads}, {placement}, dropout={self.dropout}"
+        )
+
+    def _residual(self, x: torch.Tensor, update: torch.Tensor, norm: nn.LayerNorm) -> torch.Tensor:
+        """Add a sub-layer's output to the residual stream (then normalise, if post-LN)."""
+        if self.training and self.dropout > 0.0:
+            update = F.dropout(update, self.dropout, training=True)
+        x = x + update  # (B, T, D)
+        return x if self.norm_first else norm(x)
+
+
+def _attend(
+    attention: MultiHeadAttention,
+    x: torch.Tensor,
+    context: torch.Tensor,
+    mask: torch.Tensor | None,
+    is_causal: bool,
+    need_weights: bool,
+    checked: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Queries from ``x``, keys and values from ``context``; checked or on the hot path."""
+    if checked:
+        return attention(x, context, context, mask, need_weights, is_causal=is_causal)
+    return attention._forward_unchecked(x, context, context, mask, is_causal, need_weights)
+
+
+class EncoderBlock(_Block):
+    """Self-attention then a feed-forward network, each in a residual connection.
+
+    Every position reads every other position it is allowed to (the mask
+    decides), then each is transformed on its own. Stacking these blocks is an
+    encoder; with ``is_causal=True`` the same block is a decoder-only (GPT) block.
+    The residual connections let each block add a correction to its input
+    instead of replacing it, which keeps gradients flowing through deep stacks.
+
+    With ``norm_first=True`` (pre-LN) it computes what
+    ``torch.nn.TransformerEncoderLayer(d_model, n_heads, d_ff, dropout,
+    activation="gelu", batch_first=True, norm_first=True)`` computes, given the
+    same weights (its ``self_attn.in_proj_weight`` is our ``q_proj``, ``k_proj``
+    and ``v_proj`` weights stacked); with ``norm_first=False``, its post-LN.
+
+    Args:
+        d_model: ``D``, the width of the residual stream.
+        n_heads: ``H``, number of attention heads; must divide ``d_model``.
+        d_ff: hidden width of the feed-forward network (default: ``4 * d_model``).
+        dropout: dropout probability for the attention weights, the
+            feed-forward hidden layer and each sub-layer's output (training mode only).
+        norm_first: ``True`` for pre-LN (normalise each sub-layer's input),
+            ``False`` for post-LN (normalise after each residual sum).
+        bias: whether the linear maps have biases.
+        rope_base: if not ``None``, the attention rotates queries and keys with
+            rotary position embeddings of this base (see :mod:`attnbook.positional`).
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_ff: int | None = None,
+        dropout: float = 0.0,
+        *,
+        norm_first: bool = True,
+        bias: bool = True,
+        rope_base: float | None = None,
+    ) -> None:
+        super().__init__(d_model, n_heads, d_ff, dropout, norm_first)
+        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout, bias, rope_base=rope_base)
+        self.norm1 = nn.LayerNorm(d_model)  # before attention (pre-LN) or after its sum (post-LN)
+        self.norm2 = nn.LayerNorm(d_model)  # the same around the feed-forward network
+        self.ffn = FeedForward(d_model, d_ff, dropout, bias)
+
+    def forward(
+        self, x: torch.Tensor, mask: torch.Tensor | None = None, *, is_causal: bool = False
+    ) -> torch.Tensor:
+        """Run the block on a batch of sequences.
+
+        Args:
+            x: shape ``(B, T, D)``, floating point.
+            mask: optional boolean mask (``True`` = may attend) or additive
+                float mask, broadcastable to ``(B, H, T, T)``: e.g. a causal
+                ``(T, T)`` mask or a key padding mask ``(B, 1, 1, T)``.
+            is_causal: if ``True``, position ``t`` may attend only to positions
+                ``<= t`` (ANDed with ``mask``); lets PyTorch use its fused causal kernel.
+
+        Returns:
+            Tensor of shape ``(B, T, D)``.
+        """
+        x = _check_sequence(x, "x", self.d_model, "(B, T, d_model)")
+        return self._forward(x, mask, is_causal, False, checked=True)[0]
+
+    def _forward(
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | None,
+        is_causal: bool,
+        need_weights: bool,
+        checked: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The block without input checks: ``(output (B, T, D), weights (B, H, T, T) or None)``."""
+        h = self.norm1(x) if self.norm_first else x  # (B, T, D)
+        update, weights = _attend(self.self_attn, h, h, mask, is_causal, need_weights, checked)
+        x = self._residual(x, update, self.norm1)  # (B, T, D)
+        h = self.norm2(x) if self.norm_first else x
+        x = self._residual(x, self.ffn._forward(h), self.norm2)  # (B, T, D)
+        return x, weights
+
+
+class DecoderBlock(_Block):
+    """Causal self-attention, cross-attention to a context, then a feed-forward network.
+
+    The decoder of an encoder-decoder model (translation, summarisation): each
+    target position first reads the target so far (causally: it may not see
+    the words it is about to produce), then reads the encoder's output
+    ``context`` (the whole source sentence), then is transformed on its own.
+    Three sub-layers, each in a residual connection with its own LayerNorm.
+
+    With ``norm_first=True`` it computes what ``torch.nn.TransformerDecoderLayer(
+    ..., activation="gelu", batch_first=True, norm_first=True)`` computes with a
+    causal target mask, given the same weights.
+
+    Args:
+        d_model: ``D``, the width of the residual stream and of the context.
+        n_heads: ``H``, heads of both attentions; must divide ``d_model``.
+        d_ff: hidden width of the feed-forward network (default: ``4 * d_model``).
+        dropout: as in :class:`EncoderBlock`.
+        norm_first: ``True`` for pre-LN, ``False`` for post-LN.
+        bias: whether the linear maps have biases.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_ff: int | None = None,
+        dropout: float = 0.0,
+        *,
+        norm_first: bool = True,
+        bias: bool = True,
+    ) -> None:
+        super().__init__(d_model, n_heads, d_ff, dropout, norm_first)
+        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout, bias)
+        self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout, bias)
+        self.norm1 = nn.LayerNorm(d_model)  # around the self-attention
+        self.norm2 = nn.LayerNorm(d_model)  # around the cross-attention
+        self.norm3 = nn.LayerNorm(d_model)  # around the feed-forward network
+        self.ffn = FeedForward(d_model, d_ff, dropout, bias)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        context: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        context_mask: torch.Tensor | None = None,
+        *,
+        is_causal: bool = True,
+    ) -> torch.Tensor:
+        """Run the block on a batch of target sequences and their contexts.
+
+        Args:
+            x: the target side, shape ``(B, T, D)``.
+            context: the encoder's output, shape ``(B, S, D)``.
+            mask: optional extra mask of the self-attention, broadcastable to
+                ``(B, H, T, T)`` (``True`` = may attend), ANDed with the causal mask.
+            context_mask: optional mask of the cross-attention, broadcastable to
+                ``(B, H, T, S)``, e.g. a source padding mask ``(B, 1, 1, S)``.
+            is_causal: whether the self-attention is causal (default ``True``;
+                ``False`` only for experiments).
+
+        Returns:
+            Tensor of shape ``(B, T, D)``.
+        """
+        x = _check_sequence(x, "x", self.d_model, "(B, T, d_model)")
+        context = _check_sequence(context, "context", self.d_model, "(B, S, d_model)")
+        if context.shape[0] != x.shape[0]:
+            raise ValueError(
+                f"context must have shape (B, S, d_model) with B = {x.shape[0]} (x's batch), "
+                f"got {shape_str(context)} for x {shape_str(x)}"
+            )
+        return self._forward(x, context, mask, context_mask, is_causal, False, checked=True)[0]
+
+    def _forward(
+        self,
+        x: torch.Tensor,
+        context: torch.Tensor,
+        mask: torch.Tensor | None,
+        context_mask: torch.Tensor | None,
+        is_causal: bool,
+        need_weights: bool,
+        checked: bool = False,
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor | None, torch.Tensor | None]]:
+        """Without checks: ``(output (B, T, D), (self weights (B, H, T, T), cross weights (B, H, T, S)))``."""
+        h = self.norm1(x) if self.norm_first else x  # (B, T, D)
+        update, self_weights = _attend(self.self_attn, h, h, mask, is_causal, need_weights, checked)
+        x = self._residual(x, update, self.norm1)
+        h = self.norm2(x) if self.norm_first else x  # queries from the target ...
+        update, cross_weights = _attend(
+            self.cross_attn, h, context, context_mask, False, need_weights, checked
+        )  # ... keys and values from the context: (B, T, D)
+        x = self._residual(x, update, self.norm2)
+        h = self.norm3(x) if self.norm_first else x
+        x = self._residual(x, self.ffn._forward(h), self.norm3)  # (B, T, D)
+        return x, (self_weights, cross_weights)

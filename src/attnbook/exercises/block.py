@@ -1,0 +1,402 @@
+"""Checkers for the exercises of chapter 9 (the transformer block).
+
+Besides comparing with the package, these checkers recognise the typical
+wrong answers (ReLU for GELU, a forgotten bias, post-LN for pre-LN, a missing
+residual, a head counted twice, ...) and say which one they see.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from attnbook.exercises._framework import Case, Verdict, _compare
+from attnbook.model import GPT, GPTConfig
+from attnbook.multihead import MultiHeadAttention
+
+__all__ = ["check_feed_forward", "check_gpt_num_parameters", "check_pre_ln_block"]
+
+
+@dataclass(frozen=True)
+class _Mistake:
+    """A typical wrong answer: what it computes, and what to tell a learner who made it."""
+
+    name: str  # e.g. "post-LN instead of pre-LN"
+    compute: Callable  # the wrong answer, from the same arguments as the reference
+    hint: str  # how to fix it
+
+
+def _run(
+    exercise: str,
+    learner_fn: Callable,
+    reference_fn: Callable,
+    cases: Sequence[Case],
+    mistakes: Sequence[_Mistake],
+    *,
+    rtol: float = 1e-5,
+    atol: float = 1e-6,
+) -> Verdict:
+    """Like ``run_cases``, and on a wrong result, name the typical mistake it matches."""
+    if not callable(learner_fn):
+        raise ValueError(
+            f"check_{exercise} needs your function itself, got {type(learner_fn).__name__}; "
+            f"pass the function without calling it, e.g. check_{exercise}(my_function)"
+        )
+    for i, case in enumerate(cases, start=1):
+        expected = reference_fn(*case.make_args())
+        try:
+            got = learner_fn(*case.make_args())
+        except NotImplementedError:
+            return Verdict(
+                exercise,
+                False,
+                False,
+                len(cases),
+                f"⏳ {exercise}: not attempted yet. Replace `raise NotImplementedError` "
+                "with your code and run this cell again.",
+            )
+        except Exception as exc:
+            return Verdict(
+                exercise,
+                False,
+                True,
+                len(cases),
+                f"❌ {exercise}: case {i}/{len(cases)} ({case.name}) raised "
+                f"{type(exc).__name__}: {exc}\n   Hint: {case.hint}",
+            )
+        problem = _compare(got, expected, rtol, atol)
+        if problem is None:
+            continue
+        hint = case.hint
+        for mistake in mistakes:
+            if _compare(got, mistake.compute(*case.make_args()), rtol, atol) is None:
+                problem += f"\n   This is what {mistake.name} gives."
+                hint = mistake.hint
+                break
+        return Verdict(
+            exercise,
+            False,
+            True,
+            len(cases),
+            f"❌ {exercise}: case {i}/{len(cases)} ({case.name}) {problem}\n   Hint: {hint}",
+        )
+    return Verdict(
+        exercise, True, True, len(cases), f"✅ {exercise}: all {len(cases)} hidden cases pass."
+    )
+
+
+def _randn(seed: int, *shape: int) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+
+
+# ------------------------------------------------------------------ feed-forward
+
+
+def _ffn_args(seed: int, lead: tuple[int, ...], d_model: int, d_ff: int) -> tuple:
+    x = _randn(seed, *lead, d_model)
+    w1 = _randn(seed + 1, d_model, d_ff) / d_model**0.5
+    b1 = _randn(seed + 2, d_ff)
+    w2 = _randn(seed + 3, d_ff, d_model) / d_ff**0.5
+    b2 = _randn(seed + 4, d_model)
+    return x, w1, b1, w2, b2
+
+
+def _ffn(x, w1, b1, w2, b2, act=F.gelu):
+    return act(x @ w1 + b1) @ w2 + b2  # (..., D) @ (D, F) -> (..., F) @ (F, D) -> (..., D)
+
+
+_FFN_CASES = [
+    Case(
+        "one sequence: T = 5 positions, d_model = 4, d_ff = 16",
+        lambda: _ffn_args(900, (5,), 4, 16),
+        "Two linear maps with GELU between them: gelu(x @ w1 + b1) @ w2 + b2.",
+    ),
+    Case(
+        "a batch: x of shape (B, T, d_model) = (2, 3, 6), d_ff = 10",
+        lambda: _ffn_args(910, (2, 3), 6, 10),
+        "x @ w1 works for any leading dimensions; the same weights act on every position.",
+    ),
+]
+
+_FFN_MISTAKES = [
+    _Mistake(
+        "ReLU instead of GELU",
+        lambda *a: _ffn(*a, act=F.relu),
+        "The activation is GELU, x * Phi(x) (F.gelu), not ReLU: GELU lets small negative "
+        "values through, smoothly.",
+    ),
+    _Mistake(
+        "the tanh approximation of GELU",
+        lambda *a: _ffn(*a, act=lambda h: F.gelu(h, approximate="tanh")),
+        "Use the exact GELU, F.gelu(h) (the default), as torch.nn.TransformerEncoderLayer does.",
+    ),
+    _Mistake(
+        "forgetting the first bias b1",
+        lambda x, w1, b1, w2, b2: _ffn(x, w1, 0 * b1, w2, b2),
+        "Add b1 before the activation: gelu(x @ w1 + b1).",
+    ),
+    _Mistake(
+        "forgetting the second bias b2",
+        lambda x, w1, b1, w2, b2: _ffn(x, w1, b1, w2, 0 * b2),
+        "Add b2 after the second linear map: ... @ w2 + b2.",
+    ),
+    _Mistake(
+        "no activation at all (a single linear map in disguise)",
+        lambda *a: _ffn(*a, act=lambda h: h),
+        "Apply GELU to the hidden layer; without it the two maps collapse into one linear map.",
+    ),
+]
+
+
+def check_feed_forward(
+    fn: Callable[
+        [torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor
+    ],
+) -> Verdict:
+    """Check ``fn(x, w1, b1, w2, b2) -> gelu(x @ w1 + b1) @ w2 + b2``, the position-wise FFN.
+
+    Shapes: ``x`` ``(..., d_model)``, ``w1`` ``(d_model, d_ff)``, ``b1``
+    ``(d_ff,)``, ``w2`` ``(d_ff, d_model)``, ``b2`` ``(d_model,)``; output
+    ``(..., d_model)``. GELU is the exact one, ``F.gelu``.
+    """
+    return _run("feed_forward", fn, _ffn, _FFN_CASES, _FFN_MISTAKES)
+
+
+# ------------------------------------------------------------------ pre-LN block
+
+
+def _block_parts(seed: int, d_model: int, n_heads: int) -> tuple:
+    """An attention, a feed-forward network and two LayerNorms, with non-trivial weights."""
+    with torch.random.fork_rng(devices=[]):  # seeded, and the learner's RNG state is left alone
+        torch.manual_seed(seed)
+        mha = MultiHeadAttention(d_model, n_heads).double().eval()
+        lin1 = nn.Linear(d_model, 3 * d_model).double()
+        lin2 = nn.Linear(3 * d_model, d_model).double()
+    norm1, norm2 = nn.LayerNorm(d_model).double(), nn.LayerNorm(d_model).double()
+    with torch.no_grad():  # LayerNorms start as the identity map; give them weights that show
+        for i, norm in enumerate((norm1, norm2)):
+            norm.weight.copy_(1 + 0.5 * _randn(seed + 10 + i, d_model))
+            norm.bias.copy_(0.5 * _randn(seed + 20 + i, d_model))
+
+    def attention(h: torch.Tensor) -> torch.Tensor:
+        return mha(h, h, h, is_causal=True)[0]  # causal self-attention, (B, T, D)
+
+    def ffn(h: torch.Tensor) -> torch.Tensor:
+        return lin2(F.gelu(lin1(h)))  # (B, T, D)
+
+    return attention, ffn, norm1, norm2
+
+
+def _block_args(seed: int, batch: int, seq_len: int, d_model: int, n_heads: int) -> tuple:
+    return (_randn(seed, batch, seq_len, d_model), *_block_parts(seed, d_model, n_heads))
+
+
+def _pre_ln(x, attention, ffn, norm1, norm2):
+    with torch.no_grad():
+        x = x + attention(norm1(x))  # (B, T, D)
+        return x + ffn(norm2(x))
+
+
+def _post_ln(x, attention, ffn, norm1, norm2):
+    with torch.no_grad():
+        x = norm1(x + attention(x))
+        return norm2(x + ffn(x))
+
+
+def _no_attention_residual(x, attention, ffn, norm1, norm2):
+    with torch.no_grad():
+        x = attention(norm1(x))
+        return x + ffn(norm2(x))
+
+
+def _no_ffn_residual(x, attention, ffn, norm1, norm2):
+    with torch.no_grad():
+        x = x + attention(norm1(x))
+        return ffn(norm2(x))
+
+
+def _residual_from_normalised(x, attention, ffn, norm1, norm2):
+    with torch.no_grad():
+        h = norm1(x)
+        x = h + attention(h)
+        h = norm2(x)
+        return h + ffn(h)
+
+
+def _one_norm(x, attention, ffn, norm1, norm2):
+    return _pre_ln(x, attention, ffn, norm1, norm1)
+
+
+def _ffn_first(x, attention, ffn, norm1, norm2):
+    with torch.no_grad():
+        x = x + ffn(norm1(x))
+        return x + attention(norm2(x))
+
+
+_BLOCK_CASES = [
+    Case(
+        "B = 2 sequences of T = 5 positions, d_model = 8, 2 heads",
+        lambda: _block_args(930, 2, 5, 8, 2),
+        "Pre-LN: x = x + attention(norm1(x)), then x = x + ffn(norm2(x)).",
+    ),
+    Case(
+        "B = 1, T = 7, d_model = 12, 3 heads",
+        lambda: _block_args(940, 1, 7, 12, 3),
+        "Normalise the input of each sub-layer, and add the sub-layer's output to the "
+        "un-normalised stream.",
+    ),
+]
+
+_BLOCK_MISTAKES = [
+    _Mistake(
+        "post-LN instead of pre-LN",
+        _post_ln,
+        "That is the original (post-LN) block, norm(x + sublayer(x)). In a pre-LN block the "
+        "LayerNorm comes first, inside the branch: x + sublayer(norm(x)).",
+    ),
+    _Mistake(
+        "a missing residual around the attention",
+        _no_attention_residual,
+        "Add the attention's output to x (x = x + attention(norm1(x))) instead of replacing x.",
+    ),
+    _Mistake(
+        "a missing residual around the feed-forward network",
+        _no_ffn_residual,
+        "Return x + ffn(norm2(x)), not ffn(norm2(x)) alone.",
+    ),
+    _Mistake(
+        "adding the sub-layer's output to the normalised input",
+        _residual_from_normalised,
+        "The residual stream carries x itself: add attention(norm1(x)) to x, not to norm1(x).",
+    ),
+    _Mistake(
+        "using norm1 for both sub-layers",
+        _one_norm,
+        "Each sub-layer has its own LayerNorm: norm1 before the attention, norm2 before the "
+        "feed-forward network.",
+    ),
+    _Mistake(
+        "the feed-forward network before the attention",
+        _ffn_first,
+        "Attention comes first (it mixes positions), then the feed-forward network.",
+    ),
+]
+
+
+def check_pre_ln_block(
+    fn: Callable[
+        [torch.Tensor, Callable, Callable, Callable, Callable],
+        torch.Tensor,
+    ],
+) -> Verdict:
+    """Check ``fn(x, attention, ffn, norm1, norm2)``: one pre-LN transformer block.
+
+    ``x`` has shape ``(B, T, d_model)``; ``attention`` and ``ffn`` map
+    ``(B, T, d_model)`` to ``(B, T, d_model)`` (the attention is already causal
+    self-attention); ``norm1`` and ``norm2`` are ``nn.LayerNorm(d_model)``.
+    The answer is ``x + attention(norm1(x))`` followed by ``... + ffn(norm2(...))``.
+    """
+
+    def learner(*args: object) -> torch.Tensor:
+        with torch.no_grad():
+            return fn(*args)
+
+    return _run("pre_ln_block", learner, _pre_ln, _BLOCK_CASES, _BLOCK_MISTAKES)
+
+
+# ------------------------------------------------------------------ parameter count
+
+
+def _gpt_count(vocab_size: int, context_length: int, d_model: int, n_layers: int, d_ff: int) -> int:
+    config = GPTConfig(vocab_size, context_length, d_model, 1, n_layers, d_ff=d_ff)
+    with torch.device("meta"):  # shapes only: no memory, no initialisation cost
+        return GPT(config).num_parameters()
+
+
+def _off_by(per_layer: Callable, once: Callable) -> Callable:
+    """A wrong count: the right one plus ``n_layers * per_layer(...) + once(...)``."""
+
+    def count(v: int, c: int, d: int, n: int, f: int) -> int:
+        return _gpt_count(v, c, d, n, f) + n * per_layer(v, c, d, f) + once(v, c, d, f)
+
+    return count
+
+
+def _zero(*_: int) -> int:
+    return 0
+
+
+_COUNT_CASES = [
+    Case(
+        "vocab_size = 65, context_length = 64, d_model = 128, n_layers = 4, d_ff = 512",
+        lambda: (65, 64, 128, 4, 512),
+        "Per layer: attention (4 matrices and 4 biases), feed-forward (2 matrices, 2 biases), "
+        "2 LayerNorms (a weight and a bias each); once: token and position embeddings, a final "
+        "LayerNorm; the head is tied to the token embedding.",
+    ),
+    Case(
+        "vocab_size = 100, context_length = 32, d_model = 48, n_layers = 3, d_ff = 80",
+        lambda: (100, 32, 48, 3, 80),
+        "Use d_ff for the feed-forward width; it need not be 4 * d_model.",
+    ),
+    Case(
+        "vocab_size = 10, context_length = 8, d_model = 16, n_layers = 1, d_ff = 64",
+        lambda: (10, 8, 16, 1, 64),
+        "Count one layer's parameters, then multiply by n_layers; the embeddings and the final "
+        "LayerNorm are counted once.",
+    ),
+]
+
+_COUNT_MISTAKES = [
+    _Mistake(
+        "forgetting the biases of the linear maps",
+        _off_by(lambda v, c, d, f: -(4 * d + f + d), _zero),
+        "Each nn.Linear has a bias: 4 * d_model in the attention, d_ff + d_model in the "
+        "feed-forward network, per layer.",
+    ),
+    _Mistake(
+        "counting the output head as a separate matrix",
+        _off_by(_zero, lambda v, c, d, f: v * d),
+        "The head is tied to the token embedding: one (vocab_size, d_model) matrix, counted once.",
+    ),
+    _Mistake(
+        "forgetting the LayerNorms",
+        _off_by(lambda v, c, d, f: -4 * d, lambda v, c, d, f: -2 * d),
+        "Each LayerNorm has a weight and a bias of size d_model: two per layer, and the final one.",
+    ),
+    _Mistake(
+        "forgetting the final LayerNorm",
+        _off_by(_zero, lambda v, c, d, f: -2 * d),
+        "Pre-LN models end with one more LayerNorm before the head: 2 * d_model more.",
+    ),
+    _Mistake(
+        "giving each LayerNorm a weight but no bias",
+        _off_by(lambda v, c, d, f: -2 * d, lambda v, c, d, f: -d),
+        "nn.LayerNorm has a weight (gain) and a bias, each of size d_model.",
+    ),
+    _Mistake(
+        "forgetting the position embeddings",
+        _off_by(_zero, lambda v, c, d, f: -c * d),
+        "Learned positions are a (context_length, d_model) table.",
+    ),
+    _Mistake(
+        "forgetting the attention's output projection W_O",
+        _off_by(lambda v, c, d, f: -(d * d + d), _zero),
+        "Attention has four d_model x d_model maps: W_Q, W_K, W_V and the output projection W_O.",
+    ),
+]
+
+
+def check_gpt_num_parameters(fn: Callable[[int, int, int, int, int], int]) -> Verdict:
+    """Check ``fn(vocab_size, context_length, d_model, n_layers, d_ff) -> int``.
+
+    The count is that of :class:`attnbook.GPT` with learned positions and biases:
+    the head tied to the token embedding, every LayerNorm with a weight and a bias.
+    """
+    return _run(
+        "gpt_num_parameters", fn, _gpt_count, _COUNT_CASES, _COUNT_MISTAKES, rtol=0.0, atol=0.0
+    )

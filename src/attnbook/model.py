@@ -1,0 +1,418 @@
+"""Whole models assembled from blocks: a decoder-only language model (GPT) and an encoder-decoder.
+
+Introduced in chapter 9 (``chapters/09_transformer_block.ipynb``) and trained
+in chapter 10. Both models are the same few parts:
+
+- token embeddings plus position information (learned or sinusoidal vectors
+  added to the embeddings, or rotary / ALiBi positions inside attention, see
+  :mod:`attnbook.positional`);
+- a stack of pre-LN blocks from :mod:`attnbook.block`;
+- a final LayerNorm and a linear head whose weight *is* the token embedding
+  matrix (weight tying: the same vector represents a token going in and
+  scores it coming out, which saves ``vocab_size * d_model`` parameters).
+
+Inputs are checked once, at the model's boundary (:meth:`GPT.forward`,
+:meth:`EncoderDecoder.forward`); inside, the blocks run their unchecked hot
+path, with ``is_causal=True`` so that PyTorch's fused causal kernel applies.
+
+Shape legend used in this module:
+    ``B`` batch, ``T`` (target) positions, ``S`` source positions, ``D`` =
+    ``d_model``, ``H`` heads, ``V`` vocabulary size, ``C`` context length.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from attnbook._validation import check_probability, shape_str
+from attnbook.block import DecoderBlock, EncoderBlock
+from attnbook.positional import alibi_bias, sinusoidal_positional_encoding
+
+__all__ = ["GPT", "EncoderDecoder", "EncoderDecoderConfig", "GPTConfig"]
+
+POSITIONAL = ("learned", "sinusoidal", "rope", "alibi")
+ROPE_BASE = 10000.0  # the base of the rotary frequencies (Su et al. 2021)
+
+# _SINUSOID_NOTE: fixed sinusoids have entries of size about 1, while token embeddings start
+# with entries of size 0.02; added as they are, the positions would drown the tokens. As in
+# the original Transformer (Vaswani et al. 2017), token embeddings are multiplied by
+# sqrt(d_model) before the sinusoids are added (the tied output head uses them unscaled).
+
+
+def _check_int(value: object, name: str, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+    return value
+
+
+def _check_common(config: GPTConfig | EncoderDecoderConfig) -> None:
+    """Checks shared by both configs; fills in ``d_ff`` (frozen, hence ``object.__setattr__``)."""
+    _check_int(config.context_length, "context_length")
+    _check_int(config.d_model, "d_model")
+    _check_int(config.n_heads, "n_heads")
+    if config.d_model % config.n_heads:
+        raise ValueError(
+            f"n_heads must divide d_model (each head gets d_model / n_heads features), "
+            f"got d_model = {config.d_model} and n_heads = {config.n_heads}"
+        )
+    if config.d_ff is None:
+        object.__setattr__(config, "d_ff", 4 * config.d_model)
+    _check_int(config.d_ff, "d_ff")
+    check_probability(config.dropout, "dropout")
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    """The hyperparameters of a :class:`GPT`; frozen, so a model's config never drifts.
+
+    Example: ``GPTConfig(vocab_size=65, context_length=64, d_model=128,
+    n_heads=4, n_layers=4)``. Invalid values raise ``ValueError`` naming the field.
+    """
+
+    vocab_size: int  # V, number of distinct token ids (ids are 0 .. V - 1)
+    context_length: int  # C, the longest sequence the model accepts
+    d_model: int  # D, width of every token's vector (the residual stream)
+    n_heads: int  # H, attention heads per layer; must divide d_model
+    n_layers: int  # number of transformer blocks
+    d_ff: int | None = None  # hidden width of the feed-forward networks; None -> 4 * d_model
+    dropout: float = 0.0  # dropout probability everywhere (embeddings, attention, residuals)
+    positional: str = "learned"  # "learned", "sinusoidal", "rope" or "alibi"
+
+    def __post_init__(self) -> None:
+        _check_int(self.vocab_size, "vocab_size")
+        _check_int(self.n_layers, "n_layers")
+        _check_common(self)
+        if self.positional not in POSITIONAL:
+            raise ValueError(f"positional must be one of {POSITIONAL}, got {self.positional!r}")
+        if self.positional == "rope" and (self.d_model // self.n_heads) % 2:
+            raise ValueError(
+                "positional='rope' rotates pairs of features, so d_model / n_heads must be "
+                f"even, got d_model = {self.d_model} and n_heads = {self.n_heads}"
+            )
+        if self.positional == "sinusoidal" and self.d_model % 2:
+            raise ValueError(
+                "positional='sinusoidal' pairs a sine and a cosine per frequency, so d_model "
+                f"must be even, got d_model = {self.d_model}"
+            )
+
+
+def _check_ids(idx: object, name: str, vocab_size: int, context_length: int) -> torch.Tensor:
+    """The boundary check of token ids: ``(B, T)`` int64 in ``[0, V)``, ``1 <= T <= C``."""
+    needed = "(B, T)"
+    if not isinstance(idx, torch.Tensor):
+        raise ValueError(
+            f"{name} must be a torch tensor of token ids with shape {needed} and dtype "
+            f"torch.int64, got {type(idx).__name__}"
+        )
+    if idx.dtype != torch.int64:
+        raise ValueError(
+            f"{name} must hold token ids of dtype torch.int64 (torch.long), got {idx.dtype}; "
+            f"convert with {name}.long()"
+        )
+    if idx.ndim != 2:
+        raise ValueError(
+            f"{name} must have shape {needed} (a batch of sequences), got {shape_str(idx)}; "
+            f"for one sequence use {name}[None]"
+        )
+    if not 1 <= idx.shape[1] <= context_length:
+        raise ValueError(
+            f"{name} must have shape {needed} with 1 <= T <= context_length = {context_length}, "
+            f"got {shape_str(idx)}"
+        )
+    if idx.numel():
+        low, high = torch.aminmax(idx)
+        low, high = int(low), int(high)
+        if low < 0 or high >= vocab_size:
+            raise ValueError(
+                f"{name} must hold token ids in [0, vocab_size) = [0, {vocab_size}), got ids "
+                f"from {low} to {high}"
+            )
+    return idx
+
+
+def _init_gpt2(module: nn.Module, n_layers: int) -> None:
+    """GPT-2's initialisation: N(0, 0.02) weights, zero biases, residual outputs scaled down.
+
+    The two linear maps that write into the residual stream in each block
+    (attention's ``out_proj`` and the feed-forward ``linear2``) get standard
+    deviation ``0.02 / sqrt(2 * n_layers)``: the stream is a sum of ``2 *
+    n_layers`` such writes, so its variance at initialisation stays near that
+    of the embeddings, whatever the depth (Radford et al. 2019).
+    """
+    for name, p in module.named_parameters():
+        if p.ndim == 1:
+            continue  # LayerNorm weights stay 1, biases are zeroed below
+        std = 0.02
+        if name.endswith(("out_proj.weight", "linear2.weight")):
+            std = 0.02 / math.sqrt(2 * n_layers)
+        nn.init.normal_(p, mean=0.0, std=std)
+    for name, p in module.named_parameters():
+        if name.endswith("bias"):
+            nn.init.zeros_(p)
+
+
+class GPT(nn.Module):
+    """A decoder-only transformer language model: token ids in, next-token logits out.
+
+    ``logits[b, t]`` scores every vocabulary entry as the token that follows
+    ``idx[b, :t + 1]``; the causal mask guarantees that it depends on no later
+    token. Architecture (pre-LN, as GPT-2): token embedding (+ learned or
+    sinusoidal position vectors), dropout, ``n_layers`` :class:`~attnbook.block.EncoderBlock`
+    run causally, a final LayerNorm, and a linear head tied to the token
+    embedding. Sinusoidal positions are added to token embeddings scaled by
+    ``sqrt(d_model)`` (as in the original Transformer), so that the fixed
+    unit-size sinusoids do not drown them. With ``positional="rope"`` the blocks rotate queries and keys;
+    with ``"alibi"`` a per-head distance penalty is added to the scores (built
+    once per forward pass and shared by every layer).
+
+    Args:
+        config: a :class:`GPTConfig`.
+    """
+
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        if not isinstance(config, GPTConfig):
+            raise ValueError(f"config must be a GPTConfig, got {type(config).__name__}")
+        self.config = config
+        c = config
+        self.tok_emb = nn.Embedding(c.vocab_size, c.d_model)  # weight (V, D)
+        self.pos_emb = (
+            nn.Embedding(c.context_length, c.d_model) if c.positional == "learned" else None
+        )
+        if c.positional == "sinusoidal":  # fixed, so not a parameter (nor saved in state_dict)
+            pe = sinusoidal_positional_encoding(c.context_length, c.d_model)  # (C, D)
+            self.register_buffer("pos_table", pe, persistent=False)
+        else:
+            self.pos_table = None
+        self.embed_scale = math.sqrt(c.d_model) if c.positional == "sinusoidal" else 1.0
+        self.dropout = nn.Dropout(c.dropout)
+        rope_base = ROPE_BASE if c.positional == "rope" else None
+        self.blocks = nn.ModuleList(
+            EncoderBlock(c.d_model, c.n_heads, c.d_ff, c.dropout, rope_base=rope_base)
+            for _ in range(c.n_layers)
+        )
+        self.norm = nn.LayerNorm(c.d_model)
+        self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)  # weight (V, D)
+        _init_gpt2(self, c.n_layers)
+        self.lm_head.weight = self.tok_emb.weight  # tied: one (V, D) matrix, in and out
+
+    def num_parameters(self, *, include_embeddings: bool = True) -> int:
+        """Count the trainable parameters once each (the tied head is not counted twice).
+
+        Args:
+            include_embeddings: if ``False``, leave out the token and learned
+                position embeddings (the count scaling laws usually quote).
+
+        Returns:
+            The number of scalar parameters.
+        """
+        n = sum(p.numel() for p in self.parameters())  # parameters() yields a tied tensor once
+        if not include_embeddings:
+            n -= self.tok_emb.weight.numel()
+            if self.pos_emb is not None:
+                n -= self.pos_emb.weight.numel()
+        return n
+
+    def _attention_bias(
+        self, seq_len: int, device: torch.device, dtype: torch.dtype
+    ) -> torch.Tensor | None:
+        """ALiBi's additive mask ``(H, T, T)``: the distance penalty, ``-inf`` above the diagonal."""
+        if self.config.positional != "alibi":
+            return None
+        return alibi_bias(self.config.n_heads, seq_len, device=device).to(dtype)  # (H, T, T)
+
+    def _embed(self, idx: torch.Tensor) -> torch.Tensor:
+        x = self.tok_emb(idx)  # (B, T) -> (B, T, D)
+        seq_len = idx.shape[1]
+        if self.pos_emb is not None:
+            x = x + self.pos_emb.weight[:seq_len]  # (B, T, D) + (T, D)
+        elif self.pos_table is not None:  # scaled up as in Vaswani et al., see _SINUSOID_NOTE
+            x = x * self.embed_scale + self.pos_table[:seq_len].to(x.dtype)  # (B, T, D) + (T, D)
+        return self.dropout(x) if self.training and self.config.dropout > 0 else x
+
+    def _run(self, idx: torch.Tensor, need_weights: bool) -> tuple[torch.Tensor, list]:
+        x = self._embed(idx)  # (B, T, D)
+        bias = self._attention_bias(idx.shape[1], x.device, x.dtype)  # (H, T, T) or None
+        # ALiBi's bias already holds the causal -inf: pass it as the mask, is_causal off.
+        is_causal = bias is None
+        all_weights = []
+        for block in self.blocks:
+            x, weights = block._forward(x, bias, is_causal, need_weights)  # (B, T, D)
+            all_weights.append(weights)
+        return x, all_weights
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        """Next-token logits for every position of a batch of token sequences.
+
+        Args:
+            idx: token ids, shape ``(B, T)``, dtype ``torch.int64``, values in
+                ``[0, vocab_size)``, with ``1 <= T <= context_length``.
+
+        Returns:
+            Logits of shape ``(B, T, vocab_size)``: ``logits[b, t]`` scores the
+            token that follows ``idx[b, :t + 1]`` (apply a softmax for probabilities).
+        """
+        c = self.config
+        idx = _check_ids(idx, "idx", c.vocab_size, c.context_length)
+        x, _ = self._run(idx, need_weights=False)
+        return self.lm_head(self.norm(x))  # (B, T, D) @ (D, V) -> (B, T, V)
+
+    def attention_weights(self, idx: torch.Tensor) -> list[torch.Tensor]:
+        """Every layer's attention weights for ``idx``, for inspection and figures.
+
+        Runs one extra forward pass without gradients, asking each layer for its
+        weights; the ordinary :meth:`forward` never computes them. Put the model
+        in ``eval()`` mode first unless you want the weights after dropout.
+
+        Args:
+            idx: token ids as in :meth:`forward`, shape ``(B, T)``.
+
+        Returns:
+            A list of ``n_layers`` tensors, each of shape ``(B, n_heads, T, T)``;
+            row ``t`` of a head holds the weights of query ``t`` over keys
+            ``0..T-1`` (zero for ``s > t``), summing to 1.
+        """
+        c = self.config
+        idx = _check_ids(idx, "idx", c.vocab_size, c.context_length)
+        with torch.no_grad():
+            _, weights = self._run(idx, need_weights=True)
+        return weights
+
+
+@dataclass(frozen=True)
+class EncoderDecoderConfig:
+    """The hyperparameters of an :class:`EncoderDecoder`; frozen. Invalid values raise ``ValueError``."""
+
+    src_vocab_size: int  # V_src, token ids of the source (encoder) side are 0 .. V_src - 1
+    tgt_vocab_size: int  # V_tgt, token ids of the target (decoder) side are 0 .. V_tgt - 1
+    context_length: int  # C, longest source and longest target sequence
+    d_model: int  # D, width of the residual stream (encoder and decoder alike)
+    n_heads: int  # H, heads of every attention; must divide d_model
+    n_encoder_layers: int  # number of encoder blocks
+    n_decoder_layers: int  # number of decoder blocks
+    d_ff: int | None = None  # feed-forward hidden width; None -> 4 * d_model
+    dropout: float = 0.0  # dropout probability everywhere
+
+    def __post_init__(self) -> None:
+        _check_int(self.src_vocab_size, "src_vocab_size")
+        _check_int(self.tgt_vocab_size, "tgt_vocab_size")
+        _check_int(self.n_encoder_layers, "n_encoder_layers")
+        _check_int(self.n_decoder_layers, "n_decoder_layers")
+        _check_common(self)
+        if self.d_model % 2:
+            raise ValueError(
+                "d_model must be even (the sinusoidal positions pair a sine and a cosine), "
+                f"got d_model = {self.d_model}"
+            )
+
+
+class EncoderDecoder(nn.Module):
+    """An encoder-decoder transformer (the original architecture), pre-LN.
+
+    The encoder reads the whole source sequence with unmasked self-attention
+    (a padding mask aside); the decoder generates the target left to right,
+    reading the target so far causally and the encoder's output through
+    cross-attention. Positions are the fixed sinusoids of the original paper;
+    each side has its own token embedding, the decoder's tied to its output head.
+
+    Args:
+        config: an :class:`EncoderDecoderConfig`.
+    """
+
+    def __init__(self, config: EncoderDecoderConfig) -> None:
+        super().__init__()
+        if not isinstance(config, EncoderDecoderConfig):
+            raise ValueError(f"config must be an EncoderDecoderConfig, got {type(config).__name__}")
+        self.config = c = config
+        self.src_emb = nn.Embedding(c.src_vocab_size, c.d_model)  # (V_src, D)
+        self.tgt_emb = nn.Embedding(c.tgt_vocab_size, c.d_model)  # (V_tgt, D)
+        pe = sinusoidal_positional_encoding(c.context_length, c.d_model)  # (C, D)
+        self.register_buffer("pos_table", pe, persistent=False)
+        self.embed_scale = math.sqrt(c.d_model)
+        self.dropout = nn.Dropout(c.dropout)
+        self.encoder = nn.ModuleList(
+            EncoderBlock(c.d_model, c.n_heads, c.d_ff, c.dropout) for _ in range(c.n_encoder_layers)
+        )
+        self.encoder_norm = nn.LayerNorm(c.d_model)
+        self.decoder = nn.ModuleList(
+            DecoderBlock(c.d_model, c.n_heads, c.d_ff, c.dropout) for _ in range(c.n_decoder_layers)
+        )
+        self.decoder_norm = nn.LayerNorm(c.d_model)
+        self.lm_head = nn.Linear(c.d_model, c.tgt_vocab_size, bias=False)  # (V_tgt, D)
+        _init_gpt2(self, max(c.n_encoder_layers, c.n_decoder_layers))
+        self.lm_head.weight = self.tgt_emb.weight  # tied
+
+    def num_parameters(self) -> int:
+        """The number of trainable scalar parameters (the tied head counted once)."""
+        return sum(p.numel() for p in self.parameters())
+
+    def _embed(self, idx: torch.Tensor, table: nn.Embedding) -> torch.Tensor:
+        pe = self.pos_table[: idx.shape[1]].to(table.weight.dtype)  # (T, D)
+        x = table(idx) * self.embed_scale + pe  # (B, T, D), scaled: see _SINUSOID_NOTE
+        return self.dropout(x) if self.training and self.config.dropout > 0 else x
+
+    def _check_src_mask(self, src_mask: object, src: torch.Tensor) -> torch.Tensor | None:
+        if src_mask is None:
+            return None
+        if not isinstance(src_mask, torch.Tensor) or src_mask.dtype != torch.bool:
+            raise ValueError("src_mask must be a boolean tensor of shape (B, S), True = real token")
+        if src_mask.shape != src.shape:
+            raise ValueError(
+                f"src_mask must have shape (B, S) = {shape_str(src)} like src, "
+                f"got {shape_str(src_mask)}"
+            )
+        return src_mask[:, None, None, :]  # (B, 1, 1, S): broadcasts over heads and queries
+
+    def encode(self, src: torch.Tensor, src_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Read the source: token ids ``(B, S)`` -> the context ``(B, S, D)``.
+
+        Args:
+            src: source token ids, shape ``(B, S)``, int64 in ``[0, src_vocab_size)``.
+            src_mask: optional boolean ``(B, S)``, ``True`` at real tokens and
+                ``False`` at padding (no position attends to padding).
+
+        Returns:
+            The encoder's output, shape ``(B, S, D)``.
+        """
+        c = self.config
+        src = _check_ids(src, "src", c.src_vocab_size, c.context_length)
+        return self._encode(src, self._check_src_mask(src_mask, src))
+
+    def _encode(self, src: torch.Tensor, key_mask: torch.Tensor | None) -> torch.Tensor:
+        x = self._embed(src, self.src_emb)  # (B, S, D)
+        for block in self.encoder:
+            x, _ = block._forward(x, key_mask, False, False)  # (B, S, D)
+        return self.encoder_norm(x)
+
+    def forward(
+        self, src: torch.Tensor, tgt: torch.Tensor, src_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Next-token logits of the target, given the source.
+
+        Args:
+            src: source token ids, shape ``(B, S)``, int64 in ``[0, src_vocab_size)``.
+            tgt: target token ids so far, shape ``(B, T)``, int64 in ``[0, tgt_vocab_size)``.
+            src_mask: optional boolean ``(B, S)``, ``True`` at real source tokens.
+
+        Returns:
+            Logits of shape ``(B, T, tgt_vocab_size)``: ``logits[b, t]`` scores
+            the target token after ``tgt[b, :t + 1]``, given all of ``src[b]``.
+        """
+        c = self.config
+        src = _check_ids(src, "src", c.src_vocab_size, c.context_length)
+        tgt = _check_ids(tgt, "tgt", c.tgt_vocab_size, c.context_length)
+        if src.shape[0] != tgt.shape[0]:
+            raise ValueError(
+                f"src (B, S) and tgt (B, T) must have the same batch size B, "
+                f"got {shape_str(src)} and {shape_str(tgt)}"
+            )
+        key_mask = self._check_src_mask(src_mask, src)  # (B, 1, 1, S) or None
+        context = self._encode(src, key_mask)  # (B, S, D)
+        x = self._embed(tgt, self.tgt_emb)  # (B, T, D)
+        for block in self.decoder:
+            x, _ = block._forward(x, context, None, key_mask, True, False)  # (B, T, D)
+        return self.lm_head(self.decoder_norm(x))  # (B, T, V_tgt)

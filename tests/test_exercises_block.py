@@ -1,0 +1,169 @@
+"""The checkers of chapter 9 accept correct answers and reject, and name, typical wrong ones."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from attnbook.exercises import check_feed_forward, check_gpt_num_parameters, check_pre_ln_block
+
+
+def _assert_rejects(verdict, failing_case: str, mistake: str | None = None) -> None:
+    assert not verdict
+    assert verdict.attempted
+    assert failing_case in verdict.message, verdict.message
+    assert "Hint:" in verdict.message
+    assert "Traceback" not in verdict.message
+    if mistake is not None:
+        assert f"This is what {mistake}" in verdict.message, verdict.message
+
+
+def _stub(*args: object) -> object:
+    raise NotImplementedError
+
+
+# ------------------------------------------------------------------ feed-forward
+
+
+def test_feed_forward_checker_accepts_a_correct_answer() -> None:
+    verdict = check_feed_forward(lambda x, w1, b1, w2, b2: F.gelu(x @ w1 + b1) @ w2 + b2)
+    assert verdict, verdict.message
+    assert "all 2 hidden cases pass" in verdict.message
+    assert not check_feed_forward(_stub).attempted
+
+
+def test_feed_forward_checker_names_typical_mistakes() -> None:
+    one = "one sequence"
+    cases = [
+        (lambda x, w1, b1, w2, b2: F.relu(x @ w1 + b1) @ w2 + b2, "ReLU instead of GELU"),
+        (
+            lambda x, w1, b1, w2, b2: F.gelu(x @ w1 + b1, approximate="tanh") @ w2 + b2,
+            "the tanh approximation of GELU",
+        ),
+        (lambda x, w1, b1, w2, b2: F.gelu(x @ w1) @ w2 + b2, "forgetting the first bias b1"),
+        (lambda x, w1, b1, w2, b2: F.gelu(x @ w1 + b1) @ w2, "forgetting the second bias b2"),
+        (lambda x, w1, b1, w2, b2: (x @ w1 + b1) @ w2 + b2, "no activation at all"),
+    ]
+    for wrong, mistake in cases:
+        _assert_rejects(check_feed_forward(wrong), one, mistake)
+    # a wrong answer that is none of the named mistakes still fails, with the case's hint
+    verdict = check_feed_forward(lambda x, w1, b1, w2, b2: F.gelu(x @ w1 + b1) @ w2 + 2 * b2)
+    _assert_rejects(verdict, one)
+    assert "This is what" not in verdict.message
+    # transposed weights fail loudly on the non-square shapes
+    _assert_rejects(
+        check_feed_forward(lambda x, w1, b1, w2, b2: F.gelu(x @ w2.T + b1) @ w1.T + b2), one
+    )
+
+
+# ------------------------------------------------------------------ pre-LN block
+
+
+def _pre_ln(x, attention, ffn, norm1, norm2):  # a correct answer
+    x = x + attention(norm1(x))
+    return x + ffn(norm2(x))
+
+
+def test_pre_ln_block_checker_accepts_a_correct_answer() -> None:
+    verdict = check_pre_ln_block(_pre_ln)
+    assert verdict, verdict.message
+    assert "all 2 hidden cases pass" in verdict.message
+    assert not check_pre_ln_block(_stub).attempted
+
+
+def test_pre_ln_block_checker_leaves_the_global_rng_alone() -> None:
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    check_pre_ln_block(_pre_ln)
+    torch.testing.assert_close(torch.rand(3), expected)
+
+
+def test_pre_ln_block_checker_names_typical_mistakes() -> None:
+    def post_ln(x, attention, ffn, norm1, norm2):
+        x = norm1(x + attention(x))
+        return norm2(x + ffn(x))
+
+    def no_attention_residual(x, attention, ffn, norm1, norm2):
+        x = attention(norm1(x))
+        return x + ffn(norm2(x))
+
+    def no_ffn_residual(x, attention, ffn, norm1, norm2):
+        x = x + attention(norm1(x))
+        return ffn(norm2(x))
+
+    def from_normalised(x, attention, ffn, norm1, norm2):
+        h = norm1(x)
+        x = h + attention(h)
+        h = norm2(x)
+        return h + ffn(h)
+
+    def one_norm(x, attention, ffn, norm1, norm2):
+        x = x + attention(norm1(x))
+        return x + ffn(norm1(x))
+
+    def ffn_first(x, attention, ffn, norm1, norm2):
+        x = x + ffn(norm1(x))
+        return x + attention(norm2(x))
+
+    first = "B = 2 sequences"
+    for wrong, mistake in [
+        (post_ln, "post-LN instead of pre-LN"),
+        (no_attention_residual, "a missing residual around the attention"),
+        (no_ffn_residual, "a missing residual around the feed-forward network"),
+        (from_normalised, "adding the sub-layer's output to the normalised input"),
+        (one_norm, "using norm1 for both sub-layers"),
+        (ffn_first, "the feed-forward network before the attention"),
+    ]:
+        _assert_rejects(check_pre_ln_block(wrong), first, mistake)
+    # no normalisation at all is none of those, and still fails
+    verdict = check_pre_ln_block(lambda x, a, f, n1, n2: (x + a(x)) + f(x + a(x)))
+    _assert_rejects(verdict, first)
+
+
+# ------------------------------------------------------------------ parameter count
+
+
+def _count(v, c, d, n, f):  # a correct answer
+    attention = 4 * (d * d + d)
+    ffn = d * f + f + f * d + d
+    norms = 2 * (2 * d)
+    return v * d + c * d + n * (attention + ffn + norms) + 2 * d
+
+
+def test_gpt_num_parameters_checker_accepts_a_correct_answer() -> None:
+    verdict = check_gpt_num_parameters(_count)
+    assert verdict, verdict.message
+    assert "all 3 hidden cases pass" in verdict.message
+    assert not check_gpt_num_parameters(_stub).attempted
+
+
+def test_gpt_num_parameters_checker_names_typical_mistakes() -> None:
+    first = "vocab_size = 65"
+    for wrong, mistake in [
+        (
+            lambda v, c, d, n, f: v * d + c * d + n * (4 * d * d + 2 * d * f + 4 * d) + 2 * d,
+            "forgetting the biases of the linear maps",
+        ),
+        (lambda v, c, d, n, f: _count(v, c, d, n, f) + v * d, "counting the output head"),
+        (
+            lambda v, c, d, n, f: v * d + c * d + n * (4 * (d * d + d) + 2 * d * f + f + d),
+            "forgetting the LayerNorms",
+        ),
+        (lambda v, c, d, n, f: _count(v, c, d, n, f) - 2 * d, "forgetting the final LayerNorm"),
+        (
+            lambda v, c, d, n, f: _count(v, c, d, n, f) - n * 2 * d - d,
+            "giving each LayerNorm a weight but no bias",
+        ),
+        (lambda v, c, d, n, f: _count(v, c, d, n, f) - c * d, "forgetting the position embeddings"),
+        (
+            lambda v, c, d, n, f: _count(v, c, d, n, f) - n * (d * d + d),
+            "forgetting the attention's output projection",
+        ),
+    ]:
+        _assert_rejects(check_gpt_num_parameters(wrong), first, mistake)
+    # 4 * d_model for d_ff: right in the first case only
+    _assert_rejects(
+        check_gpt_num_parameters(lambda v, c, d, n, f: _count(v, c, d, n, 4 * d)),
+        "vocab_size = 100",
+    )

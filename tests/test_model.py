@@ -1,0 +1,343 @@
+"""Tests of attnbook.model: GPTConfig, GPT and the encoder-decoder.
+
+Shapes, causality in every positional mode, that each positional mode really
+injects positions (and that they differ), agreement with a GPT built from
+``nn.TransformerEncoderLayer``, parameter counts against a closed formula,
+weight tying, ``attention_weights`` and bad input.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+import torch
+from torch import nn
+
+import attnbook
+from attnbook import GPT, EncoderDecoder, EncoderDecoderConfig, GPTConfig
+
+MODES = ["learned", "sinusoidal", "rope", "alibi"]
+
+
+def _config(**overrides: object) -> GPTConfig:
+    fields = {"vocab_size": 11, "context_length": 12, "d_model": 16, "n_heads": 4, "n_layers": 2}
+    return GPTConfig(**(fields | overrides))
+
+
+def _ids(seed: int, *shape: int, vocab_size: int = 11) -> torch.Tensor:
+    return torch.randint(0, vocab_size, shape, generator=torch.Generator().manual_seed(seed))
+
+
+def _gpt_parameters(v: int, c: int, d: int, n_layers: int, f: int, positional: str) -> int:
+    """The closed formula of the chapter: embeddings + layers + final LayerNorm (head tied)."""
+    per_layer = 4 * (d * d + d) + (d * f + f) + (f * d + d) + 2 * (2 * d)
+    positions = c * d if positional == "learned" else 0
+    return v * d + positions + n_layers * per_layer + 2 * d
+
+
+# ------------------------------------------------------------------ GPTConfig
+
+
+def test_config_defaults_and_frozen() -> None:
+    config = _config()
+    assert config.d_ff == 64  # 4 * d_model
+    assert config.dropout == 0.0
+    assert config.positional == "learned"
+    assert _config(d_ff=24).d_ff == 24
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.d_model = 32  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("vocab_size", 0),
+        ("context_length", -1),
+        ("d_model", 2.5),
+        ("n_heads", 0),
+        ("n_layers", True),
+        ("d_ff", 0),
+        ("dropout", 1.0),
+        ("positional", "absolute"),
+    ],
+)
+def test_config_rejects_bad_fields_by_name(field: str, value: object) -> None:
+    with pytest.raises(ValueError, match=field):
+        _config(**{field: value})
+
+
+def test_config_rejects_impossible_combinations() -> None:
+    with pytest.raises(ValueError, match="n_heads"):
+        _config(n_heads=3)  # 16 is not a multiple of 3
+    assert _config(d_model=12, n_heads=4).d_model == 12  # fine ...
+    with pytest.raises(ValueError, match="rope"):
+        _config(d_model=12, n_heads=4, positional="rope")  # ... but heads of width 3 cannot rotate
+    with pytest.raises(ValueError, match="sinusoidal"):
+        _config(d_model=15, n_heads=3, positional="sinusoidal")
+
+
+# ------------------------------------------------------------------ GPT
+
+
+@pytest.mark.parametrize("positional", MODES)
+def test_gpt_shapes_and_parameter_formula(positional: str) -> None:
+    torch.manual_seed(0)
+    config = _config(positional=positional, d_ff=40, n_layers=3)
+    model = GPT(config)
+    assert model(_ids(0, 2, 7)).shape == (2, 7, 11)
+    expected = _gpt_parameters(11, 12, 16, 3, 40, positional)
+    assert model.num_parameters() == expected
+    assert sum(p.numel() for p in model.parameters()) == expected
+    no_embeddings = expected - 11 * 16 - (12 * 16 if positional == "learned" else 0)
+    assert model.num_parameters(include_embeddings=False) == no_embeddings
+
+
+def test_gpt_parameter_formula_at_the_chapter_10_size() -> None:
+    model = GPT(GPTConfig(65, 64, 128, 4, 4))
+    assert model.num_parameters() == _gpt_parameters(65, 64, 128, 4, 512, "learned") == 809_856
+
+
+@pytest.mark.parametrize("positional", MODES)
+def test_gpt_is_causal(positional: str) -> None:
+    torch.manual_seed(0)
+    model = GPT(_config(positional=positional)).eval()
+    idx = _ids(1, 2, 10)
+    changed = idx.clone()
+    changed[:, 6:] = (changed[:, 6:] + 1) % 11  # every future token replaced
+    with torch.no_grad():
+        before, after = model(idx), model(changed)
+    torch.testing.assert_close(before[:, :6], after[:, :6], rtol=0, atol=1e-6)
+    assert not torch.allclose(before[:, 6:], after[:, 6:])
+
+
+def _with_shared_weights(positional: str, n_layers: int = 2) -> GPT:
+    """A GPT in the given mode whose shared weights come from one seed-0 'learned' model."""
+    torch.manual_seed(0)
+    source = GPT(_config(n_layers=n_layers))
+    model = GPT(_config(positional=positional, n_layers=n_layers))
+    model.load_state_dict(source.state_dict(), strict=False)  # all but the position embedding
+    return model.eval()
+
+
+def test_every_positional_mode_makes_the_model_see_order() -> None:
+    # Without positions, one causal layer treats the prefix as a set: the last position's
+    # output is unchanged when earlier tokens are permuted. Each mode must break that.
+    # (With two layers or more, causal masking alone leaks order: position t sees t + 1 keys.)
+    idx = torch.tensor([[1, 2, 3, 4, 5, 6, 7, 8]])
+    permuted = torch.tensor([[6, 4, 2, 7, 1, 3, 5, 8]])  # a permutation of the first 7, same last
+    for positional in MODES:
+        model = _with_shared_weights(positional, n_layers=1)
+        with torch.no_grad():
+            last, last_permuted = model(idx)[0, -1], model(permuted)[0, -1]
+        # (sinusoids change the logits least at this tiny width: well above float32 noise)
+        assert (last - last_permuted).abs().max() > 1e-6, positional
+    # The control: a learned model whose position vectors are all zero sees no order.
+    blind = _with_shared_weights("learned", n_layers=1)
+    with torch.no_grad():
+        blind.pos_emb.weight.zero_()
+        torch.testing.assert_close(blind(idx)[0, -1], blind(permuted)[0, -1])
+
+
+def test_the_four_positional_modes_differ() -> None:
+    idx = _ids(3, 2, 9)
+    with torch.no_grad():
+        logits = {mode: _with_shared_weights(mode)(idx) for mode in MODES}
+    for i, a in enumerate(MODES):
+        for b in MODES[i + 1 :]:
+            assert not torch.allclose(logits[a], logits[b], atol=1e-3), (a, b)
+
+
+def test_rope_and_alibi_models_run_past_no_learned_table() -> None:
+    # learned positions have one row per position up to context_length; the others have none
+    assert _with_shared_weights("rope").pos_emb is None
+    assert _with_shared_weights("alibi").pos_emb is None
+    assert "pos_table" not in _with_shared_weights("sinusoidal").state_dict()  # fixed: not saved
+
+
+def test_gpt_matches_a_gpt_built_from_torch_encoder_layers() -> None:
+    torch.manual_seed(0)
+    config = _config(n_layers=3)
+    model = GPT(config).double().eval()
+    d = config.d_model
+    layer = nn.TransformerEncoderLayer(
+        d, config.n_heads, config.d_ff, 0.0, activation="gelu", batch_first=True, norm_first=True,
+        dtype=torch.float64,
+    )  # fmt: skip
+    stack = nn.TransformerEncoder(layer, config.n_layers, enable_nested_tensor=False).eval()
+    for block, theirs in zip(model.blocks, stack.layers):
+        a = block.self_attn
+        with torch.no_grad():
+            theirs.self_attn.in_proj_weight.copy_(
+                torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight])
+            )
+            theirs.self_attn.in_proj_bias.copy_(
+                torch.cat([a.q_proj.bias, a.k_proj.bias, a.v_proj.bias])
+            )
+        theirs.self_attn.out_proj.load_state_dict(a.out_proj.state_dict())
+        theirs.linear1.load_state_dict(block.ffn.linear1.state_dict())
+        theirs.linear2.load_state_dict(block.ffn.linear2.state_dict())
+        theirs.norm1.load_state_dict(block.norm1.state_dict())
+        theirs.norm2.load_state_dict(block.norm2.state_dict())
+    idx = _ids(4, 2, 10)
+    with torch.no_grad():
+        x = model.tok_emb(idx) + model.pos_emb.weight[:10]
+        mask = nn.Transformer.generate_square_subsequent_mask(10, dtype=torch.float64)
+        theirs = model.norm(stack(x, mask=mask, is_causal=True)) @ model.tok_emb.weight.T
+        torch.testing.assert_close(model(idx), theirs)
+
+
+def test_weights_are_tied() -> None:
+    model = GPT(_config())
+    assert model.lm_head.weight is model.tok_emb.weight
+    names = [n for n, _ in model.named_parameters()]
+    assert "lm_head.weight" not in names  # listed once, under the embedding
+    logits = model(_ids(5, 2, 4))
+    logits.sum().backward()
+    grad = model.tok_emb.weight.grad
+    assert grad is not None
+    assert grad.abs().sum(-1).min() > 0  # the head gives every token's row a gradient
+
+
+def test_gpt2_initialisation() -> None:
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(50, 16, 64, 4, 8))
+    assert abs(model.blocks[0].ffn.linear1.weight.std().item() - 0.02) < 0.002
+    scaled = model.blocks[0].ffn.linear2.weight.std().item()
+    assert abs(scaled - 0.02 / math.sqrt(2 * 8)) < 0.0008
+    assert torch.all(model.blocks[0].self_attn.q_proj.bias == 0)
+    assert torch.all(model.norm.weight == 1)
+
+
+@pytest.mark.parametrize("positional", MODES)
+def test_attention_weights(positional: str) -> None:
+    torch.manual_seed(0)
+    model = GPT(_config(positional=positional, n_layers=3)).eval()
+    idx = _ids(6, 2, 9)
+    with torch.no_grad():
+        before = model(idx)
+    weights = model.attention_weights(idx)
+    assert len(weights) == 3
+    for w in weights:
+        assert w.shape == (2, 4, 9, 9)
+        assert not w.requires_grad
+        torch.testing.assert_close(w.sum(-1), torch.ones(2, 4, 9))
+        assert torch.all(w.triu(diagonal=1) == 0)  # causal: nothing above the diagonal
+    with torch.no_grad():
+        torch.testing.assert_close(model(idx), before)  # asking for weights changes nothing
+
+
+def test_attention_weights_are_the_first_layers_softmax() -> None:
+    torch.manual_seed(0)
+    model = GPT(_config()).double().eval()
+    idx = _ids(7, 1, 6)
+    block = model.blocks[0]
+    with torch.no_grad():
+        h = block.norm1(model.tok_emb(idx) + model.pos_emb.weight[:6])  # (1, T, D)
+        q = block.self_attn.q_proj(h).view(1, 6, 4, 4).transpose(1, 2)  # (1, H, T, Dh)
+        k = block.self_attn.k_proj(h).view(1, 6, 4, 4).transpose(1, 2)
+        scores = q @ k.transpose(-2, -1) / 2.0  # sqrt(d_head) = 2
+        expected = torch.softmax(scores.masked_fill(~attnbook.causal_mask(6), -math.inf), -1)
+    torch.testing.assert_close(model.attention_weights(idx)[0], expected)
+
+
+def test_dropout_in_training_mode_only() -> None:
+    torch.manual_seed(0)
+    model = GPT(_config(dropout=0.2))
+    idx = _ids(8, 2, 5)
+    model.train()
+    assert not torch.allclose(model(idx), model(idx))
+    model.eval()
+    torch.testing.assert_close(model(idx), model(idx))
+
+
+@pytest.mark.parametrize(
+    ("idx", "match"),
+    [
+        (torch.zeros(2, 13, dtype=torch.long), "context_length = 12"),
+        (torch.full((2, 3), 11), r"\[0, 11\)"),
+        (torch.full((2, 3), -1), r"\[0, 11\)"),
+        (torch.zeros(2, 3, dtype=torch.int32), "int64"),
+        (torch.zeros(2, 3), "int64"),
+        (torch.zeros(3, dtype=torch.long), r"\(B, T\)"),
+        (torch.zeros(2, 0, dtype=torch.long), r"1 <= T"),
+        ([[1, 2]], "torch tensor"),
+    ],
+)
+def test_gpt_bad_input(idx: object, match: str) -> None:
+    model = GPT(_config())
+    with pytest.raises(ValueError, match=match):
+        model(idx)
+    with pytest.raises(ValueError, match=match):
+        model.attention_weights(idx)
+
+
+def test_gpt_needs_a_config() -> None:
+    with pytest.raises(ValueError, match="GPTConfig"):
+        GPT({"vocab_size": 11})  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------ EncoderDecoder
+
+
+def _ed_config(**overrides: object) -> EncoderDecoderConfig:
+    fields = {
+        "src_vocab_size": 13,
+        "tgt_vocab_size": 11,
+        "context_length": 10,
+        "d_model": 16,
+        "n_heads": 4,
+        "n_encoder_layers": 2,
+        "n_decoder_layers": 3,
+    }
+    return EncoderDecoderConfig(**(fields | overrides))
+
+
+def test_encoder_decoder_shapes_and_parameter_formula() -> None:
+    torch.manual_seed(0)
+    model = EncoderDecoder(_ed_config(d_ff=24))
+    src, tgt = _ids(9, 2, 8, vocab_size=13), _ids(10, 2, 5)
+    assert model(src, tgt).shape == (2, 5, 11)
+    assert model.encode(src).shape == (2, 8, 16)
+    d, f = 16, 24
+    attention, ffn, norm = 4 * (d * d + d), 2 * d * f + f + d, 2 * d
+    encoder = 2 * (attention + ffn + 2 * norm) + norm
+    decoder = 3 * (2 * attention + ffn + 3 * norm) + norm
+    assert model.num_parameters() == 13 * d + 11 * d + encoder + decoder
+    assert model.lm_head.weight is model.tgt_emb.weight
+
+
+def test_encoder_decoder_causal_target_bidirectional_source_and_padding() -> None:
+    torch.manual_seed(0)
+    model = EncoderDecoder(_ed_config()).eval()
+    src, tgt = _ids(11, 2, 8, vocab_size=13), _ids(12, 2, 6)
+    lengths = torch.tensor([8, 5])
+    src_mask = torch.arange(8)[None, :] < lengths[:, None]  # (B, S), True = real token
+    with torch.no_grad():
+        base = model(src, tgt, src_mask)
+        later_tgt = tgt.clone()
+        later_tgt[:, 4:] = (later_tgt[:, 4:] + 1) % 11
+        torch.testing.assert_close(model(src, later_tgt, src_mask)[:, :4], base[:, :4])
+        last_src = src.clone()
+        last_src[0, -1] = (last_src[0, -1] + 1) % 13  # a real token of sequence 0
+        assert not torch.allclose(model(last_src, tgt, src_mask)[0, 0], base[0, 0])
+        junk = src.clone()
+        junk[1, 5:] = (junk[1, 5:] + 3) % 13  # sequence 1's padding
+        torch.testing.assert_close(model(junk, tgt, src_mask), base)
+        assert not torch.allclose(model(junk, tgt)[1], model(src, tgt)[1])  # unmasked: it leaks
+
+
+def test_encoder_decoder_bad_input() -> None:
+    model = EncoderDecoder(_ed_config())
+    src, tgt = _ids(13, 2, 8, vocab_size=13), _ids(14, 2, 6)
+    with pytest.raises(ValueError, match="tgt"):
+        model(src, torch.full((2, 3), 11))
+    with pytest.raises(ValueError, match="src"):
+        model(torch.zeros(2, 11, dtype=torch.long), tgt)
+    with pytest.raises(ValueError, match="batch"):
+        model(src, tgt[:1])
+    with pytest.raises(ValueError, match="src_mask"):
+        model(src, tgt, torch.ones(2, 7, dtype=torch.bool))
+    with pytest.raises(ValueError, match="n_decoder_layers"):
+        _ed_config(n_decoder_layers=0)
