@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import decimal
 import itertools
 
 import numpy as np
@@ -68,6 +69,91 @@ def test_temperature_limits() -> None:
     hot = softmax(x, temperature=1e6)
     np.testing.assert_allclose(hot, np.full(4, 0.25), atol=1e-5)
     np.testing.assert_allclose(softmax(x, temperature=2.0), softmax(x / 2.0))
+
+
+# The temperature divides the gaps to the maximum, not the raw scores: dividing
+# first overflows (700 / 0.01 is inf in float16, 1e307 / 0.01 in float64) and
+# inf - inf gives NaN. Expected values come from exact decimal arithmetic.
+
+DTYPES = [
+    ("torch", torch.float16),
+    ("torch", torch.bfloat16),
+    ("torch", torch.float32),
+    ("torch", torch.float64),
+    ("numpy", np.float16),
+    ("numpy", np.float32),
+    ("numpy", np.float64),
+]
+
+
+def _make(kind: str, dtype: object, values: list[float]) -> np.ndarray | torch.Tensor:
+    if kind == "torch":
+        return torch.tensor(values, dtype=dtype)
+    return np.asarray(values, dtype=dtype)
+
+
+def _as_float64(x: np.ndarray | torch.Tensor) -> np.ndarray:
+    return x.double().numpy() if isinstance(x, torch.Tensor) else np.asarray(x, dtype=np.float64)
+
+
+def _exact_softmax(x: np.ndarray, temperature: float) -> np.ndarray:
+    """softmax(x / τ) in 60-digit decimal arithmetic, where nothing overflows."""
+    with decimal.localcontext() as ctx:
+        ctx.prec = 60
+        ctx.Emin, ctx.Emax = -(10**9), 10**9
+        z = [decimal.Decimal(float(v)) / decimal.Decimal(temperature) for v in x]
+        top = max(z)
+        e = [(v - top).exp() for v in z]
+        total = sum(e)
+        return np.array([float(v / total) for v in e])
+
+
+def _largest(kind: str, dtype: object) -> float:
+    info = torch.finfo(dtype) if kind == "torch" else np.finfo(dtype)
+    return float(info.max)
+
+
+TOLERANCE = {2: 2e-2, 4: 1e-5, 8: 1e-12}  # by the itemsize of the dtype (bfloat16 counts as 2)
+
+
+@pytest.mark.parametrize(("kind", "dtype"), DTYPES, ids=lambda d: str(d))
+@pytest.mark.parametrize("case", ["issue", "extremes"])
+@pytest.mark.parametrize("temperature", [1e-300, 1e-30, 0.01, 1.0, 1e4, 1e30, 1e300])
+def test_temperature_softmax_at_extreme_scores(
+    kind: str, dtype: object, case: str, temperature: float
+) -> None:
+    big = _largest(kind, dtype)
+    values = [700.0, 0.0, -3.0] if case == "issue" else [0.9 * big, 0.45 * big, 0.0, -0.9 * big]
+    x = _make(kind, dtype, values)
+    exact = _exact_softmax(_as_float64(x), temperature)  # of the numbers x really holds
+    tol = TOLERANCE[x.element_size() if kind == "torch" else x.itemsize]
+    w = softmax(x, temperature=temperature)
+    log_w = log_softmax(x, temperature=temperature)
+    for out in (w, log_w):
+        assert type(out) is type(x)
+        assert out.dtype == x.dtype
+        assert not np.isnan(_as_float64(out)).any(), f"NaN at temperature {temperature}: {out}"
+    np.testing.assert_allclose(_as_float64(w), exact, rtol=tol, atol=tol)
+    np.testing.assert_allclose(np.exp(_as_float64(log_w)), exact, rtol=tol, atol=tol)
+
+
+def test_the_examples_of_the_bug_report() -> None:
+    half = softmax(torch.tensor([700.0, 0.0], dtype=torch.float16), temperature=0.01)
+    assert torch.equal(half, torch.tensor([1.0, 0.0], dtype=torch.float16))
+    double = softmax(torch.tensor([1e307, 0.0], dtype=torch.float64), temperature=0.01)
+    assert torch.equal(double, torch.tensor([1.0, 0.0], dtype=torch.float64))
+    np.testing.assert_array_equal(softmax(np.array([1e307, 0.0]), temperature=0.01), [1.0, 0.0])
+    # Dividing first really does give NaN: the order is what fixes it.
+    z = torch.tensor([700.0, 0.0], dtype=torch.float16) / 0.01
+    assert bool(torch.isnan(torch.exp(z - z.max())).any())
+
+
+@pytest.mark.parametrize("temperature", [1e-300, 1e300])
+def test_temperatures_beyond_the_dtype_give_the_limits(temperature: float) -> None:
+    x = torch.tensor([[2.0, 2.0, -1.0, float("-inf")]], dtype=torch.float32)
+    w = softmax(x, temperature=temperature)
+    expected = [0.5, 0.5, 0.0, 0.0] if temperature < 1 else [1 / 3, 1 / 3, 1 / 3, 0.0]
+    torch.testing.assert_close(w, torch.tensor([expected]))
 
 
 def test_temperature_sharpens_monotonically() -> None:

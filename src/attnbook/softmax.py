@@ -23,8 +23,27 @@ from attnbook._validation import (
 __all__ = ["log_softmax", "softmax", "softmax_jacobian"]
 
 
+_LOW_PRECISION_TORCH = {torch.float16, torch.bfloat16}
+
+
+def _compute_dtype(x: Array) -> object:
+    """16-bit (and 8-bit) floats are computed in float32, as PyTorch's own softmax does."""
+    if isinstance(x, torch.Tensor):
+        return torch.float32 if torch.finfo(x.dtype).bits < 32 else x.dtype
+    return np.float32 if x.dtype.itemsize < 4 else x.dtype
+
+
 def _shifted_scores(x: object, axis: int, temperature: float) -> tuple[Array, int]:
-    """Validate, divide by the temperature and subtract the maximum along ``axis``."""
+    """Validate, subtract the maximum along ``axis``, *then* divide by the temperature.
+
+    The order matters. ``max(x / τ) = max(x) / τ`` for ``τ > 0``, so both orders
+    are the same mathematically, but dividing first can overflow: ``700 / 0.01``
+    is ``inf`` in float16 and ``1e307 / 0.01`` in float64, and ``inf - inf`` is
+    NaN. Subtracting first leaves gaps ``x - max(x) <= 0``, which dividing by
+    ``τ`` can only send towards ``-inf`` (weight 0), never to NaN.
+
+    Returns the shifted scores ``(x - max) / τ`` (at least float32) and the axis.
+    """
     x = as_float_array(x, "x")
     temperature = check_positive_number(temperature, "temperature")
     ax = normalize_axis(axis, x.ndim)
@@ -33,34 +52,51 @@ def _shifted_scores(x: object, axis: int, temperature: float) -> tuple[Array, in
             f"x has length 0 along axis {axis} (shape {shape_str(x)}); softmax needs at least one entry"
         )
     check_no_nan(x, "x")
-    if isinstance(x, torch.Tensor):
-        if bool(torch.isposinf(x).any()):
-            raise ValueError("x contains +inf; softmax is undefined there (inf - inf)")
-        z = x / temperature
-        top = z.amax(dim=ax, keepdim=True)
-        if bool(torch.isneginf(top).any()):
-            raise ValueError(
-                f"x has a slice along axis {axis} where every entry is -inf; its softmax is undefined"
-            )
-        return z - top, ax
-    if bool(np.isposinf(x).any()):
+    xp = torch if isinstance(x, torch.Tensor) else np
+    if bool(xp.isposinf(x).any()):
         raise ValueError("x contains +inf; softmax is undefined there (inf - inf)")
-    z = x / temperature
-    top = z.max(axis=ax, keepdims=True)
-    if bool(np.isneginf(top).any()):
+    if isinstance(x, torch.Tensor):
+        x = x.to(_compute_dtype(x))
+        top = x.amax(dim=ax, keepdim=True).detach()  # the shift does not change the softmax
+    else:
+        x = x.astype(_compute_dtype(x), copy=False)
+        top = x.max(axis=ax, keepdims=True)
+    if bool(xp.isneginf(top).any()):
         raise ValueError(
             f"x has a slice along axis {axis} where every entry is -inf; its softmax is undefined"
         )
-    return z - top, ax
+    with np.errstate(over="ignore"):  # overflowing to -inf is fine here: it means weight 0
+        return _divide_gap(x, top, temperature), ax
+
+
+def _divide_gap(x: Array, top: Array, temperature: float) -> Array:
+    """``(x - top) / τ`` with no NaN: each entry is 0 (a maximum), negative, or ``-inf``."""
+    xp = torch if isinstance(x, torch.Tensor) else np
+    gap = x - top  # <= 0; -inf stays -inf
+    if bool((xp.isneginf(gap) & xp.isfinite(x)).any()):
+        # x - max overflowed (entries near -max and +max of the dtype): halve both first.
+        gap, temperature = x * 0.5 - top * 0.5, temperature * 0.5
+    if isinstance(gap, torch.Tensor):
+        tau = torch.tensor(temperature, dtype=gap.dtype, device=gap.device)
+    else:
+        tau = np.asarray(temperature, dtype=gap.dtype)
+    if bool(tau == 0):  # τ is below the dtype's smallest number: its limit τ -> 0, the arg-max
+        return xp.where(gap == 0, xp.zeros_like(gap), xp.full_like(gap, -np.inf))
+    if bool(xp.isinf(tau)):  # τ is above the dtype's largest number: its limit, uniform
+        return xp.where(xp.isneginf(gap), gap, xp.zeros_like(gap))
+    return gap / tau
 
 
 def softmax(x: Array, axis: int = -1, temperature: float = 1.0) -> Array:
     """Numerically stable softmax: ``exp(x_i / τ) / sum_j exp(x_j / τ)`` along ``axis``.
 
     Subtracting the maximum first changes nothing mathematically (the common
-    factor ``exp(-max)`` cancels) but keeps every exponent ``<= 0``, so nothing
-    overflows even for scores of ``1e4``. Entries equal to ``-inf`` get weight
-    exactly 0; that is how masks will work in chapter 6.
+    factor ``exp(-max / τ)`` cancels) but keeps every exponent ``<= 0``, so
+    nothing overflows even for scores of ``1e4``. The maximum is subtracted
+    *before* dividing by ``τ``: dividing first overflows for a small ``τ``
+    (``700 / 0.01`` is ``inf`` in float16) and gives NaN. Entries equal to
+    ``-inf`` get weight exactly 0; that is how masks will work in chapter 6.
+    16-bit inputs are computed in float32 and the result is cast back.
 
     Args:
         x: scores, any shape, floating point (NumPy array or torch tensor).
@@ -78,12 +114,12 @@ def softmax(x: Array, axis: int = -1, temperature: float = 1.0) -> Array:
             temperature that is not a finite positive number, NaN or +inf
             entries, or a slice that is entirely ``-inf``.
     """
-    shifted, ax = _shifted_scores(x, axis, temperature)
+    shifted, ax = _shifted_scores(x, axis, temperature)  # (x - max) / τ, at least float32
     if isinstance(shifted, torch.Tensor):
-        e = torch.exp(shifted)
-        return e / e.sum(dim=ax, keepdim=True)
+        e = torch.exp(shifted)  # in (0, 1], the largest entry exactly 1
+        return (e / e.sum(dim=ax, keepdim=True)).to(x.dtype)
     e = np.exp(shifted)
-    return e / e.sum(axis=ax, keepdims=True)
+    return (e / e.sum(axis=ax, keepdims=True)).astype(np.asarray(x).dtype, copy=False)
 
 
 def log_softmax(x: Array, axis: int = -1, temperature: float = 1.0) -> Array:
@@ -101,10 +137,12 @@ def log_softmax(x: Array, axis: int = -1, temperature: float = 1.0) -> Array:
     Returns:
         Same shape and kind as ``x``; ``exp`` of it sums to 1 along ``axis``.
     """
-    shifted, ax = _shifted_scores(x, axis, temperature)
+    shifted, ax = _shifted_scores(x, axis, temperature)  # (x - max) / τ, at least float32
     if isinstance(shifted, torch.Tensor):
-        return shifted - torch.log(torch.exp(shifted).sum(dim=ax, keepdim=True))
-    return shifted - np.log(np.exp(shifted).sum(axis=ax, keepdims=True))
+        return (shifted - torch.log(torch.exp(shifted).sum(dim=ax, keepdim=True))).to(x.dtype)
+    out = shifted - np.log(np.exp(shifted).sum(axis=ax, keepdims=True))
+    with np.errstate(over="ignore"):  # a log-weight below float16's range is -inf there
+        return out.astype(np.asarray(x).dtype, copy=False)
 
 
 def softmax_jacobian(weights: Array) -> Array:
