@@ -84,10 +84,15 @@ def test_checker_wants_the_function_not_its_result() -> None:
 
 
 def test_temperature_checker() -> None:
-    assert check_softmax_temperature(lambda x, t: _stable_softmax(x / t))
-    assert not check_softmax_temperature(lambda x, t: _stable_softmax(x * t))
-    assert not check_softmax_temperature(lambda x, t: _naive_softmax(x / t))
-    assert not check_softmax_temperature(lambda x, t: _stable_softmax(x) / t)
+    # The maximum first, then the temperature: dividing first overflows (see issue 7).
+    assert check_softmax_temperature(
+        lambda x, t: _stable_softmax((x - x.max(axis=-1, keepdims=True)) / t)
+    )
+    with np.errstate(all="ignore"):
+        assert not check_softmax_temperature(lambda x, t: _stable_softmax(x / t))
+        assert not check_softmax_temperature(lambda x, t: _stable_softmax(x * t))
+        assert not check_softmax_temperature(lambda x, t: _naive_softmax(x / t))
+        assert not check_softmax_temperature(lambda x, t: _stable_softmax(x) / t)
 
 
 def test_score_matrix_checker() -> None:

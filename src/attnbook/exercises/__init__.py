@@ -19,7 +19,12 @@ from attnbook.exercises.block import (
     check_pre_ln_block,
 )
 from attnbook.exercises.lookup import check_hard_lookup, check_soft_lookup
-from attnbook.exercises.masking import check_causal_mask, check_masked_attention
+from attnbook.exercises.masking import (
+    check_causal_mask,
+    check_masked_attention,
+    check_masked_softmax,
+    check_padding_mask,
+)
 from attnbook.exercises.multihead import (
     check_merge_heads,
     check_multi_head_attention,
@@ -39,8 +44,10 @@ __all__ = [
     "check_gpt_num_parameters",
     "check_hard_lookup",
     "check_masked_attention",
+    "check_masked_softmax",
     "check_merge_heads",
     "check_multi_head_attention",
+    "check_padding_mask",
     "check_pre_ln_block",
     "check_scaled_dot_product_attention",
     "check_score_matrix",

@@ -5,17 +5,30 @@ with the package's reference implementation, and returns a :class:`Verdict`
 whose text is short: pass, or the first failing case with what was expected,
 what came back and a hint. It never shows a traceback wall and never shows the
 reference code.
+
+Hints are written per *mistake*, not only per case: a checker lists the
+typical wrong answers of its exercise as :class:`Mistake` objects (each one a
+small function that makes that mistake), and when a case fails, the result is
+compared with what each mistake returns on the same inputs; a match names the
+mistake, says what it looks like and where to look. Only when no known mistake
+matches does the case's own hint show. A *guard* checks *how* the answer
+computes (e.g. no Python loop, no call to the library function the exercise
+asks you to write), since such answers return the right numbers.
 """
 
 from __future__ import annotations
 
+import sys
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
 
 import numpy as np
 import torch
 
-__all__ = ["Case", "Verdict", "run_cases"]
+__all__ = ["Case", "Mistake", "Verdict", "forbid_calls", "no_python_loops", "run_cases"]
 
 _MAX_SHOWN = 24  # arrays with more entries are summarised, not printed
 
@@ -27,6 +40,21 @@ class Case:
     name: str  # what the case exercises, shown when it fails, e.g. "large scores (1e4)"
     make_args: Callable[[], tuple]  # builds fresh inputs each time (learners may mutate them)
     hint: str  # one sentence shown when this case fails; points at the idea, not the code
+
+
+@dataclass(frozen=True)
+class Mistake:
+    """A typical wrong answer of an exercise, recognised by what it returns."""
+
+    name: (
+        str  # what the mistake is, e.g. "the arg-max of cosine similarity, not of the dot product"
+    )
+    answer: Callable  # a function that makes exactly this mistake (same signature as the exercise)
+    hint: str  # what it looks like and what to look at instead
+
+
+Guard = Callable[[Callable[[], object]], tuple[object, str | None]]
+"""Runs a thunk that calls the learner's function; returns ``(result, problem or None)``."""
 
 
 @dataclass(frozen=True)
@@ -109,6 +137,144 @@ def _compare(got: object, expected: object, rtol: float, atol: float) -> str | N
     return None
 
 
+def forbid_calls(forbidden: dict[str, object], hint: str) -> Guard:
+    """A guard that fails an answer which calls any of ``forbidden`` (name shown -> function).
+
+    It watches every call the answer makes (``sys.setprofile``), so it sees a
+    forbidden function however it was imported or renamed, and however deep in
+    the answer's helpers it is called. Python functions are recognised by
+    their code object, built-in ones (such as ``F.scaled_dot_product_attention``)
+    by identity.
+    """
+    codes = {getattr(f, "__code__", None): name for name, f in forbidden.items()}
+    codes.pop(None, None)
+    builtins = {id(f): name for name, f in forbidden.items() if not hasattr(f, "__code__")}
+
+    def guard(call: Callable[[], object]) -> tuple[object, str | None]:
+        seen: list[str] = []
+
+        def profile(frame: FrameType, event: str, arg: object) -> None:
+            if event == "call" and frame.f_code in codes:
+                seen.append(codes[frame.f_code])
+            elif event == "c_call" and id(arg) in builtins:
+                seen.append(builtins[id(arg)])
+
+        previous = sys.getprofile()
+        sys.setprofile(profile)
+        try:
+            result = call()
+        finally:
+            sys.setprofile(previous)
+        if seen:
+            return (
+                result,
+                f"calls {seen[0]}, which this exercise asks you to write yourself.\n   Hint: {hint}",
+            )
+        return result, None
+
+    return guard
+
+
+_LIBRARY_DIRS = tuple(
+    str(Path(p).resolve())
+    for p in {sys.prefix, sys.base_prefix, sys.exec_prefix, Path(__file__).parents[1]}
+)
+
+
+def _is_learner_code(filename: str) -> bool:
+    """Code of the learner (a notebook cell, a script), not of Python, a library or attnbook."""
+    if filename.startswith("<frozen") or filename.startswith("<string"):
+        return False
+    try:
+        resolved = str(Path(filename).resolve())
+    except (OSError, ValueError):
+        return True
+    return not resolved.startswith(_LIBRARY_DIRS)
+
+
+def no_python_loops(hint: str, max_calls: int = 4) -> Guard:
+    """A guard that fails an answer which loops in Python instead of using array operations.
+
+    While the answer runs, it watches the bytecode executed in the learner's
+    own code (``sys.settrace`` with opcode events; library code is not
+    watched). Straight-line code executes each instruction of a call at most
+    once; a loop of any kind (``for``, ``while``, a comprehension, a
+    generator) jumps back and executes some instruction again. A helper of the
+    learner called over and over (``map``, ``np.vectorize``, ``np.fromfunction``
+    with a lambda) runs its code more than ``max_calls`` times. A correct
+    vectorised answer does neither, however it is written or formatted.
+    """
+
+    def guard(call: Callable[[], object]) -> tuple[object, str | None]:
+        executed: Counter[tuple[int, int]] = Counter()  # (frame id, offset) -> times
+        where: dict[tuple[int, int], int] = {}  # (frame id, offset) -> line number
+        calls: Counter[object] = Counter()  # learner code object -> times called
+        frames: list[FrameType] = []  # keeps watched frames alive, so their ids stay unique
+
+        def local(frame: FrameType, event: str, arg: object) -> Callable | None:
+            if event == "opcode":
+                key = (id(frame), frame.f_lasti)
+                executed[key] += 1
+                where[key] = frame.f_lineno
+            return local
+
+        def trace(frame: FrameType, event: str, arg: object) -> Callable | None:
+            if event != "call" or not _is_learner_code(frame.f_code.co_filename):
+                return None
+            if not any(frame is f for f in frames):  # a resumed generator is not a new call
+                frames.append(frame)
+                calls[frame.f_code] += 1
+            frame.f_trace_lines = False
+            frame.f_trace_opcodes = True
+            return local
+
+        previous = sys.gettrace()
+        sys.settrace(trace)
+        try:
+            result = call()
+        finally:
+            sys.settrace(previous)
+        repeated = [(n, where[key]) for key, n in executed.items() if n > 1]
+        if repeated:
+            n, line = max(repeated)
+            return result, (
+                f"runs a Python loop: line {line} of your code ran {n} times in one call.\n"
+                f"   Hint: {hint}"
+            )
+        busy = [(n, code.co_name) for code, n in calls.items() if n > max_calls]
+        if busy:
+            n, name = max(busy)
+            return result, (
+                f"runs a Python loop: your function {name} was called {n} times in one call "
+                f"(map, np.vectorize or similar).\n   Hint: {hint}"
+            )
+        return result, None
+
+    return guard
+
+
+def _diagnose(
+    got: object,
+    expected: object,
+    args: tuple,
+    mistakes: Sequence[Mistake],
+    rtol: float,
+    atol: float,
+) -> Mistake | None:
+    """The first known mistake whose answer on ``args`` is what the learner returned."""
+    for mistake in mistakes:
+        try:
+            with np.errstate(all="ignore"):
+                wrong = mistake.answer(*args)
+        except Exception:  # a mistake that raises on these inputs simply does not match
+            continue
+        if _compare(wrong, expected, rtol, atol) is None:
+            continue  # this case cannot tell the mistake from the right answer
+        if _compare(got, wrong, rtol, atol) is None:
+            return mistake
+    return None
+
+
 def run_cases(
     exercise: str,
     learner_fn: Callable,
@@ -117,6 +283,8 @@ def run_cases(
     *,
     rtol: float = 1e-5,
     atol: float = 1e-6,
+    mistakes: Sequence[Mistake] = (),
+    guard: Guard | None = None,
 ) -> Verdict:
     """Run ``learner_fn`` and ``reference_fn`` on every case and compare the results.
 
@@ -129,6 +297,12 @@ def run_cases(
             result must be boolean too and is compared exactly.
         rtol: relative tolerance of the comparison.
         atol: absolute tolerance of the comparison.
+        mistakes: typical wrong answers; when a case fails and the learner's
+            result equals a mistake's, the verdict names that mistake and shows
+            its hint instead of the case's.
+        guard: wraps each call of the learner's function and reports a
+            problem with *how* it computed (a forbidden call, a Python loop)
+            even when the numbers are right.
 
     Returns:
         A :class:`Verdict`; displaying it shows the learner what happened.
@@ -140,8 +314,14 @@ def run_cases(
         )
     for i, case in enumerate(cases, start=1):
         expected = reference_fn(*case.make_args())
+        args = case.make_args()
         try:
-            got = learner_fn(*case.make_args())
+            # NumPy's overflow warnings would only repeat what the verdict explains.
+            with np.errstate(all="ignore"):
+                if guard is None:
+                    got, misuse = learner_fn(*args), None
+                else:
+                    got, misuse = guard(lambda args=args: learner_fn(*args))
         except NotImplementedError:
             return Verdict(
                 exercise,
@@ -160,14 +340,24 @@ def run_cases(
                 f"❌ {exercise}: case {i}/{len(cases)} ({case.name}) raised "
                 f"{type(exc).__name__}: {exc}\n   Hint: {case.hint}",
             )
-        problem = _compare(got, expected, rtol, atol)
-        if problem is not None:
+        if misuse is not None:
             return Verdict(
                 exercise,
                 False,
                 True,
                 len(cases),
-                f"❌ {exercise}: case {i}/{len(cases)} ({case.name}) {problem}\n   Hint: {case.hint}",
+                f"❌ {exercise}: case {i}/{len(cases)} ({case.name}) {misuse}",
+            )
+        problem = _compare(got, expected, rtol, atol)
+        if problem is not None:
+            found = _diagnose(got, expected, case.make_args(), mistakes, rtol, atol)
+            hint = case.hint if found is None else f"this looks like {found.name}. {found.hint}"
+            return Verdict(
+                exercise,
+                False,
+                True,
+                len(cases),
+                f"❌ {exercise}: case {i}/{len(cases)} ({case.name}) {problem}\n   Hint: {hint}",
             )
     return Verdict(
         exercise,

@@ -10,9 +10,11 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
+import attnbook.attention
 from attnbook.attention import scaled_dot_product_attention
-from attnbook.exercises._framework import Case, Verdict, run_cases
+from attnbook.exercises._framework import Case, Mistake, Verdict, forbid_calls, run_cases
 
 __all__ = [
     "check_cross_attention",
@@ -71,6 +73,43 @@ _SDPA_CASES = [
 ]
 
 
+def _scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    return q @ k.transpose(-2, -1)  # (..., T, d_k) @ (..., d_k, S) -> (..., T, S)
+
+
+_SDPA_MISTAKES = [
+    Mistake(
+        "a missing scale (no division by sqrt(d_k))",
+        lambda q, k, v: torch.softmax(_scores(q, k), dim=-1) @ v,
+        "Divide the scores by sqrt(d_k), the width of a query: without it wide vectors give "
+        "huge scores and a saturated softmax.",
+    ),
+    Mistake(
+        "dividing by d_k instead of sqrt(d_k)",
+        lambda q, k, v: torch.softmax(_scores(q, k) / q.shape[-1], dim=-1) @ v,
+        "The spread of a dot product of d_k unit-variance terms grows like sqrt(d_k): divide "
+        "by math.sqrt(d_k), not by d_k.",
+    ),
+    Mistake(
+        "a softmax over the queries (dim=-2) instead of over the keys",
+        lambda q, k, v: torch.softmax(_scores(q, k) / np.sqrt(q.shape[-1]), dim=-2) @ v,
+        "Each query's row of weights must sum to 1 over the keys: softmax(..., dim=-1).",
+    ),
+    Mistake(
+        "key @ queryᵀ, the transposed scores",
+        lambda q, k, v: torch.softmax(k @ q.transpose(-2, -1) / np.sqrt(q.shape[-1]), -1) @ v,
+        "Entry [t, s] of the scores is query t · key s: query @ key.transpose(-2, -1).",
+    ),
+]
+
+_FORBIDDEN_SDPA = {
+    "F.scaled_dot_product_attention": F.scaled_dot_product_attention,
+    "attnbook.scaled_dot_product_attention": attnbook.attention.scaled_dot_product_attention,
+    "attnbook's fused attention": attnbook.attention._fused_attention,
+    "F.multi_head_attention_forward (nn.MultiheadAttention)": F.multi_head_attention_forward,
+}
+
+
 def check_scaled_dot_product_attention(
     fn: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
 ) -> Verdict:
@@ -78,12 +117,22 @@ def check_scaled_dot_product_attention(
 
     Shapes: ``query`` ``(..., T, d_k)``, ``key`` ``(..., S, d_k)``, ``value``
     ``(..., S, d_v)``, output ``(..., T, d_v)``; the last case has a batch axis.
+    The exercise is to write it: an answer that calls
+    ``F.scaled_dot_product_attention`` or ``attnbook.scaled_dot_product_attention``
+    (however imported or renamed) fails, even though its numbers are right.
     """
     return run_cases(
         "scaled_dot_product_attention",
         fn,
         lambda q, k, v: scaled_dot_product_attention(q, k, v)[0],
         _SDPA_CASES,
+        mistakes=_SDPA_MISTAKES,
+        guard=forbid_calls(
+            _FORBIDDEN_SDPA,
+            "write the three steps yourself with @, a softmax and a division: scores = "
+            "query @ key.transpose(-2, -1) / math.sqrt(d_k); weights = torch.softmax(scores, "
+            "dim=-1); output = weights @ value. Use the library version afterwards, to check yours.",
+        ),
     )
 
 

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from attnbook.exercises._framework import Case, Verdict, run_cases
+from attnbook.exercises._framework import Case, Mistake, Verdict, run_cases
 from attnbook.lookup import hard_lookup, soft_lookup
 
 __all__ = ["check_hard_lookup", "check_soft_lookup"]
@@ -35,7 +35,8 @@ _SOFT_CASES = [
     Case(
         "one query, 5 keys, temperature 0.5 (sharper)",
         lambda: (_rng(303).normal(size=4), *_dictionary(304, 5, 4, 3), 0.5),
-        "Divide the scores by the temperature before the softmax (not after, and not multiply).",
+        "Divide the scores (minus their maximum) by the temperature inside the softmax "
+        "(not after it, and not multiply).",
     ),
     Case(
         "one query, 3 keys, temperature 10 (flatter)",
@@ -50,13 +51,50 @@ _SOFT_CASES = [
             _rng(307).normal(size=(4, 2)),
             0.01,
         ),
-        "exp overflows for scores / τ near 1000: subtract the maximum before exponentiating.",
+        "exp overflows for scores / τ near 1000: subtract the maximum, then divide by τ, "
+        "then exponentiate.",
+    ),
+    Case(
+        "scores of 1e308 at temperature 0.01 (dividing first overflows)",
+        lambda: (
+            np.array([1e154, 0.0]),
+            np.array([[1e154, 0.0], [0.0, 1.0], [-1.0, 0.0]]),
+            np.arange(6.0).reshape(3, 2),
+            0.01,
+        ),
+        "Subtract each row's maximum score first, then divide by τ: the gaps are <= 0, so "
+        "dividing them can only reach -inf (weight 0), never inf - inf = NaN.",
     ),
     Case(
         "three queries at once, shape (3, d)",
         lambda: (_rng(308).normal(size=(3, 4)), *_dictionary(309, 5, 4, 2), 1.0),
         "Write the scores as query @ keys.T so one row comes out per query, and "
         "normalise each row over the keys (the last axis).",
+    ),
+]
+
+
+def _stable_softmax(z: np.ndarray) -> np.ndarray:
+    e = np.exp(z - z.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+_SOFT_MISTAKES = [
+    Mistake(
+        "dividing by τ before subtracting the maximum",
+        lambda q, k, v, t: _stable_softmax(q @ k.T / t) @ v,
+        "scores / τ overflows to inf for large scores and a small τ, and inf - inf is NaN. "
+        "Subtract each row's maximum score first and divide the gaps (<= 0) by τ.",
+    ),
+    Mistake(
+        "multiplying the scores by τ",
+        lambda q, k, v, t: _stable_softmax(q @ k.T * t) @ v,
+        "A small τ must sharpen the weights: divide the scores by τ.",
+    ),
+    Mistake(
+        "averaging the keys instead of the values",
+        lambda q, k, v, t: _stable_softmax(q @ k.T / t) @ k,
+        "The weights say how much of each *value* to take: weights @ values.",
     ),
 ]
 
@@ -73,6 +111,7 @@ def check_soft_lookup(fn: Callable[..., np.ndarray]) -> Verdict:
         fn,
         lambda q, k, v, t: soft_lookup(q, k, v, temperature=t)[0],
         _SOFT_CASES,
+        mistakes=_SOFT_MISTAKES,
     )
 
 
@@ -93,9 +132,45 @@ _HARD_CASES = [
         "The best match has the *largest* dot product with the query (arg-max, not arg-min).",
     ),
     Case(
+        "a long key beats a short, perfectly aligned one",
+        lambda: (
+            np.array([1.0, 0.0]),
+            np.array([[1.0, 0.0], [3.0, 3.0], [0.0, 1.0]]),
+            np.arange(6.0).reshape(3, 2),
+        ),
+        "The score is the raw dot product, which grows with the key's length: key (3, 3) "
+        "scores 3 against (1, 0), key (1, 0) only 1.",
+    ),
+    Case(
         "random query, 6 keys, values of width 4",
         lambda: (_rng(312).normal(size=5), *_dictionary(313, 6, 5, 4)),
         "Compute one dot product per key, find the index of the largest, and return that row of values.",
+    ),
+]
+
+
+def _cosine_lookup(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
+    return v[np.argmax(k @ q / (np.linalg.norm(k, axis=-1) * np.linalg.norm(q)))]
+
+
+_HARD_MISTAKES = [
+    Mistake(
+        "the arg-max of cosine similarity instead of the dot product",
+        _cosine_lookup,
+        "Cosine similarity divides out the lengths, so it picks the key pointing most nearly "
+        "the query's way; the lookup scores with the raw dot product query · key, which also "
+        "rewards a long key. Drop the normalisation: np.argmax(keys @ query).",
+    ),
+    Mistake(
+        "the arg-min instead of the arg-max",
+        lambda q, k, v: v[np.argmin(k @ q)],
+        "The best match has the *largest* dot product: np.argmax, not np.argmin.",
+    ),
+    Mistake(
+        "returning the best key instead of its value",
+        lambda q, k, v: k[np.argmax(k @ q)],
+        "The key is what you match against; the answer is the value stored under it: "
+        "values[best], not keys[best].",
     ),
 ]
 
@@ -106,4 +181,4 @@ def check_hard_lookup(fn: Callable[..., np.ndarray]) -> Verdict:
     ``query`` has shape ``(d,)``, ``keys`` ``(S, d)``, ``values`` ``(S, d_v)``;
     the result has shape ``(d_v,)``.
     """
-    return run_cases("hard_lookup", fn, hard_lookup, _HARD_CASES)
+    return run_cases("hard_lookup", fn, hard_lookup, _HARD_CASES, mistakes=_HARD_MISTAKES)

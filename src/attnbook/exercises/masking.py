@@ -6,15 +6,21 @@ learner's functions take and return torch tensors.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
 
 from attnbook.attention import scaled_dot_product_attention
-from attnbook.exercises._framework import Case, Verdict, run_cases
-from attnbook.masking import causal_mask, combine_masks, padding_mask
+from attnbook.exercises._framework import Case, Mistake, Verdict, run_cases
+from attnbook.masking import causal_mask, combine_masks, masked_softmax, padding_mask
 
-__all__ = ["check_causal_mask", "check_masked_attention"]
+__all__ = [
+    "check_causal_mask",
+    "check_masked_attention",
+    "check_masked_softmax",
+    "check_padding_mask",
+]
 
 
 def _randn(seed: int, *shape: int) -> torch.Tensor:
@@ -54,6 +60,20 @@ def _scores_favour_the_future() -> tuple[torch.Tensor, ...]:
     return query, key, value, causal_mask(4)
 
 
+def _huge_scores_favour_the_future() -> tuple[torch.Tensor, ...]:
+    """Scores of about -4e9 .. 0 where every blocked key scores higher than every allowed one.
+
+    Only ``-inf`` blocks exactly: a finite penalty (``-1e9``, ``-10000``) leaves the
+    blocked keys the best matches, and a softmax taken before masking puts all
+    of its weight on them, so the allowed weights underflow to 0.
+    """
+    query = torch.ones(4, 2, dtype=torch.float64)  # (T, d_k)
+    steps = torch.arange(4, dtype=torch.float64) - 3.0  # -3, -2, -1, 0
+    key = 1e9 * steps[:, None].repeat(1, 2)  # (S, d_k): scores 1.4e9 * (s - 3)
+    value = _randn(511, 4, 3)  # (S, d_v)
+    return query, key, value, causal_mask(4)
+
+
 _MASKED_CASES = [
     Case(
         "causal mask, T = S = 4",
@@ -88,6 +108,91 @@ _MASKED_CASES = [
         ),
         "Every False entry is blocked, whatever the reason; every row here has at least one key.",
     ),
+    Case(
+        "huge scores (about 1e9) where every blocked key scores highest",
+        _huge_scores_favour_the_future,
+        "Only -inf blocks exactly, at any scale of the scores: set the blocked scores to "
+        "float('-inf') before the softmax.",
+    ),
+]
+
+
+def _scaled_scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    return q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (..., T, S)
+
+
+def _finite_fill(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, m: torch.Tensor
+) -> torch.Tensor:
+    return torch.softmax(_scaled_scores(q, k).masked_fill(~m, -1e9), dim=-1) @ v
+
+
+def _additive_penalty(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, m: torch.Tensor
+) -> torch.Tensor:
+    scores = _scaled_scores(q, k) + (1 - m.to(q.dtype)) * -10000.0
+    return torch.softmax(scores, dim=-1) @ v
+
+
+def _softmax_then_renormalise(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, m: torch.Tensor
+) -> torch.Tensor:
+    weights = torch.softmax(_scaled_scores(q, k), dim=-1) * m
+    return weights / weights.sum(dim=-1, keepdim=True) @ v
+
+
+def _softmax_then_zero(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, m: torch.Tensor
+) -> torch.Tensor:
+    return (torch.softmax(_scaled_scores(q, k), dim=-1) * m) @ v
+
+
+def _right_answer(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, m: torch.Tensor
+) -> torch.Tensor:
+    return torch.softmax(_scaled_scores(q, k).masked_fill(~m, float("-inf")), dim=-1) @ v
+
+
+_FINITE_HINT = (
+    "A finite penalty only pushes a blocked score down by that much: here the blocked keys "
+    "score higher than the allowed ones by more than any such penalty, so they still win the "
+    "softmax. (A query with no allowed key would also get a uniform average of the blocked "
+    "values instead of nothing.) Look at the value you fill in: only float('-inf') gives "
+    "exp = 0 exactly, at any scale."
+)
+
+_MASKED_MISTAKES = [
+    Mistake("filling blocked scores with a large finite number (-1e9)", _finite_fill, _FINITE_HINT),
+    Mistake(
+        "adding a finite penalty ((1 - mask) * -10000) to the scores",
+        _additive_penalty,
+        _FINITE_HINT,
+    ),
+    Mistake(
+        "a softmax first, then zeroing the blocked weights and renormalising",
+        _softmax_then_renormalise,
+        "Equal on paper, but when a blocked key scores far higher, the softmax gives every "
+        "allowed key a weight that underflows to 0, and renormalising is 0 / 0 = NaN. Look at "
+        "the order: mask the scores with -inf first, then take the softmax.",
+    ),
+    Mistake(
+        "zeroing the blocked weights after the softmax, without renormalising",
+        _softmax_then_zero,
+        "The weights that remain no longer sum to 1. Mask the scores with -inf before the "
+        "softmax, so the allowed keys share all the weight.",
+    ),
+    Mistake(
+        "an inverted mask (blocking where the mask is True)",
+        lambda q, k, v, m: _right_answer(q, k, v, ~m),
+        "In this book True means 'may attend': block where the mask is False, "
+        "scores.masked_fill(~mask, float('-inf')). (nn.MultiheadAttention uses the opposite "
+        "convention.)",
+    ),
+    Mistake(
+        "filling blocked scores with 0 instead of -inf",
+        lambda q, k, v, m: torch.softmax(_scaled_scores(q, k).masked_fill(~m, 0.0), -1) @ v,
+        "exp(0) = 1: a score of 0 is an ordinary score, not a blocked one. Fill with -inf.",
+    ),
 ]
 
 
@@ -98,11 +203,175 @@ def check_masked_attention(
 
     ``mask`` is boolean, ``True`` = may attend, broadcastable to the scores
     ``(..., T, S)``; every query in the hidden cases may attend to at least one key.
-    Output shape ``(..., T, d_v)``.
+    Output shape ``(..., T, d_v)``. One case has scores of about ``1e9`` where
+    the blocked keys score highest: only ``-inf`` blocks them exactly.
     """
     return run_cases(
         "masked_attention",
         fn,
         lambda q, k, v, m: scaled_dot_product_attention(q, k, v, m)[0],
         _MASKED_CASES,
+        mistakes=_MASKED_MISTAKES,
+    )
+
+
+# ------------------------------------------------------------------ padding_mask
+
+_PADDING_CASES = [
+    Case(
+        "lengths [3, 1, 4], max_len = 4",
+        lambda: (torch.tensor([3, 1, 4]), 4),
+        "Key s of sequence b is real when s < lengths[b]: True there, False on the padding; "
+        "shape (B, 1, S), dtype torch.bool.",
+    ),
+    Case(
+        "lengths [2, 5], max_len = 6 (every sequence is padded)",
+        lambda: (torch.tensor([2, 5]), 6),
+        "The mask has max_len columns even when no sequence is that long.",
+    ),
+    Case(
+        "an empty sequence: lengths [0, 2], max_len = 3",
+        lambda: (torch.tensor([0, 2]), 3),
+        "A sequence of length 0 has no real key: its row is all False.",
+    ),
+    Case(
+        "one sequence, lengths [1], max_len = 1",
+        lambda: (torch.tensor([1]), 1),
+        "Shape (B, 1, S) = (1, 1, 1) here; keep the middle axis of size 1.",
+    ),
+]
+
+_PADDING_MISTAKES = [
+    Mistake(
+        "an off-by-one: s <= length instead of s < length",
+        lambda lengths, max_len: (torch.arange(max_len) <= lengths[:, None])[:, None, :],
+        "Positions count from 0, so a sequence of length L has keys 0..L-1: compare "
+        "torch.arange(max_len) < lengths[:, None].",
+    ),
+    Mistake(
+        "an inverted mask (True marks the padding)",
+        lambda lengths, max_len: (torch.arange(max_len) >= lengths[:, None])[:, None, :],
+        "In this book True means 'may attend', so True marks the real keys. (True = padding is "
+        "nn.MultiheadAttention's key_padding_mask convention.)",
+    ),
+    Mistake(
+        "shape (B, S) without the query axis",
+        lambda lengths, max_len: torch.arange(max_len) < lengths[:, None],
+        "Add the axis of size 1 that broadcasts over the T queries: mask[:, None, :], "
+        "shape (B, 1, S).",
+    ),
+    Mistake(
+        "shape (B, S, 1): the axis of size 1 in the wrong place",
+        lambda lengths, max_len: (torch.arange(max_len) < lengths[:, None])[:, :, None],
+        "The padding is along the keys, the last axis of the scores (..., T, S): the mask "
+        "must be (B, 1, S), so that it is shared by all queries.",
+    ),
+]
+
+
+def check_padding_mask(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> Verdict:
+    """Check ``fn(lengths, max_len) -> mask``: the key-padding mask of a padded batch.
+
+    ``lengths`` is an int64 tensor ``(B,)``; the result is boolean ``(B, 1, S)``
+    with ``S = max_len``, ``True`` at the real keys ``s < lengths[b]`` (the
+    convention of :func:`attnbook.padding_mask`).
+    """
+    return run_cases(
+        "padding_mask",
+        fn,
+        lambda lengths, max_len: padding_mask(lengths, max_len),
+        _PADDING_CASES,
+        mistakes=_PADDING_MISTAKES,
+    )
+
+
+# ---------------------------------------------------------------- masked_softmax
+
+
+def _row_blocked() -> tuple[torch.Tensor, torch.Tensor]:
+    """Scores (2, 3, 5); query 1 of sequence 0 may attend to nothing."""
+    mask = torch.ones(2, 3, 5, dtype=torch.bool)
+    mask[0, 1] = False
+    mask[1, :, 3:] = False
+    return _randn(521, 2, 3, 5), mask
+
+
+def _empty_sequence() -> tuple[torch.Tensor, torch.Tensor]:
+    """A batch whose second sequence has length 0: all its rows are blocked."""
+    return _randn(522, 2, 4, 4), padding_mask([3, 0], 4)  # (B, T, S), (B, 1, S)
+
+
+_MASKED_SOFTMAX_CASES = [
+    Case(
+        "4 queries share a mask (1, 5): keys 3 and 4 are padding",
+        lambda: (_randn(519, 4, 5), torch.tensor([[True, True, True, False, False]])),
+        "Set the blocked scores to -inf, then a stable softmax over the keys (the last axis); "
+        "True in the mask means 'may attend', and the mask broadcasts over the queries.",
+    ),
+    Case(
+        "a causal mask, every row has an allowed key",
+        lambda: (_randn(520, 4, 4), causal_mask(4)),
+        "Set the blocked scores to -inf, then a stable softmax over the keys (the last axis); "
+        "True in the mask means 'may attend'.",
+    ),
+    Case(
+        "one query that may attend to nothing (a fully masked row)",
+        _row_blocked,
+        "A fully masked row has no allowed key: its weights must all be 0 (not NaN, not "
+        "uniform), while every other row still sums to 1.",
+    ),
+    Case(
+        "a padding mask (B, 1, S) with an empty sequence (length 0)",
+        _empty_sequence,
+        "The mask broadcasts over the queries; every row of the empty sequence is all 0.",
+    ),
+]
+
+
+def _plain(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+
+
+_MASKED_SOFTMAX_MISTAKES = [
+    Mistake(
+        "a plain softmax of -inf scores, which is NaN on a fully masked row",
+        _plain,
+        "A row of only -inf has exp = 0 everywhere and 0 / 0 = NaN. Find the rows with no "
+        "allowed key (mask.any(dim=-1, keepdim=True) is False) and set their weights to 0, "
+        "e.g. torch.where(allowed_somewhere, weights, 0.0), or guard the division.",
+    ),
+    Mistake(
+        "filling with a large finite number, which spreads a fully masked row uniformly",
+        lambda scores, mask: torch.softmax(scores.masked_fill(~mask, -1e9), dim=-1),
+        "With -1e9 (or torch.finfo(dtype).min) a fully masked row has equal scores, so its "
+        "weights are uniform over keys it may not see: it attends to padding. Use -inf and "
+        "give rows with no allowed key weights 0.",
+    ),
+    Mistake(
+        "an inverted mask (blocking where the mask is True)",
+        lambda scores, mask: masked_softmax(scores, ~mask),
+        "True means 'may attend': block (set to -inf) where the mask is False.",
+    ),
+    Mistake(
+        "zeroing the blocked weights after the softmax, without renormalising",
+        lambda scores, mask: torch.softmax(scores, dim=-1) * mask,
+        "The allowed weights must sum to 1: mask the scores with -inf before the softmax.",
+    ),
+]
+
+
+def check_masked_softmax(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> Verdict:
+    """Check ``fn(scores, mask) -> weights``: a softmax over the allowed keys, 0 where none is.
+
+    ``scores`` is float64 ``(..., T, S)``, ``mask`` boolean (``True`` = may
+    attend) broadcastable to it. Every row with an allowed key sums to 1 with
+    exact zeros on blocked keys; a fully masked row must be all zeros, not NaN
+    and not uniform (the rule of :func:`attnbook.masked_softmax`).
+    """
+    return run_cases(
+        "masked_softmax",
+        fn,
+        masked_softmax,
+        _MASKED_SOFTMAX_CASES,
+        mistakes=_MASKED_SOFTMAX_MISTAKES,
     )

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from attnbook.exercises._framework import Case, Verdict, run_cases
+from attnbook.exercises._framework import Case, Mistake, Verdict, no_python_loops, run_cases
 from attnbook.scores import cosine_similarity, score_matrix
 
 __all__ = ["check_cosine_similarity", "check_score_matrix"]
@@ -37,12 +37,56 @@ _SCORE_MATRIX_CASES = [
         lambda: (100 * _rng(7).normal(size=(3, 2)), 100 * _rng(8).normal(size=(2, 2))),
         "Do not normalise the vectors: a score is a raw dot product.",
     ),
+    Case(
+        "6 queries, 8 keys, width 5",
+        lambda: (_rng(9).normal(size=(6, 5)), _rng(10).normal(size=(8, 5))),
+        "All T × S dot products at once: queries @ keys.T.",
+    ),
+]
+
+_SCORE_MATRIX_MISTAKES = [
+    Mistake(
+        "keys @ queries.T, the transpose of the score matrix",
+        lambda q, k: k @ q.T,
+        "Rows are queries and columns keys: scores[t, s] = queries[t] · keys[s], which is "
+        "queries @ keys.T, of shape (T, S).",
+    ),
+    Mistake(
+        "cosine similarities instead of dot products",
+        lambda q, k: (
+            (q / np.linalg.norm(q, axis=-1, keepdims=True))
+            @ (k / np.linalg.norm(k, axis=-1, keepdims=True)).T
+        ),
+        "Do not divide by the lengths: a score is the raw dot product.",
+    ),
+    Mistake(
+        "an elementwise product instead of a matrix product",
+        lambda q, k: q * k,
+        "q * k multiplies entry by entry; the dot products of every query with every key are "
+        "the matrix product queries @ keys.T.",
+    ),
 ]
 
 
 def check_score_matrix(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Verdict:
-    """Check ``fn(queries, keys) -> scores`` with queries ``(T, d)``, keys ``(S, d)``, scores ``(T, S)``."""
-    return run_cases("score_matrix", fn, score_matrix, _SCORE_MATRIX_CASES)
+    """Check ``fn(queries, keys) -> scores`` with queries ``(T, d)``, keys ``(S, d)``, scores ``(T, S)``.
+
+    The exercise asks for one matrix product, without Python loops: an answer
+    that loops (``for``, ``while``, a comprehension, ``map``, ``np.vectorize``)
+    fails even when its numbers are right.
+    """
+    return run_cases(
+        "score_matrix",
+        fn,
+        score_matrix,
+        _SCORE_MATRIX_CASES,
+        mistakes=_SCORE_MATRIX_MISTAKES,
+        guard=no_python_loops(
+            "loops over queries and keys compute one dot product at a time, far "
+            "slower than one matrix product. Write the whole (T, S) matrix at once: "
+            "queries @ keys.T (row t of queries against column s of keys.T)."
+        ),
+    )
 
 
 _COSINE_CASES = [

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from attnbook.exercises._framework import Case, Verdict, run_cases
+from attnbook.exercises._framework import Case, Mistake, Verdict, run_cases
 from attnbook.softmax import softmax
 
 __all__ = ["check_softmax", "check_softmax_temperature"]
@@ -55,6 +55,11 @@ def check_softmax(fn: Callable[[np.ndarray], np.ndarray]) -> Verdict:
     return run_cases("softmax", fn, softmax, _SOFTMAX_CASES)
 
 
+def _stable(z: np.ndarray) -> np.ndarray:
+    e = np.exp(z - z.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
 _TEMPERATURE_CASES = [
     Case(
         "temperature 1 is the plain softmax",
@@ -64,7 +69,7 @@ _TEMPERATURE_CASES = [
     Case(
         "temperature 0.5 sharpens",
         lambda: (np.array([2.0, 1.0, 0.1]), 0.5),
-        "Divide the scores by τ before the softmax (not after, and not multiply).",
+        "Divide the scores (minus their maximum) by τ before exponentiating.",
     ),
     Case(
         "temperature 10 flattens",
@@ -74,16 +79,54 @@ _TEMPERATURE_CASES = [
     Case(
         "tiny temperature 0.01 on scores of size 10 (overflows without the max trick)",
         lambda: (np.array([10.0, 9.0, 1.0]), 0.01),
-        "Scores / τ can be 1000; subtract the maximum after dividing by τ.",
+        "Scores / τ reach 1000 here: subtract the row's maximum first, then divide by τ.",
+    ),
+    Case(
+        "scores of 1e307 at temperature 0.01 (dividing first overflows)",
+        lambda: (np.array([[1e307, 0.0, -1e307], [3.0, 2.0, 1.0]]), 0.01),
+        "Subtract each row's maximum first, then divide by τ: the gaps x - max(x) are <= 0, "
+        "so dividing them can only reach -inf (weight 0), never inf - inf = NaN.",
+    ),
+]
+
+_TEMPERATURE_MISTAKES = [
+    Mistake(
+        "dividing by τ before subtracting the maximum",
+        lambda x, t: _stable(x / t),
+        "x / τ overflows to inf for large scores and a small τ (1e307 / 0.01), and inf - inf "
+        "is NaN. The maximum of x / τ is max(x) / τ, so subtract max(x) from x first and divide "
+        "the gaps x - max(x), which are <= 0, by τ.",
+    ),
+    Mistake(
+        "multiplying by τ instead of dividing",
+        lambda x, t: _stable(x * t),
+        "A small τ must *sharpen* the weights (towards the arg-max), so the scores are divided "
+        "by τ: a small τ makes their gaps larger.",
+    ),
+    Mistake(
+        "dividing the weights by τ after the softmax",
+        lambda x, t: _stable(x) / t,
+        "τ acts on the scores, inside the exponential: softmax((x - max(x)) / τ); the weights "
+        "must still sum to 1.",
+    ),
+    Mistake(
+        "the softmax without the maximum trick",
+        lambda x, t: np.exp(x / t) / np.exp(x / t).sum(axis=-1, keepdims=True),
+        "exp(1000) is inf: subtract the row's maximum, then divide by τ, then exponentiate.",
     ),
 ]
 
 
 def check_softmax_temperature(fn: Callable[[np.ndarray, float], np.ndarray]) -> Verdict:
-    """Check ``fn(x, temperature) -> weights``: softmax of ``x / temperature`` over the last axis."""
+    """Check ``fn(x, temperature) -> weights``: softmax of ``x / temperature`` over the last axis.
+
+    The hidden cases include scores of ``1e307`` at ``τ = 0.01``: an answer that
+    divides by ``τ`` before subtracting the maximum overflows there and fails.
+    """
     return run_cases(
         "softmax_temperature",
         fn,
         lambda x, t: softmax(x, temperature=t),
         _TEMPERATURE_CASES,
+        mistakes=_TEMPERATURE_MISTAKES,
     )

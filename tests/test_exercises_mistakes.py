@@ -1,0 +1,413 @@
+"""Every typical wrong answer fails its checker, and the hint names the mistake.
+
+Issue 7, section 6: hints are written per mistake (what it looks like, what to
+look at). Each wrong answer below is written the way a learner would write it;
+the checker must reject it and its verdict must name that mistake. The guards
+(no Python loops, no call to the function the exercise asks for) must reject
+every disguise of the forbidden thing and accept every correct vectorised
+answer, however it is written.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import attnbook
+from attnbook.exercises import (
+    check_hard_lookup,
+    check_masked_attention,
+    check_masked_softmax,
+    check_padding_mask,
+    check_scaled_dot_product_attention,
+    check_score_matrix,
+    check_soft_lookup,
+    check_softmax_temperature,
+)
+
+
+def _rejects(verdict: attnbook.exercises.Verdict, *phrases: str) -> None:
+    assert not verdict, verdict.message
+    assert verdict.attempted
+    assert "Hint:" in verdict.message
+    assert "Traceback" not in verdict.message
+    for phrase in phrases:
+        assert phrase in verdict.message, verdict.message
+
+
+def _np_softmax(z: np.ndarray) -> np.ndarray:
+    e = np.exp(z - z.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def _scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    return q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+
+
+# ------------------------------------------------------------ temperature softmax
+
+
+def test_temperature_softmax_divided_before_the_maximum_is_named() -> None:
+    with np.errstate(all="ignore"):
+        verdict = check_softmax_temperature(lambda x, t: _np_softmax(x / t))
+    _rejects(verdict, "1e307", "dividing by τ before subtracting the maximum", "NaN")
+
+
+@pytest.mark.parametrize(
+    ("wrong", "mistake"),
+    [
+        (lambda x, t: _np_softmax(x * t), "multiplying by τ instead of dividing"),
+        (lambda x, t: _np_softmax(x) / t, "dividing the weights by τ after the softmax"),
+    ],
+)
+def test_temperature_softmax_mistakes(wrong: Callable, mistake: str) -> None:
+    _rejects(check_softmax_temperature(wrong), mistake)
+
+
+def test_soft_lookup_divided_before_the_maximum_is_named() -> None:
+    with np.errstate(all="ignore"):
+        verdict = check_soft_lookup(lambda q, k, v, t: _np_softmax(q @ k.T / t) @ v)
+    _rejects(verdict, "dividing by τ before subtracting the maximum")
+
+
+# ---------------------------------------------------------------- hard lookup
+
+
+def test_hard_lookup_with_cosine_similarity_is_named() -> None:
+    def cosine_lookup(query: np.ndarray, keys: np.ndarray, values: np.ndarray) -> np.ndarray:
+        cos = keys @ query / (np.linalg.norm(keys, axis=1) * np.linalg.norm(query))
+        return values[np.argmax(cos)]
+
+    _rejects(
+        check_hard_lookup(cosine_lookup),
+        "a long key beats a short",
+        "cosine similarity instead of the dot product",
+    )
+
+
+@pytest.mark.parametrize(
+    ("wrong", "mistake"),
+    [
+        (lambda q, k, v: v[np.argmin(k @ q)], "the arg-min instead of the arg-max"),
+        (lambda q, k, v: k[np.argmax(k @ q)], "returning the best key instead of its value"),
+    ],
+)
+def test_hard_lookup_mistakes(wrong: Callable, mistake: str) -> None:
+    _rejects(check_hard_lookup(wrong), mistake)
+
+
+# ------------------------------------------------------------- masked attention
+
+
+def _fill(q, k, v, m, value):
+    return torch.softmax(_scores(q, k).masked_fill(~m, value), dim=-1) @ v
+
+
+@pytest.mark.parametrize(
+    ("wrong", "mistake"),
+    [
+        (lambda q, k, v, m: _fill(q, k, v, m, -1e9), "a large finite number (-1e9)"),
+        (
+            lambda q, k, v, m: torch.softmax(_scores(q, k) + (1 - m.double()) * -10000, -1) @ v,
+            "a finite penalty ((1 - mask) * -10000)",
+        ),
+        (
+            lambda q, k, v, m: (
+                (lambda w: w / w.sum(-1, keepdim=True))(torch.softmax(_scores(q, k), -1) * m) @ v
+            ),
+            "a softmax first, then zeroing the blocked weights and renormalising",
+        ),
+        (
+            lambda q, k, v, m: torch.softmax(_scores(q, k), -1).masked_fill(~m, 0.0) @ v,
+            "without renormalising",
+        ),
+        (lambda q, k, v, m: _fill(q, k, v, ~m, float("-inf")), "an inverted mask"),
+        (lambda q, k, v, m: _fill(q, k, v, m, 0.0), "filling blocked scores with 0"),
+    ],
+)
+def test_masked_attention_mistakes(wrong: Callable, mistake: str) -> None:
+    _rejects(check_masked_attention(wrong), mistake)
+
+
+def test_masked_attention_accepts_minus_infinity_written_several_ways() -> None:
+    assert check_masked_attention(lambda q, k, v, m: _fill(q, k, v, m, float("-inf")))
+    assert check_masked_attention(lambda q, k, v, m: _fill(q, k, v, m, -math.inf))
+    assert check_masked_attention(
+        lambda q, k, v, m: (
+            torch.softmax(_scores(q, k) + attnbook.mask_to_additive(m, q.dtype), -1) @ v
+        )
+    )
+    assert check_masked_attention(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, m))
+
+
+# ------------------------------------------------ scaled dot-product attention
+
+
+def _by_hand(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    return torch.softmax(_scores(q, k), dim=-1) @ v
+
+
+def test_sdpa_accepts_answers_written_by_hand() -> None:
+    assert check_scaled_dot_product_attention(_by_hand)
+    assert check_scaled_dot_product_attention(
+        lambda q, k, v: (
+            F.softmax(torch.einsum("...td,...sd->...ts", q, k) / q.shape[-1] ** 0.5, -1) @ v
+        )
+    )
+    # using the library *after* writing it, e.g. to compare, is fine outside the checker
+    torch.testing.assert_close(
+        _by_hand(*(torch.randn(3, 4) for _ in range(3))).shape, torch.Size([3, 4])
+    )
+
+
+def _helper_calling_torch(q, k, v):
+    return F.scaled_dot_product_attention(q, k, v)
+
+
+_sdpa_alias = F.scaled_dot_product_attention
+_ours_alias = attnbook.scaled_dot_product_attention
+
+
+@pytest.mark.parametrize(
+    ("wrong", "name"),
+    [
+        (lambda q, k, v: F.scaled_dot_product_attention(q, k, v), "F.scaled_dot_product_attention"),
+        (lambda q, k, v: _sdpa_alias(q, k, v), "F.scaled_dot_product_attention"),
+        (lambda q, k, v: _helper_calling_torch(q, k, v), "F.scaled_dot_product_attention"),
+        (
+            lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v, scale=None),
+            "F.scaled_dot_product_attention",
+        ),
+        (lambda q, k, v: _ours_alias(q, k, v)[0], "attnbook.scaled_dot_product_attention"),
+        (
+            lambda q, k, v: attnbook.scaled_dot_product_attention(q, k, v, need_weights=False)[0],
+            "attnbook.scaled_dot_product_attention",
+        ),
+    ],
+)
+def test_sdpa_that_calls_the_library_fails(wrong: Callable, name: str) -> None:
+    _rejects(check_scaled_dot_product_attention(wrong), f"calls {name}", "write the three steps")
+
+
+def test_sdpa_through_nn_multihead_attention_fails() -> None:
+    def via_mha(q, k, v):
+        d = q.shape[-1]
+        mha = nn.MultiheadAttention(d, 1, bias=False, batch_first=True).double()
+        with torch.no_grad():
+            mha.in_proj_weight.copy_(torch.eye(d).repeat(3, 1))
+            mha.out_proj.weight.copy_(torch.eye(d))
+        return mha(q, k, v, need_weights=False)[0]
+
+    _rejects(check_scaled_dot_product_attention(via_mha), "calls ")
+
+
+@pytest.mark.parametrize(
+    ("wrong", "mistake"),
+    [
+        (lambda q, k, v: torch.softmax(q @ k.transpose(-2, -1), -1) @ v, "a missing scale"),
+        (
+            lambda q, k, v: torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1], -1) @ v,
+            "dividing by d_k instead of sqrt(d_k)",
+        ),
+        (lambda q, k, v: torch.softmax(_scores(q, k), -2) @ v, "a softmax over the queries"),
+    ],
+)
+def test_sdpa_mistakes(wrong: Callable, mistake: str) -> None:
+    _rejects(check_scaled_dot_product_attention(wrong), mistake)
+
+
+# ----------------------------------------------------------------- score matrix
+
+
+def _double_loop(queries: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    scores = np.zeros((queries.shape[0], keys.shape[0]))
+    for t in range(queries.shape[0]):
+        for s in range(keys.shape[0]):
+            scores[t, s] = queries[t] @ keys[s]
+    return scores
+
+
+def _row_loop(queries: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    return np.stack([keys @ q for q in queries])
+
+
+def _while_loop(queries: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    rows, t = [], 0
+    while t < len(queries):
+        rows.append(keys @ queries[t])
+        t += 1
+    return np.array(rows)
+
+
+def _generator(queries: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    return np.array(list(keys @ q for q in queries))
+
+
+def _mapped(queries: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    return np.array(list(map(lambda q: keys @ q, queries)))
+
+
+def _vectorised_lambda(queries: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    pair = np.vectorize(lambda t, s: queries[t] @ keys[s])
+    return pair(*np.indices((len(queries), len(keys))))
+
+
+@pytest.mark.parametrize(
+    "looping", [_double_loop, _row_loop, _while_loop, _generator, _mapped, _vectorised_lambda]
+)
+def test_score_matrix_with_python_loops_fails(looping: Callable) -> None:
+    np.testing.assert_allclose(  # the numbers are right: only the loop is wrong
+        looping(np.eye(3)[:2], np.arange(12.0).reshape(4, 3)),
+        np.eye(3)[:2] @ np.arange(12.0).reshape(4, 3).T,
+    )
+    _rejects(check_score_matrix(looping), "runs a Python loop", "queries @ keys.T")
+
+
+def _formatted_over_lines(queries: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    transposed = (
+        keys
+        .T
+    )  # fmt: skip
+    return (
+        queries
+        @ transposed
+    )  # fmt: skip
+
+
+def _with_a_helper(queries: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    def as_2d(x: np.ndarray) -> np.ndarray:
+        return np.atleast_2d(x)
+
+    return as_2d(queries) @ as_2d(keys).T
+
+
+@pytest.mark.parametrize(
+    "vectorised",
+    [
+        lambda q, k: q @ k.T,
+        lambda q, k: np.dot(q, k.T),
+        lambda q, k: np.einsum("td,sd->ts", q, k),
+        lambda q, k: np.matmul(q, k.swapaxes(0, 1)),
+        lambda q, k: (q[:, None, :] * k[None, :, :]).sum(-1),
+        _formatted_over_lines,
+        _with_a_helper,
+    ],
+)
+def test_score_matrix_accepts_every_vectorised_answer(vectorised: Callable) -> None:
+    verdict = check_score_matrix(vectorised)
+    assert verdict, verdict.message
+
+
+@pytest.mark.parametrize(
+    ("wrong", "mistake"),
+    [
+        (lambda q, k: k @ q.T, "keys @ queries.T"),
+        (
+            lambda q, k: (
+                (q / np.linalg.norm(q, axis=1, keepdims=True))
+                @ (k / np.linalg.norm(k, axis=1, keepdims=True)).T
+            ),
+            "cosine similarities instead of dot products",
+        ),
+    ],
+)
+def test_score_matrix_mistakes(wrong: Callable, mistake: str) -> None:
+    _rejects(check_score_matrix(wrong), mistake)
+
+
+# ------------------------------------------------------------------ padding mask
+
+
+@pytest.mark.parametrize(
+    "right",
+    [
+        lambda lengths, max_len: (torch.arange(max_len)[None, :] < lengths[:, None])[:, None, :],
+        lambda lengths, max_len: attnbook.padding_mask(lengths, max_len),
+        lambda lengths, max_len: torch.stack(
+            [torch.arange(max_len) < n for n in lengths]
+        ).unsqueeze(1),
+    ],
+)
+def test_padding_mask_checker_accepts_correct_answers(right: Callable) -> None:
+    verdict = check_padding_mask(right)
+    assert verdict, verdict.message
+
+
+@pytest.mark.parametrize(
+    ("wrong", "mistake"),
+    [
+        (
+            lambda lengths, max_len: (torch.arange(max_len) <= lengths[:, None])[:, None, :],
+            "an off-by-one",
+        ),
+        (
+            lambda lengths, max_len: (torch.arange(max_len) >= lengths[:, None])[:, None, :],
+            "an inverted mask (True marks the padding)",
+        ),
+        (
+            lambda lengths, max_len: torch.arange(max_len) < lengths[:, None],
+            "shape (B, S) without the query axis",
+        ),
+        (
+            lambda lengths, max_len: (torch.arange(max_len) < lengths[:, None])[:, :, None],
+            "the axis of size 1 in the wrong place",
+        ),
+    ],
+)
+def test_padding_mask_mistakes(wrong: Callable, mistake: str) -> None:
+    _rejects(check_padding_mask(wrong), mistake)
+
+
+def test_padding_mask_must_be_boolean() -> None:
+    verdict = check_padding_mask(
+        lambda lengths, max_len: (torch.arange(max_len) < lengths[:, None])[:, None, :].float()
+    )
+    _rejects(verdict, "expected a boolean mask")
+
+
+# ---------------------------------------------------------------- masked softmax
+
+
+def _masked_softmax_where(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+    return torch.where(mask.any(dim=-1, keepdim=True), weights, 0.0)
+
+
+def _masked_softmax_guarded(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    e = torch.exp(scores - scores.amax(dim=-1, keepdim=True)) * mask
+    total = e.sum(dim=-1, keepdim=True)
+    return e / total.clamp_min(torch.finfo(scores.dtype).tiny)
+
+
+@pytest.mark.parametrize("right", [_masked_softmax_where, _masked_softmax_guarded])
+def test_masked_softmax_checker_accepts_correct_answers(right: Callable) -> None:
+    verdict = check_masked_softmax(right)
+    assert verdict, verdict.message
+
+
+@pytest.mark.parametrize(
+    ("wrong", "mistake"),
+    [
+        (
+            lambda s, m: torch.softmax(s.masked_fill(~m, float("-inf")), -1),
+            "NaN on a fully masked row",
+        ),
+        (
+            lambda s, m: torch.softmax(s.masked_fill(~m, -1e9), -1),
+            "spreads a fully masked row uniformly",
+        ),
+        (
+            lambda s, m: torch.softmax(s.masked_fill(m, torch.finfo(s.dtype).min), -1),
+            "an inverted mask",
+        ),
+        (lambda s, m: torch.softmax(s, -1) * m, "without renormalising"),
+    ],
+)
+def test_masked_softmax_mistakes(wrong: Callable, mistake: str) -> None:
+    _rejects(check_masked_softmax(wrong), mistake)
