@@ -168,6 +168,60 @@ def test_is_causal_without_a_mask_uses_the_kernels_own_flag(
     assert torch.equal(calls[-1]["attn_mask"], causal_mask(2, 5))
 
 
+# ------------------------------------------------- the mask's batch dimensions
+
+B, H, T, S = 2, 3, 4, 5
+
+
+def _documented_masks() -> dict[str, torch.Tensor]:
+    """Every mask shape the docstring names for (B, H, T, S) scores, as True/False tensors."""
+    g = torch.Generator().manual_seed(11)
+    full = torch.rand(B, H, T, S, generator=g) < 0.7
+    full[..., 0] = True
+    return {
+        "(T, S)": full[0, 0],
+        "(S,)": full[0, 0, 0],
+        "(1, S)": full[0, 0, :1],
+        "(B, 1, 1, S)": full[:, :1, :1],
+        "(B, 1, T, S)": full[:, :1],
+        "(H, T, S)": full[0],
+        "(B, H, T, S)": full,
+        "(1, 1, 1, 1)": full[:1, :1, :1, :1],
+    }
+
+
+@pytest.mark.parametrize("need_weights", [True, False])
+@pytest.mark.parametrize("name", list(_documented_masks()))
+def test_mask_broadcasts_as_documented(name: str, need_weights: bool) -> None:
+    """A mask broadcasts to the scores (..., T, S); each output row uses its broadcast row."""
+    q, k, v = _inputs(12, ((B, H, T, 8), (B, H, S, 8), (B, H, S, 6)), torch.float64)
+    mask = _documented_masks()[name]
+    output, _ = scaled_dot_product_attention(q, k, v, mask, need_weights=need_weights)
+    assert output.shape == (B, H, T, 6)  # the mask never changes the batch shape
+    expanded = mask.expand(B, H, T, S)
+    for b in range(B):
+        for h in range(H):
+            one, _ = scaled_dot_product_attention(q[b, h], k[b, h], v[b, h], expanded[b, h])
+            torch.testing.assert_close(output[b, h], one)
+
+
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_mask_cannot_add_batch_dimensions(need_weights: bool) -> None:
+    q, k, v = _inputs(13, ((T, 8), (S, 8), (S, 6)), torch.float64)
+    too_big = torch.ones(B, 1, S, dtype=torch.bool)  # a padding mask for a batch of 2
+    with pytest.raises(ValueError, match=r"mask of shape \(2, 1, 5\) does not broadcast.*\(4, 5\)"):
+        scaled_dot_product_attention(q, k, v, too_big, need_weights=need_weights)
+    # Batched inputs of the right batch size take it.
+    qb, kb, vb = (x.expand(B, *x.shape) for x in (q, k, v))
+    output, _ = scaled_dot_product_attention(qb, kb, vb, too_big, need_weights=need_weights)
+    assert output.shape == (B, T, 6)
+    # The batch of the inputs themselves broadcasts: (B, 1, T, d) against (H, S, d).
+    q4 = q.expand(B, 1, T, 8)
+    k3, v3 = k.expand(H, S, 8), v.expand(H, S, 6)
+    output, _ = scaled_dot_product_attention(q4, k3, v3, need_weights=need_weights)
+    assert output.shape == (B, H, T, 6)
+
+
 @pytest.mark.parametrize("scale", [0.1, 1.0, 2.5])
 def test_custom_scale_agrees_with_torch(scale: float) -> None:
     q, k, v = _inputs(3, ((2, 4, 8), (2, 5, 8), (2, 5, 3)), torch.float64)

@@ -145,6 +145,8 @@ def _fused_attention(
         mask = _add_causal(mask, n_queries, n_keys, query.device)
     if mask is None:
         return F.scaled_dot_product_attention(query, key, value, dropout_p=dropout_p, scale=scale)
+    if mask.ndim == 1:
+        mask = mask[None]  # (S,) -> (1, S): the kernel wants a mask of at least 2-D
     blocked = ~mask if mask.dtype == torch.bool else torch.isneginf(mask)
     empty = blocked.all(dim=-1, keepdim=True)  # (..., T or 1, 1): rows with no allowed key
     # Depending on version and backend, the fused kernel returns NaN or 0 for such rows;
@@ -190,7 +192,14 @@ def scaled_dot_product_attention(
             three broadcast against each other.
         mask: ``None``, a boolean tensor (``True`` = may attend) or an additive
             float tensor (``0`` keeps, ``-inf`` blocks, added to the scaled
-            scores), broadcastable to the scores' shape ``(..., T, S)``.
+            scores), that broadcasts to the scores' shape ``(..., T, S)``,
+            where ``...`` is the broadcast of the inputs' leading dimensions:
+            aligned from the right, each of its dimensions is 1 or equal to
+            the scores'. It may have fewer dimensions (``(T, S)``, ``(S,)``,
+            ``(B, 1, S)`` for ``(B, T, S)`` scores, ``(B, 1, 1, S)`` for
+            ``(B, H, T, S)``) but not more, and it cannot enlarge the batch:
+            a ``(B, 1, S)`` mask with unbatched ``(T, d_k)`` inputs raises
+            ``ValueError`` instead of silently returning ``B`` outputs.
         dropout_p: probability in ``[0, 1)`` of dropping each weight.
         scale: the factor multiplying ``query @ keyᵀ``; default ``1 / sqrt(d_k)``.
         need_weights: if ``False``, skip materialising the weights and call
@@ -207,8 +216,8 @@ def scaled_dot_product_attention(
     Returns:
         ``(output, weights)``: ``output`` of shape ``(..., T, d_v)`` and
         ``weights`` of shape ``(..., T, S)`` (``None`` when ``need_weights=False``),
-        where ``...`` is the broadcast of the inputs' leading dimensions (and
-        the mask's).
+        where ``...`` is the broadcast of the leading dimensions of ``query``,
+        ``key`` and ``value`` (the mask never adds to it).
     """
     query, key, value, mask, dropout_p, scale = _validate(query, key, value, mask, dropout_p, scale)
     if not isinstance(is_causal, bool):
