@@ -24,12 +24,18 @@ all rows of a round alike. The table reports each row's median time and the
 median of its per-round ratio to the peer of the same round, with the 25th and
 75th percentiles of that ratio as its spread. Timings depend on the machine,
 its load and the thread count, which is why this is a benchmark and not a test:
-it asserts nothing about speed and exits 0.
+it asserts nothing about speed and exits 0. The load average printed before and
+after says how busy the machine was. On a machine shared with other programs,
+``--threads 1`` gives steadier figures: with more threads than free cores, every
+parallel operation waits for its slowest thread, which rewards whichever row
+launches fewer operations (the module's single stacked Q/K/V multiply) far
+more than an idle machine would.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import statistics
 import sys
@@ -64,6 +70,14 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def load_average() -> str:
+    """The system's load averages, to judge how busy the machine was (other programs' work)."""
+    try:
+        return ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    except (AttributeError, OSError):
+        return "unknown"
 
 
 class BareAttention(nn.Module):
@@ -178,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         f"device {device}; CPU {cpu_model()}; torch threads {torch.get_num_threads()}; "
         f"torch {torch.__version__}; Python {platform.python_version()}"
     )
+    print(f"load average (1, 5, 15 min) before: {load_average()}")
     print(
         f"{args.repeats} interleaved rounds after {WARMUP} warm-up calls per row; "
         "ratio = time / peer's time in the same round: median [25th, 75th percentile]"
@@ -212,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
                     spread = "" if row_times is times[0] else f"[{q1:.2f}, {q3:.2f}]"
                     print(f"{line} {q2:>6.2f}x  {spread}")
         print()
+    print(f"load average (1, 5, 15 min) after: {load_average()}")
     return 0
 
 
