@@ -33,9 +33,11 @@ from attnbook.exercises.multihead import (
 from attnbook.exercises.positional import check_apply_rope, check_sinusoidal_positional_encoding
 from attnbook.exercises.scores import check_cosine_similarity, check_score_matrix
 from attnbook.exercises.softmax import check_softmax, check_softmax_temperature
+from attnbook.exercises.training import check_answer_loss, check_lr_schedule
 
 __all__ = [
     "Verdict",
+    "check_answer_loss",
     "check_apply_rope",
     "check_causal_mask",
     "check_cosine_similarity",
@@ -43,6 +45,7 @@ __all__ = [
     "check_feed_forward",
     "check_gpt_num_parameters",
     "check_hard_lookup",
+    "check_lr_schedule",
     "check_masked_attention",
     "check_masked_softmax",
     "check_merge_heads",

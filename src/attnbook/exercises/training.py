@@ -1,0 +1,312 @@
+"""Checkers for the exercises of chapter 10 (training a small transformer).
+
+Two exercises, each with the typical wrong answers it recognises and names:
+
+- ``check_lr_schedule``: linear warmup then cosine decay to ``min_lr``
+  (no warmup, a warmup off by one step, a decay to zero instead of ``min_lr``,
+  a cosine over the whole run, ...);
+- ``check_answer_loss``: the cross-entropy of the answer tokens only, each
+  predicted from the position before it (every position averaged, the shift by
+  one forgotten, the mask not shifted with the targets, a mean per sequence, a
+  sum, ...).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from attnbook.exercises._framework import Case, Mistake, Verdict, run_cases
+
+__all__ = ["check_answer_loss", "check_lr_schedule"]
+
+
+# ------------------------------------------------------------------ learning-rate schedule
+
+
+def _schedule(step: int, max_lr: float, min_lr: float, warmup_steps: int, total_steps: int):
+    """The reference: warmup to ``max_lr`` over ``warmup_steps`` steps, cosine to ``min_lr``."""
+    if step < warmup_steps:
+        return max_lr * (step + 1) / warmup_steps  # steps 0 .. warmup - 1 reach max_lr
+    if step >= total_steps:
+        return min_lr
+    progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)  # 0 -> 1
+    return min_lr + 0.5 * (max_lr - min_lr) * (1.0 + math.cos(math.pi * progress))
+
+
+def _no_warmup(step, max_lr, min_lr, warmup_steps, total_steps):
+    return _schedule(step, max_lr, min_lr, 0, total_steps)
+
+
+def _warmup_from_zero(step, max_lr, min_lr, warmup_steps, total_steps):
+    if step < warmup_steps:
+        return max_lr * step / warmup_steps  # step 0 has learning rate 0: a wasted step
+    return _schedule(step, max_lr, min_lr, warmup_steps, total_steps)
+
+
+def _to_zero(step, max_lr, min_lr, warmup_steps, total_steps):
+    return _schedule(step, max_lr, 0.0, warmup_steps, total_steps)
+
+
+def _cosine_from_start(step, max_lr, min_lr, warmup_steps, total_steps):
+    """The warmup is right, but the cosine's clock starts at step 0, not after the warmup."""
+    if step < warmup_steps:
+        return _schedule(step, max_lr, min_lr, warmup_steps, total_steps)
+    if step >= total_steps:
+        return min_lr
+    progress = step / total_steps
+    return min_lr + 0.5 * (max_lr - min_lr) * (1.0 + math.cos(math.pi * progress))
+
+
+def _half_cosine_twice(step, max_lr, min_lr, warmup_steps, total_steps):
+    """cos(2 pi progress): the learning rate comes back up to max_lr at the end."""
+    if step < warmup_steps or step >= total_steps:
+        return _schedule(step, max_lr, min_lr, warmup_steps, total_steps)
+    progress = (step - warmup_steps) / (total_steps - warmup_steps)
+    return min_lr + 0.5 * (max_lr - min_lr) * (1.0 + math.cos(2 * math.pi * progress))
+
+
+def _no_floor(step, max_lr, min_lr, warmup_steps, total_steps):
+    """Right up to total_steps, then the cosine keeps going (back up) instead of staying at min_lr."""
+    if step < warmup_steps:
+        return _schedule(step, max_lr, min_lr, warmup_steps, total_steps)
+    progress = (step - warmup_steps) / (total_steps - warmup_steps)
+    return min_lr + 0.5 * (max_lr - min_lr) * (1.0 + math.cos(math.pi * progress))
+
+
+def _lr_args(max_lr: float, min_lr: float, warmup: int, total: int, extra: int = 0) -> tuple:
+    return (max_lr, min_lr, warmup, total, extra)
+
+
+def _curve(fn: Callable) -> Callable:
+    """Turn ``fn(step, max_lr, min_lr, warmup_steps, total_steps)`` into the whole curve."""
+
+    def curve(max_lr, min_lr, warmup_steps, total_steps, extra):
+        return np.array(
+            [
+                float(fn(step, max_lr, min_lr, warmup_steps, total_steps))
+                for step in range(total_steps + extra)
+            ]
+        )
+
+    return curve
+
+
+_LR_CASES = [
+    Case(
+        "max_lr = 1.0, min_lr = 0.1, warmup_steps = 4, total_steps = 20",
+        lambda: _lr_args(1.0, 0.1, 4, 20),
+        "Steps 0 .. warmup_steps - 1 rise linearly to max_lr (step 0 gets max_lr / "
+        "warmup_steps); from step warmup_steps the cosine falls from max_lr towards min_lr, "
+        "reaching it at step total_steps.",
+    ),
+    Case(
+        "max_lr = 3e-3, min_lr = 3e-4, warmup_steps = 10, total_steps = 100",
+        lambda: _lr_args(3e-3, 3e-4, 10, 100),
+        "Scale the warmup by max_lr, and let the cosine run between max_lr and min_lr.",
+    ),
+    Case(
+        "steps past total_steps (warmup_steps = 2, total_steps = 10, asked up to step 14)",
+        lambda: _lr_args(1e-3, 1e-4, 2, 10, extra=5),
+        "After total_steps the learning rate stays at min_lr.",
+    ),
+]
+
+_LR_MISTAKES = [
+    Mistake(
+        "no warmup",
+        _curve(_no_warmup),
+        "The first warmup_steps steps must rise linearly: max_lr * (step + 1) / warmup_steps.",
+    ),
+    Mistake(
+        "a warmup that starts at 0 (off by one step)",
+        _curve(_warmup_from_zero),
+        "With max_lr * step / warmup_steps step 0 has learning rate 0, a wasted step, and "
+        "max_lr is only reached one step late; use (step + 1) / warmup_steps.",
+    ),
+    Mistake(
+        "a cosine that decays to zero instead of min_lr",
+        _curve(_to_zero),
+        "The cosine runs from max_lr down to min_lr: min_lr + 0.5 * (max_lr - min_lr) * "
+        "(1 + cos(pi * progress)).",
+    ),
+    Mistake(
+        "a cosine whose progress counts from step 0 instead of from the end of the warmup",
+        _curve(_cosine_from_start),
+        "progress = (step - warmup_steps) / (total_steps - warmup_steps), so that the decay "
+        "starts at max_lr right after the warmup.",
+    ),
+    Mistake(
+        "a full cosine period (cos(2 pi progress)) instead of half of one",
+        _curve(_half_cosine_twice),
+        "Half a period, cos(pi * progress), goes from +1 to -1: from max_lr down to min_lr.",
+    ),
+    Mistake(
+        "a cosine that goes on after total_steps",
+        _curve(_no_floor),
+        "From step total_steps on, return min_lr.",
+    ),
+]
+
+
+def check_lr_schedule(fn: Callable[[int, float, float, int, int], float]) -> Verdict:
+    """Check ``fn(step, max_lr, min_lr, warmup_steps, total_steps) -> learning rate``.
+
+    The schedule: for ``step < warmup_steps``, ``max_lr * (step + 1) /
+    warmup_steps`` (a linear warmup that reaches ``max_lr`` at step
+    ``warmup_steps - 1``); then a cosine from ``max_lr`` at step
+    ``warmup_steps`` to ``min_lr`` at step ``total_steps``, and ``min_lr`` from
+    there on. Steps count from 0. The checker asks for every step of a run.
+    """
+    if not callable(fn):
+        return run_cases("lr_schedule", fn, _curve(_schedule), _LR_CASES)
+    return run_cases("lr_schedule", _curve(fn), _curve(_schedule), _LR_CASES, mistakes=_LR_MISTAKES)
+
+
+# ------------------------------------------------------------------ loss on the answer
+
+
+def _loss_args(seed: int, lengths: list[int], seq_len: int, vocab_size: int) -> tuple:
+    """Random logits and tokens; ``is_answer`` is True on the last ``lengths[b]`` tokens of row b."""
+    g = torch.Generator().manual_seed(seed)
+    batch = len(lengths)
+    logits = 2.0 * torch.randn(batch, seq_len, vocab_size, generator=g, dtype=torch.float64)
+    tokens = torch.randint(0, vocab_size, (batch, seq_len), generator=g)
+    positions = torch.arange(seq_len)
+    is_answer = positions >= seq_len - torch.tensor(lengths)[:, None]  # (B, T)
+    return logits, tokens, is_answer
+
+
+def _random_mask_args(seed: int) -> tuple:
+    """Answer tokens scattered anywhere but position 0 (which no logit predicts)."""
+    logits, tokens, _ = _loss_args(seed, [0, 0, 0], 9, 6)
+    g = torch.Generator().manual_seed(seed + 1)
+    is_answer = torch.rand(3, 9, generator=g) < 0.5
+    is_answer[:, 0] = False
+    is_answer[:, -1] = True
+    return logits, tokens, is_answer
+
+
+def _answer_loss(logits: torch.Tensor, tokens: torch.Tensor, is_answer: torch.Tensor):
+    """Mean over answer tokens of -log p(token | everything before it)."""
+    per_token = F.cross_entropy(
+        logits[:, :-1].flatten(0, 1),  # (B * (T - 1), V): the logits at t predict token t + 1
+        tokens[:, 1:].flatten(),  # (B * (T - 1),)
+        reduction="none",
+    )
+    return per_token[is_answer[:, 1:].flatten()].mean()
+
+
+def _all_positions(logits, tokens, is_answer):
+    return F.cross_entropy(logits[:, :-1].flatten(0, 1), tokens[:, 1:].flatten())
+
+
+def _no_shift(logits, tokens, is_answer):
+    per_token = F.cross_entropy(logits.flatten(0, 1), tokens.flatten(), reduction="none")
+    return per_token[is_answer.flatten()].mean()
+
+
+def _mask_not_shifted(logits, tokens, is_answer):
+    per_token = F.cross_entropy(
+        logits[:, :-1].flatten(0, 1), tokens[:, 1:].flatten(), reduction="none"
+    )
+    return per_token[is_answer[:, :-1].flatten()].mean()
+
+
+def _mean_per_sequence(logits, tokens, is_answer):
+    per_token = F.cross_entropy(
+        logits[:, :-1].transpose(1, 2), tokens[:, 1:], reduction="none"
+    )  # (B, T - 1)
+    mask = is_answer[:, 1:].to(per_token.dtype)
+    return ((per_token * mask).sum(1) / mask.sum(1)).mean()
+
+
+def _summed(logits, tokens, is_answer):
+    per_token = F.cross_entropy(
+        logits[:, :-1].flatten(0, 1), tokens[:, 1:].flatten(), reduction="none"
+    )
+    return per_token[is_answer[:, 1:].flatten()].sum()
+
+
+def _probability_not_log(logits, tokens, is_answer):
+    probs = logits[:, :-1].softmax(-1).gather(-1, tokens[:, 1:, None])[..., 0]  # (B, T - 1)
+    return -probs[is_answer[:, 1:]].mean()
+
+
+_LOSS_CASES = [
+    Case(
+        "B = 2 sequences of T = 7 tokens, vocabulary 5, the last 3 tokens are the answer",
+        lambda: _loss_args(1000, [3, 3], 7, 5),
+        "The logits at position t predict token t + 1: compare logits[:, :-1] with "
+        "tokens[:, 1:], and keep the positions whose *target* is an answer token.",
+    ),
+    Case(
+        "answers of different lengths (4, 1 and 2 tokens) in one batch",
+        lambda: _loss_args(1010, [4, 1, 2], 8, 7),
+        "Average over all answer tokens of the batch at once, so that every token counts the "
+        "same (as F.cross_entropy with ignore_index does).",
+    ),
+    Case(
+        "answer tokens scattered through the sequence",
+        lambda: _random_mask_args(1020),
+        "Select the targets with is_answer[:, 1:], the mask shifted like the targets.",
+    ),
+]
+
+_LOSS_MISTAKES = [
+    Mistake(
+        "the average over every position, prompt included",
+        _all_positions,
+        "Only the answer is graded: the prompt is random and cannot be predicted, so its loss "
+        "would hide the answer's. Keep the positions where is_answer[:, 1:] is True.",
+    ),
+    Mistake(
+        "forgetting the shift by one",
+        _no_shift,
+        "logits[:, t] is the model's guess for the *next* token, tokens[:, t + 1], not for "
+        "tokens[:, t] (which it has already seen).",
+    ),
+    Mistake(
+        "shifting the targets but not the mask",
+        _mask_not_shifted,
+        "The mask belongs to the targets: with targets tokens[:, 1:], use is_answer[:, 1:].",
+    ),
+    Mistake(
+        "a mean per sequence, then a mean over the batch",
+        _mean_per_sequence,
+        "Average over all answer tokens of the batch at once: with answers of different "
+        "lengths a mean of means weighs the tokens of short answers more.",
+    ),
+    Mistake(
+        "a sum instead of a mean",
+        _summed,
+        "Take the mean over the answer tokens, so that the loss does not grow with the batch "
+        "size and its value reads as nats per token.",
+    ),
+    Mistake(
+        "minus the probability instead of minus the log-probability",
+        _probability_not_log,
+        "Cross-entropy is -log p(target): F.cross_entropy(logits, targets) or "
+        "-F.log_softmax(logits, -1) gathered at the targets.",
+    ),
+]
+
+
+def check_answer_loss(
+    fn: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
+) -> Verdict:
+    """Check ``fn(logits, tokens, is_answer) -> loss``: cross-entropy on the answer tokens only.
+
+    Shapes: ``logits`` ``(B, T, V)`` (the model's output for ``tokens``),
+    ``tokens`` ``(B, T)`` int64, ``is_answer`` ``(B, T)`` bool, ``True`` where
+    ``tokens[b, t]`` belongs to the answer. The loss is the mean, over every
+    answer token of the batch, of ``-log softmax(logits[b, t - 1])[tokens[b, t]]``:
+    each answer token is predicted from the position before it. Returns a scalar.
+    """
+    return run_cases(
+        "answer_loss", fn, _answer_loss, _LOSS_CASES, mistakes=_LOSS_MISTAKES, rtol=1e-6
+    )

@@ -1,0 +1,172 @@
+"""The checkers of chapter 10 accept correct answers and reject, and name, typical wrong ones."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from attnbook.exercises import check_answer_loss, check_lr_schedule
+
+
+def _assert_rejects(verdict, failing_case: str, mistake: str | None = None) -> None:
+    assert not verdict, verdict.message
+    assert verdict.attempted
+    assert failing_case in verdict.message, verdict.message
+    assert "Hint:" in verdict.message
+    assert "Traceback" not in verdict.message
+    if mistake is not None:
+        assert f"this looks like {mistake}" in verdict.message, verdict.message
+
+
+def _stub(*args: object) -> object:
+    raise NotImplementedError
+
+
+# ------------------------------------------------------------------ learning-rate schedule
+
+
+def _lr(step, max_lr, min_lr, warmup_steps, total_steps):  # a correct answer
+    if step < warmup_steps:
+        return max_lr * (step + 1) / warmup_steps
+    if step >= total_steps:
+        return min_lr
+    progress = (step - warmup_steps) / (total_steps - warmup_steps)
+    return min_lr + 0.5 * (max_lr - min_lr) * (1 + math.cos(math.pi * progress))
+
+
+def test_lr_schedule_checker_accepts_correct_answers() -> None:
+    verdict = check_lr_schedule(_lr)
+    assert verdict, verdict.message
+    assert "all 3 hidden cases pass" in verdict.message
+
+    # the same schedule written with torch, returning 0-d tensors
+    def with_torch(step, max_lr, min_lr, warmup_steps, total_steps):
+        warm = torch.tensor(max_lr * (step + 1) / warmup_steps)
+        p = torch.tensor(min(max(step - warmup_steps, 0) / (total_steps - warmup_steps), 1.0))
+        cosine = min_lr + 0.5 * (max_lr - min_lr) * (1 + torch.cos(math.pi * p))
+        return warm if step < warmup_steps else cosine
+
+    assert check_lr_schedule(with_torch)
+    assert not check_lr_schedule(_stub).attempted
+
+
+def test_lr_schedule_checker_names_typical_mistakes() -> None:
+    first = "warmup_steps = 4, total_steps = 20"
+
+    def no_warmup(step, max_lr, min_lr, warmup_steps, total_steps):
+        return _lr(step, max_lr, min_lr, 0, total_steps)
+
+    def from_zero(step, max_lr, min_lr, warmup_steps, total_steps):
+        if step < warmup_steps:
+            return max_lr * step / warmup_steps
+        return _lr(step, max_lr, min_lr, warmup_steps, total_steps)
+
+    def to_zero(step, max_lr, min_lr, warmup_steps, total_steps):
+        return _lr(step, max_lr, 0.0, warmup_steps, total_steps)
+
+    def clock_from_zero(step, max_lr, min_lr, warmup_steps, total_steps):
+        if step < warmup_steps:
+            return max_lr * (step + 1) / warmup_steps
+        progress = min(step / total_steps, 1.0)
+        return min_lr + 0.5 * (max_lr - min_lr) * (1 + math.cos(math.pi * progress))
+
+    def full_period(step, max_lr, min_lr, warmup_steps, total_steps):
+        if step < warmup_steps:
+            return max_lr * (step + 1) / warmup_steps
+        progress = min((step - warmup_steps) / (total_steps - warmup_steps), 1.0)
+        cosine = 1 + math.cos(2 * math.pi * progress)
+        return min_lr + 0.5 * (max_lr - min_lr) * cosine if step < total_steps else min_lr
+
+    def no_floor(step, max_lr, min_lr, warmup_steps, total_steps):
+        if step < warmup_steps:
+            return max_lr * (step + 1) / warmup_steps
+        progress = (step - warmup_steps) / (total_steps - warmup_steps)
+        return min_lr + 0.5 * (max_lr - min_lr) * (1 + math.cos(math.pi * progress))
+
+    for wrong, case, mistake in [
+        (no_warmup, first, "no warmup"),
+        (from_zero, first, "a warmup that starts at 0"),
+        (to_zero, first, "a cosine that decays to zero instead of min_lr"),
+        (clock_from_zero, first, "a cosine whose progress counts from step 0"),
+        (full_period, first, "a full cosine period"),
+        (no_floor, "steps past total_steps", "a cosine that goes on after total_steps"),
+    ]:
+        _assert_rejects(check_lr_schedule(wrong), case, mistake)
+    # a wrong answer that is none of the named mistakes still fails, with the case's hint
+    verdict = check_lr_schedule(lambda step, max_lr, min_lr, w, n: max_lr)
+    _assert_rejects(verdict, first)
+    assert "this looks like" not in verdict.message
+    # a linear decay instead of a cosine
+    verdict = check_lr_schedule(
+        lambda s, hi, lo, w, n: (
+            hi * (s + 1) / w if s < w else max(lo, hi - (hi - lo) * (s - w) / (n - w))
+        )
+    )
+    _assert_rejects(verdict, first)
+
+
+# ------------------------------------------------------------------ loss on the answer
+
+
+def _loss(logits, tokens, is_answer):  # a correct answer
+    per_token = F.cross_entropy(logits[:, :-1].transpose(1, 2), tokens[:, 1:], reduction="none")
+    return per_token[is_answer[:, 1:]].mean()
+
+
+def test_answer_loss_checker_accepts_correct_answers() -> None:
+    verdict = check_answer_loss(_loss)
+    assert verdict, verdict.message
+    assert "all 3 hidden cases pass" in verdict.message
+
+    def with_ignore_index(logits, tokens, is_answer):  # the -100 idiom of F.cross_entropy
+        targets = tokens[:, 1:].masked_fill(~is_answer[:, 1:], -100)
+        return F.cross_entropy(logits[:, :-1].flatten(0, 1), targets.flatten(), ignore_index=-100)
+
+    assert check_answer_loss(with_ignore_index)
+    assert not check_answer_loss(_stub).attempted
+
+
+def test_answer_loss_checker_names_typical_mistakes() -> None:
+    first = "the last 3 tokens are the answer"
+
+    def all_positions(logits, tokens, is_answer):
+        return F.cross_entropy(logits[:, :-1].flatten(0, 1), tokens[:, 1:].flatten())
+
+    def no_shift(logits, tokens, is_answer):
+        return F.cross_entropy(logits[is_answer], tokens[is_answer])
+
+    def mask_not_shifted(logits, tokens, is_answer):
+        per_token = F.cross_entropy(logits[:, :-1].transpose(1, 2), tokens[:, 1:], reduction="none")
+        return per_token[is_answer[:, :-1]].mean()
+
+    def per_sequence(logits, tokens, is_answer):
+        per_token = F.cross_entropy(logits[:, :-1].transpose(1, 2), tokens[:, 1:], reduction="none")
+        mask = is_answer[:, 1:].double()
+        return ((per_token * mask).sum(1) / mask.sum(1)).mean()
+
+    def summed(logits, tokens, is_answer):
+        per_token = F.cross_entropy(logits[:, :-1].transpose(1, 2), tokens[:, 1:], reduction="none")
+        return per_token[is_answer[:, 1:]].sum()
+
+    def probability(logits, tokens, is_answer):
+        p = logits[:, :-1].softmax(-1).gather(-1, tokens[:, 1:, None])[..., 0]
+        return -p[is_answer[:, 1:]].mean()
+
+    for wrong, case, mistake in [
+        (all_positions, first, "the average over every position"),
+        (no_shift, first, "forgetting the shift by one"),
+        (mask_not_shifted, first, "shifting the targets but not the mask"),
+        (per_sequence, "answers of different lengths", "a mean per sequence"),
+        (summed, first, "a sum instead of a mean"),
+        (probability, first, "minus the probability"),
+    ]:
+        _assert_rejects(check_answer_loss(wrong), case, mistake)
+    # the shift in the wrong direction is none of those, and still fails
+    verdict = check_answer_loss(
+        lambda logits, tokens, m: F.cross_entropy(
+            logits[:, 1:][m[:, :-1]], tokens[:, :-1][m[:, :-1]]
+        )
+    )
+    _assert_rejects(verdict, first)
