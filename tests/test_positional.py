@@ -141,6 +141,36 @@ def test_rope_bfloat16_input_stays_bfloat16() -> None:
     torch.testing.assert_close(out.double(), apply_rope(x.double()), atol=0.05, rtol=0.02)
 
 
+def test_rope_fast_and_written_out_paths_agree() -> None:
+    # float32/float64 take the complex-number path, float16 the written-out rotation
+    x = _randn(9, 2, 3, 7, 8, dtype=torch.float32)
+    positions = torch.tensor([0, 1, 2, 5, 17, 60, 61])
+    torch.testing.assert_close(
+        apply_rope(x.half(), positions).float(), apply_rope(x, positions), atol=5e-3, rtol=5e-3
+    )
+    torch.testing.assert_close(
+        apply_rope(x, positions), _rope_by_hand(x, positions), atol=1e-5, rtol=1e-5
+    )
+
+
+def test_rope_accepts_views_that_are_not_contiguous() -> None:
+    base = _randn(10, 2, 5, 3, 12)  # (B, T, H, 12)
+    permuted = base.transpose(1, 2)  # (B, H, T, 12), a strided view
+    torch.testing.assert_close(apply_rope(permuted), apply_rope(permuted.contiguous()))
+    odd_offset = base[..., 1:9].transpose(1, 2)  # starts at an odd element
+    torch.testing.assert_close(apply_rope(odd_offset), apply_rope(odd_offset.contiguous()))
+
+
+def test_rope_gradient() -> None:
+    x = _randn(11, 2, 4, 6).requires_grad_()
+    positions = torch.tensor([0, 3, 4, 9])
+    assert torch.autograd.gradcheck(lambda t: apply_rope(t, positions), (x,))
+    # a rotation is orthogonal: the gradient of sum(out * g) is the inverse rotation of g
+    g = _randn(12, 2, 4, 6)
+    (apply_rope(x, positions) * g).sum().backward()
+    torch.testing.assert_close(apply_rope(x.grad, positions), g)
+
+
 def test_rope_score_depends_on_offset_only() -> None:
     q, k = _randn(2, 1, 16), _randn(3, 1, 16)  # one query vector, one key vector
     scores = {}
