@@ -18,6 +18,7 @@ from attnbook import (
     causal_mask,
     hard_lookup,
     mask_to_additive,
+    padding_mask,
     scaled_dot_product_attention,
     soft_lookup,
 )
@@ -166,6 +167,65 @@ def test_is_causal_without_a_mask_uses_the_kernels_own_flag(
     scaled_dot_product_attention(x[:, :2], x, x, is_causal=True, need_weights=False)
     assert not calls[-1].get("is_causal", False)  # T != S: our own bottom-right mask instead
     assert torch.equal(calls[-1]["attn_mask"], causal_mask(2, 5))
+
+
+# ------------------------------------------------------------ lean hot paths
+
+
+def test_fused_path_hands_the_mask_to_the_kernel_untouched(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No empty row (checked on the mask alone): one kernel call, the caller's own mask."""
+    calls: list[dict] = []
+    original = F.scaled_dot_product_attention
+
+    def spy(*args: object, **kwargs: object) -> torch.Tensor:
+        calls.append(kwargs)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
+    q, k, v = _inputs(14, ((2, 3, 4, 8), (2, 3, 5, 8), (2, 3, 5, 6)), torch.float32)
+    for mask in (None, causal_mask(4, 5), mask_to_additive(causal_mask(4, 5))):
+        calls.clear()
+        scaled_dot_product_attention(q, k, v, mask, need_weights=False)
+        assert len(calls) == 1
+        assert calls[0].get("attn_mask") is mask
+    empty = causal_mask(4, 5).clone()
+    empty[1] = False
+    calls.clear()
+    output, _ = scaled_dot_product_attention(q, k, v, empty, need_weights=False)
+    assert len(calls) == 1
+    assert calls[0]["attn_mask"] is not empty  # the empty row is opened for the kernel ...
+    assert bool((output[:, :, 1] == 0).all())  # ... and zeroed afterwards
+
+
+@pytest.mark.parametrize("need_weights", [True, False])
+@pytest.mark.parametrize("kind", ["bool", "additive"])
+def test_gradients_agree_with_the_naive_lines(need_weights: bool, kind: str) -> None:
+    q, k, v = (
+        t.requires_grad_() for t in _inputs(15, ((2, 4, 8), (2, 6, 8), (2, 6, 3)), torch.float64)
+    )
+    allowed = torch.rand(2, 4, 6, generator=torch.Generator().manual_seed(15)) < 0.6
+    allowed[..., 0] = True
+    mask = allowed if kind == "bool" else mask_to_additive(allowed, torch.float64)
+    output, _ = scaled_dot_product_attention(q, k, v, mask, need_weights=need_weights)
+    grads = torch.autograd.grad(output.square().sum(), (q, k, v))
+    scores = (q @ k.transpose(-2, -1) / math.sqrt(8)).masked_fill(~allowed, float("-inf"))
+    naive = torch.softmax(scores, dim=-1) @ v
+    expected = torch.autograd.grad(naive.square().sum(), (q, k, v))
+    torch.testing.assert_close(output, naive)
+    for got, want in zip(grads, expected, strict=True):
+        torch.testing.assert_close(got, want)
+
+
+def test_a_mask_larger_than_the_scores_but_not_than_the_batch() -> None:
+    """Unbatched query and key with batched values: the mask (B, 1, S) is wider than the scores."""
+    q, k, v = _inputs(16, ((4, 8), (5, 8), (3, 5, 2)), torch.float64)
+    mask = padding_mask([5, 2, 1], 5)  # (3, 1, 5)
+    for need_weights in (True, False):
+        output, _ = scaled_dot_product_attention(q, k, v, mask, need_weights=need_weights)
+        assert output.shape == (3, 4, 2)
+        for b in range(3):
+            one, _ = scaled_dot_product_attention(q, k, v[b], mask[b])
+            torch.testing.assert_close(output[b], one)
 
 
 # ------------------------------------------------- the mask's batch dimensions

@@ -138,6 +138,25 @@ def check_probability(value: object, name: str) -> float:
     return value
 
 
+def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The NumPy broadcast of ``shapes``, or ``None`` if they do not broadcast.
+
+    Plain Python on tuples: ``torch.broadcast_shapes`` costs tens of
+    microseconds a call, which adds up on a hot path that validates every call.
+    """
+    ndim = max(len(shape) for shape in shapes)
+    result = [1] * ndim
+    for shape in shapes:
+        offset = ndim - len(shape)
+        for i, size in enumerate(shape):
+            current = result[offset + i]
+            if current == 1:
+                result[offset + i] = size
+            elif size not in (1, current):
+                return None
+    return tuple(result)
+
+
 def broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
     """True if an array of ``shape`` broadcasts to exactly ``target`` (not to something bigger).
 

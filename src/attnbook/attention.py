@@ -28,12 +28,13 @@ from torch import nn
 
 from attnbook._validation import (
     as_float_tensor,
+    broadcast_shape,
+    broadcasts_to,
     check_positive_number,
     check_probability,
     shape_str,
 )
-from attnbook.masking import _causal_tril, check_mask, masked_softmax
-from attnbook.scores import score_matrix
+from attnbook.masking import _causal_tril, check_mask
 
 __all__ = ["SingleHeadAttention", "scaled_dot_product_attention"]
 
@@ -80,14 +81,13 @@ def _validate(
             f"value must have shape (..., S, d_v) with S = {n_keys} (one value per key), "
             f"got value {shape_str(value)} for key {shape_str(key)}"
         )
-    try:
-        batch = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
-    except RuntimeError:
+    batch = broadcast_shape(tuple(query.shape[:-2]), tuple(key.shape[:-2]), tuple(value.shape[:-2]))
+    if batch is None:
         raise ValueError(
             f"the batch dimensions of query {shape_str(query)}, key {shape_str(key)} and value "
             f"{shape_str(value)} do not broadcast; they need shapes (..., T, d_k), (..., S, d_k) "
             "and (..., S, d_v) whose leading dimensions '...' are equal or 1"
-        ) from None
+        )
     if mask is not None:
         mask = check_mask(mask, (*batch, query.shape[-2], n_keys))
         if mask.dtype != torch.bool:
@@ -111,6 +111,23 @@ def _add_causal(
     return mask.masked_fill(~causal, float("-inf"))  # (..., T, S), additive
 
 
+def _empty_rows(mask: torch.Tensor) -> torch.Tensor | None:
+    """``(..., T or 1, 1)``: True where a row of ``mask`` allows no key; ``None`` if none does.
+
+    One reduction over the mask. Asking whether any row is empty is free on the
+    CPU; on an accelerator it would wait for the device (a sync per call), so
+    there the rows are always returned and the fix-up, cheap and correct either
+    way, always runs.
+    """
+    if mask.dtype == torch.bool:
+        allowed = mask.any(dim=-1, keepdim=True)  # (..., T or 1, 1)
+    else:
+        allowed = mask.amax(dim=-1, keepdim=True) > -math.inf  # (..., T or 1, 1)
+    if allowed.device.type == "cpu" and bool(allowed.all()):
+        return None
+    return ~allowed
+
+
 def _fused_attention(
     query: torch.Tensor,
     key: torch.Tensor,
@@ -123,20 +140,32 @@ def _fused_attention(
     """PyTorch's fused kernel, with the package's rules; the fastest path, with NO validation.
 
     The caller has checked everything (shapes, dtypes, a boolean or additive
-    ``mask`` that broadcasts to the scores ``(..., T, S)``, ``0 <= dropout_p < 1``,
-    ``scale > 0``): :func:`scaled_dot_product_attention` does, and so does a
-    module once at its boundary before calling this in its hot path.
+    ``mask`` of ``query``'s dtype that broadcasts to the scores ``(..., T, S)``,
+    ``0 <= dropout_p < 1``, ``scale > 0``): :func:`scaled_dot_product_attention`
+    does, and so does a module once at its boundary before calling this in its
+    hot path.
 
     ``is_causal`` is ANDed with ``mask`` and aligned bottom-right (query ``t``
     sees keys ``0..t + S - T``, see :func:`attnbook.causal_mask`). Without a
     mask and with ``T == S`` it goes straight to the kernel's own ``is_causal``
     (the two alignments agree there), which keeps the flash backend eligible.
-    A query whose row allows no key gets an output row of zeros.
+    A query whose row allows no key gets an output row of zeros. Without a
+    mask nothing is done but the kernel call; with one, one pass over the mask
+    finds the empty rows, and on the CPU the fix-up runs only if there are any.
 
     Returns:
         ``output`` of shape ``(..., T, d_v)``.
     """
     n_queries, n_keys = query.shape[-2], key.shape[-2]
+    if not query.shape[:-2] == key.shape[:-2] == value.shape[:-2]:
+        # Different batch shapes: give all three the full batch (views, no copy), so that a
+        # mask with the batch of only one of them, e.g. (B, 1, S), still fits the kernel.
+        batch = broadcast_shape(
+            tuple(query.shape[:-2]), tuple(key.shape[:-2]), tuple(value.shape[:-2])
+        )
+        query = query.expand(*batch, *query.shape[-2:])  # (..., T, d_k)
+        key = key.expand(*batch, *key.shape[-2:])  # (..., S, d_k)
+        value = value.expand(*batch, *value.shape[-2:])  # (..., S, d_v)
     if is_causal:
         if mask is None and n_queries == n_keys:
             return F.scaled_dot_product_attention(
@@ -147,15 +176,59 @@ def _fused_attention(
         return F.scaled_dot_product_attention(query, key, value, dropout_p=dropout_p, scale=scale)
     if mask.ndim == 1:
         mask = mask[None]  # (S,) -> (1, S): the kernel wants a mask of at least 2-D
-    blocked = ~mask if mask.dtype == torch.bool else torch.isneginf(mask)
-    empty = blocked.all(dim=-1, keepdim=True)  # (..., T or 1, 1): rows with no allowed key
-    # Depending on version and backend, the fused kernel returns NaN or 0 for such rows;
-    # let it attend everywhere there, then zero those rows ourselves.
+    empty = _empty_rows(mask)  # (..., T or 1, 1), or None
+    if empty is None:
+        return F.scaled_dot_product_attention(
+            query, key, value, attn_mask=mask, dropout_p=dropout_p, scale=scale
+        )  # (..., T, d_v)
+    # Depending on version and backend, the fused kernel returns NaN or 0 for such rows
+    # (and NaN gradients); let it attend everywhere there, then zero those rows ourselves.
     mask = mask | empty if mask.dtype == torch.bool else mask.masked_fill(empty, 0.0)
     output = F.scaled_dot_product_attention(
         query, key, value, attn_mask=mask, dropout_p=dropout_p, scale=scale
     )  # (..., T, d_v)
     return output.masked_fill(empty, 0.0)  # (..., T, d_v); empty broadcasts over d_v
+
+
+def _attention_with_weights(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    mask: torch.Tensor | None,
+    dropout_p: float,
+    scale: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The explicit path, with NO validation: scores, masked softmax, weights @ value.
+
+    As lean as the three lines it teaches: one matrix product, the scale and
+    the mask applied in place, PyTorch's softmax, one matrix product. Rows
+    with no allowed key are found from the mask alone (not from the scores)
+    and get weights 0; they are attended uniformly inside the softmax first,
+    so that neither the output nor the gradients see a NaN.
+    """
+    scores = query @ key.transpose(-2, -1)  # (..., T, d_k) @ (..., d_k, S) -> (..., T, S)
+    scores.mul_(scale)  # in place: a fresh tensor, and mul's gradient does not need it
+    empty = None
+    if mask is not None:
+        empty = _empty_rows(mask)  # (..., T or 1, 1), or None
+        if empty is not None:
+            mask = mask | empty if mask.dtype == torch.bool else mask.masked_fill(empty, 0.0)
+        in_place = broadcasts_to(tuple(mask.shape), tuple(scores.shape))
+        if mask.dtype == torch.bool:
+            blocked = ~mask
+            scores = (
+                scores.masked_fill_(blocked, -math.inf)
+                if in_place
+                else (scores.masked_fill(blocked, -math.inf))
+            )
+        else:
+            scores = scores.add_(mask) if in_place else scores + mask  # (..., T, S)
+    weights = torch.softmax(scores, dim=-1)  # (..., T, S), each row sums to 1
+    if empty is not None:
+        weights = weights.masked_fill(empty, 0.0)  # rows with no allowed key: all 0
+    if dropout_p > 0.0:
+        weights = F.dropout(weights, p=dropout_p, training=True)  # (..., T, S)
+    return weights @ value, weights  # (..., T, S) @ (..., S, d_v) -> (..., T, d_v)
 
 
 def scaled_dot_product_attention(
@@ -226,12 +299,7 @@ def scaled_dot_product_attention(
         return _fused_attention(query, key, value, mask, dropout_p, scale, is_causal), None
     if is_causal:
         mask = _add_causal(mask, query.shape[-2], key.shape[-2], query.device)
-    scores = score_matrix(query, key, scale=scale)  # (..., T, d_k) @ (..., d_k, S) -> (..., T, S)
-    weights = masked_softmax(scores, mask)  # (..., T, S), each row sums to 1 (or is all 0)
-    if dropout_p > 0.0:
-        weights = F.dropout(weights, p=dropout_p, training=True)  # (..., T, S)
-    output = weights @ value  # (..., T, S) @ (..., S, d_v) -> (..., T, d_v)
-    return output, weights
+    return _attention_with_weights(query, key, value, mask, dropout_p, scale)
 
 
 def _check_width(value: object, name: str) -> int:

@@ -31,6 +31,7 @@ Shape legend used in this module:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -72,6 +73,10 @@ def _check_bool_mask(mask: object, name: str = "mask") -> torch.Tensor:
     return mask
 
 
+def _shape_text(shape: tuple[int, ...]) -> str:
+    return "(" + ", ".join(str(int(d)) for d in shape) + ")"
+
+
 def check_mask(mask: object, scores_shape: tuple[int, ...], name: str = "mask") -> torch.Tensor:
     """Validate a boolean or additive mask against scores of shape ``scores_shape``.
 
@@ -87,12 +92,11 @@ def check_mask(mask: object, scores_shape: tuple[int, ...], name: str = "mask") 
     Returns:
         ``mask`` unchanged.
     """
-    target = "(" + ", ".join(str(int(d)) for d in scores_shape) + ")"
     if not isinstance(mask, torch.Tensor):
         kind = "a NumPy array" if isinstance(mask, np.ndarray) else type(mask).__name__
         raise ValueError(
             f"{name} must be a torch tensor broadcastable to the scores' shape (..., T, S) = "
-            f"{target}, got {kind}; this function expects torch tensors"
+            f"{_shape_text(scores_shape)}, got {kind}; this function expects torch tensors"
         )
     if mask.dtype != torch.bool and not torch.is_floating_point(mask):
         raise ValueError(
@@ -103,10 +107,10 @@ def check_mask(mask: object, scores_shape: tuple[int, ...], name: str = "mask") 
     if not broadcasts_to(tuple(mask.shape), tuple(scores_shape)):
         raise ValueError(
             f"{name} of shape {shape_str(mask)} does not broadcast to the scores' shape "
-            f"(..., T, S) = {target}; each of its dimensions, aligned from the right, "
+            f"(..., T, S) = {_shape_text(scores_shape)}; each of its dimensions, aligned from the right, "
             "must be 1 or equal the scores' (e.g. (T, S), (B, 1, S) or (B, 1, 1, S) for (B, H, T, S))"
         )
-    if mask.dtype != torch.bool and bool((torch.isnan(mask) | torch.isposinf(mask)).any()):
+    if mask.dtype != torch.bool and not bool((mask < math.inf).all()):  # one pass: NaN, +inf
         raise ValueError(
             f"additive {name} must hold finite numbers or -inf, but it contains NaN or +inf"
         )
@@ -344,8 +348,9 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None) -> to
         with no allowed key, which are all 0. Blocked pairs get exactly 0.
     """
     scores = apply_mask(scores, mask)  # (..., T, S)
-    top = scores.amax(dim=-1, keepdim=True).detach()  # (..., T, 1); softmax ignores the shift
-    top = torch.where(torch.isneginf(top), torch.zeros_like(top), top)  # empty row: shift by 0
-    e = torch.exp(scores - top)  # (..., T, S); an empty row is all exp(-inf) = 0
-    total = e.sum(dim=-1, keepdim=True)  # (..., T, 1); >= 1 unless the row is empty
-    return e / torch.where(total == 0, torch.ones_like(total), total)  # 0 / 1 = 0, no NaN
+    empty = scores.amax(dim=-1, keepdim=True) == -math.inf  # (..., T, 1): no allowed key
+    if bool(empty.any()):
+        # Softmax such a row uniformly (no 0 / 0, no NaN gradient), then zero it.
+        weights = torch.softmax(scores.masked_fill(empty, 0.0), dim=-1)  # (..., T, S)
+        return weights.masked_fill(empty, 0.0)
+    return torch.softmax(scores, dim=-1)  # (..., T, S)
