@@ -34,7 +34,7 @@ from attnbook._validation import (
     check_probability,
     shape_str,
 )
-from attnbook.masking import _causal_tril, check_mask
+from attnbook.masking import _causal_tril, _softmax_last, check_mask
 
 __all__ = ["SingleHeadAttention", "scaled_dot_product_attention"]
 
@@ -223,7 +223,7 @@ def _attention_with_weights(
             )
         else:
             scores = scores.add_(mask) if in_place else scores + mask  # (..., T, S)
-    weights = torch.softmax(scores, dim=-1)  # (..., T, S), each row sums to 1
+    weights = _softmax_last(scores)  # (..., T, S), each row sums to 1
     if empty is not None:
         weights = weights.masked_fill(empty, 0.0)  # rows with no allowed key: all 0
     if dropout_p > 0.0:

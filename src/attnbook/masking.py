@@ -351,6 +351,13 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None) -> to
     empty = scores.amax(dim=-1, keepdim=True) == -math.inf  # (..., T, 1): no allowed key
     if bool(empty.any()):
         # Softmax such a row uniformly (no 0 / 0, no NaN gradient), then zero it.
-        weights = torch.softmax(scores.masked_fill(empty, 0.0), dim=-1)  # (..., T, S)
+        weights = _softmax_last(scores.masked_fill(empty, 0.0))  # (..., T, S)
         return weights.masked_fill(empty, 0.0)
-    return torch.softmax(scores, dim=-1)  # (..., T, S)
+    return _softmax_last(scores)  # (..., T, S)
+
+
+def _softmax_last(scores: torch.Tensor) -> torch.Tensor:
+    """``torch.softmax`` over the last axis; 16-bit scores computed in float32, rounded once."""
+    if scores.element_size() < 4:
+        return torch.softmax(scores, dim=-1, dtype=torch.float32).to(scores.dtype)
+    return torch.softmax(scores, dim=-1)
