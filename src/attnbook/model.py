@@ -282,6 +282,95 @@ class GPT(nn.Module):
             _, weights = self._run(idx, need_weights=True)
         return weights
 
+    def _next_logits(self, idx: torch.Tensor) -> torch.Tensor:
+        """Logits of the token after each sequence: ``(B, T)`` -> ``(B, V)``, no checks.
+
+        One full forward pass over the window; only the last position goes
+        through the head. A key-value cache would replace this one method.
+        """
+        x, _ = self._run(idx, need_weights=False)  # (B, T, D)
+        return self.lm_head(self.norm(x[:, -1]))  # (B, D) @ (D, V) -> (B, V)
+
+    def generate(
+        self,
+        idx: torch.Tensor,
+        max_new_tokens: int,
+        *,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
+        """Continue token sequences autoregressively: sample a token, append it, repeat.
+
+        Each step feeds the last ``context_length`` tokens (older ones are
+        cropped: the model has no position beyond its context), divides the
+        next-token logits by ``temperature`` and samples from their softmax.
+        ``temperature=0`` is greedy decoding (the argmax), lower temperatures
+        sharpen the distribution, higher ones flatten it; ``top_k`` keeps only
+        the ``k`` most likely tokens before sampling. Runs in ``eval()`` mode
+        without gradients and restores the model's training mode afterwards.
+
+        Args:
+            idx: the prompts, token ids of shape ``(B, T)``, int64 in
+                ``[0, vocab_size)``, ``T >= 1`` (longer than ``context_length`` is fine).
+            max_new_tokens: ``N >= 0``, the number of tokens to append.
+            temperature: ``>= 0``; ``0`` means greedy.
+            top_k: ``None`` (all tokens) or an int in ``[1, vocab_size]``.
+            generator: the random number generator of the sampling (``None``:
+                torch's global one); on the model's device.
+
+        Returns:
+            Token ids of shape ``(B, T + N)``: the prompts followed by the new tokens.
+        """
+        c = self.config
+        if isinstance(idx, torch.Tensor) and idx.ndim == 2:  # any length: cropped below
+            _check_ids(idx, "idx", c.vocab_size, max(c.context_length, idx.shape[1]))
+        else:
+            _check_ids(idx, "idx", c.vocab_size, c.context_length)
+        if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool):
+            raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
+        if max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens}")
+        if (
+            isinstance(temperature, bool)
+            or not isinstance(temperature, (int, float))
+            or not 0.0 <= temperature < math.inf
+        ):
+            raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}")
+        if top_k is not None and (
+            isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= c.vocab_size
+        ):
+            raise ValueError(
+                f"top_k must be None or an int in [1, vocab_size] = [1, {c.vocab_size}], "
+                f"got {top_k!r}"
+            )
+        if generator is not None and not isinstance(generator, torch.Generator):
+            raise ValueError(f"generator must be a torch.Generator or None, got {generator!r}")
+        was_training = self.training
+        self.eval()
+        try:
+            with torch.no_grad():
+                out = idx
+                for _ in range(max_new_tokens):
+                    logits = self._next_logits(out[:, -c.context_length :]).float()  # (B, V)
+                    out = torch.cat([out, _sample(logits, temperature, top_k, generator)], dim=1)
+        finally:
+            self.train(was_training)
+        return out  # (B, T + N)
+
+
+def _sample(
+    logits: torch.Tensor, temperature: float, top_k: int | None, generator: torch.Generator | None
+) -> torch.Tensor:
+    """One token per row of ``logits`` ``(B, V)``: greedy, or sampled with temperature / top-k."""
+    if top_k is not None:
+        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]  # (B, 1), the k-th largest
+        logits = logits.masked_fill(logits < kth, -math.inf)  # (B, V), the rest cannot be drawn
+    if temperature == 0:
+        return logits.argmax(dim=-1, keepdim=True)  # (B, 1)
+    probs = torch.softmax(logits / temperature, dim=-1)  # (B, V)
+    return torch.multinomial(probs, 1, generator=generator)  # (B, 1)
+
 
 @dataclass(frozen=True)
 class EncoderDecoderConfig:
