@@ -19,6 +19,11 @@ is in its docstring):
 - :mod:`attnbook.block`: the transformer block (feed-forward network, encoder
   and decoder blocks, pre-LN or post-LN)
 - :mod:`attnbook.model`: whole models: ``GPT`` (decoder-only) and ``EncoderDecoder``
+- :mod:`attnbook.data`: generated training data: reverse, sort and associative-recall
+  tasks with held-out splits; character-level text and the default grammar corpus
+- :mod:`attnbook.training`: the training loop (AdamW, warmup + cosine, evaluation,
+  checkpoints); :mod:`attnbook.distributed` runs it from the command line, also
+  data-parallel under ``torchrun`` (not imported here: ``python -m attnbook.distributed``)
 - :mod:`attnbook.viz`: the course's figures (heatmaps, bar charts)
 - :mod:`attnbook.exercises`: checkers for the chapters' code exercises
 """
@@ -27,6 +32,16 @@ from importlib.metadata import version as _version
 
 from attnbook.attention import SingleHeadAttention, scaled_dot_product_attention
 from attnbook.block import DecoderBlock, EncoderBlock, FeedForward
+from attnbook.data import (
+    CharTokenizer,
+    SequenceTask,
+    TextDataset,
+    associative_recall_task,
+    grammar_corpus,
+    load_text,
+    reverse_task,
+    sort_task,
+)
 from attnbook.lookup import hard_lookup, soft_lookup
 from attnbook.masking import (
     apply_mask,
@@ -54,35 +69,59 @@ from attnbook.scores import (
     score_matrix,
 )
 from attnbook.softmax import log_softmax, softmax, softmax_jacobian
+from attnbook.training import (
+    History,
+    TrainConfig,
+    exact_match,
+    load_checkpoint,
+    plot_history,
+    reverse_recipe,
+    save_checkpoint,
+    train,
+)
 
 __version__ = _version("attnbook")
 
 __all__ = [
+    "GPT",
     "AdditiveScorer",
+    "CharTokenizer",
     "DecoderBlock",
     "EncoderBlock",
     "EncoderDecoder",
     "EncoderDecoderConfig",
     "FeedForward",
-    "GPT",
     "GPTConfig",
+    "History",
     "MultiHeadAttention",
+    "SequenceTask",
     "SingleHeadAttention",
+    "TextDataset",
+    "TrainConfig",
     "additive_scores",
     "alibi_bias",
     "alibi_slopes",
     "apply_mask",
     "apply_rope",
+    "associative_recall_task",
     "causal_mask",
     "combine_masks",
     "cosine_similarity",
     "dot_product",
+    "exact_match",
     "get_device",
+    "grammar_corpus",
     "hard_lookup",
+    "load_checkpoint",
+    "load_text",
     "log_softmax",
     "mask_to_additive",
     "masked_softmax",
     "padding_mask",
+    "plot_history",
+    "reverse_recipe",
+    "reverse_task",
+    "save_checkpoint",
     "scaled_dot_product_attention",
     "score_matrix",
     "set_print_options",
@@ -91,5 +130,7 @@ __all__ = [
     "soft_lookup",
     "softmax",
     "softmax_jacobian",
+    "sort_task",
     "to_mha_mask",
+    "train",
 ]

@@ -1,0 +1,615 @@
+"""Training a GPT: the optimiser, the learning-rate schedule, the loop, evaluation, checkpoints.
+
+Introduced in chapter 10 (``chapters/10_training.ipynb``). One compact loop,
+:func:`train`, does everything the chapter needs and nothing else:
+
+- AdamW (Loshchilov & Hutter 2019) with weight decay on the weight matrices
+  only (:func:`make_optimizer`);
+- a learning rate that rises linearly for ``warmup_steps`` and then follows a
+  cosine down to ``min_lr_ratio * lr`` (:func:`lr_at`);
+- gradient clipping, bf16 autocast on CUDA, an optional ``torch.compile``;
+- held-out evaluation every ``eval_every`` steps (loss, and exact-match for
+  sequence tasks: :func:`exact_match`);
+- a ``tqdm`` progress bar (a widget in Jupyter);
+- data parallelism when ``torch.distributed`` is initialised (``torchrun``,
+  see :mod:`attnbook.distributed`): every process takes its share of each global
+  batch and DistributedDataParallel averages the gradients.
+
+Runs are reproducible: :func:`train` seeds everything from ``config.seed``
+and draws batches from its own generator, so the same call on the same
+machine gives the same numbers.
+
+Shape legend used in this module:
+    ``B`` batch, ``T`` input length, ``V`` vocabulary size, ``M`` evaluation examples.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from attnbook.data import IGNORE_INDEX, SequenceTask, TextDataset, check_task_fits, reverse_task
+from attnbook.model import GPT, GPTConfig
+from attnbook.runtime import get_device, set_seed
+
+__all__ = [
+    "History",
+    "TrainConfig",
+    "evaluate",
+    "exact_match",
+    "load_checkpoint",
+    "lr_at",
+    "make_optimizer",
+    "plot_history",
+    "reverse_recipe",
+    "save_checkpoint",
+    "train",
+]
+
+WEIGHTS_FILE = "model.safetensors"
+CONFIG_FILE = "config.json"
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """The hyperparameters of :func:`train`; frozen. Invalid values raise ``ValueError``."""
+
+    steps: int = 1000  # optimiser steps (one batch each)
+    batch_size: int = 64  # B, the global batch: sequences per step, over all processes
+    lr: float = 1e-3  # peak learning rate, reached at the end of the warmup
+    warmup_steps: int = 50  # steps of linear warmup from lr / warmup_steps up to lr
+    min_lr_ratio: float = 0.1  # the cosine decays to min_lr_ratio * lr at the last step
+    weight_decay: float = 0.1  # AdamW's decoupled decay, on weight matrices only
+    beta1: float = 0.9  # AdamW's momentum of the gradient
+    beta2: float = 0.99  # AdamW's momentum of the squared gradient
+    grad_clip: float | None = 1.0  # clip the global gradient norm to this; None: no clipping
+    eval_every: int = 100  # evaluate on held-out data every this many steps (and at the end)
+    target_exact_match: float | None = None  # stop once held-out exact-match >= this (tasks)
+    seed: int = 0  # seeds the weights' dropout, the batches, everything random in train()
+    device: str | None = None  # "cpu", "cuda", "mps"; None: get_device()
+    compile: bool = False  # torch.compile the model (faster on GPUs after a slow first step)
+    amp: bool = True  # bf16 autocast on CUDA (ignored on other devices)
+    progress: bool = True  # show a tqdm progress bar (on the first process only)
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "batch_size", "eval_every"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        if (
+            isinstance(self.warmup_steps, bool)
+            or not isinstance(self.warmup_steps, int)
+            or not 0 <= self.warmup_steps <= self.steps
+        ):
+            raise ValueError(
+                f"warmup_steps must be an int in [0, steps], got {self.warmup_steps!r}"
+            )
+        _check_number(self.lr, "lr", 0.0, math.inf, low_open=True)
+        _check_number(self.min_lr_ratio, "min_lr_ratio", 0.0, 1.0)
+        _check_number(self.weight_decay, "weight_decay", 0.0, math.inf)
+        _check_number(self.beta1, "beta1", 0.0, 1.0, high_open=True)
+        _check_number(self.beta2, "beta2", 0.0, 1.0, high_open=True)
+        if self.grad_clip is not None:
+            _check_number(self.grad_clip, "grad_clip", 0.0, math.inf, low_open=True)
+        if self.target_exact_match is not None:
+            _check_number(self.target_exact_match, "target_exact_match", 0.0, 1.0)
+        if (
+            isinstance(self.seed, bool)
+            or not isinstance(self.seed, int)
+            or not 0 <= self.seed < 2**32
+        ):
+            raise ValueError(f"seed must be an int in [0, 2**32), got {self.seed!r}")
+        if self.device is not None and not isinstance(self.device, str):
+            raise ValueError(f"device must be None or a str such as 'cpu', got {self.device!r}")
+        for name in ("compile", "amp", "progress"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
+
+
+def _check_number(
+    value: object,
+    name: str,
+    low: float,
+    high: float,
+    *,
+    low_open: bool = False,
+    high_open: bool = False,
+) -> float:
+    ok = not isinstance(value, bool) and isinstance(value, (int, float))
+    if ok:
+        value = float(value)
+        ok = (low < value if low_open else low <= value) and (
+            value < high if high_open or high == math.inf else value <= high
+        )
+    if not ok:
+        left, right = "(" if low_open else "[", ")" if high_open or high == math.inf else "]"
+        raise ValueError(f"{name} must be a number in {left}{low}, {high}{right}, got {value!r}")
+    return value  # type: ignore[return-value]
+
+
+def lr_at(step: int, config: TrainConfig) -> float:
+    """The learning rate of step ``step`` (0-based): linear warmup, then cosine decay.
+
+    During warmup the rate climbs from ``lr / warmup_steps`` to ``lr``: Adam's
+    first updates rest on noisy estimates of the gradient's scale, and
+    large steps then can throw a freshly initialised transformer into a bad
+    region. Afterwards it follows half a cosine from ``lr`` down to
+    ``min_lr_ratio * lr`` at the last step: large steps while far from a
+    minimum, small ones to settle into it.
+
+    Args:
+        step: in ``[0, config.steps)``.
+        config: the :class:`TrainConfig` (``lr``, ``warmup_steps``, ``steps``, ``min_lr_ratio``).
+
+    Returns:
+        The learning rate, a float.
+    """
+    if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step < config.steps:
+        raise ValueError(f"step must be an int in [0, steps) = [0, {config.steps}), got {step!r}")
+    if step < config.warmup_steps:
+        return config.lr * (step + 1) / config.warmup_steps
+    decay_steps = config.steps - config.warmup_steps
+    progress = (step - config.warmup_steps) / max(1, decay_steps - 1)  # 0 ... 1
+    min_lr = config.min_lr_ratio * config.lr
+    return min_lr + 0.5 * (config.lr - min_lr) * (1.0 + math.cos(math.pi * progress))
+
+
+def make_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.AdamW:
+    """AdamW with weight decay on weight matrices, none on biases, LayerNorms and embeddings.
+
+    Weight decay shrinks every decayed parameter a little each step, which
+    keeps the weight matrices' scale in check. Biases and LayerNorm gains set
+    scales and offsets rather than capacity, so decaying them only fights the
+    optimiser; an embedding row is updated only when its token occurs, so
+    decay would shrink rare tokens' vectors between their occurrences. This is
+    the split of GPT-style training code (e.g. Karpathy's minGPT); the tied
+    output head shares the embedding matrix and so is not decayed either.
+
+    Args:
+        model: the model (its parameters with ``requires_grad``).
+        config: ``lr``, ``weight_decay``, ``beta1`` and ``beta2`` are used.
+
+    Returns:
+        A ``torch.optim.AdamW`` with two parameter groups (decayed first).
+    """
+    no_decay = set()
+    for module in model.modules():
+        if isinstance(module, (nn.Embedding, nn.LayerNorm)):
+            no_decay |= {id(p) for p in module.parameters(recurse=False)}
+    decay, rest = [], []
+    for p in model.parameters():  # a tied tensor is yielded once
+        if not p.requires_grad:
+            continue
+        (rest if p.ndim < 2 or id(p) in no_decay else decay).append(p)
+    groups = [
+        {"params": decay, "weight_decay": config.weight_decay},
+        {"params": rest, "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(groups, lr=config.lr, betas=(config.beta1, config.beta2))
+
+
+@dataclass
+class History:
+    """What :func:`train` measured, step by step and at every evaluation.
+
+    ``train_loss[i]`` and ``lr[i]`` belong to step ``i``. ``eval_step[j]`` is
+    the number of steps done at evaluation ``j``, ``eval_seconds[j]`` the
+    training time until then (evaluations not counted), and
+    ``eval_metrics[name][j]`` each metric: ``"test_loss"``, and for sequence
+    tasks ``"test_exact_match"``.
+    """
+
+    train_loss: list[float] = field(default_factory=list)  # per step, mean over the global batch
+    lr: list[float] = field(default_factory=list)  # per step
+    eval_step: list[int] = field(default_factory=list)  # steps done at each evaluation
+    eval_seconds: list[float] = field(default_factory=list)  # training seconds until each one
+    eval_metrics: dict[str, list[float]] = field(default_factory=dict)
+    seconds: float = 0.0  # training time in all (evaluations excluded)
+
+    def last(self, name: str) -> float:
+        """The last value of eval metric ``name``, e.g. ``history.last("test_exact_match")``."""
+        if name not in self.eval_metrics or not self.eval_metrics[name]:
+            raise ValueError(f"name must be one of {sorted(self.eval_metrics)}, got {name!r}")
+        return self.eval_metrics[name][-1]
+
+
+def _autocast(device: torch.device, amp: bool) -> contextlib.AbstractContextManager:
+    if amp and device.type == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def _loss(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    logits = model(inputs)  # (B, T, V)
+    return F.cross_entropy(  # mean over the targets that are not IGNORE_INDEX
+        logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE_INDEX
+    )
+
+
+def _check_model_data(model: object, data: object) -> None:
+    if not isinstance(model, GPT):
+        raise ValueError(f"model must be an attnbook.GPT, got {type(model).__name__}")
+    if not isinstance(data, (SequenceTask, TextDataset)):
+        raise ValueError(f"data must be a SequenceTask or a TextDataset, got {type(data).__name__}")
+    check_task_fits(data, model.config)
+
+
+def exact_match(
+    model: GPT, task: SequenceTask, split: str = "test", batch_size: int = 1024
+) -> float:
+    """The fraction of examples whose whole answer the model gets right (greedy decoding).
+
+    Computed with teacher forcing: one forward pass over each whole sequence,
+    and an example counts if the argmax of the logits is the true token at
+    *every* answer position. This equals greedy decoding token by token
+    (``model.generate(prompt, A, temperature=0)``): if every argmax given the
+    true prefix is right, greedy decoding feeds itself exactly that prefix;
+    at the first wrong argmax, greedy decoding outputs that wrong token. One
+    pass instead of ``A`` passes, same number (up to ties between logits).
+
+    Args:
+        model: a :class:`~attnbook.GPT` whose context fits the task.
+        task: a :class:`~attnbook.SequenceTask`.
+        split: "test" (held out) or "train".
+        batch_size: sequences per forward pass (memory only; the result is the same).
+
+    Returns:
+        A float in ``[0, 1]``.
+    """
+    _check_model_data(model, task)
+    if not isinstance(task, SequenceTask):
+        raise ValueError(f"task must be a SequenceTask, got {type(task).__name__}")
+    return _evaluate(model, task, split, batch_size)["exact_match"]
+
+
+@torch.no_grad()
+def _evaluate(model: GPT, data: SequenceTask | TextDataset, split: str, batch_size: int) -> dict:
+    """Mean loss over the split's evaluation data and, for tasks, exact-match."""
+    inputs, targets = data.eval_data(split)  # (M, T), (M, T)
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    loss_sum, n_targets, n_right = 0.0, 0, 0
+    try:
+        for start in range(0, inputs.shape[0], batch_size):
+            x = inputs[start : start + batch_size].to(device)  # (b, T)
+            y = targets[start : start + batch_size].to(device)  # (b, T)
+            logits = model(x).float()  # (b, T, V)
+            counted = y != IGNORE_INDEX  # (b, T)
+            loss_sum += float(
+                F.cross_entropy(
+                    logits.flatten(0, 1), y.flatten(), ignore_index=IGNORE_INDEX, reduction="sum"
+                )
+            )
+            n_targets += int(counted.sum())
+            right = (logits.argmax(-1) == y) | ~counted  # (b, T)
+            n_right += int(right.all(dim=1).sum())
+    finally:
+        model.train(was_training)
+    metrics = {"loss": loss_sum / n_targets}
+    if isinstance(data, SequenceTask):
+        metrics["exact_match"] = n_right / inputs.shape[0]
+    return metrics
+
+
+def evaluate(
+    model: GPT, data: SequenceTask | TextDataset, split: str = "test", batch_size: int = 1024
+) -> dict[str, float]:
+    """Held-out loss (and exact-match for a task), the numbers :func:`train` records.
+
+    Args:
+        model: a :class:`~attnbook.GPT` whose context fits ``data``.
+        data: a :class:`~attnbook.SequenceTask` (all of ``split``) or a
+            :class:`~attnbook.TextDataset` (fixed evenly spaced windows of ``split``).
+        split: "test" or "train".
+        batch_size: sequences per forward pass.
+
+    Returns:
+        ``{"loss": ...}``, plus ``"exact_match"`` for a task.
+    """
+    _check_model_data(model, data)
+    return _evaluate(model, data, split, batch_size)
+
+
+def _distributed() -> tuple[int, int]:
+    """``(rank, world_size)``: ``(0, 1)`` unless ``torch.distributed`` is initialised."""
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def train(model: GPT, data: SequenceTask | TextDataset, config: TrainConfig) -> History:
+    """Train ``model`` on ``data`` for ``config.steps`` steps; return what was measured.
+
+    Each step draws a random batch of training examples, computes the mean
+    cross-entropy over its targets (for a task, the answer tokens only),
+    backpropagates, clips the gradient norm and takes an AdamW step at the
+    learning rate :func:`lr_at` gives. Every ``eval_every`` steps and at the
+    end, it evaluates on the held-out split (:func:`evaluate`).
+
+    Under ``torchrun`` (``torch.distributed`` initialised) every process
+    draws the *same* global batch and keeps its own slice of it, the model is
+    wrapped in DistributedDataParallel (which averages the gradients), and
+    the loss recorded is the global batch's mean: the same numbers as one
+    process with the whole batch, up to the order of floating-point sums.
+
+    Args:
+        model: a :class:`~attnbook.GPT`; trained in place (moved to the device).
+        data: a :class:`~attnbook.SequenceTask` or :class:`~attnbook.TextDataset`
+            whose inputs fit the model's context.
+        config: a :class:`TrainConfig`.
+
+    Returns:
+        A :class:`History`.
+    """
+    _check_model_data(model, data)
+    if not isinstance(config, TrainConfig):
+        raise ValueError(f"config must be a TrainConfig, got {type(config).__name__}")
+    rank, world = _distributed()
+    if config.batch_size % world:
+        raise ValueError(
+            f"batch_size must be a multiple of the number of processes {world}, "
+            f"got {config.batch_size}"
+        )
+    device = torch.device(config.device) if config.device is not None else get_device()
+    if world > 1 and device.type == "cuda":
+        device = torch.device("cuda", torch.cuda.current_device())
+    set_seed(config.seed)  # dropout and anything else drawn from the global generators
+    batches = torch.Generator().manual_seed(config.seed)  # the data order, on the CPU
+    model.to(device).train()
+    optimizer = make_optimizer(model, config)
+    net: nn.Module = model
+    if world > 1:
+        ids = [device.index] if device.type == "cuda" else None
+        net = nn.parallel.DistributedDataParallel(model, device_ids=ids)
+    if config.compile:
+        net = torch.compile(net)
+    shard = slice(rank * config.batch_size // world, (rank + 1) * config.batch_size // world)
+    is_task = isinstance(data, SequenceTask)
+    history = History()
+    from tqdm.auto import tqdm  # here, so that importing attnbook stays light
+
+    bar = tqdm(total=config.steps, disable=not config.progress or rank != 0, desc="training")
+    trained_seconds = 0.0
+    for step in range(config.steps):
+        started = time.perf_counter()
+        lr = lr_at(step, config)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        inputs, targets = data.batch("train", config.batch_size, batches)  # (B, T) each
+        inputs, targets = inputs[shard].to(device), targets[shard].to(device)
+        with _autocast(device, config.amp):
+            loss = _loss(net, inputs, targets)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()  # under DDP: gradients averaged over the processes here
+        if config.grad_clip is not None:
+            nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+        optimizer.step()
+        loss = loss.detach()
+        if world > 1:  # the global batch's mean (each slice has the same number of targets)
+            torch.distributed.all_reduce(loss)
+            loss = loss / world
+        history.train_loss.append(float(loss))
+        history.lr.append(lr)
+        trained_seconds += time.perf_counter() - started
+        bar.update(1)
+        done = step + 1
+        if done % config.eval_every == 0 or done == config.steps:
+            metrics = _evaluate(model, data, "test", max(config.batch_size, 256))
+            history.eval_step.append(done)
+            history.eval_seconds.append(trained_seconds)
+            for name, value in metrics.items():
+                history.eval_metrics.setdefault(f"test_{name}", []).append(value)
+            bar.set_postfix({f"test_{k}": round(v, 4) for k, v in metrics.items()})
+            target = config.target_exact_match
+            if is_task and target is not None and metrics["exact_match"] >= target:
+                break
+    bar.close()
+    history.seconds = trained_seconds
+    return history
+
+
+def plot_history(history: History) -> Any:
+    """Loss curves (training per step, held-out at each evaluation) and exact-match, if any.
+
+    Args:
+        history: what :func:`train` returned.
+
+    Returns:
+        The matplotlib ``Figure`` (one panel for the losses, one for
+        exact-match when recorded).
+    """
+    if not isinstance(history, History):
+        raise ValueError(f"history must be a History, got {type(history).__name__}")
+    if not history.train_loss:
+        raise ValueError("history has no steps: train first")
+    import matplotlib.pyplot as plt  # here, so that importing attnbook stays light
+
+    has_em = "test_exact_match" in history.eval_metrics
+    fig, axes = plt.subplots(1, 2 if has_em else 1, figsize=(10 if has_em else 5.5, 3.6))
+    axes = list(axes) if has_em else [axes]
+    ax = axes[0]
+    ax.plot(range(1, len(history.train_loss) + 1), history.train_loss, lw=1, label="training batch")
+    if "test_loss" in history.eval_metrics:
+        ax.plot(history.eval_step, history.eval_metrics["test_loss"], "o-", label="held-out")
+    ax.set_yscale("log")
+    ax.set_xlabel("step")
+    ax.set_ylabel("cross-entropy loss (nats, log scale)")
+    ax.set_title("Loss")
+    ax.legend()
+    if has_em:
+        ax = axes[1]
+        ax.plot(history.eval_step, history.eval_metrics["test_exact_match"], "o-", color="C2")
+        ax.set_ylim(-0.02, 1.02)
+        ax.set_xlabel("step")
+        ax.set_ylabel("held-out exact-match")
+        ax.set_title("Whole answers right")
+    fig.tight_layout()
+    return fig
+
+
+# ------------------------------------------------------------------------- checkpoints
+
+
+def _unique_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The state dict without the second name of a tied tensor (safetensors stores each once)."""
+    seen, state = set(), {}
+    for name, tensor in model.state_dict().items():
+        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
+        if key in seen:
+            continue
+        seen.add(key)
+        state[name] = tensor.detach().cpu().contiguous()
+    return state
+
+
+def save_checkpoint(path: str | Path, model: GPT, extra: dict | None = None) -> Path:
+    """Save a GPT to the folder ``path``: ``model.safetensors`` and ``config.json``.
+
+    safetensors stores tensors only (no pickled code, so loading runs
+    nothing); the JSON file holds the :class:`~attnbook.GPTConfig` that
+    rebuilds the architecture, and ``extra`` (anything JSON can hold, e.g. the
+    tokenizer's characters or the training config).
+
+    Args:
+        path: a folder (created if missing).
+        model: the :class:`~attnbook.GPT`.
+        extra: optional JSON-serialisable dict, saved under ``"extra"``.
+
+    Returns:
+        The folder, as a ``Path``.
+    """
+    from safetensors.torch import save_file
+
+    if not isinstance(model, GPT):
+        raise ValueError(f"model must be an attnbook.GPT, got {type(model).__name__}")
+    if extra is not None and not isinstance(extra, dict):
+        raise ValueError(f"extra must be None or a dict, got {type(extra).__name__}")
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    document = {"gpt_config": asdict(model.config), "extra": extra or {}}
+    text = json.dumps(document, indent=2, sort_keys=True)  # fails early if extra is not JSON
+    save_file(_unique_state(model), str(path / WEIGHTS_FILE))
+    (path / CONFIG_FILE).write_text(text + "\n")
+    return path
+
+
+def read_checkpoint_extra(path: str | Path) -> dict:
+    """The ``extra`` dict saved with a checkpoint (``{}`` if none)."""
+    return _read_document(Path(path)).get("extra", {})
+
+
+def _read_document(path: Path) -> dict:
+    for name in (WEIGHTS_FILE, CONFIG_FILE):
+        if not (path / name).is_file():
+            raise ValueError(
+                f"path must be a checkpoint folder holding {WEIGHTS_FILE} and {CONFIG_FILE} "
+                f"(written by save_checkpoint), but {str(path / name)!r} is missing"
+            )
+    try:
+        document = json.loads((path / CONFIG_FILE).read_text())
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{CONFIG_FILE} in {str(path)!r} is not valid JSON: {error}") from None
+    if not isinstance(document, dict) or not isinstance(document.get("gpt_config"), dict):
+        raise ValueError(f"{CONFIG_FILE} in {str(path)!r} has no 'gpt_config' object")
+    return document
+
+
+def load_checkpoint(path: str | Path, device: str | torch.device | None = None) -> GPT:
+    """Rebuild a GPT saved by :func:`save_checkpoint`, weights and all, in ``eval()`` mode.
+
+    Args:
+        path: the checkpoint folder.
+        device: where to put the model (default: the CPU).
+
+    Returns:
+        The :class:`~attnbook.GPT`.
+
+    Raises:
+        ValueError: if a file is missing, the config is invalid, or the saved
+            weights do not match the config (missing, unexpected or
+            differently shaped tensors).
+    """
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    raw = _read_document(path)["gpt_config"]
+    known = {f.name for f in fields(GPTConfig)}
+    if set(raw) - known:
+        raise ValueError(f"{CONFIG_FILE}: unknown GPTConfig fields {sorted(set(raw) - known)}")
+    config = GPTConfig(**raw)  # raises ValueError on bad values
+    model = GPT(config)
+    expected = {k: tuple(v.shape) for k, v in _unique_state(model).items()}
+    state = load_file(str(path / WEIGHTS_FILE))
+    found = {k: tuple(v.shape) for k, v in state.items()}
+    if expected != found:
+        missing = sorted(expected.keys() - found.keys())
+        unexpected = sorted(found.keys() - expected.keys())
+        shapes = [
+            f"{k}: config needs {expected[k]}, file has {found[k]}"
+            for k in sorted(expected.keys() & found.keys())
+            if expected[k] != found[k]
+        ]
+        raise ValueError(
+            f"the weights in {str(path / WEIGHTS_FILE)!r} do not match the config in "
+            f"{CONFIG_FILE}: missing {missing[:5]}, unexpected {unexpected[:5]}, "
+            f"different shapes {shapes[:5]}"
+        )
+    model.load_state_dict(state, strict=False)  # the tied head's second name is not in the file
+    return model.to("cpu" if device is None else device).eval()
+
+
+# ----------------------------------------------------------------------------- recipes
+
+
+def reverse_recipe(scale: str = "cpu") -> tuple[SequenceTask, GPTConfig, TrainConfig]:
+    """The chapter's run: the reverse task, a model and a training config that reach 99%.
+
+    ``"cpu"`` reaches at least 99% held-out exact-match in well under a
+    minute of 2-core CPU training (measured in ``benchmarks/time_to_accuracy.py``);
+    ``"gpu"`` is the same task with longer strings, a bigger model and more
+    steps, for a machine with a GPU.
+
+    Args:
+        scale: "cpu" or "gpu".
+
+    Returns:
+        ``(task, model_config, train_config)``: build the model with ``GPT(model_config)``.
+    """
+    if scale == "cpu":
+        task = reverse_task(length=16, n_symbols=10, n_train=20000, n_test=1000, seed=0)
+        model = GPTConfig(
+            vocab_size=task.vocab_size,
+            context_length=task.input_len,
+            d_model=64,
+            n_heads=4,
+            n_layers=2,
+        )
+        config = TrainConfig(
+            steps=300, batch_size=64, lr=3e-3, warmup_steps=30, eval_every=25, seed=0
+        )
+    elif scale == "gpu":
+        task = reverse_task(length=32, n_symbols=32, n_train=200000, n_test=2000, seed=0)
+        model = GPTConfig(
+            vocab_size=task.vocab_size,
+            context_length=task.input_len,
+            d_model=256,
+            n_heads=8,
+            n_layers=4,
+        )
+        config = TrainConfig(
+            steps=2000, batch_size=256, lr=1e-3, warmup_steps=100, eval_every=100, seed=0
+        )
+    else:
+        raise ValueError(f"scale must be 'cpu' or 'gpu', got {scale!r}")
+    return task, model, config
