@@ -1,0 +1,226 @@
+"""Tests of attnbook.data: generated tasks, their splits and targets; characters and text.
+
+Invariants (answers are what the task says, held-out rows never occur in
+training, no row twice in a split, the loss sees answer positions only,
+windows are the text shifted by one), determinism of the seeds, and bad input.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attnbook import GPTConfig
+from attnbook.data import (
+    IGNORE_INDEX,
+    CharTokenizer,
+    SequenceTask,
+    TextDataset,
+    associative_recall_task,
+    check_task_fits,
+    grammar_corpus,
+    load_text,
+    reverse_task,
+    sort_task,
+)
+
+
+def _rows(x: torch.Tensor) -> set[tuple[int, ...]]:
+    return {tuple(r) for r in x.tolist()}
+
+
+def _small_tasks() -> list[SequenceTask]:
+    return [
+        reverse_task(length=5, n_symbols=4, n_train=600, n_test=100, seed=1),
+        sort_task(length=5, n_symbols=4, n_train=600, n_test=100, seed=2),
+        associative_recall_task(n_pairs=3, n_keys=4, n_values=3, n_train=600, n_test=100, seed=3),
+    ]
+
+
+@pytest.mark.parametrize("task", _small_tasks(), ids=lambda t: t.name)
+def test_splits_are_disjoint_and_unique(task: SequenceTask) -> None:
+    train, test = _rows(task.train), _rows(task.test)
+    assert len(train) == task.train.shape[0] == 600  # no row twice in training
+    assert len(test) == task.test.shape[0] == 100
+    assert not train & test  # nothing held out was seen in training
+
+
+@pytest.mark.parametrize("task", _small_tasks(), ids=lambda t: t.name)
+def test_layout_and_vocabulary(task: SequenceTask) -> None:
+    for rows in (task.train, task.test):
+        assert rows.dtype == torch.int64
+        assert rows.shape[1] == task.seq_len == task.prompt_len + 1 + task.answer_len
+        assert (rows[:, task.prompt_len] == task.separator).all()
+        others = torch.cat([rows[:, : task.prompt_len], rows[:, task.prompt_len + 1 :]], 1)
+        assert (others >= 0).all()
+        assert (others < task.separator).all()
+
+
+def test_answers_are_correct() -> None:
+    rev, srt, rec = _small_tasks()
+    p = rev.prompt_len
+    assert torch.equal(rev.train[:, p + 1 :], rev.train[:, :p].flip(1))
+    assert torch.equal(srt.test[:, p + 1 :], srt.test[:, :p].sort(1).values)
+    assert not torch.equal(srt.test[:, p + 1 :], srt.test[:, :p])  # it really sorts something
+    for row in rec.train[:200].tolist():
+        pairs = dict(zip(row[0 : rec.prompt_len - 1 : 2], row[1 : rec.prompt_len - 1 : 2]))
+        assert len(pairs) == 3  # distinct keys
+        assert row[-1] == pairs[row[rec.prompt_len - 1]]  # the query's value
+        assert all(k < 4 for k in pairs)
+        assert all(4 <= v < 7 for v in pairs.values())
+
+
+def test_same_seed_same_task_other_seed_other_task() -> None:
+    a, b = (
+        reverse_task(n_train=100, n_test=10, seed=5),
+        reverse_task(n_train=100, n_test=10, seed=5),
+    )
+    c = reverse_task(n_train=100, n_test=10, seed=6)
+    assert torch.equal(a.train, b.train)
+    assert torch.equal(a.test, b.test)
+    assert not torch.equal(a.train, c.train)
+
+
+def test_targets_count_the_answer_only() -> None:
+    task = reverse_task(length=4, n_symbols=5, n_train=50, n_test=10)
+    inputs, targets = task.inputs_targets(task.train[:7])
+    assert inputs.shape == targets.shape == (7, task.input_len) == (7, 8)
+    assert torch.equal(inputs, task.train[:7, :-1])
+    assert (targets[:, :4] == IGNORE_INDEX).all()
+    assert torch.equal(targets[:, 4:], task.train[:7, 5:])  # the answer, one step ahead
+    # the last input position the loss reads is the separator's: it predicts the first answer token
+    assert (inputs[:, 4] == task.separator).all()
+
+
+def test_batch_draws_from_its_split_and_follows_the_generator() -> None:
+    task = reverse_task(length=4, n_symbols=5, n_train=50, n_test=10)
+    x1, y1 = task.batch("test", 32, torch.Generator().manual_seed(0))
+    x2, y2 = task.batch("test", 32, torch.Generator().manual_seed(0))
+    assert torch.equal(x1, x2)
+    assert torch.equal(y1, y2)
+    whole = torch.cat([x1, y1[:, -1:]], 1)  # the sequences back (last target = last token)
+    assert _rows(whole) <= _rows(task.test)
+    x3, _ = task.batch("train", 32, torch.Generator().manual_seed(0))
+    assert not _rows(torch.cat([x3, x3[:, :1]], 1)) & _rows(task.test)
+
+
+def test_check_task_fits() -> None:
+    task = reverse_task(length=6, n_symbols=10, n_train=50, n_test=10)  # T = 12, V = 11
+    check_task_fits(
+        task, GPTConfig(vocab_size=11, context_length=12, d_model=8, n_heads=2, n_layers=1)
+    )
+    with pytest.raises(ValueError, match="context_length"):
+        check_task_fits(
+            task, GPTConfig(vocab_size=11, context_length=11, d_model=8, n_heads=2, n_layers=1)
+        )
+    with pytest.raises(ValueError, match="vocab_size"):
+        check_task_fits(
+            task, GPTConfig(vocab_size=10, context_length=12, d_model=8, n_heads=2, n_layers=1)
+        )
+
+
+@pytest.mark.parametrize(
+    ("builder", "kwargs", "match"),
+    [
+        (reverse_task, {"length": 0}, "length"),
+        (reverse_task, {"n_symbols": 1}, "n_symbols"),
+        (reverse_task, {"length": 3, "n_symbols": 3, "n_train": 30}, "distinct"),  # 27 strings
+        (sort_task, {"n_test": 0}, "n_test"),
+        (sort_task, {"seed": -1}, "seed"),
+        (associative_recall_task, {"n_pairs": 5, "n_keys": 4}, "n_keys"),
+        (associative_recall_task, {"n_values": 1.5}, "n_values"),
+    ],
+)
+def test_bad_task_arguments(builder: object, kwargs: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        builder(**kwargs)
+
+
+def test_inputs_targets_and_batch_reject_bad_input() -> None:
+    task = reverse_task(length=4, n_symbols=5, n_train=50, n_test=10)
+    with pytest.raises(ValueError, match="shape"):
+        task.inputs_targets(task.train[:, :-1])
+    with pytest.raises(ValueError, match="int64"):
+        task.inputs_targets(task.train.float())
+    with pytest.raises(ValueError, match="split"):
+        task.batch("validation", 4)
+    with pytest.raises(ValueError, match="batch_size"):
+        task.batch("train", 0)
+
+
+# ----------------------------------------------------------------------------- text
+
+
+def test_tokenizer_round_trip_and_vocabulary() -> None:
+    tok = CharTokenizer("hello world")
+    assert tok.chars == sorted(set("hello world"))
+    assert tok.vocab_size == 8
+    ids = tok.encode("world hello")
+    assert ids.dtype == torch.int64
+    assert ids.shape == (11,)
+    assert tok.decode(ids) == "world hello"
+    assert tok.decode(ids.tolist()) == "world hello"
+    assert tok.encode(" ").item() == 0  # sorted: the space comes first
+
+
+def test_tokenizer_bad_input() -> None:
+    with pytest.raises(ValueError, match="non-empty"):
+        CharTokenizer("")
+    tok = CharTokenizer("abc")
+    with pytest.raises(ValueError, match="outside"):
+        tok.encode("abd")
+    with pytest.raises(ValueError, match="ids"):
+        tok.decode([0, 3])
+
+
+def test_load_text(tmp_path: object) -> None:
+    path = tmp_path / "t.txt"
+    path.write_text("some text\n", encoding="utf-8")
+    assert load_text(path) == "some text\n"
+    with pytest.raises(ValueError, match="existing"):
+        load_text(tmp_path / "missing.txt")
+    (tmp_path / "empty.txt").write_text("  \n")
+    with pytest.raises(ValueError, match="empty"):
+        load_text(tmp_path / "empty.txt")
+
+
+def test_grammar_corpus_agrees_and_is_seeded() -> None:
+    text = grammar_corpus(300, seed=0)
+    assert text == grammar_corpus(300, seed=0)
+    assert text != grammar_corpus(300, seed=1)
+    lines = text.splitlines()
+    assert len(lines) == 300
+    assert all(line[0].isupper() and line.endswith(".") for line in lines)
+    # agreement: a plural subject never takes a singular verb, and the other way round
+    assert "The cats runs" not in text
+    assert "The cat run " not in text
+    assert "The cats run" in text or "The cats sleep" in text or "The cats see" in text
+    assert any(" that " in line for line in lines)  # relative clauses occur
+
+
+def test_text_dataset_windows_and_split() -> None:
+    text = grammar_corpus(200)
+    ds = TextDataset(text, seq_len=16, test_fraction=0.2)
+    assert ds.vocab_size == CharTokenizer(text).vocab_size
+    assert ds.input_len == 16
+    n = len(text)
+    assert ds.train.numel() + ds.test.numel() == n
+    assert ds.tokenizer.decode(ds.test) == text[ds.train.numel() :]  # the tail is held out
+    x, y = ds.batch("train", 8, torch.Generator().manual_seed(0))
+    assert x.shape == y.shape == (8, 16)
+    assert torch.equal(x[:, 1:], y[:, :-1])  # targets are the inputs shifted by one
+    for row_x, row_y in zip(x, y):
+        window = ds.tokenizer.decode(row_x) + ds.tokenizer.decode(row_y[-1:])
+        assert window in text[: ds.train.numel()]
+    ex, _ey = ds.eval_data("test", max_windows=10)
+    assert ex.shape == (10, 16)
+    assert torch.equal(ex, ds.eval_data("test", max_windows=10)[0])
+
+
+def test_text_dataset_bad_input() -> None:
+    with pytest.raises(ValueError, match="seq_len"):
+        TextDataset("abcdefgh" * 10, seq_len=0)
+    with pytest.raises(ValueError, match="test_fraction"):
+        TextDataset("abcdefgh" * 10, seq_len=4, test_fraction=1.0)
+    with pytest.raises(ValueError, match="test split"):
+        TextDataset("abcdefgh" * 10, seq_len=20, test_fraction=0.1)  # 8 test characters

@@ -1,0 +1,297 @@
+"""Tests of attnbook.training and GPT.generate.
+
+The schedule's shape, the optimiser's parameter groups, that training
+learns (loss falls, a small reverse task is solved), that it is
+reproducible bit for bit, that exact-match under teacher forcing equals
+greedy decoding, checkpoints round-trip and refuse mismatched weights, the
+plot, sampling, and bad input.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import math
+
+import matplotlib
+import pytest
+import torch
+from torch import nn
+
+from attnbook import GPT, GPTConfig, set_seed
+from attnbook.data import TextDataset, grammar_corpus, reverse_task
+from attnbook.training import (
+    History,
+    TrainConfig,
+    evaluate,
+    exact_match,
+    load_checkpoint,
+    lr_at,
+    make_optimizer,
+    plot_history,
+    read_checkpoint_extra,
+    reverse_recipe,
+    save_checkpoint,
+    train,
+)
+
+matplotlib.use("Agg")
+
+TASK = reverse_task(length=4, n_symbols=6, n_train=800, n_test=200, seed=0)  # T = 8, V = 7
+
+
+def _model(seed: int = 0, **overrides: object) -> GPT:
+    fields = {"vocab_size": 7, "context_length": 8, "d_model": 32, "n_heads": 2, "n_layers": 1}
+    set_seed(seed)
+    return GPT(GPTConfig(**(fields | overrides)))
+
+
+def _config(**overrides: object) -> TrainConfig:
+    fields = {"steps": 20, "batch_size": 32, "lr": 3e-3, "warmup_steps": 5, "eval_every": 10}
+    return TrainConfig(**(fields | {"device": "cpu", "progress": False} | overrides))
+
+
+# ------------------------------------------------------------------ schedule and optimiser
+
+
+def test_lr_warmup_then_cosine() -> None:
+    config = TrainConfig(steps=100, lr=1.0, warmup_steps=10, min_lr_ratio=0.1)
+    lrs = [lr_at(s, config) for s in range(100)]
+    assert lrs[:10] == pytest.approx([(s + 1) / 10 for s in range(10)])  # linear warmup
+    assert lrs[9] == pytest.approx(1.0)  # the peak at the end of warmup
+    assert lrs[-1] == pytest.approx(0.1)  # the floor at the last step
+    assert all(a >= b for a, b in itertools.pairwise(lrs[9:]))  # decreasing after warmup
+    middle = 10 + (89 // 2)  # half way through the decay: cos = 0
+    assert lrs[middle] == pytest.approx(0.55, abs=0.01)
+    assert lr_at(0, TrainConfig(steps=5, lr=2.0, warmup_steps=0)) == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize("step", [-1, 100, 1.5, True])
+def test_lr_at_bad_step(step: object) -> None:
+    with pytest.raises(ValueError, match="step"):
+        lr_at(step, TrainConfig(steps=100))
+
+
+def test_optimizer_decays_weight_matrices_only() -> None:
+    model = _model()
+    decay, rest = make_optimizer(model, _config()).param_groups
+    assert decay["weight_decay"] == 0.1
+    assert rest["weight_decay"] == 0.0
+    ids = lambda group: {id(p) for p in group["params"]}  # noqa: E731
+    assert not ids(decay) & ids(rest)
+    assert ids(decay) | ids(rest) == {id(p) for p in model.parameters()}  # each once
+    assert id(model.tok_emb.weight) in ids(rest)  # embedding (and the tied head)
+    assert id(model.pos_emb.weight) in ids(rest)
+    assert id(model.blocks[0].norm1.weight) in ids(rest)
+    assert id(model.blocks[0].ffn.linear1.bias) in ids(rest)
+    assert id(model.blocks[0].ffn.linear1.weight) in ids(decay)
+    assert id(model.blocks[0].self_attn.q_proj.weight) in ids(decay)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "match"),
+    [
+        ({"steps": 0}, "steps"),
+        ({"batch_size": 1.5}, "batch_size"),
+        ({"warmup_steps": 30}, "warmup_steps"),
+        ({"lr": 0.0}, "lr"),
+        ({"lr": math.nan}, "lr"),
+        ({"min_lr_ratio": 1.5}, "min_lr_ratio"),
+        ({"weight_decay": -0.1}, "weight_decay"),
+        ({"beta2": 1.0}, "beta2"),
+        ({"grad_clip": 0.0}, "grad_clip"),
+        ({"target_exact_match": 2.0}, "target_exact_match"),
+        ({"seed": -1}, "seed"),
+        ({"compile": "yes"}, "compile"),
+        ({"eval_every": 0}, "eval_every"),
+    ],
+)
+def test_train_config_bad_fields(overrides: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        _config(**overrides)
+
+
+# ------------------------------------------------------------------------------ training
+
+
+def test_training_solves_a_small_reverse_task() -> None:
+    model = _model()
+    assert exact_match(model, TASK) < 0.05  # untrained: no better than chance
+    config = _config(steps=200, batch_size=64, eval_every=25, target_exact_match=0.99)
+    history = train(model, TASK, config)
+    assert history.last("test_exact_match") >= 0.99
+    assert history.eval_step[-1] < 200  # stopped at the target
+    assert exact_match(model, TASK) == history.last("test_exact_match")
+    assert history.train_loss[-1] < 0.2 * history.train_loss[0]
+    assert len(history.train_loss) == len(history.lr) == history.eval_step[-1]
+    assert history.eval_seconds == sorted(history.eval_seconds)
+
+
+def test_training_is_reproducible() -> None:
+    a = train(_model(), TASK, _config())
+    b = train(_model(), TASK, _config())
+    c = train(_model(), TASK, _config(seed=1))
+    assert a.train_loss == b.train_loss  # bit for bit
+    assert a.eval_metrics == b.eval_metrics
+    assert a.train_loss != c.train_loss  # the seed matters: another data order
+
+
+def test_training_on_text_lowers_the_held_out_loss() -> None:
+    ds = TextDataset(grammar_corpus(300), seq_len=16)
+    model = _model(vocab_size=ds.vocab_size, context_length=16)
+    before = evaluate(model, ds)["loss"]
+    assert before == pytest.approx(math.log(ds.vocab_size), rel=0.1)  # a near-uniform guess
+    history = train(model, ds, _config(steps=40, lr=1e-2, eval_every=40))
+    assert "test_exact_match" not in history.eval_metrics
+    assert history.last("test_loss") < 0.7 * before
+
+
+def test_train_rejects_what_does_not_fit() -> None:
+    with pytest.raises(ValueError, match="context_length"):
+        train(_model(context_length=7), TASK, _config())
+    with pytest.raises(ValueError, match="TrainConfig"):
+        train(_model(), TASK, {"steps": 3})
+    with pytest.raises(ValueError, match="data"):
+        train(_model(), TASK.train, _config())
+
+
+def test_exact_match_is_greedy_decoding() -> None:
+    model = _model()
+    train(
+        model, TASK, _config(steps=50, batch_size=64)
+    )  # partly trained: some answers right, some wrong
+    em = exact_match(model, TASK)
+    assert 0.05 < em < 0.95
+    p = TASK.prompt_len + 1
+    generated = model.generate(TASK.test[:, :p], TASK.answer_len, temperature=0)
+    greedy = (generated[:, p:] == TASK.test[:, p:]).all(dim=1).float().mean().item()
+    assert em == pytest.approx(greedy)
+
+
+def test_recipes_fit() -> None:
+    for scale in ("cpu", "gpu"):
+        task, model_config, config = reverse_recipe(scale)
+        assert model_config.context_length == task.input_len
+        assert model_config.vocab_size == task.vocab_size
+        assert isinstance(config, TrainConfig)
+    with pytest.raises(ValueError, match="scale"):
+        reverse_recipe("tpu")
+
+
+# ------------------------------------------------------------------------------ checkpoints
+
+
+def test_checkpoint_round_trip(tmp_path: object) -> None:
+    model = _model(positional="rope")
+    train(model, TASK, _config(steps=5))
+    save_checkpoint(tmp_path / "ckpt", model, extra={"note": "hi"})
+    loaded = load_checkpoint(tmp_path / "ckpt")
+    assert loaded.config == model.config
+    assert not loaded.training
+    assert loaded.lm_head.weight is loaded.tok_emb.weight  # still tied
+    model.eval()
+    torch.testing.assert_close(loaded(TASK.test[:, :-1]), model(TASK.test[:, :-1]), rtol=0, atol=0)
+    assert read_checkpoint_extra(tmp_path / "ckpt") == {"note": "hi"}
+
+
+def test_checkpoint_mismatch_is_refused(tmp_path: object) -> None:
+    path = save_checkpoint(tmp_path / "ckpt", _model())
+    document = json.loads((path / "config.json").read_text())
+    document["gpt_config"]["d_model"] = 16  # the weights are 32 wide
+    (path / "config.json").write_text(json.dumps(document))
+    with pytest.raises(ValueError, match="do not match"):
+        load_checkpoint(path)
+    document["gpt_config"]["d_model"] = 32
+    document["gpt_config"]["n_layers"] = 2  # a block's weights are missing
+    (path / "config.json").write_text(json.dumps(document))
+    with pytest.raises(ValueError, match="missing"):
+        load_checkpoint(path)
+    (path / "model.safetensors").unlink()
+    with pytest.raises(ValueError, match="missing"):
+        load_checkpoint(path)
+    with pytest.raises(ValueError, match="extra"):
+        save_checkpoint(tmp_path / "other", _model(), extra=[1])
+
+
+# ------------------------------------------------------------------------------- plotting
+
+
+def test_plot_history() -> None:
+    history = train(_model(), TASK, _config())
+    fig = plot_history(history)
+    axes = fig.axes
+    assert len(axes) == 2
+    assert all(ax.get_xlabel() == "step" for ax in axes)
+    assert "loss" in axes[0].get_ylabel()
+    assert "exact-match" in axes[1].get_ylabel()
+    assert len(axes[0].lines[0].get_ydata()) == 20
+    with pytest.raises(ValueError, match="history"):
+        plot_history(History())
+    matplotlib.pyplot.close(fig)
+
+
+# ------------------------------------------------------------------------------- generate
+
+
+def test_generate_greedy_is_the_argmax_loop() -> None:
+    model = _model(context_length=8)
+    model.train()
+    prompt = TASK.test[:3, :5]
+    out = model.generate(prompt, 6, temperature=0)  # 11 tokens: past the context of 8
+    assert out.shape == (3, 11)
+    assert torch.equal(out[:, :5], prompt)
+    assert model.training  # training mode restored
+    model.eval()
+    expected = prompt
+    for _ in range(6):
+        logits = model(expected[:, -8:])[:, -1]  # crop to the context
+        expected = torch.cat([expected, logits.argmax(-1, keepdim=True)], 1)
+    assert torch.equal(out, expected)
+    assert torch.equal(model.generate(prompt, 6, temperature=1.0, top_k=1), expected)
+
+
+def test_generate_samples_reproducibly_from_the_top_k() -> None:
+    model = _model(vocab_size=7)
+    prompt = torch.zeros(200, 1, dtype=torch.int64)
+    a = model.generate(prompt, 1, temperature=5.0, generator=torch.Generator().manual_seed(0))
+    b = model.generate(prompt, 1, temperature=5.0, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(a, b)
+    assert len(set(a[:, 1].tolist())) > 2  # hot sampling explores
+    top2 = set(model(prompt[:1]).topk(2, dim=-1).indices[0, -1].tolist())
+    c = model.generate(prompt, 1, temperature=5.0, top_k=2)
+    assert set(c[:, 1].tolist()) == top2
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"max_new_tokens": -1}, "max_new_tokens"),
+        ({"max_new_tokens": 2.0}, "max_new_tokens"),
+        ({"temperature": -0.5}, "temperature"),
+        ({"temperature": math.inf}, "temperature"),
+        ({"top_k": 0}, "top_k"),
+        ({"top_k": 8}, "top_k"),
+        ({"generator": 3}, "generator"),
+    ],
+)
+def test_generate_bad_arguments(kwargs: dict, match: str) -> None:
+    args = {"max_new_tokens": 2} | kwargs
+    with pytest.raises(ValueError, match=match):
+        _model().generate(torch.zeros(1, 2, dtype=torch.int64), **args)
+
+
+def test_generate_bad_prompt() -> None:
+    model = _model()
+    with pytest.raises(ValueError, match="int64"):
+        model.generate(torch.zeros(1, 2), 2)
+    with pytest.raises(ValueError, match="vocab_size"):
+        model.generate(torch.full((1, 2), 7), 2)
+    with pytest.raises(ValueError, match=r"\(B, T\)"):
+        model.generate(torch.zeros(2, dtype=torch.int64), 2)
+
+
+def test_dataclass_configs_are_frozen() -> None:
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        _config().steps = 3  # type: ignore[misc]
+    assert isinstance(nn.Module(), nn.Module)
