@@ -596,7 +596,7 @@ def reverse_recipe(scale: str = "cpu") -> tuple[SequenceTask, GPTConfig, TrainCo
             n_layers=2,
         )
         config = TrainConfig(
-            steps=300, batch_size=64, lr=3e-3, warmup_steps=30, eval_every=25, seed=0
+            steps=150, batch_size=64, lr=3e-3, warmup_steps=30, eval_every=25, seed=0
         )
     elif scale == "gpu":
         task = reverse_task(length=32, n_symbols=32, n_train=200000, n_test=2000, seed=0)
