@@ -30,9 +30,7 @@ def _stub(*args: object) -> object:
 def _lr(step, max_lr, min_lr, warmup_steps, total_steps):  # a correct answer
     if step < warmup_steps:
         return max_lr * (step + 1) / warmup_steps
-    if step >= total_steps:
-        return min_lr
-    progress = (step - warmup_steps) / (total_steps - warmup_steps)
+    progress = (step - warmup_steps) / (total_steps - warmup_steps - 1)
     return min_lr + 0.5 * (max_lr - min_lr) * (1 + math.cos(math.pi * progress))
 
 
@@ -41,15 +39,22 @@ def test_lr_schedule_checker_accepts_correct_answers() -> None:
     assert verdict, verdict.message
     assert "all 3 hidden cases pass" in verdict.message
 
-    # the same schedule written with torch, returning 0-d tensors
-    def with_torch(step, max_lr, min_lr, warmup_steps, total_steps):
-        warm = torch.tensor(max_lr * (step + 1) / warmup_steps)
-        p = torch.tensor(min(max(step - warmup_steps, 0) / (total_steps - warmup_steps), 1.0))
-        cosine = min_lr + 0.5 * (max_lr - min_lr) * (1 + torch.cos(math.pi * p))
-        return warm if step < warmup_steps else cosine
+    def with_torch(step, max_lr, min_lr, warmup_steps, total_steps):  # returns 0-d tensors
+        if step < warmup_steps:
+            return torch.tensor(max_lr * (step + 1) / warmup_steps)
+        p = torch.tensor((step - warmup_steps) / (total_steps - warmup_steps - 1))
+        return min_lr + 0.5 * (max_lr - min_lr) * (1 + torch.cos(math.pi * p))
 
     assert check_lr_schedule(with_torch)
     assert not check_lr_schedule(_stub).attempted
+
+
+def test_lr_schedule_checker_agrees_with_the_package() -> None:
+    from attnbook.training import TrainConfig, lr_at
+
+    config = TrainConfig(steps=50, lr=2e-3, warmup_steps=7, min_lr_ratio=0.25)
+    for step in range(config.steps):
+        assert math.isclose(_lr(step, 2e-3, 5e-4, 7, 50), lr_at(step, config), rel_tol=1e-12)
 
 
 def test_lr_schedule_checker_names_typical_mistakes() -> None:
@@ -69,42 +74,51 @@ def test_lr_schedule_checker_names_typical_mistakes() -> None:
     def clock_from_zero(step, max_lr, min_lr, warmup_steps, total_steps):
         if step < warmup_steps:
             return max_lr * (step + 1) / warmup_steps
-        progress = min(step / total_steps, 1.0)
+        progress = step / (total_steps - 1)
         return min_lr + 0.5 * (max_lr - min_lr) * (1 + math.cos(math.pi * progress))
 
     def full_period(step, max_lr, min_lr, warmup_steps, total_steps):
         if step < warmup_steps:
             return max_lr * (step + 1) / warmup_steps
-        progress = min((step - warmup_steps) / (total_steps - warmup_steps), 1.0)
-        cosine = 1 + math.cos(2 * math.pi * progress)
-        return min_lr + 0.5 * (max_lr - min_lr) * cosine if step < total_steps else min_lr
+        progress = (step - warmup_steps) / (total_steps - warmup_steps - 1)
+        return min_lr + 0.5 * (max_lr - min_lr) * (1 + math.cos(2 * math.pi * progress))
 
-    def no_floor(step, max_lr, min_lr, warmup_steps, total_steps):
+    def late_floor(step, max_lr, min_lr, warmup_steps, total_steps):
         if step < warmup_steps:
             return max_lr * (step + 1) / warmup_steps
         progress = (step - warmup_steps) / (total_steps - warmup_steps)
         return min_lr + 0.5 * (max_lr - min_lr) * (1 + math.cos(math.pi * progress))
 
-    for wrong, case, mistake in [
-        (no_warmup, first, "no warmup"),
-        (from_zero, first, "a warmup that starts at 0"),
-        (to_zero, first, "a cosine that decays to zero instead of min_lr"),
-        (clock_from_zero, first, "a cosine whose progress counts from step 0"),
-        (full_period, first, "a full cosine period"),
-        (no_floor, "steps past total_steps", "a cosine that goes on after total_steps"),
+    for wrong, mistake in [
+        (no_warmup, "no warmup"),
+        (from_zero, "a warmup that starts at 0"),
+        (to_zero, "a cosine that decays to zero instead of min_lr"),
+        (clock_from_zero, "a cosine whose progress counts from step 0"),
+        (full_period, "a full cosine period"),
+        (late_floor, "a cosine that reaches min_lr one step after the last step"),
     ]:
-        _assert_rejects(check_lr_schedule(wrong), case, mistake)
+        _assert_rejects(check_lr_schedule(wrong), first, mistake)
     # a wrong answer that is none of the named mistakes still fails, with the case's hint
     verdict = check_lr_schedule(lambda step, max_lr, min_lr, w, n: max_lr)
     _assert_rejects(verdict, first)
     assert "this looks like" not in verdict.message
-    # a linear decay instead of a cosine
-    verdict = check_lr_schedule(
-        lambda s, hi, lo, w, n: (
-            hi * (s + 1) / w if s < w else max(lo, hi - (hi - lo) * (s - w) / (n - w))
-        )
+
+    def linear_decay(step, max_lr, min_lr, warmup_steps, total_steps):
+        if step < warmup_steps:
+            return max_lr * (step + 1) / warmup_steps
+        progress = (step - warmup_steps) / (total_steps - warmup_steps - 1)
+        return max_lr - (max_lr - min_lr) * progress
+
+    _assert_rejects(check_lr_schedule(linear_decay), first)
+    # a division by zero when warmup_steps = 0 fails on the third case
+    _assert_rejects(
+        check_lr_schedule(
+            lambda s, hi, lo, w, n: (
+                hi * min(1.0, (s + 1) / w) if s < w or w == 0 else _lr(s, hi, lo, w, n)
+            )
+        ),
+        "no warmup: warmup_steps = 0",
     )
-    _assert_rejects(verdict, first)
 
 
 # ------------------------------------------------------------------ loss on the answer

@@ -4,7 +4,7 @@ Two exercises, each with the typical wrong answers it recognises and names:
 
 - ``check_lr_schedule``: linear warmup then cosine decay to ``min_lr``
   (no warmup, a warmup off by one step, a decay to zero instead of ``min_lr``,
-  a cosine over the whole run, ...);
+  a cosine whose clock starts at step 0, ...);
 - ``check_answer_loss``: the cross-entropy of the answer tokens only, each
   predicted from the position before it (every position averaged, the shift by
   one forgotten, the mask not shifted with the targets, a mean per sequence, a
@@ -29,12 +29,10 @@ __all__ = ["check_answer_loss", "check_lr_schedule"]
 
 
 def _schedule(step: int, max_lr: float, min_lr: float, warmup_steps: int, total_steps: int):
-    """The reference: warmup to ``max_lr`` over ``warmup_steps`` steps, cosine to ``min_lr``."""
+    """The reference, as :func:`attnbook.training.lr_at`: warmup, then cosine to ``min_lr``."""
     if step < warmup_steps:
         return max_lr * (step + 1) / warmup_steps  # steps 0 .. warmup - 1 reach max_lr
-    if step >= total_steps:
-        return min_lr
-    progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)  # 0 -> 1
+    progress = (step - warmup_steps) / max(1, total_steps - warmup_steps - 1)  # 0 -> 1
     return min_lr + 0.5 * (max_lr - min_lr) * (1.0 + math.cos(math.pi * progress))
 
 
@@ -56,40 +54,38 @@ def _cosine_from_start(step, max_lr, min_lr, warmup_steps, total_steps):
     """The warmup is right, but the cosine's clock starts at step 0, not after the warmup."""
     if step < warmup_steps:
         return _schedule(step, max_lr, min_lr, warmup_steps, total_steps)
-    if step >= total_steps:
-        return min_lr
-    progress = step / total_steps
+    progress = step / (total_steps - 1)
     return min_lr + 0.5 * (max_lr - min_lr) * (1.0 + math.cos(math.pi * progress))
 
 
-def _half_cosine_twice(step, max_lr, min_lr, warmup_steps, total_steps):
+def _full_period(step, max_lr, min_lr, warmup_steps, total_steps):
     """cos(2 pi progress): the learning rate comes back up to max_lr at the end."""
-    if step < warmup_steps or step >= total_steps:
+    if step < warmup_steps:
         return _schedule(step, max_lr, min_lr, warmup_steps, total_steps)
-    progress = (step - warmup_steps) / (total_steps - warmup_steps)
+    progress = (step - warmup_steps) / (total_steps - warmup_steps - 1)
     return min_lr + 0.5 * (max_lr - min_lr) * (1.0 + math.cos(2 * math.pi * progress))
 
 
-def _no_floor(step, max_lr, min_lr, warmup_steps, total_steps):
-    """Right up to total_steps, then the cosine keeps going (back up) instead of staying at min_lr."""
+def _late_floor(step, max_lr, min_lr, warmup_steps, total_steps):
+    """progress divided by (total - warmup): min_lr would come one step after the last one."""
     if step < warmup_steps:
         return _schedule(step, max_lr, min_lr, warmup_steps, total_steps)
     progress = (step - warmup_steps) / (total_steps - warmup_steps)
     return min_lr + 0.5 * (max_lr - min_lr) * (1.0 + math.cos(math.pi * progress))
 
 
-def _lr_args(max_lr: float, min_lr: float, warmup: int, total: int, extra: int = 0) -> tuple:
-    return (max_lr, min_lr, warmup, total, extra)
+def _lr_args(max_lr: float, min_lr: float, warmup: int, total: int) -> tuple:
+    return (max_lr, min_lr, warmup, total)
 
 
 def _curve(fn: Callable) -> Callable:
     """Turn ``fn(step, max_lr, min_lr, warmup_steps, total_steps)`` into the whole curve."""
 
-    def curve(max_lr, min_lr, warmup_steps, total_steps, extra):
+    def curve(max_lr, min_lr, warmup_steps, total_steps):
         return np.array(
             [
                 float(fn(step, max_lr, min_lr, warmup_steps, total_steps))
-                for step in range(total_steps + extra)
+                for step in range(total_steps)
             ]
         )
 
@@ -101,8 +97,8 @@ _LR_CASES = [
         "max_lr = 1.0, min_lr = 0.1, warmup_steps = 4, total_steps = 20",
         lambda: _lr_args(1.0, 0.1, 4, 20),
         "Steps 0 .. warmup_steps - 1 rise linearly to max_lr (step 0 gets max_lr / "
-        "warmup_steps); from step warmup_steps the cosine falls from max_lr towards min_lr, "
-        "reaching it at step total_steps.",
+        "warmup_steps); from step warmup_steps the cosine falls from max_lr to min_lr, "
+        "reaching it at the last step, total_steps - 1.",
     ),
     Case(
         "max_lr = 3e-3, min_lr = 3e-4, warmup_steps = 10, total_steps = 100",
@@ -110,9 +106,9 @@ _LR_CASES = [
         "Scale the warmup by max_lr, and let the cosine run between max_lr and min_lr.",
     ),
     Case(
-        "steps past total_steps (warmup_steps = 2, total_steps = 10, asked up to step 14)",
-        lambda: _lr_args(1e-3, 1e-4, 2, 10, extra=5),
-        "After total_steps the learning rate stays at min_lr.",
+        "no warmup: warmup_steps = 0, total_steps = 10",
+        lambda: _lr_args(1e-3, 1e-4, 0, 10),
+        "With warmup_steps = 0 the cosine starts at step 0, at max_lr.",
     ),
 ]
 
@@ -137,18 +133,19 @@ _LR_MISTAKES = [
     Mistake(
         "a cosine whose progress counts from step 0 instead of from the end of the warmup",
         _curve(_cosine_from_start),
-        "progress = (step - warmup_steps) / (total_steps - warmup_steps), so that the decay "
-        "starts at max_lr right after the warmup.",
+        "progress = (step - warmup_steps) / (total_steps - warmup_steps - 1), so that the "
+        "decay starts at max_lr right after the warmup.",
     ),
     Mistake(
         "a full cosine period (cos(2 pi progress)) instead of half of one",
-        _curve(_half_cosine_twice),
+        _curve(_full_period),
         "Half a period, cos(pi * progress), goes from +1 to -1: from max_lr down to min_lr.",
     ),
     Mistake(
-        "a cosine that goes on after total_steps",
-        _curve(_no_floor),
-        "From step total_steps on, return min_lr.",
+        "a cosine that reaches min_lr one step after the last step",
+        _curve(_late_floor),
+        "The last step is total_steps - 1; divide by total_steps - warmup_steps - 1 so that "
+        "progress is 1 there and the last step uses min_lr.",
     ),
 ]
 
@@ -156,11 +153,11 @@ _LR_MISTAKES = [
 def check_lr_schedule(fn: Callable[[int, float, float, int, int], float]) -> Verdict:
     """Check ``fn(step, max_lr, min_lr, warmup_steps, total_steps) -> learning rate``.
 
-    The schedule: for ``step < warmup_steps``, ``max_lr * (step + 1) /
-    warmup_steps`` (a linear warmup that reaches ``max_lr`` at step
-    ``warmup_steps - 1``); then a cosine from ``max_lr`` at step
-    ``warmup_steps`` to ``min_lr`` at step ``total_steps``, and ``min_lr`` from
-    there on. Steps count from 0. The checker asks for every step of a run.
+    The schedule of :func:`attnbook.training.lr_at`: for ``step < warmup_steps``,
+    ``max_lr * (step + 1) / warmup_steps`` (a linear warmup that reaches
+    ``max_lr`` at step ``warmup_steps - 1``); then half a cosine from ``max_lr``
+    at step ``warmup_steps`` to ``min_lr`` at the last step, ``total_steps - 1``.
+    Steps count from 0. The checker asks for every step of a few runs.
     """
     if not callable(fn):
         return run_cases("lr_schedule", fn, _curve(_schedule), _LR_CASES)
