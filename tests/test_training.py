@@ -38,6 +38,16 @@ from attnbook.training import (
 
 matplotlib.use("Agg")
 
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> object:
+    """One thread: these tiny models gain nothing from more, and lose much on a busy machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 TASK = reverse_task(length=4, n_symbols=6, n_train=800, n_test=200, seed=0)  # T = 8, V = 7
 
 
