@@ -123,7 +123,9 @@ def _check_ids(idx: object, name: str, vocab_size: int, context_length: int) -> 
             f"{name} must have shape {needed} with 1 <= T <= context_length = {context_length}, "
             f"got {shape_str(idx)}"
         )
-    if idx.numel():
+    # Under torch.compile the range check would break the graph (it reads values back to
+    # Python); the compiled model (attnbook.training's compile=True) skips it.
+    if idx.numel() and not getattr(torch.compiler, "is_compiling", lambda: False)():
         low, high = torch.aminmax(idx)
         low, high = int(low), int(high)
         if low < 0 or high >= vocab_size:
