@@ -15,7 +15,7 @@ def _assert_rejects(verdict, failing_case: str, mistake: str | None = None) -> N
     assert "Hint:" in verdict.message
     assert "Traceback" not in verdict.message
     if mistake is not None:
-        assert f"This is what {mistake}" in verdict.message, verdict.message
+        assert f"this looks like {mistake}" in verdict.message, verdict.message
 
 
 def _stub(*args: object) -> object:
@@ -49,7 +49,7 @@ def test_feed_forward_checker_names_typical_mistakes() -> None:
     # a wrong answer that is none of the named mistakes still fails, with the case's hint
     verdict = check_feed_forward(lambda x, w1, b1, w2, b2: F.gelu(x @ w1 + b1) @ w2 + 2 * b2)
     _assert_rejects(verdict, one)
-    assert "This is what" not in verdict.message
+    assert "this looks like" not in verdict.message
     # transposed weights fail loudly on the non-square shapes
     _assert_rejects(
         check_feed_forward(lambda x, w1, b1, w2, b2: F.gelu(x @ w2.T + b1) @ w1.T + b2), one

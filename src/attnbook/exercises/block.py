@@ -7,86 +7,17 @@ residual, a head counted twice, ...) and say which one they see.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnbook.exercises._framework import Case, Verdict, _compare
+from attnbook.exercises._framework import Case, Mistake, Verdict, run_cases
 from attnbook.model import GPT, GPTConfig
 from attnbook.multihead import MultiHeadAttention
 
 __all__ = ["check_feed_forward", "check_gpt_num_parameters", "check_pre_ln_block"]
-
-
-@dataclass(frozen=True)
-class _Mistake:
-    """A typical wrong answer: what it computes, and what to tell a learner who made it."""
-
-    name: str  # e.g. "post-LN instead of pre-LN"
-    compute: Callable  # the wrong answer, from the same arguments as the reference
-    hint: str  # how to fix it
-
-
-def _run(
-    exercise: str,
-    learner_fn: Callable,
-    reference_fn: Callable,
-    cases: Sequence[Case],
-    mistakes: Sequence[_Mistake],
-    *,
-    rtol: float = 1e-5,
-    atol: float = 1e-6,
-) -> Verdict:
-    """Like ``run_cases``, and on a wrong result, name the typical mistake it matches."""
-    if not callable(learner_fn):
-        raise ValueError(
-            f"check_{exercise} needs your function itself, got {type(learner_fn).__name__}; "
-            f"pass the function without calling it, e.g. check_{exercise}(my_function)"
-        )
-    for i, case in enumerate(cases, start=1):
-        expected = reference_fn(*case.make_args())
-        try:
-            got = learner_fn(*case.make_args())
-        except NotImplementedError:
-            return Verdict(
-                exercise,
-                False,
-                False,
-                len(cases),
-                f"⏳ {exercise}: not attempted yet. Replace `raise NotImplementedError` "
-                "with your code and run this cell again.",
-            )
-        except Exception as exc:
-            return Verdict(
-                exercise,
-                False,
-                True,
-                len(cases),
-                f"❌ {exercise}: case {i}/{len(cases)} ({case.name}) raised "
-                f"{type(exc).__name__}: {exc}\n   Hint: {case.hint}",
-            )
-        problem = _compare(got, expected, rtol, atol)
-        if problem is None:
-            continue
-        hint = case.hint
-        for mistake in mistakes:
-            if _compare(got, mistake.compute(*case.make_args()), rtol, atol) is None:
-                problem += f"\n   This is what {mistake.name} gives."
-                hint = mistake.hint
-                break
-        return Verdict(
-            exercise,
-            False,
-            True,
-            len(cases),
-            f"❌ {exercise}: case {i}/{len(cases)} ({case.name}) {problem}\n   Hint: {hint}",
-        )
-    return Verdict(
-        exercise, True, True, len(cases), f"✅ {exercise}: all {len(cases)} hidden cases pass."
-    )
 
 
 def _randn(seed: int, *shape: int) -> torch.Tensor:
@@ -123,28 +54,28 @@ _FFN_CASES = [
 ]
 
 _FFN_MISTAKES = [
-    _Mistake(
+    Mistake(
         "ReLU instead of GELU",
         lambda *a: _ffn(*a, act=F.relu),
         "The activation is GELU, x * Phi(x) (F.gelu), not ReLU: GELU lets small negative "
         "values through, smoothly.",
     ),
-    _Mistake(
+    Mistake(
         "the tanh approximation of GELU",
         lambda *a: _ffn(*a, act=lambda h: F.gelu(h, approximate="tanh")),
         "Use the exact GELU, F.gelu(h) (the default), as torch.nn.TransformerEncoderLayer does.",
     ),
-    _Mistake(
+    Mistake(
         "forgetting the first bias b1",
         lambda x, w1, b1, w2, b2: _ffn(x, w1, 0 * b1, w2, b2),
         "Add b1 before the activation: gelu(x @ w1 + b1).",
     ),
-    _Mistake(
+    Mistake(
         "forgetting the second bias b2",
         lambda x, w1, b1, w2, b2: _ffn(x, w1, b1, w2, 0 * b2),
         "Add b2 after the second linear map: ... @ w2 + b2.",
     ),
-    _Mistake(
+    Mistake(
         "no activation at all (a single linear map in disguise)",
         lambda *a: _ffn(*a, act=lambda h: h),
         "Apply GELU to the hidden layer; without it the two maps collapse into one linear map.",
@@ -163,7 +94,7 @@ def check_feed_forward(
     ``(d_ff,)``, ``w2`` ``(d_ff, d_model)``, ``b2`` ``(d_model,)``; output
     ``(..., d_model)``. GELU is the exact one, ``F.gelu``.
     """
-    return _run("feed_forward", fn, _ffn, _FFN_CASES, _FFN_MISTAKES)
+    return run_cases("feed_forward", fn, _ffn, _FFN_CASES, mistakes=_FFN_MISTAKES)
 
 
 # ------------------------------------------------------------------ pre-LN block
@@ -252,34 +183,34 @@ _BLOCK_CASES = [
 ]
 
 _BLOCK_MISTAKES = [
-    _Mistake(
+    Mistake(
         "post-LN instead of pre-LN",
         _post_ln,
         "That is the original (post-LN) block, norm(x + sublayer(x)). In a pre-LN block the "
         "LayerNorm comes first, inside the branch: x + sublayer(norm(x)).",
     ),
-    _Mistake(
+    Mistake(
         "a missing residual around the attention",
         _no_attention_residual,
         "Add the attention's output to x (x = x + attention(norm1(x))) instead of replacing x.",
     ),
-    _Mistake(
+    Mistake(
         "a missing residual around the feed-forward network",
         _no_ffn_residual,
         "Return x + ffn(norm2(x)), not ffn(norm2(x)) alone.",
     ),
-    _Mistake(
+    Mistake(
         "adding the sub-layer's output to the normalised input",
         _residual_from_normalised,
         "The residual stream carries x itself: add attention(norm1(x)) to x, not to norm1(x).",
     ),
-    _Mistake(
+    Mistake(
         "using norm1 for both sub-layers",
         _one_norm,
         "Each sub-layer has its own LayerNorm: norm1 before the attention, norm2 before the "
         "feed-forward network.",
     ),
-    _Mistake(
+    Mistake(
         "the feed-forward network before the attention",
         _ffn_first,
         "Attention comes first (it mixes positions), then the feed-forward network.",
@@ -305,7 +236,7 @@ def check_pre_ln_block(
         with torch.no_grad():
             return fn(*args)
 
-    return _run("pre_ln_block", learner, _pre_ln, _BLOCK_CASES, _BLOCK_MISTAKES)
+    return run_cases("pre_ln_block", learner, _pre_ln, _BLOCK_CASES, mistakes=_BLOCK_MISTAKES)
 
 
 # ------------------------------------------------------------------ parameter count
@@ -352,38 +283,38 @@ _COUNT_CASES = [
 ]
 
 _COUNT_MISTAKES = [
-    _Mistake(
+    Mistake(
         "forgetting the biases of the linear maps",
         _off_by(lambda v, c, d, f: -(4 * d + f + d), _zero),
         "Each nn.Linear has a bias: 4 * d_model in the attention, d_ff + d_model in the "
         "feed-forward network, per layer.",
     ),
-    _Mistake(
+    Mistake(
         "counting the output head as a separate matrix",
         _off_by(_zero, lambda v, c, d, f: v * d),
         "The head is tied to the token embedding: one (vocab_size, d_model) matrix, counted once.",
     ),
-    _Mistake(
+    Mistake(
         "forgetting the LayerNorms",
         _off_by(lambda v, c, d, f: -4 * d, lambda v, c, d, f: -2 * d),
         "Each LayerNorm has a weight and a bias of size d_model: two per layer, and the final one.",
     ),
-    _Mistake(
+    Mistake(
         "forgetting the final LayerNorm",
         _off_by(_zero, lambda v, c, d, f: -2 * d),
         "Pre-LN models end with one more LayerNorm before the head: 2 * d_model more.",
     ),
-    _Mistake(
+    Mistake(
         "giving each LayerNorm a weight but no bias",
         _off_by(lambda v, c, d, f: -2 * d, lambda v, c, d, f: -d),
         "nn.LayerNorm has a weight (gain) and a bias, each of size d_model.",
     ),
-    _Mistake(
+    Mistake(
         "forgetting the position embeddings",
         _off_by(_zero, lambda v, c, d, f: -c * d),
         "Learned positions are a (context_length, d_model) table.",
     ),
-    _Mistake(
+    Mistake(
         "forgetting the attention's output projection W_O",
         _off_by(lambda v, c, d, f: -(d * d + d), _zero),
         "Attention has four d_model x d_model maps: W_Q, W_K, W_V and the output projection W_O.",
@@ -397,6 +328,12 @@ def check_gpt_num_parameters(fn: Callable[[int, int, int, int, int], int]) -> Ve
     The count is that of :class:`attnbook.GPT` with learned positions and biases:
     the head tied to the token embedding, every LayerNorm with a weight and a bias.
     """
-    return _run(
-        "gpt_num_parameters", fn, _gpt_count, _COUNT_CASES, _COUNT_MISTAKES, rtol=0.0, atol=0.0
+    return run_cases(
+        "gpt_num_parameters",
+        fn,
+        _gpt_count,
+        _COUNT_CASES,
+        mistakes=_COUNT_MISTAKES,
+        rtol=0.0,
+        atol=0.0,
     )
