@@ -155,6 +155,16 @@ def _toc_files(node: object) -> list[str]:
     return []
 
 
+def test_chapter_map_plans_every_written_chapter() -> None:
+    """A chapter missing from the map's plan is silently drawn dashed ("planned")."""
+    draw_chapter_map = _load_tool("draw_chapter_map")
+    planned = {stem for _, chapters in draw_chapter_map.PLAN for stem, _ in chapters}
+    on_disk = {p.stem for p in CHAPTERS}
+    assert not on_disk - planned, (
+        f"chapters missing from PLAN in tools/draw_chapter_map.py: {sorted(on_disk - planned)}"
+    )
+
+
 def test_table_of_contents_lists_every_chapter() -> None:
     on_disk = {p.with_suffix("").relative_to(ROOT).as_posix() for p in CHAPTERS}
     on_disk |= {p.with_suffix("").relative_to(ROOT).as_posix() for p in ROOT.glob("chapters/*.md")}

@@ -37,10 +37,10 @@ PLAN = [
     (
         "Transformers",
         [
-            ("07_multihead_attention", "Multi-head\nattention"),
+            ("07_multi_head_attention", "Multi-head\nattention"),
             ("08_positional_encoding", "Positional\nencoding"),
             ("09_transformer_block", "The transformer\nblock"),
-            ("10_small_transformer", "Training a small\ntransformer"),
+            ("10_training", "Training a small\ntransformer"),
         ],
     ),
     (
