@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from checker_asserts import assert_rejects
 
 from attnbook.exercises import (
     check_causal_mask,
@@ -34,14 +35,6 @@ def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
 def _masked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
     return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1) @ v
-
-
-def _assert_rejects(verdict, failing_case: str) -> None:
-    assert not verdict
-    assert verdict.attempted
-    assert failing_case in verdict.message, verdict.message
-    assert "Hint:" in verdict.message
-    assert "Traceback" not in verdict.message
 
 
 # ------------------------------------------------------------------ chapter 3
@@ -76,15 +69,15 @@ def test_soft_lookup_checker() -> None:
 )  # fmt: skip
 def test_soft_lookup_checker_rejects_typical_mistakes(wrong, failing_case: str) -> None:
     with np.errstate(over="ignore", invalid="ignore"):
-        _assert_rejects(check_soft_lookup(wrong), failing_case)
+        assert_rejects(check_soft_lookup(wrong), failing_case)
 
 
 def test_hard_lookup_checker() -> None:
     assert check_hard_lookup(lambda q, keys, values: values[np.argmax(keys @ q)])
-    _assert_rejects(
+    assert_rejects(
         check_hard_lookup(lambda q, keys, values: values[np.argmin(keys @ q)]), "one query"
     )
-    _assert_rejects(
+    assert_rejects(
         check_hard_lookup(lambda q, keys, values: keys[np.argmax(keys @ q)]), "one query"
     )
 
@@ -116,7 +109,7 @@ def test_sdpa_checker_accepts_a_correct_answer() -> None:
     ],
 )  # fmt: skip
 def test_sdpa_checker_rejects_typical_mistakes(wrong, failing_case: str) -> None:
-    _assert_rejects(check_scaled_dot_product_attention(wrong), failing_case)
+    assert_rejects(check_scaled_dot_product_attention(wrong), failing_case)
 
 
 def test_sdpa_checker_stub_and_transposed_scores() -> None:
@@ -128,7 +121,7 @@ def test_sdpa_checker_stub_and_transposed_scores() -> None:
     verdict = check_scaled_dot_product_attention(
         lambda q, k, v: _sdpa(q, k, v) if q.shape[-2] != k.shape[-2] else torch.softmax(k @ q.transpose(-2, -1) / math.sqrt(q.shape[-1]), -1) @ v
     )  # fmt: skip
-    _assert_rejects(verdict, "worked example")
+    assert_rejects(verdict, "worked example")
 
 
 # ------------------------------------------------------------------ chapter 5
@@ -142,11 +135,11 @@ def test_self_attention_checker() -> None:
         scores = (x @ w_q) @ (x @ w_k).transpose(-2, -1) / math.sqrt(x.shape[-1])
         return torch.softmax(scores, dim=-1) @ (x @ w_v)
 
-    _assert_rejects(check_self_attention(scale_by_d_model), "all widths differ")
-    _assert_rejects(
+    assert_rejects(check_self_attention(scale_by_d_model), "all widths differ")
+    assert_rejects(
         check_self_attention(lambda x, w_q, w_k, w_v: _sdpa(x @ w_q, x @ w_k, x)), "worked example"
     )
-    _assert_rejects(
+    assert_rejects(
         check_self_attention(lambda x, w_q, w_k, w_v: _sdpa(x @ w_q.T, x @ w_k.T, x @ w_v.T)),
         "worked example",
     )
@@ -155,11 +148,11 @@ def test_self_attention_checker() -> None:
 def test_cross_attention_checker() -> None:
     right = check_cross_attention(lambda xq, xc, w_q, w_k, w_v: _sdpa(xq @ w_q, xc @ w_k, xc @ w_v))
     assert right, right.message
-    _assert_rejects(
+    assert_rejects(
         check_cross_attention(lambda xq, xc, w_q, w_k, w_v: _sdpa(xq @ w_q, xc @ w_k, xq @ w_v)),
         "T = 2 queries",
     )
-    _assert_rejects(
+    assert_rejects(
         check_cross_attention(lambda xq, xc, w_q, w_k, w_v: _sdpa(xc @ w_q, xq @ w_k, xq @ w_v)),
         "T = 2 queries",
     )
@@ -171,14 +164,14 @@ def test_cross_attention_checker() -> None:
 def test_causal_mask_checker() -> None:
     assert check_causal_mask(lambda n: torch.ones(n, n, dtype=torch.bool).tril())
     assert check_causal_mask(lambda n: np.tril(np.ones((n, n), dtype=bool)))  # NumPy is fine too
-    _assert_rejects(
+    assert_rejects(
         check_causal_mask(lambda n: torch.ones(n, n, dtype=torch.bool).triu()), "seq_len = 4"
     )
-    _assert_rejects(
+    assert_rejects(
         check_causal_mask(lambda n: torch.ones(n, n, dtype=torch.bool).tril(-1)), "seq_len = 4"
     )
     float_mask = check_causal_mask(lambda n: torch.ones(n, n).tril())
-    _assert_rejects(float_mask, "seq_len = 4")
+    assert_rejects(float_mask, "seq_len = 4")
     assert "expected a boolean mask" in float_mask.message
 
 
@@ -213,4 +206,4 @@ def test_masked_attention_checker() -> None:
     ],
 )  # fmt: skip
 def test_masked_attention_checker_rejects_typical_mistakes(wrong, failing_case: str) -> None:
-    _assert_rejects(check_masked_attention(wrong), failing_case)
+    assert_rejects(check_masked_attention(wrong), failing_case)

@@ -4,23 +4,9 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from checker_asserts import assert_rejects, stub
 
 from attnbook.exercises import check_feed_forward, check_gpt_num_parameters, check_pre_ln_block
-
-
-def _assert_rejects(verdict, failing_case: str, mistake: str | None = None) -> None:
-    assert not verdict
-    assert verdict.attempted
-    assert failing_case in verdict.message, verdict.message
-    assert "Hint:" in verdict.message
-    assert "Traceback" not in verdict.message
-    if mistake is not None:
-        assert f"this looks like {mistake}" in verdict.message, verdict.message
-
-
-def _stub(*args: object) -> object:
-    raise NotImplementedError
-
 
 # ------------------------------------------------------------------ feed-forward
 
@@ -29,7 +15,7 @@ def test_feed_forward_checker_accepts_a_correct_answer() -> None:
     verdict = check_feed_forward(lambda x, w1, b1, w2, b2: F.gelu(x @ w1 + b1) @ w2 + b2)
     assert verdict, verdict.message
     assert "all 2 hidden cases pass" in verdict.message
-    assert not check_feed_forward(_stub).attempted
+    assert not check_feed_forward(stub).attempted
 
 
 def test_feed_forward_checker_names_typical_mistakes() -> None:
@@ -45,13 +31,13 @@ def test_feed_forward_checker_names_typical_mistakes() -> None:
         (lambda x, w1, b1, w2, b2: (x @ w1 + b1) @ w2 + b2, "no activation at all"),
     ]
     for wrong, mistake in cases:
-        _assert_rejects(check_feed_forward(wrong), one, mistake)
+        assert_rejects(check_feed_forward(wrong), one, mistake)
     # a wrong answer that is none of the named mistakes still fails, with the case's hint
     verdict = check_feed_forward(lambda x, w1, b1, w2, b2: F.gelu(x @ w1 + b1) @ w2 + 2 * b2)
-    _assert_rejects(verdict, one)
+    assert_rejects(verdict, one)
     assert "this looks like" not in verdict.message
     # transposed weights fail loudly on the non-square shapes
-    _assert_rejects(
+    assert_rejects(
         check_feed_forward(lambda x, w1, b1, w2, b2: F.gelu(x @ w2.T + b1) @ w1.T + b2), one
     )
 
@@ -68,7 +54,7 @@ def test_pre_ln_block_checker_accepts_a_correct_answer() -> None:
     verdict = check_pre_ln_block(_pre_ln)
     assert verdict, verdict.message
     assert "all 2 hidden cases pass" in verdict.message
-    assert not check_pre_ln_block(_stub).attempted
+    assert not check_pre_ln_block(stub).attempted
 
 
 def test_pre_ln_block_checker_leaves_the_global_rng_alone() -> None:
@@ -115,10 +101,10 @@ def test_pre_ln_block_checker_names_typical_mistakes() -> None:
         (one_norm, "using norm1 for both sub-layers"),
         (ffn_first, "the feed-forward network before the attention"),
     ]:
-        _assert_rejects(check_pre_ln_block(wrong), first, mistake)
+        assert_rejects(check_pre_ln_block(wrong), first, mistake)
     # no normalisation at all is none of those, and still fails
     verdict = check_pre_ln_block(lambda x, a, f, n1, n2: (x + a(x)) + f(x + a(x)))
-    _assert_rejects(verdict, first)
+    assert_rejects(verdict, first)
 
 
 # ------------------------------------------------------------------ parameter count
@@ -135,7 +121,7 @@ def test_gpt_num_parameters_checker_accepts_a_correct_answer() -> None:
     verdict = check_gpt_num_parameters(_count)
     assert verdict, verdict.message
     assert "all 3 hidden cases pass" in verdict.message
-    assert not check_gpt_num_parameters(_stub).attempted
+    assert not check_gpt_num_parameters(stub).attempted
 
 
 def test_gpt_num_parameters_checker_names_typical_mistakes() -> None:
@@ -161,9 +147,9 @@ def test_gpt_num_parameters_checker_names_typical_mistakes() -> None:
             "forgetting the attention's output projection",
         ),
     ]:
-        _assert_rejects(check_gpt_num_parameters(wrong), first, mistake)
+        assert_rejects(check_gpt_num_parameters(wrong), first, mistake)
     # 4 * d_model for d_ff: right in the first case only
-    _assert_rejects(
+    assert_rejects(
         check_gpt_num_parameters(lambda v, c, d, n, f: _count(v, c, d, n, 4 * d)),
         "vocab_size = 100",
     )

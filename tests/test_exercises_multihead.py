@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from checker_asserts import assert_rejects, stub
 
 from attnbook import scaled_dot_product_attention
 from attnbook.exercises import check_merge_heads, check_multi_head_attention, check_split_heads
@@ -37,18 +38,6 @@ def _mha(
     return merged @ w_o if out else merged
 
 
-def _assert_rejects(verdict, failing_case: str) -> None:
-    assert not verdict
-    assert verdict.attempted
-    assert failing_case in verdict.message, verdict.message
-    assert "Hint:" in verdict.message
-    assert "Traceback" not in verdict.message
-
-
-def _stub(*args):
-    raise NotImplementedError
-
-
 # ------------------------------------------------------------------ split heads
 
 
@@ -59,7 +48,7 @@ def test_split_heads_checker_accepts_correct_answers() -> None:
     # reshape + permute, and einops-style unflatten, are just as right
     assert check_split_heads(lambda x, h: x.reshape(*x.shape[:2], h, -1).permute(0, 2, 1, 3))
     assert check_split_heads(lambda x, h: x.unflatten(-1, (h, -1)).transpose(1, 2))
-    assert not check_split_heads(_stub).attempted
+    assert not check_split_heads(stub).attempted
 
 
 @pytest.mark.parametrize(
@@ -79,7 +68,7 @@ def test_split_heads_checker_accepts_correct_answers() -> None:
 )  # fmt: skip
 def test_split_heads_checker_rejects_typical_mistakes(wrong, failing_case: str, hint: str) -> None:
     verdict = check_split_heads(wrong)
-    _assert_rejects(verdict, failing_case)
+    assert_rejects(verdict, failing_case)
     assert hint in verdict.message
 
 
@@ -90,7 +79,7 @@ def test_split_heads_square_case_catches_what_hides_in_the_shape() -> None:
             return x.view(*x.shape[:2], x.shape[2] // h, h).permute(0, 3, 1, 2)
         return _split(x, h)
 
-    _assert_rejects(check_split_heads(sneaky), "square")
+    assert_rejects(check_split_heads(sneaky), "square")
 
 
 # ------------------------------------------------------------------ merge heads
@@ -101,7 +90,7 @@ def test_merge_heads_checker_accepts_correct_answers() -> None:
     assert verdict, verdict.message
     assert check_merge_heads(lambda x: x.permute(0, 2, 1, 3).flatten(2))
     assert check_merge_heads(lambda x: torch.cat(list(x.unbind(1)), dim=-1))
-    assert not check_merge_heads(_stub).attempted
+    assert not check_merge_heads(stub).attempted
 
 
 @pytest.mark.parametrize(
@@ -119,7 +108,7 @@ def test_merge_heads_checker_accepts_correct_answers() -> None:
 )  # fmt: skip
 def test_merge_heads_checker_rejects_typical_mistakes(wrong, failing_case: str, hint: str) -> None:
     verdict = check_merge_heads(wrong)
-    _assert_rejects(verdict, failing_case)
+    assert_rejects(verdict, failing_case)
     assert hint in verdict.message
 
 
@@ -129,7 +118,7 @@ def test_merge_heads_square_case() -> None:
             return x.reshape(x.shape[0], x.shape[2], -1)
         return _merge(x)
 
-    _assert_rejects(check_merge_heads(sneaky), "square")
+    assert_rejects(check_merge_heads(sneaky), "square")
 
 
 # ------------------------------------------------------- multi-head attention
@@ -150,7 +139,7 @@ def test_multi_head_attention_checker_accepts_correct_answers() -> None:
         return output
 
     assert check_multi_head_attention(as_a_sum_over_heads)
-    assert not check_multi_head_attention(_stub).attempted
+    assert not check_multi_head_attention(stub).attempted
 
 
 @pytest.mark.parametrize(
@@ -174,7 +163,7 @@ def test_multi_head_attention_checker_rejects_typical_mistakes(
     wrong, failing_case: str, hint: str
 ) -> None:
     verdict = check_multi_head_attention(wrong)
-    _assert_rejects(verdict, failing_case)
+    assert_rejects(verdict, failing_case)
     assert hint in verdict.message
 
 
@@ -183,7 +172,7 @@ def test_scale_mistake_is_caught_on_the_wide_case_too() -> None:
     def sneaky(*a):
         return _mha(*a, scale_width=a[0].shape[-1] if a[0].shape[-1] == 32 else None)
 
-    _assert_rejects(check_multi_head_attention(sneaky), "wide heads")
+    assert_rejects(check_multi_head_attention(sneaky), "wide heads")
 
 
 def test_reference_agrees_with_the_package_attention_per_head() -> None:

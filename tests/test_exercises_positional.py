@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from checker_asserts import assert_rejects
 
 from attnbook.exercises import check_apply_rope, check_sinusoidal_positional_encoding
 
@@ -59,14 +60,6 @@ def _rope(x, positions, *, half_split=False, sign=1.0, exponent="2i", ignore_pos
     return out
 
 
-def _assert_rejects(verdict, failing_case: str, named_mistake: str) -> None:
-    assert not verdict
-    assert verdict.attempted
-    assert failing_case in verdict.message, verdict.message
-    assert named_mistake in verdict.message.split("Hint:")[1], verdict.message
-    assert "Traceback" not in verdict.message
-
-
 # ------------------------------------------------------------- sinusoidal
 
 
@@ -92,7 +85,7 @@ def test_sinusoidal_checker_accepts_a_numpy_answer() -> None:
     ],
 )  # fmt: skip
 def test_sinusoidal_checker_names_typical_mistakes(wrong, failing_case, named_mistake) -> None:
-    _assert_rejects(check_sinusoidal_positional_encoding(wrong), failing_case, named_mistake)
+    assert_rejects(check_sinusoidal_positional_encoding(wrong), failing_case, named=named_mistake)
 
 
 def test_sinusoidal_checker_keeps_the_case_hint_for_other_mistakes() -> None:
@@ -134,7 +127,7 @@ def test_rope_checker_accepts_correct_answers() -> None:
     ],
 )  # fmt: skip
 def test_rope_checker_names_typical_mistakes(wrong, failing_case, named_mistake) -> None:
-    _assert_rejects(check_apply_rope(wrong), failing_case, named_mistake)
+    assert_rejects(check_apply_rope(wrong), failing_case, named=named_mistake)
 
 
 def test_rope_checker_rejects_answers_without_a_named_mistake() -> None:

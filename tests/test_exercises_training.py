@@ -6,23 +6,9 @@ import math
 
 import torch
 import torch.nn.functional as F
+from checker_asserts import assert_rejects, stub
 
 from attnbook.exercises import check_answer_loss, check_lr_schedule
-
-
-def _assert_rejects(verdict, failing_case: str, mistake: str | None = None) -> None:
-    assert not verdict, verdict.message
-    assert verdict.attempted
-    assert failing_case in verdict.message, verdict.message
-    assert "Hint:" in verdict.message
-    assert "Traceback" not in verdict.message
-    if mistake is not None:
-        assert f"this looks like {mistake}" in verdict.message, verdict.message
-
-
-def _stub(*args: object) -> object:
-    raise NotImplementedError
-
 
 # ------------------------------------------------------------------ learning-rate schedule
 
@@ -46,7 +32,7 @@ def test_lr_schedule_checker_accepts_correct_answers() -> None:
         return min_lr + 0.5 * (max_lr - min_lr) * (1 + torch.cos(math.pi * p))
 
     assert check_lr_schedule(with_torch)
-    assert not check_lr_schedule(_stub).attempted
+    assert not check_lr_schedule(stub).attempted
 
 
 def test_lr_schedule_checker_agrees_with_the_package() -> None:
@@ -97,10 +83,10 @@ def test_lr_schedule_checker_names_typical_mistakes() -> None:
         (full_period, "a full cosine period"),
         (late_floor, "a cosine that reaches min_lr one step after the last step"),
     ]:
-        _assert_rejects(check_lr_schedule(wrong), first, mistake)
+        assert_rejects(check_lr_schedule(wrong), first, mistake)
     # a wrong answer that is none of the named mistakes still fails, with the case's hint
     verdict = check_lr_schedule(lambda step, max_lr, min_lr, w, n: max_lr)
-    _assert_rejects(verdict, first)
+    assert_rejects(verdict, first)
     assert "this looks like" not in verdict.message
 
     def linear_decay(step, max_lr, min_lr, warmup_steps, total_steps):
@@ -109,9 +95,9 @@ def test_lr_schedule_checker_names_typical_mistakes() -> None:
         progress = (step - warmup_steps) / (total_steps - warmup_steps - 1)
         return max_lr - (max_lr - min_lr) * progress
 
-    _assert_rejects(check_lr_schedule(linear_decay), first)
+    assert_rejects(check_lr_schedule(linear_decay), first)
     # a division by zero when warmup_steps = 0 fails on the third case
-    _assert_rejects(
+    assert_rejects(
         check_lr_schedule(
             lambda s, hi, lo, w, n: (
                 hi * min(1.0, (s + 1) / w) if s < w or w == 0 else _lr(s, hi, lo, w, n)
@@ -139,7 +125,7 @@ def test_answer_loss_checker_accepts_correct_answers() -> None:
         return F.cross_entropy(logits[:, :-1].flatten(0, 1), targets.flatten(), ignore_index=-100)
 
     assert check_answer_loss(with_ignore_index)
-    assert not check_answer_loss(_stub).attempted
+    assert not check_answer_loss(stub).attempted
 
 
 def test_answer_loss_checker_names_typical_mistakes() -> None:
@@ -176,11 +162,11 @@ def test_answer_loss_checker_names_typical_mistakes() -> None:
         (summed, first, "a sum instead of a mean"),
         (probability, first, "minus the probability"),
     ]:
-        _assert_rejects(check_answer_loss(wrong), case, mistake)
+        assert_rejects(check_answer_loss(wrong), case, mistake)
     # the shift in the wrong direction is none of those, and still fails
     verdict = check_answer_loss(
         lambda logits, tokens, m: F.cross_entropy(
             logits[:, 1:][m[:, :-1]], tokens[:, :-1][m[:, :-1]]
         )
     )
-    _assert_rejects(verdict, first)
+    assert_rejects(verdict, first)
