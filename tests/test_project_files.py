@@ -216,7 +216,7 @@ def _directives(markdown: str, name: str) -> list[list[str]]:
 @chapter
 def test_first_code_cell_is_the_colab_cell(path: Path) -> None:
     cells = _code_cells(_read(path))
-    wanted = sync_repo_url.colab_cell_source(sync_repo_url.repository_url(ROOT))
+    wanted = sync_repo_url.colab_cell_source(sync_repo_url.repository_url(ROOT), path.stem)
     assert cells, f"{path.name} has no code cell"
     assert cells[0].source == wanted, (
         f"{path.name}: the first code cell must be the Colab cell of CONTRIBUTING.md "

@@ -31,14 +31,19 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# The Colab cell of CONTRIBUTING.md; `{url}` is the repository URL.
+# The Colab cell of CONTRIBUTING.md; `{url}` is the repository URL and `{requirement}` is
+# `attnbook`, or `attnbook[extra]` for a chapter that needs one of the package's extras.
 COLAB_CELL = """\
 # On Colab, install the course package attnbook. Elsewhere this does nothing:
 # `make book` has already installed it into .venv.
 import sys
 
 if "google.colab" in sys.modules:
-    %pip install --quiet "attnbook @ git+{url}\""""
+    %pip install --quiet "{requirement} @ git+{url}\""""
+
+# Chapters whose Colab cell installs an optional extra of pyproject.toml as well
+# (chapter stem -> extra). Chapter 11 needs bertviz, transformers and the offline MiniLM.
+COLAB_EXTRAS = {"11_inside_attention": "pretrained"}
 
 README_START, README_END = "<!-- repo-url:start -->", "<!-- repo-url:end -->"
 _GITHUB_REPO = re.compile(r"https://github\.com/[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+")
@@ -68,13 +73,15 @@ def repository_url(root: Path = ROOT) -> str:
 COLAB_TAG = "remove-cell"
 
 
-def colab_cell_source(url: str) -> str:
-    """The canonical source of the first code cell of every chapter."""
-    return COLAB_CELL.format(url=url)
+def colab_cell_source(url: str, chapter: str | None = None) -> str:
+    """The canonical source of the first code cell of the chapter named `chapter` (its stem)."""
+    extra = COLAB_EXTRAS.get(chapter or "")
+    requirement = f"attnbook[{extra}]" if extra else "attnbook"
+    return COLAB_CELL.format(url=url, requirement=requirement)
 
 
 def _is_colab_cell(source: str) -> bool:
-    return "google.colab" in source or "attnbook @ git+" in source
+    return "google.colab" in source or re.search(r"attnbook(\[\w+\])? @ git\+", source) is not None
 
 
 def _sync_notebook(path: Path, url: str, write: bool) -> OutOfSync | None:
@@ -86,7 +93,7 @@ def _sync_notebook(path: Path, url: str, write: bool) -> OutOfSync | None:
         reason = "its first code cell is not the Colab cell: add it by hand (see CONTRIBUTING.md)"
         return OutOfSync(path, reason, fixable=False)
     first = code_cells[0]
-    wanted = colab_cell_source(url)
+    wanted = colab_cell_source(url, path.stem)
     tags = first.metadata.get("tags", [])
     if first.source == wanted and COLAB_TAG in tags:
         return None
