@@ -13,9 +13,12 @@ is in its docstring):
 - :mod:`attnbook.softmax`: a numerically stable softmax and its derivative
 - :mod:`attnbook.lookup`: attention as a soft dictionary lookup (hard vs soft)
 - :mod:`attnbook.attention`: scaled dot-product attention, a single attention head
-- :mod:`attnbook.masking`: causal and padding masks (``True`` = may attend)
+- :mod:`attnbook.masking`: causal, padding, sliding-window and strided masks
+  (``True`` = may attend)
 - :mod:`attnbook.positional`: sinusoidal encodings, rotary embeddings (RoPE), ALiBi biases
 - :mod:`attnbook.multihead`: multi-head attention (``MultiHeadAttention``)
+- :mod:`attnbook.efficient`: attention that costs less: tiled (FlashAttention's
+  online softmax) and low-rank (Linformer) attention
 - :mod:`attnbook.block`: the transformer block (feed-forward network, encoder
   and decoder blocks, pre-LN or post-LN)
 - :mod:`attnbook.model`: whole models: ``GPT`` (decoder-only) and ``EncoderDecoder``
@@ -42,6 +45,7 @@ from attnbook.data import (
     reverse_task,
     sort_task,
 )
+from attnbook.efficient import linformer_attention, tiled_attention
 from attnbook.lookup import hard_lookup, soft_lookup
 from attnbook.masking import (
     apply_mask,
@@ -50,6 +54,8 @@ from attnbook.masking import (
     mask_to_additive,
     masked_softmax,
     padding_mask,
+    sliding_window_mask,
+    strided_mask,
     to_mha_mask,
 )
 from attnbook.model import GPT, EncoderDecoder, EncoderDecoderConfig, GPTConfig
@@ -112,6 +118,7 @@ __all__ = [
     "get_device",
     "grammar_corpus",
     "hard_lookup",
+    "linformer_attention",
     "load_checkpoint",
     "load_text",
     "log_softmax",
@@ -127,10 +134,13 @@ __all__ = [
     "set_print_options",
     "set_seed",
     "sinusoidal_positional_encoding",
+    "sliding_window_mask",
     "soft_lookup",
     "softmax",
     "softmax_jacobian",
     "sort_task",
+    "tiled_attention",
+    "strided_mask",
     "to_mha_mask",
     "train",
 ]

@@ -46,6 +46,8 @@ __all__ = [
     "mask_to_additive",
     "masked_softmax",
     "padding_mask",
+    "sliding_window_mask",
+    "strided_mask",
     "to_mha_mask",
 ]
 
@@ -361,3 +363,91 @@ def _softmax_last(scores: torch.Tensor) -> torch.Tensor:
     if scores.element_size() < 4:
         return torch.softmax(scores, dim=-1, dtype=torch.float32).to(scores.dtype)
     return torch.softmax(scores, dim=-1)
+
+
+# --------------------------------------------------------------------- sparse patterns (chapter 12)
+
+
+def sliding_window_mask(
+    seq_len: int,
+    window: int,
+    *,
+    key_len: int | None = None,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """A local causal mask: each query may attend to itself and the ``window - 1`` keys before it.
+
+    Full attention scores ``T * S`` pairs; a sliding window scores at most
+    ``T * window``, linear in the length (Longformer's local attention,
+    Mistral's sliding window). Information from further back still arrives,
+    through the layers: after ``L`` layers a position can depend on the
+    ``L * (window - 1)`` positions before it (chapter 12 draws it).
+
+    Aligned bottom-right like :func:`causal_mask`: with ``key_len = S``, query
+    ``t`` sits at position ``p = t + S - T`` and may attend to keys
+    ``max(0, p - window + 1) .. p``. ``window >= S`` gives the causal mask.
+
+    Example, ``sliding_window_mask(5, 2)``::
+
+        [[ True, False, False, False, False],
+         [ True,  True, False, False, False],
+         [False,  True,  True, False, False],
+         [False, False,  True,  True, False],
+         [False, False, False,  True,  True]]
+
+    Args:
+        seq_len: ``T``, the number of queries.
+        window: how many keys each query may see, itself included (``>= 1``).
+        key_len: ``S``, the number of keys (default: ``T``, a square mask).
+        device: where to create the mask (default: the CPU).
+
+    Returns:
+        Boolean tensor of shape ``(T, S)``, ``True`` where
+        ``0 <= t + S - T - s < window``.
+    """
+    seq_len = _check_size(seq_len, "seq_len", 1)
+    window = _check_size(window, "window", 1)
+    key_len = seq_len if key_len is None else _check_size(key_len, "key_len", 1)
+    position = torch.arange(seq_len, device=device)[:, None] + (key_len - seq_len)  # (T, 1)
+    distance = position - torch.arange(key_len, device=device)[None, :]  # (T, 1) - (1, S) -> (T, S)
+    return (distance >= 0) & (distance < window)  # (T, S)
+
+
+def strided_mask(
+    seq_len: int, stride: int, *, device: torch.device | str | None = None
+) -> torch.Tensor:
+    """The strided sparse pattern of Child et al. (2019): local keys, plus every ``stride``-th one.
+
+    Query ``t`` may attend to key ``s <= t`` when ``t - s < stride`` (the
+    previous ``stride`` positions, itself included) or when ``(t - s)`` is a
+    multiple of ``stride`` (one key per stride, back to the start). With
+    ``stride`` near ``sqrt(T)`` each query scores about ``2 sqrt(T)`` keys
+    instead of ``T``, and two layers suffice for any position to reach any
+    earlier one: a strided hop lands within ``stride`` of the target, a local
+    hop covers the rest.
+
+    Example, ``strided_mask(6, 2)``::
+
+        [[ True, False, False, False, False, False],
+         [ True,  True, False, False, False, False],
+         [ True,  True,  True, False, False, False],
+         [False,  True,  True,  True, False, False],
+         [ True, False,  True,  True,  True, False],
+         [False,  True, False,  True,  True,  True]]
+
+    Args:
+        seq_len: ``T``, the number of positions (queries and keys).
+        stride: ``>= 1``; ``stride = 1`` gives the causal mask.
+        device: where to create the mask (default: the CPU).
+
+    Returns:
+        Boolean tensor of shape ``(T, T)``, ``True`` where ``s <= t`` and
+        (``t - s < stride`` or ``(t - s) % stride == 0``).
+    """
+    seq_len = _check_size(seq_len, "seq_len", 1)
+    stride = _check_size(stride, "stride", 1)
+    positions = torch.arange(seq_len, device=device)  # (T,)
+    distance = positions[:, None] - positions[None, :]  # (T, 1) - (1, T) -> (T, T)
+    local = distance < stride  # (T, T)
+    every_stride = distance % stride == 0  # (T, T)
+    return (distance >= 0) & (local | every_stride)  # (T, T)
