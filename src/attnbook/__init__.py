@@ -139,8 +139,8 @@ __all__ = [
     "softmax",
     "softmax_jacobian",
     "sort_task",
-    "tiled_attention",
     "strided_mask",
+    "tiled_attention",
     "to_mha_mask",
     "train",
 ]
