@@ -27,6 +27,8 @@ is in its docstring):
 - :mod:`attnbook.training`: the training loop (AdamW, warmup + cosine, evaluation,
   checkpoints); :mod:`attnbook.distributed` runs it from the command line, also
   data-parallel under ``torchrun`` (not imported here: ``python -m attnbook.distributed``)
+- :mod:`attnbook.interpret`: reading attention: bertviz's input, attention rollout,
+  per-head statistics (entropy, weight on chosen keys, previous-token share)
 - :mod:`attnbook.viz`: the course's figures (heatmaps, bar charts)
 - :mod:`attnbook.exercises`: checkers for the chapters' code exercises
 """
@@ -46,6 +48,13 @@ from attnbook.data import (
     sort_task,
 )
 from attnbook.efficient import linformer_attention, tiled_attention
+from attnbook.interpret import (
+    attention_rollout,
+    attention_share,
+    head_entropy,
+    offset_share,
+    to_bertviz,
+)
 from attnbook.lookup import hard_lookup, soft_lookup
 from attnbook.masking import (
     apply_mask,
@@ -110,6 +119,8 @@ __all__ = [
     "apply_mask",
     "apply_rope",
     "associative_recall_task",
+    "attention_rollout",
+    "attention_share",
     "causal_mask",
     "combine_masks",
     "cosine_similarity",
@@ -118,12 +129,14 @@ __all__ = [
     "get_device",
     "grammar_corpus",
     "hard_lookup",
+    "head_entropy",
     "linformer_attention",
     "load_checkpoint",
     "load_text",
     "log_softmax",
     "mask_to_additive",
     "masked_softmax",
+    "offset_share",
     "padding_mask",
     "plot_history",
     "reverse_recipe",
@@ -141,6 +154,7 @@ __all__ = [
     "sort_task",
     "strided_mask",
     "tiled_attention",
+    "to_bertviz",
     "to_mha_mask",
     "train",
 ]
