@@ -17,7 +17,7 @@ HIDE_SOLUTIONS ?= 0
 export ATTNBOOK_HIDE_SOLUTIONS := $(HIDE_SOLUTIONS)
 
 .DEFAULT_GOAL := help
-.PHONY: help venv lab assets book test execute lint format lock sync-url clean
+.PHONY: help venv lab assets book student test execute lint format lock sync-url clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -54,6 +54,9 @@ $(VENDOR)/.stamp: package.json package-lock.json
 book: venv assets ## build the HTML book (warnings are errors) and print where it is
 	$(BIN)/jupyter-book build . --warningiserror --nitpick --keep-going
 	@echo "The book: file://$(CURDIR)/$(BOOK_HTML)"
+
+student: venv assets ## the student edition in _build/student/: notebooks without solutions, a zip, the book
+	$(PY) tools/make_student.py
 
 test: venv assets ## lint, unit tests, nbval on every chapter, book build, browser test; one summary
 	$(PY) tools/run_tests.py

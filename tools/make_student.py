@@ -1,0 +1,485 @@
+"""Build the student edition: every chapter without its solutions, a zip to hand out, the book.
+
+Usage:
+    python tools/make_student.py            # `make student`: notebooks, zip and book
+    python tools/make_student.py --no-book  # the notebooks and the zip only (seconds)
+
+It writes only under `_build/student/` (never `_build/html`, the main book):
+
+  notebooks/NN_name.ipynb   every chapter of chapters/, solutions removed
+  attnbook-student.zip      those notebooks and a README.txt for learners
+  html/                     the book built from the student notebooks
+
+A student notebook (`student_notebook`) is the chapter with every `{solution}`
+directive cut out of its markdown cells (colon or backtick fence of any length;
+a cell left empty is dropped) and every gated solution (`{solution-start}` ...
+`{solution-end}`, which may span cells, code cells included) dropped whole.
+Everything else is kept as it is: the exercise statements, the stubs
+(`raise NotImplementedError  # replace this line with your code`), the hints,
+the checker calls and the Colab cell that comes first. So are the stored outputs
+and execution counts: the figures and printed values of the teaching cells are
+half of each lesson, and on Colab a learner reads a chapter before running it;
+the exercise cells are the committed, untouched stubs, so their only outputs
+are the checkers' "not attempted yet". A fence that is never closed is an
+error rather than a guess.
+
+The book is built from a staging copy of the book's sources whose chapters are
+the student notebooks, so the pages, the search index, the `_sources/` copies and
+the page's download button (.ipynb) can only hold what the student notebooks
+hold; `ATTNBOOK_HIDE_SOLUTIONS=1` is set as well. In that copy the launch buttons
+(Colab, Binder) and the repository button are switched off, since they open the
+repository's own notebooks, solutions included; a note on the start page tells
+learners to download a chapter's notebook and open it on Colab instead.
+
+Two checks guard every run and fail it on any hit: `notebook_leaks` looks for
+each non-trivial code line and prose sentence of every solution (one that does
+not also appear elsewhere in the chapter) in the student notebook, its outputs
+included; `page_leaks` looks for runs of eight consecutive words of any solution
+in every page and `_sources` file of the built book, and for words that only
+solutions use in its search index. `tests/test_student_edition.py` tests both,
+including that they catch a solution left in.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import html
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import zipfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import nbformat
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from sync_repo_url import repository_url  # noqa: E402  (tools/ is a folder of scripts)
+
+OUT = ROOT / "_build" / "student"
+ZIP_NAME = "attnbook-student.zip"
+ZIP_FOLDER = "attnbook-student"  # the zip unpacks into one folder of this name
+MIN_CHARS = 20  # shorter solution lines or sentences are too generic to count as a leak
+SHINGLE = 8  # a run of this many words of a solution, found in a page, is a leak
+_ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # fixed timestamps: the same sources give the same zip
+
+# The opening line of a solution directive, e.g. "::::{solution} ex-ch01-cosine" or
+# "```{solution-start} ex-ch01-cosine"; `name` tells plain, gated start and gated end apart.
+_OPEN = re.compile(r"^\s*(?P<fence>:{3,}|`{3,})\{(?P<name>solution(?:-start|-end)?)\}")
+_ANY_SOLUTION = re.compile(r"\{solution(?:-start|-end)?\}")
+_OPTION = re.compile(r"^\s*:[\w-]+:")  # a directive option line such as ":class: dropdown"
+_CODE_FENCE = re.compile(r"^\s*(`{3,}|~{3,})")
+_SENTENCE_END = re.compile(r"(?<=[.!?;:])\s+")
+_WORD = re.compile(r"[a-z0-9]+")
+_MARKUP = re.compile(r"\{[\w:-]+\}`[^`]*`")  # MyST roles, rendered differently in a page
+
+
+def _closes(line: str, fence: str) -> bool:
+    """Is `line` the closing fence of a block opened with `fence` (same character, as long)?"""
+    stripped = line.strip()
+    return len(stripped) >= len(fence) and set(stripped) == {fence[0]}
+
+
+def _split_solutions(cells: list[nbformat.NotebookNode]) -> Iterator[tuple[int, str, str]]:
+    """Walk the cells once; yield (cell index, kept text, solution text) for every cell.
+
+    For a markdown cell the kept text is the cell without its solution blocks; a
+    code cell is either kept whole or, inside a gated solution, given as solution.
+    """
+    gated = False  # inside {solution-start} ... {solution-end}
+    for index, cell in enumerate(cells):
+        if cell.cell_type != "markdown":
+            yield (index, "", cell.source) if gated else (index, cell.source, "")
+            continue
+        kept: list[str] = []
+        removed: list[str] = []
+        fence: str | None = None  # the open solution directive's fence, if any
+        name = ""
+        for line in cell.source.splitlines(keepends=True):
+            if fence is not None:  # inside a directive: up to its closing fence
+                removed.append(line)
+                if _closes(line, fence):
+                    fence = None
+                    gated = name == "solution-start"
+                continue
+            match = _OPEN.match(line)
+            if match and match["name"] == "solution-end" and not gated:
+                raise ValueError(f"cell {index}: a {{solution-end}} without a {{solution-start}}")
+            if match and (match["name"] != "solution-end" or gated):
+                fence, name = match["fence"], match["name"]
+                removed.append(line)
+                if name == "solution-end":
+                    gated = False
+                continue
+            (removed if gated else kept).append(line)
+        if fence is not None:
+            raise ValueError(
+                f"cell {index}: the {{{name}}} directive opened with {fence} is never closed; "
+                "close it with the same fence"
+            )
+        yield index, "".join(kept), "".join(removed)
+    if gated:
+        raise ValueError("a {solution-start} without a {solution-end}")
+
+
+def student_notebook(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """Return a copy of a chapter notebook without its solutions, ready for learners.
+
+    Every `{solution}` block leaves its markdown cell (a cell with nothing else
+    is dropped), every gated solution (`{solution-start}` ... `{solution-end}`,
+    code cells included) is dropped, and all the rest is kept unchanged: the
+    exercises, stubs, hints, checkers, the Colab cell, the outputs. The copy's
+    metadata records `attnbook: {edition: student}`.
+
+    Args:
+        nb: a notebook as `nbformat.read(path, as_version=4)` returns it; not modified.
+
+    Returns:
+        A new notebook that passes `nbformat.validate`.
+
+    Raises:
+        ValueError: a solution directive is never closed, or a gated solution
+            is not opened and closed in order.
+    """
+    student = copy.deepcopy(nb)
+    cells = []
+    for index, kept, removed in _split_solutions(nb.cells):
+        cell = student.cells[index]
+        if not removed:
+            cells.append(cell)
+        elif cell.cell_type == "markdown" and kept.strip():
+            cell.source = kept.strip("\n")
+            cells.append(cell)
+    student.cells = cells
+    student.metadata["attnbook"] = {"edition": "student"}
+    nbformat.validate(student)
+    return student
+
+
+def strip_solutions(markdown: str) -> str:
+    """The text of one markdown page (a `.md` page of the book) without its solution blocks."""
+    cell = nbformat.v4.new_markdown_cell(markdown)
+    ((_, kept, _),) = _split_solutions([cell])
+    return kept
+
+
+def solution_texts(nb: nbformat.NotebookNode) -> list[str]:
+    """The text of every solution of a notebook: one string per cell that holds some."""
+    return [removed for _, _, removed in _split_solutions(nb.cells) if removed]
+
+
+def notebook_text(nb: nbformat.NotebookNode) -> str:
+    """Everything a reader of the notebook file can see: cell sources, outputs, metadata."""
+    parts = [json.dumps(nb.metadata)]
+    for cell in nb.cells:
+        parts += [cell.source, json.dumps(cell.get("metadata", {}))]
+        for output in cell.get("outputs", []):
+            parts.append(output.get("text", ""))
+            for mime, value in output.get("data", {}).items():
+                if mime.startswith("image/") and not mime.endswith("svg+xml"):
+                    continue  # base64 pixels
+                parts.append(value if isinstance(value, str) else json.dumps(value))
+            parts += [output.get("evalue", ""), "\n".join(output.get("traceback", []))]
+    return "\n".join(parts)
+
+
+def _squash(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _solution_pieces(solution: str) -> Iterator[str]:
+    """The code lines and prose sentences of one solution, whitespace squashed."""
+    prose: list[str] = []
+    in_code = False
+    for line in solution.splitlines():
+        if _OPEN.match(line) or (_OPTION.match(line) and not in_code):
+            continue
+        if _CODE_FENCE.match(line):
+            in_code = not in_code
+        elif in_code:
+            yield _squash(line)
+        elif set(line.strip()) != {":"}:
+            prose.append(line)
+    yield from _SENTENCE_END.split(_squash(" ".join(prose)))
+
+
+def fingerprints(nb: nbformat.NotebookNode) -> set[str]:
+    """The lines and sentences that only the solutions of `nb` contain.
+
+    A code line or prose sentence of a solution counts if it has at least
+    `MIN_CHARS` characters and does not also appear in the rest of the chapter
+    (a checker call that the stub makes too, a formula the chapter taught).
+    """
+    elsewhere = _squash(notebook_text(student_notebook(nb)))
+    pieces = {piece for text in solution_texts(nb) for piece in _solution_pieces(text)}
+    return {piece for piece in pieces if len(piece) >= MIN_CHARS and piece not in elsewhere}
+
+
+def notebook_leaks(source: nbformat.NotebookNode, student: nbformat.NotebookNode) -> list[str]:
+    """The solution lines and sentences of `source` that `student` still shows (should be [])."""
+    text = _squash(notebook_text(student))
+    found = sorted(piece for piece in fingerprints(source) if piece in text)
+    if _ANY_SOLUTION.search(text):
+        found.append("a {solution} directive")
+    return found
+
+
+def _words(text: str) -> list[str]:
+    return _WORD.findall(html.unescape(text).lower())
+
+
+def _shingles(words: list[str]) -> set[tuple[str, ...]]:
+    return {tuple(words[i : i + SHINGLE]) for i in range(len(words) - SHINGLE + 1)}
+
+
+class PageChecker:
+    """Finds solution text in a built book: its pages, `_sources` and search index.
+
+    Built from the *source* notebooks (with their solutions) and the text of every
+    other page of the book, so it knows which word runs and which words only
+    solutions use.
+    """
+
+    def __init__(self, sources: Iterable[nbformat.NotebookNode], other_text: str = "") -> None:
+        solution_words, rest_words = [], _words(other_text)
+        for nb in sources:
+            for text in solution_texts(nb):
+                lines = [
+                    line
+                    for line in text.splitlines()
+                    if not _OPEN.match(line) and not _OPTION.match(line)
+                ]
+                solution_words.append(_words(_MARKUP.sub(" ", "\n".join(lines))))
+            rest_words += _words(notebook_text(student_notebook(nb)))
+        rest = _shingles(rest_words)
+        self.shingles = {s for words in solution_words for s in _shingles(words)} - rest
+        # Words of four letters or more that appear in solutions and nowhere else,
+        # as Sphinx's English search index stores them (stemmed).
+        from sphinx.search.en import SearchEnglish
+
+        stem = SearchEnglish({}).stem
+        rest_stems = {stem(word) for word in rest_words}
+        self.only_words = {
+            stem(word)
+            for words in solution_words
+            for word in words
+            if len(word) >= 4 and word.isalpha() and stem(word) not in rest_stems
+        }
+
+    def text_leaks(self, text: str) -> set[tuple[str, ...]]:
+        """The solution word runs found in `text` (HTML or not)."""
+        return _shingles(_words(re.sub(r"<[^>]+>", " ", text))) & self.shingles
+
+    def index_leaks(self, searchindex_js: str) -> set[str]:
+        """The solution-only words found in a Sphinx `searchindex.js`."""
+        body = searchindex_js[searchindex_js.index("(") + 1 : searchindex_js.rindex(")")]
+        index = json.loads(body)
+        terms = set(index.get("terms", {})) | set(index.get("titleterms", {}))
+        return terms & self.only_words
+
+    def scan(self, html_dir: Path) -> list[str]:
+        """One line per leak in the built book `html_dir`: 'file: what' (should be [])."""
+        leaks = []
+        for path in sorted(html_dir.rglob("*")):
+            relative = path.relative_to(html_dir)
+            if not path.is_file() or relative.parts[0] in ("_static", "_images"):
+                continue  # theme files, vendored MathJax, images
+            if path.name == "searchindex.js":
+                found = sorted(self.index_leaks(path.read_text(encoding="utf-8")))
+            elif path.suffix == ".ipynb":
+                nb = nbformat.read(path, as_version=4)
+                found = [" ".join(s) for s in self.text_leaks(notebook_text(nb))]
+                found += ["a {solution} directive"] * bool(_ANY_SOLUTION.search(notebook_text(nb)))
+            elif path.suffix in (".html", ".txt", ".md", ".js", ".json"):
+                found = [" ".join(s) for s in self.text_leaks(path.read_text(encoding="utf-8"))]
+            else:
+                continue
+            leaks += [f"{relative}: {item}" for item in sorted(found)[:3]]
+        return leaks
+
+
+def chapter_paths(root: Path = ROOT) -> list[Path]:
+    """Every chapter notebook on disk, in order."""
+    return sorted((root / "chapters").glob("*.ipynb"))
+
+
+def write_notebooks(paths: list[Path], out: Path) -> list[str]:
+    """Write the student notebook of each path into `out`; return the leaks found (or [])."""
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    leaks = []
+    for path in paths:
+        source = nbformat.read(path, as_version=4)
+        student = student_notebook(source)
+        leaks += [f"{path.name}: {leak}" for leak in notebook_leaks(source, student)]
+        nbformat.write(student, out / path.name)
+    return leaks
+
+
+README = """\
+Attention, from scratch: the student edition
+============================================
+
+One notebook per chapter, in reading order, with the exercises and without
+their solutions. Each exercise that asks for code has a cell like
+
+    def my_x(...):
+        raise NotImplementedError  # replace this line with your code
+
+    check_x(my_x)
+
+Replace the `raise` line with your code and run the cell: the checker tries
+your function on hidden cases and says whether it passed, what went wrong, or
+that you have not attempted it yet. Run a notebook from the top, since the
+exercises use what the chapter builds.
+
+On Google Colab (nothing to install)
+  Go to https://colab.research.google.com, choose File > Upload notebook and
+  pick one of the .ipynb files. Run the first cell: on Colab it installs the
+  course package `attnbook` (and what that chapter needs). Keep your work with
+  File > Save a copy in Drive, or File > Download > Download .ipynb.
+
+On your own machine (Python 3.10 or newer)
+  python -m venv .venv
+  .venv/bin/pip install "attnbook @ git+{url}" jupyterlab
+  .venv/bin/jupyter lab
+  (on Windows: .venv\\Scripts\\pip and .venv\\Scripts\\jupyter)
+
+Hand in the notebooks the way your instructor asks, with your code in the
+exercise cells.
+
+The book, to read alongside: {url}
+"""
+
+
+def write_zip(notebooks: list[Path], target: Path, url: str) -> None:
+    """Zip the notebooks and a README.txt into `target`, byte for byte the same for the same input."""
+    target.unlink(missing_ok=True)
+    entries = [("README.txt", README.format(url=url).encode())]
+    entries += [(path.name, path.read_bytes()) for path in sorted(notebooks)]
+    with zipfile.ZipFile(target, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for name, data in entries:
+            info = zipfile.ZipInfo(f"{ZIP_FOLDER}/{name}", date_time=_ZIP_TIME)
+            info.compress_type = zipfile.ZIP_DEFLATED
+            info.external_attr = 0o644 << 16
+            archive.writestr(info, data)
+
+
+STUDENT_NOTE = """\
+:::{{note}}
+This is the **student edition** of the book: the exercises are here, their
+solutions are not. To run a chapter, download its notebook with the download
+button at the top of its page (`.ipynb`) and open it in JupyterLab, or upload it
+to Colab (File > Upload notebook): its first cell installs the course package
+there. Your instructor may also hand out all the notebooks in one zip.
+:::
+"""
+
+
+def _toc_files(toc: dict) -> Iterator[str]:
+    """Every `file:` of a Jupyter Book `_toc.yml`, the root first."""
+    yield toc["root"]
+    stack = [toc]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if node is not toc and "file" in node:
+                yield node["file"]
+            stack.extend(reversed([v for v in node.values() if isinstance(v, list | dict)]))
+        elif isinstance(node, list):
+            stack.extend(reversed(node))
+
+
+def stage_book(root: Path, stage: Path, notebooks: Path) -> None:
+    """Copy the book's sources to `stage`, with the student notebooks as chapters."""
+    shutil.rmtree(stage, ignore_errors=True)
+    stage.mkdir(parents=True)
+    toc = yaml.safe_load((root / "_toc.yml").read_text(encoding="utf-8"))
+    for name in ("_toc.yml", "references.bib"):
+        shutil.copy2(root / name, stage / name)
+    for name in ("_ext", "images", "assets"):  # read, never written: links save the copying
+        if (root / name).exists():
+            (stage / name).symlink_to(root / name, target_is_directory=True)
+    config = yaml.safe_load((root / "_config.yml").read_text(encoding="utf-8"))
+    config["title"] = f"{config['title']} (student edition)"
+    config.setdefault("html", {})["use_repository_button"] = False
+    config["launch_buttons"] = {"binderhub_url": "", "colab_url": "", "jupyterhub_url": ""}
+    config.setdefault("sphinx", {}).setdefault("config", {})["hide_solutions"] = True
+    (stage / "_config.yml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    for index, name in enumerate(_toc_files(toc)):
+        matches = [root / f"{name}{suffix}" for suffix in ("", ".md", ".ipynb")]
+        source = next(path for path in matches if path.is_file())
+        target = stage / source.relative_to(root)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if source.suffix == ".ipynb":
+            student = notebooks / source.name
+            if source.parent.name == "chapters" and student.is_file():
+                shutil.copy2(student, target)
+            else:
+                nbformat.write(student_notebook(nbformat.read(source, as_version=4)), target)
+        else:
+            text = strip_solutions(source.read_text(encoding="utf-8"))
+            if index == 0:  # the start page: say which edition this is, under its title
+                title, _, rest = text.partition("\n")
+                text = f"{title}\n\n{STUDENT_NOTE.format()}\n{rest.lstrip()}"
+            target.write_text(text, encoding="utf-8")
+
+
+def other_pages_text(root: Path) -> str:
+    """The text of the book's pages that are not chapter notebooks, and of references.bib."""
+    toc = yaml.safe_load((root / "_toc.yml").read_text(encoding="utf-8"))
+    parts = [(root / "references.bib").read_text(encoding="utf-8")]
+    for name in _toc_files(toc):
+        for suffix in ("", ".md"):
+            path = root / f"{name}{suffix}"
+            if path.is_file() and path.suffix == ".md":
+                parts.append(strip_solutions(path.read_text(encoding="utf-8")))
+    return "\n".join(parts) + STUDENT_NOTE.format()
+
+
+def build_book(root: Path, out: Path, notebooks: Path) -> None:
+    """Build the book from student sources into `out / "html"` (warnings are errors)."""
+    stage = out / "book-source"
+    stage_book(root, stage, notebooks)
+    command = [
+        str(Path(sys.executable).parent / "jupyter-book"),
+        *("build", str(stage), "--warningiserror", "--nitpick", "--keep-going"),
+    ]
+    environment = {**os.environ, "ATTNBOOK_HIDE_SOLUTIONS": "1"}
+    subprocess.run(command, cwd=root, env=environment, check=True)
+    shutil.rmtree(out / "html", ignore_errors=True)
+    shutil.move(stage / "_build" / "html", out / "html")
+    shutil.rmtree(stage)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--no-book", action="store_true", help="notebooks and zip only")
+    args = parser.parse_args(argv)
+    start = time.perf_counter()
+    paths = chapter_paths()
+    leaks = write_notebooks(paths, OUT / "notebooks")
+    write_zip(sorted((OUT / "notebooks").glob("*.ipynb")), OUT / ZIP_NAME, repository_url())
+    print(f"student notebooks: {len(paths)} in {OUT / 'notebooks'}; zip: {OUT / ZIP_NAME}")
+    if not args.no_book:
+        build_book(ROOT, OUT, OUT / "notebooks")
+        sources = [nbformat.read(path, as_version=4) for path in paths]
+        leaks += PageChecker(sources, other_pages_text(ROOT)).scan(OUT / "html")
+        print(f"student book: file://{OUT / 'html' / 'index.html'}")
+    if leaks:
+        print(f"SOLUTION TEXT LEAKS into the student edition ({len(leaks)}):")
+        print("\n".join(f"  {leak}" for leak in leaks))
+        return 1
+    print(f"no solution text found in the student edition ({time.perf_counter() - start:.1f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
