@@ -18,6 +18,11 @@ from attnbook.exercises.block import (
     check_gpt_num_parameters,
     check_pre_ln_block,
 )
+from attnbook.exercises.efficient import (
+    check_kv_cache_bytes,
+    check_online_softmax_update,
+    check_sliding_window_mask,
+)
 from attnbook.exercises.lookup import check_hard_lookup, check_soft_lookup
 from attnbook.exercises.masking import (
     check_causal_mask,
@@ -45,17 +50,20 @@ __all__ = [
     "check_feed_forward",
     "check_gpt_num_parameters",
     "check_hard_lookup",
+    "check_kv_cache_bytes",
     "check_lr_schedule",
     "check_masked_attention",
     "check_masked_softmax",
     "check_merge_heads",
     "check_multi_head_attention",
+    "check_online_softmax_update",
     "check_padding_mask",
     "check_pre_ln_block",
     "check_scaled_dot_product_attention",
     "check_score_matrix",
     "check_self_attention",
     "check_sinusoidal_positional_encoding",
+    "check_sliding_window_mask",
     "check_soft_lookup",
     "check_softmax",
     "check_softmax_temperature",

@@ -1,0 +1,372 @@
+"""Checkers for the exercises of chapter 12 (efficient attention).
+
+- :func:`check_online_softmax_update`: one step of FlashAttention's online
+  softmax (the recurrence inside :func:`attnbook.tiled_attention`);
+- :func:`check_sliding_window_mask`: the local causal mask of
+  :func:`attnbook.sliding_window_mask`;
+- :func:`check_kv_cache_bytes`: the memory of a key-value cache, by formula.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+
+from attnbook.exercises._framework import Case, Mistake, Verdict, run_cases
+from attnbook.masking import sliding_window_mask
+
+__all__ = ["check_kv_cache_bytes", "check_online_softmax_update", "check_sliding_window_mask"]
+
+State = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+UpdateFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], State]
+
+
+def _randn(seed: int, *shape: int, scale: float = 1.0) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return scale * torch.randn(*shape, generator=generator, dtype=torch.float64)
+
+
+# ------------------------------------------------------------------ online softmax update
+
+
+def _update(
+    m: torch.Tensor,
+    l: torch.Tensor,  # noqa: E741 (the paper's name)
+    acc: torch.Tensor,
+    scores: torch.Tensor,
+    values: torch.Tensor,
+) -> State:
+    """The reference step: (T, 1), (T, 1), (T, d_v), (T, Sb), (Sb, d_v) -> new (m, l, acc)."""
+    m_new = torch.maximum(m, scores.amax(dim=-1, keepdim=True))  # (T, 1)
+    correction = torch.exp(m - m_new)  # (T, 1); exp(-inf) = 0 for the empty state
+    p = torch.exp(scores - m_new)  # (T, Sb)
+    return m_new, correction * l + p.sum(-1, keepdim=True), correction * acc + p @ values
+
+
+def _empty_state(n_queries: int, d_v: int) -> State:
+    m = torch.full((n_queries, 1), -math.inf, dtype=torch.float64)
+    return m, torch.zeros(n_queries, 1, dtype=torch.float64), torch.zeros(n_queries, d_v).double()
+
+
+def _state_after(scores: torch.Tensor, values: torch.Tensor) -> State:
+    """The state after one block, computed by the reference: the start of a later case."""
+    return _update(*_empty_state(scores.shape[0], values.shape[1]), scores, values)
+
+
+def _first_block() -> tuple:
+    return (*_empty_state(3, 2), _randn(1201, 3, 4), _randn(1202, 4, 2))
+
+
+def _max_moves_up() -> tuple:
+    state = _state_after(_randn(1203, 3, 4), _randn(1204, 4, 2))
+    return (*state, _randn(1205, 3, 5) + 4.0, _randn(1206, 5, 2))  # every new score is larger
+
+
+def _max_stays() -> tuple:
+    state = _state_after(_randn(1207, 3, 4) + 4.0, _randn(1208, 4, 2))
+    return (*state, _randn(1209, 3, 2) - 3.0, _randn(1210, 2, 2))  # every new score is smaller
+
+
+def _mixed_rows() -> tuple:
+    state = _state_after(_randn(1211, 4, 3, scale=2.0), _randn(1212, 3, 3))
+    return (*state, _randn(1213, 4, 3, scale=2.0), _randn(1214, 3, 3))
+
+
+def _large_scores() -> tuple:
+    state = _state_after(_randn(1215, 2, 3, scale=1e3) + 1e4, _randn(1216, 3, 2))
+    return (*state, _randn(1217, 2, 3, scale=1e3) + 1e4, _randn(1218, 3, 2))
+
+
+def _stacked(fn: UpdateFn) -> Callable[..., torch.Tensor]:
+    """Call ``fn`` and return its state as one ``(T, 2 + d_v)`` tensor ``[m | l | acc]``."""
+
+    def run(*args: torch.Tensor) -> torch.Tensor:
+        result = fn(*args)
+        if not isinstance(result, (tuple, list)) or len(result) != 3:
+            raise ValueError(
+                f"return the new state as a tuple (m, l, acc), got {type(result).__name__}"
+            )
+        m, l, acc = (torch.as_tensor(x, dtype=torch.float64) for x in result)  # noqa: E741
+        n_queries = args[3].shape[0]
+        try:
+            m, l = m.reshape(n_queries, 1), l.reshape(n_queries, 1)  # noqa: E741
+        except RuntimeError:
+            raise ValueError(
+                f"m and l must hold one number per query row, shape (T, 1) = ({n_queries}, 1), "
+                f"got shapes {tuple(m.shape)} and {tuple(l.shape)}"
+            ) from None
+        return torch.cat([m, l, acc], dim=-1)  # (T, 2 + d_v)
+
+    return run
+
+
+def _no_rescale_acc(m, l, acc, scores, values):  # noqa: E741
+    m_new, l_new, _ = _update(m, l, acc, scores, values)
+    return m_new, l_new, acc + torch.exp(scores - m_new) @ values
+
+
+def _no_rescale_l(m, l, acc, scores, values):  # noqa: E741
+    m_new, _, acc_new = _update(m, l, acc, scores, values)
+    return m_new, l + torch.exp(scores - m_new).sum(-1, keepdim=True), acc_new
+
+
+def _inverted_correction(m, l, acc, scores, values):  # noqa: E741
+    m_new = torch.maximum(m, scores.amax(dim=-1, keepdim=True))
+    correction = torch.exp(m_new - m).nan_to_num(posinf=0.0)
+    p = torch.exp(scores - m_new)
+    return m_new, correction * l + p.sum(-1, keepdim=True), correction * acc + p @ values
+
+
+def _block_max_only(m, l, acc, scores, values):  # noqa: E741
+    block_max = scores.amax(dim=-1, keepdim=True)  # forgets the running max
+    p = torch.exp(scores - block_max)
+    correction = torch.exp(m - block_max)
+    return block_max, correction * l + p.sum(-1, keepdim=True), correction * acc + p @ values
+
+
+def _normalised_blocks(m, l, acc, scores, values):  # noqa: E741
+    m_new = torch.maximum(m, scores.amax(dim=-1, keepdim=True))
+    return m_new, l + 1.0, acc + torch.softmax(scores, dim=-1) @ values
+
+
+def _no_max(m, l, acc, scores, values):  # noqa: E741
+    p = torch.exp(scores)
+    m_new = torch.maximum(m, scores.amax(dim=-1, keepdim=True))
+    return m_new, l + p.sum(-1, keepdim=True), acc + p @ values
+
+
+_ONLINE_CASES = [
+    Case(
+        "the first block, from the empty state m = -inf, l = 0, acc = 0 (T = 3, 4 keys)",
+        _first_block,
+        "From the empty state, m_new is the block's row maximum, l_new the row sums of "
+        "P = exp(scores - m_new) and acc_new = P @ values; exp(-inf) = 0 rescales the empty "
+        "l and acc to 0.",
+    ),
+    Case(
+        "a second block whose scores are all larger than before (the maximum moves up)",
+        _max_moves_up,
+        "When the maximum moves from m to m_new, everything summed so far was computed with "
+        "exp(score - m): multiply both l and acc by exp(m - m_new) before adding the new block.",
+    ),
+    Case(
+        "a second block whose scores are all smaller (the maximum stays)",
+        _max_stays,
+        "m_new = max(m, rowmax(scores)) keeps the old maximum here, and the correction is 1.",
+    ),
+    Case(
+        "4 query rows, some of whose maxima move and some not",
+        _mixed_rows,
+        "Work row by row: every quantity has one entry per query row (keepdim=True keeps "
+        "the (T, 1) shape so it broadcasts).",
+    ),
+    Case(
+        "scores around 1e4",
+        _large_scores,
+        "exp(1e4) overflows: subtract the running maximum m_new inside every exp.",
+    ),
+]
+
+_ONLINE_MISTAKES = [
+    Mistake(
+        "rescaling l but not acc",
+        _stacked(_no_rescale_acc),
+        "acc was summed under the old maximum too: multiply it by exp(m - m_new) like l.",
+    ),
+    Mistake(
+        "rescaling acc but not l",
+        _stacked(_no_rescale_l),
+        "l was summed under the old maximum too: multiply it by exp(m - m_new) like acc.",
+    ),
+    Mistake(
+        "the correction upside down, exp(m_new - m)",
+        _stacked(_inverted_correction),
+        "The old terms are exp(score - m) and must become exp(score - m_new): multiply by "
+        "exp(m - m_new), which is <= 1.",
+    ),
+    Mistake(
+        "the block's own maximum instead of the running maximum",
+        _stacked(_block_max_only),
+        "The new maximum is max(m, rowmax(scores)), the largest of everything seen so far, "
+        "not only of this block.",
+    ),
+    Mistake(
+        "a softmax of each block on its own, summed",
+        _stacked(_normalised_blocks),
+        "Blocks cannot be normalised separately: their weights must share one denominator. "
+        "Keep unnormalised sums (l and acc) and divide once, at the end.",
+    ),
+    Mistake(
+        "exp of the raw scores, without subtracting the maximum",
+        _stacked(_no_max),
+        "Subtract the running maximum m_new inside every exp, or large scores overflow.",
+    ),
+]
+
+
+def check_online_softmax_update(fn: UpdateFn) -> Verdict:
+    """Check ``fn(m, l, acc, scores, values) -> (m_new, l_new, acc_new)``, one online-softmax step.
+
+    Shapes: ``m`` and ``l`` ``(T, 1)``, ``acc`` ``(T, d_v)``, ``scores``
+    ``(T, Sb)`` (one block of keys, already scaled), ``values`` ``(Sb, d_v)``.
+    The returned state must equal the recurrence of :func:`attnbook.tiled_attention`.
+    """
+    if not callable(fn):
+        return run_cases("online_softmax_update", fn, _stacked(_update), _ONLINE_CASES)
+    return run_cases(
+        "online_softmax_update",
+        _stacked(fn),
+        _stacked(_update),
+        _ONLINE_CASES,
+        rtol=1e-7,
+        atol=1e-9,
+        mistakes=_ONLINE_MISTAKES,
+    )
+
+
+# ------------------------------------------------------------------ sliding-window mask
+
+
+def _window_reference(seq_len: int, window: int) -> torch.Tensor:
+    return sliding_window_mask(seq_len, window)
+
+
+def _distances(seq_len: int) -> torch.Tensor:
+    positions = torch.arange(seq_len)
+    return positions[:, None] - positions[None, :]  # (T, T): t - s
+
+
+_WINDOW_CASES = [
+    Case(
+        "seq_len = 4, window = 2",
+        lambda: (4, 2),
+        "Query t may attend to keys t - window + 1 .. t: itself and the window - 1 before it, "
+        "never the future; return a boolean (T, T) tensor.",
+    ),
+    Case(
+        "seq_len = 5, window = 1",
+        lambda: (5, 1),
+        "A window of 1 key is the query itself: the diagonal only.",
+    ),
+    Case(
+        "seq_len = 8, window = 3",
+        lambda: (8, 3),
+        "Each row has min(t + 1, window) True entries, ending on the diagonal.",
+    ),
+    Case(
+        "seq_len = 4, window = 10 (wider than the sequence)",
+        lambda: (4, 10),
+        "A window wider than the sequence is the plain causal mask.",
+    ),
+]
+
+_WINDOW_MISTAKES = [
+    Mistake(
+        "a window of window + 1 keys (t - s <= window)",
+        lambda n, w: (_distances(n) >= 0) & (_distances(n) <= w),
+        "The window counts the query itself: keys with 0 <= t - s < window, that is window "
+        "keys in all.",
+    ),
+    Mistake(
+        "a band around the diagonal that also sees the future (|t - s| < window)",
+        lambda n, w: _distances(n).abs() < w,
+        "A decoder's window looks back only: require s <= t as well.",
+    ),
+    Mistake(
+        "an inverted mask (True where attention is blocked)",
+        lambda n, w: ~sliding_window_mask(n, w),
+        "In this book True means 'may attend'.",
+    ),
+    Mistake(
+        "a window that leaves out the query itself (1 <= t - s <= window)",
+        lambda n, w: (_distances(n) >= 1) & (_distances(n) <= w),
+        "The query may attend to its own key: the diagonal is True.",
+    ),
+]
+
+
+def check_sliding_window_mask(fn: Callable[[int, int], torch.Tensor]) -> Verdict:
+    """Check ``fn(seq_len, window) -> mask``: ``(T, T)`` boolean, ``True`` where ``0 <= t - s < window``."""
+    return run_cases(
+        "sliding_window_mask", fn, _window_reference, _WINDOW_CASES, mistakes=_WINDOW_MISTAKES
+    )
+
+
+# ------------------------------------------------------------------ KV-cache memory
+
+
+def _kv_cache_bytes(
+    n_layers: int,
+    n_heads: int,
+    n_kv_heads: int,
+    d_model: int,
+    seq_len: int,
+    batch_size: int,
+    bytes_per_element: int,
+) -> int:
+    """Keys and values, of every layer, batch row, key/value head and position: ``2 L B H_kv S Dh e``."""
+    d_head = d_model // n_heads
+    return 2 * n_layers * batch_size * n_kv_heads * seq_len * d_head * bytes_per_element
+
+
+_KV_CASES = [
+    Case(
+        "3 layers, 4 heads, 4 key/value heads, d_model 64, 100 positions, batch 1, float32",
+        lambda: (3, 4, 4, 64, 100, 1, 4),
+        "Each layer stores one key and one value vector of d_head = d_model / n_heads numbers "
+        "per key/value head and position.",
+    ),
+    Case(
+        "32 layers, 32 heads, 8 key/value heads, d_model 4096, 4096 positions, batch 1, 2 bytes",
+        lambda: (32, 32, 8, 4096, 4096, 1, 2),
+        "With grouped-query attention only the n_kv_heads key/value heads are cached.",
+    ),
+    Case(
+        "12 layers, 12 heads, 1 key/value head, d_model 768, 1024 positions, batch 8, 2 bytes",
+        lambda: (12, 12, 1, 768, 1024, 8, 2),
+        "Every sequence of the batch has its own cache.",
+    ),
+]
+
+_KV_MISTAKES = [
+    Mistake(
+        "the keys only (no factor 2 for the values)",
+        lambda n_l, n_h, n_kv, d, s, b, e: _kv_cache_bytes(n_l, n_h, n_kv, d, s, b, e) // 2,
+        "The cache holds keys and values: two tensors per layer.",
+    ),
+    Mistake(
+        "n_heads instead of n_kv_heads",
+        lambda n_l, n_h, n_kv, d, s, b, e: _kv_cache_bytes(n_l, n_h, n_h, d, s, b, e),
+        "Under grouped-query attention the query heads share n_kv_heads key/value heads; "
+        "only those are computed and cached.",
+    ),
+    Mistake(
+        "d_model per key/value head instead of d_head",
+        lambda n_l, n_h, n_kv, d, s, b, e: _kv_cache_bytes(n_l, n_h, n_kv, d, s, b, e) * n_h,
+        "Each head's key is d_head = d_model / n_heads numbers wide.",
+    ),
+    Mistake(
+        "one layer's cache instead of all layers'",
+        lambda n_l, n_h, n_kv, d, s, b, e: _kv_cache_bytes(1, n_h, n_kv, d, s, b, e),
+        "Every layer attends, so every layer keeps its own keys and values.",
+    ),
+    Mistake(
+        "the batch size left out",
+        lambda n_l, n_h, n_kv, d, s, b, e: _kv_cache_bytes(n_l, n_h, n_kv, d, s, 1, e),
+        "Every sequence of the batch has its own cache.",
+    ),
+]
+
+
+def check_kv_cache_bytes(fn: Callable[..., int]) -> Verdict:
+    """Check ``fn(n_layers, n_heads, n_kv_heads, d_model, seq_len, batch_size, bytes_per_element)``.
+
+    The answer is the number of bytes of a key-value cache holding ``seq_len``
+    positions: ``2 * n_layers * batch_size * n_kv_heads * seq_len * d_head *
+    bytes_per_element`` with ``d_head = d_model // n_heads``.
+    """
+    return run_cases(
+        "kv_cache_bytes", fn, _kv_cache_bytes, _KV_CASES, rtol=0.0, atol=0.5, mistakes=_KV_MISTAKES
+    )

@@ -1,0 +1,254 @@
+"""The checkers of chapter 12 accept correct answers and reject, and name, typical wrong ones."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from checker_asserts import assert_rejects, stub
+
+import attnbook
+from attnbook.exercises import (
+    check_kv_cache_bytes,
+    check_online_softmax_update,
+    check_sliding_window_mask,
+)
+
+# ------------------------------------------------------------------ online softmax update
+
+
+def _update(m, l, acc, scores, values):  # noqa: E741 (a correct answer)
+    m_new = torch.maximum(m, scores.max(dim=-1, keepdim=True).values)
+    c = torch.exp(m - m_new)
+    p = torch.exp(scores - m_new)
+    return m_new, c * l + p.sum(dim=-1, keepdim=True), c * acc + p @ values
+
+
+def test_online_softmax_checker_accepts_correct_answers() -> None:
+    verdict = check_online_softmax_update(_update)
+    assert verdict, verdict.message
+    assert "all 5 hidden cases pass" in verdict.message
+
+    def flat_state(m, l, acc, scores, values):  # noqa: E741  m and l as (T,) vectors
+        m_new, l_new, acc_new = _update(m, l, acc, scores, values)
+        return m_new[:, 0], l_new[:, 0], acc_new
+
+    assert check_online_softmax_update(flat_state)
+    verdict = check_online_softmax_update(stub)
+    assert not verdict
+    assert not verdict.attempted
+
+
+def test_online_softmax_update_walks_to_the_packages_output() -> None:
+    """Folding the checked step over the key blocks gives attnbook.tiled_attention's output."""
+    attnbook.set_seed(0)
+    q, k, v = torch.randn(7, 4).double(), torch.randn(10, 4).double(), torch.randn(10, 3).double()
+    scores = q @ k.T / math.sqrt(4)
+    m, l, acc = torch.full((7, 1), -math.inf).double(), torch.zeros(7, 1).double(), 0 * q[:, :3]  # noqa: E741
+    for start in range(0, 10, 3):
+        m, l, acc = _update(m, l, acc, scores[:, start : start + 3], v[start : start + 3])  # noqa: E741
+    torch.testing.assert_close(acc / l, attnbook.tiled_attention(q, k, v, block_size=3))
+    torch.testing.assert_close(acc / l, torch.softmax(scores, -1) @ v)
+
+
+def test_online_softmax_checker_names_typical_mistakes() -> None:
+    moves_up = "the maximum moves up"
+
+    def no_rescale_acc(m, l, acc, scores, values):  # noqa: E741
+        m_new = torch.maximum(m, scores.amax(-1, keepdim=True))
+        p = torch.exp(scores - m_new)
+        return m_new, torch.exp(m - m_new) * l + p.sum(-1, keepdim=True), acc + p @ values
+
+    def no_rescale_l(m, l, acc, scores, values):  # noqa: E741
+        m_new = torch.maximum(m, scores.amax(-1, keepdim=True))
+        p = torch.exp(scores - m_new)
+        return m_new, l + p.sum(-1, keepdim=True), torch.exp(m - m_new) * acc + p @ values
+
+    def upside_down(m, l, acc, scores, values):  # noqa: E741
+        m_new = torch.maximum(m, scores.amax(-1, keepdim=True))
+        c = torch.where(torch.isinf(m), torch.zeros_like(m), torch.exp(m_new - m))
+        p = torch.exp(scores - m_new)
+        return m_new, c * l + p.sum(-1, keepdim=True), c * acc + p @ values
+
+    def block_max(m, l, acc, scores, values):  # noqa: E741
+        b = scores.amax(-1, keepdim=True)
+        p = torch.exp(scores - b)
+        return (
+            b,
+            torch.exp(m - b) * l + p.sum(-1, keepdim=True),
+            torch.exp(m - b) * acc + p @ values,
+        )
+
+    def per_block_softmax(m, l, acc, scores, values):  # noqa: E741
+        m_new = torch.maximum(m, scores.amax(-1, keepdim=True))
+        return m_new, l + 1, acc + torch.softmax(scores, -1) @ values
+
+    def raw_exp(m, l, acc, scores, values):  # noqa: E741
+        m_new = torch.maximum(m, scores.amax(-1, keepdim=True))
+        p = torch.exp(scores)
+        return m_new, l + p.sum(-1, keepdim=True), acc + p @ values
+
+    for wrong, case, mistake in [
+        (no_rescale_acc, moves_up, "rescaling l but not acc"),
+        (no_rescale_l, moves_up, "rescaling acc but not l"),
+        (upside_down, moves_up, "the correction upside down"),
+        (block_max, "the maximum stays", "the block's own maximum"),
+        (per_block_softmax, "the first block", "a softmax of each block on its own"),
+        (raw_exp, "the first block", "exp of the raw scores"),
+    ]:
+        assert_rejects(check_online_softmax_update(wrong), case, mistake)
+
+
+def test_online_softmax_checker_rejects_other_wrong_answers() -> None:
+    def forgets_the_new_max(m, l, acc, scores, values):  # noqa: E741  returns the old m
+        _, l_new, acc_new = _update(m, l, acc, scores, values)
+        return m, l_new, acc_new
+
+    assert_rejects(check_online_softmax_update(forgets_the_new_max), "the first block")
+
+    def a_list(m, l, acc, scores, values):  # noqa: E741  a list is fine
+        return list(_update(m, l, acc, scores, values))
+
+    assert check_online_softmax_update(a_list)
+
+    def only_the_output(m, l, acc, scores, values):  # noqa: E741
+        return _update(m, l, acc, scores, values)[2]
+
+    verdict = check_online_softmax_update(only_the_output)
+    assert_rejects(verdict, "the first block")
+    assert "tuple (m, l, acc)" in verdict.message
+
+    def overflows(m, l, acc, scores, values):  # noqa: E741  right until the scores are large
+        p = torch.exp(scores)
+        m_new = torch.maximum(m, scores.amax(-1, keepdim=True))
+        c = torch.exp(m - m_new)
+        return (
+            m_new,
+            c * l + p.sum(-1, keepdim=True) * torch.exp(-m_new),
+            (c * acc + (p @ values) * torch.exp(-m_new)),
+        )
+
+    assert_rejects(check_online_softmax_update(overflows), "scores around 1e4")
+
+
+# ------------------------------------------------------------------ sliding-window mask
+
+
+def _window(seq_len, window):  # a correct answer
+    t = torch.arange(seq_len)[:, None]
+    s = torch.arange(seq_len)[None, :]
+    return (s <= t) & (s > t - window)
+
+
+def test_sliding_window_checker_accepts_correct_answers() -> None:
+    verdict = check_sliding_window_mask(_window)
+    assert verdict, verdict.message
+    assert check_sliding_window_mask(
+        lambda n, w: torch.ones(n, n, dtype=torch.bool).tril().triu(-(w - 1))
+    )
+    assert not check_sliding_window_mask(stub).attempted
+
+
+def test_sliding_window_checker_names_typical_mistakes() -> None:
+    first = "seq_len = 4, window = 2"
+
+    def one_too_many(n, w):
+        return _window(n, w + 1)
+
+    def band(n, w):
+        d = torch.arange(n)[:, None] - torch.arange(n)[None, :]
+        return d.abs() < w
+
+    def inverted(n, w):
+        return ~_window(n, w)
+
+    def without_self(n, w):
+        return _window(n, w + 1) & ~torch.eye(n, dtype=torch.bool)
+
+    for wrong, mistake in [
+        (one_too_many, "a window of window + 1 keys"),
+        (band, "a band around the diagonal"),
+        (inverted, "an inverted mask"),
+        (without_self, "a window that leaves out the query itself"),
+    ]:
+        assert_rejects(check_sliding_window_mask(wrong), first, mistake)
+
+
+def test_sliding_window_checker_rejects_other_wrong_answers() -> None:
+    assert_rejects(check_sliding_window_mask(lambda n, w: _window(n, w).int()), "window = 2")
+    assert_rejects(
+        check_sliding_window_mask(lambda n, w: torch.ones(n, n, dtype=torch.bool).tril()),
+        "window = 2",
+    )  # the causal mask, whatever the window
+
+    def clipped(n, w):  # forgets that a window wider than the sequence is the causal mask
+        return _window(n, min(w, n - 1))
+
+    assert_rejects(check_sliding_window_mask(clipped), "wider than the sequence")
+
+
+# ------------------------------------------------------------------ KV-cache memory
+
+
+def _bytes(n_layers, n_heads, n_kv_heads, d_model, seq_len, batch_size, bytes_per_element):
+    return (
+        2
+        * n_layers
+        * batch_size
+        * n_kv_heads
+        * seq_len
+        * (d_model // n_heads)
+        * (bytes_per_element)
+    )
+
+
+def test_kv_cache_checker_accepts_correct_answers() -> None:
+    verdict = check_kv_cache_bytes(_bytes)
+    assert verdict, verdict.message
+    assert check_kv_cache_bytes(
+        lambda n_l, n_h, n_kv, d, s, b, e: torch.tensor(float(_bytes(n_l, n_h, n_kv, d, s, b, e)))
+    )
+    assert not check_kv_cache_bytes(stub).attempted
+    # the pen-and-paper example of the chapter: 32 layers, 32 heads of 128, 4096 tokens, 2 bytes
+    assert _bytes(32, 32, 32, 4096, 4096, 1, 2) == 2 * 1024**3
+    assert _bytes(32, 32, 8, 4096, 4096, 1, 2) == 512 * 1024**2
+
+
+def test_kv_cache_checker_names_typical_mistakes() -> None:
+    first = "3 layers, 4 heads"
+
+    def keys_only(n_l, n_h, n_kv, d, s, b, e):
+        return _bytes(n_l, n_h, n_kv, d, s, b, e) // 2
+
+    def all_heads(n_l, n_h, n_kv, d, s, b, e):
+        return _bytes(n_l, n_h, n_h, d, s, b, e)
+
+    def d_model_wide(n_l, n_h, n_kv, d, s, b, e):
+        return 2 * n_l * b * n_kv * s * d * e
+
+    def one_layer(n_l, n_h, n_kv, d, s, b, e):
+        return _bytes(1, n_h, n_kv, d, s, b, e)
+
+    def no_batch(n_l, n_h, n_kv, d, s, b, e):
+        return _bytes(n_l, n_h, n_kv, d, s, 1, e)
+
+    for wrong, case, mistake in [
+        (keys_only, first, "the keys only"),
+        (all_heads, "8 key/value heads", "n_heads instead of n_kv_heads"),
+        (d_model_wide, first, "d_model per key/value head"),
+        (one_layer, first, "one layer's cache"),
+        (no_batch, "batch 8", "the batch size left out"),
+    ]:
+        assert_rejects(check_kv_cache_bytes(wrong), case, mistake)
+
+
+def test_kv_cache_checker_rejects_other_wrong_answers() -> None:
+    def in_mib(n_l, n_h, n_kv, d, s, b, e):
+        return _bytes(n_l, n_h, n_kv, d, s, b, e) / 2**20
+
+    assert_rejects(check_kv_cache_bytes(in_mib), "3 layers")
+
+    def elements_not_bytes(n_l, n_h, n_kv, d, s, b, e):
+        return _bytes(n_l, n_h, n_kv, d, s, b, 1)
+
+    assert_rejects(check_kv_cache_bytes(elements_not_bytes), "3 layers")
