@@ -23,6 +23,7 @@ from attnbook.exercises.efficient import (
     check_online_softmax_update,
     check_sliding_window_mask,
 )
+from attnbook.exercises.interpret import check_attention_rollout, check_head_entropy
 from attnbook.exercises.lookup import check_hard_lookup, check_soft_lookup
 from attnbook.exercises.masking import (
     check_causal_mask,
@@ -44,12 +45,14 @@ __all__ = [
     "Verdict",
     "check_answer_loss",
     "check_apply_rope",
+    "check_attention_rollout",
     "check_causal_mask",
     "check_cosine_similarity",
     "check_cross_attention",
     "check_feed_forward",
     "check_gpt_num_parameters",
     "check_hard_lookup",
+    "check_head_entropy",
     "check_kv_cache_bytes",
     "check_lr_schedule",
     "check_masked_attention",
