@@ -194,6 +194,8 @@ class EncoderBlock(_Block):
         bias: whether the linear maps have biases.
         rope_base: if not ``None``, the attention rotates queries and keys with
             rotary position embeddings of this base (see :mod:`attnbook.positional`).
+        n_kv_heads: key/value heads of the attention (grouped-query attention,
+            see :class:`~attnbook.multihead.MultiHeadAttention`); ``None`` means ``n_heads``.
     """
 
     def __init__(
@@ -206,9 +208,12 @@ class EncoderBlock(_Block):
         norm_first: bool = True,
         bias: bool = True,
         rope_base: float | None = None,
+        n_kv_heads: int | None = None,
     ) -> None:
         super().__init__(d_model, n_heads, d_ff, dropout, norm_first)
-        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout, bias, rope_base=rope_base)
+        self.self_attn = MultiHeadAttention(
+            d_model, n_heads, dropout, bias, rope_base=rope_base, n_kv_heads=n_kv_heads
+        )
         self.norm1 = nn.LayerNorm(d_model)  # before attention (pre-LN) or after its sum (post-LN)
         self.norm2 = nn.LayerNorm(d_model)  # the same around the feed-forward network
         self.ffn = FeedForward(d_model, d_ff, dropout, bias)

@@ -23,7 +23,7 @@ Shape legend used in this module:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 from torch import nn
@@ -65,12 +65,13 @@ def _check_common(config: GPTConfig | EncoderDecoderConfig) -> None:
     check_probability(config.dropout, "dropout")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class GPTConfig:
     """The hyperparameters of a :class:`GPT`; frozen, so a model's config never drifts.
 
     Example: ``GPTConfig(vocab_size=65, context_length=64, d_model=128,
     n_heads=4, n_layers=4)``. Invalid values raise ``ValueError`` naming the field.
+    The printed form leaves out ``n_kv_heads`` while it is ``None`` (the default).
     """
 
     vocab_size: int  # V, number of distinct token ids (ids are 0 .. V - 1)
@@ -81,11 +82,22 @@ class GPTConfig:
     d_ff: int | None = None  # hidden width of the feed-forward networks; None -> 4 * d_model
     dropout: float = 0.0  # dropout probability everywhere (embeddings, attention, residuals)
     positional: str = "learned"  # "learned", "sinusoidal", "rope" or "alibi"
+    # Key/value heads per layer (grouped-query attention, chapter 12): must divide n_heads;
+    # None -> n_heads (ordinary multi-head attention), 1 -> multi-query attention.
+    n_kv_heads: int | None = None
 
     def __post_init__(self) -> None:
         _check_int(self.vocab_size, "vocab_size")
         _check_int(self.n_layers, "n_layers")
         _check_common(self)
+        if self.n_kv_heads is not None:
+            _check_int(self.n_kv_heads, "n_kv_heads")
+            if self.n_heads % self.n_kv_heads:
+                raise ValueError(
+                    f"n_kv_heads must divide n_heads (each key/value head serves n_heads / "
+                    f"n_kv_heads query heads), got n_heads = {self.n_heads} and "
+                    f"n_kv_heads = {self.n_kv_heads}"
+                )
         if self.positional not in POSITIONAL:
             raise ValueError(f"positional must be one of {POSITIONAL}, got {self.positional!r}")
         if self.positional == "rope" and (self.d_model // self.n_heads) % 2:
@@ -98,6 +110,12 @@ class GPTConfig:
                 "positional='sinusoidal' pairs a sine and a cosine per frequency, so d_model "
                 f"must be even, got d_model = {self.d_model}"
             )
+
+    def __repr__(self) -> str:
+        shown = [
+            f for f in fields(self) if not (f.name == "n_kv_heads" and self.n_kv_heads is None)
+        ]
+        return f"GPTConfig({', '.join(f'{f.name}={getattr(self, f.name)!r}' for f in shown)})"
 
 
 def _check_ids(idx: object, name: str, vocab_size: int, context_length: int) -> torch.Tensor:
@@ -194,7 +212,14 @@ class GPT(nn.Module):
         self.dropout = nn.Dropout(c.dropout)
         rope_base = ROPE_BASE if c.positional == "rope" else None
         self.blocks = nn.ModuleList(
-            EncoderBlock(c.d_model, c.n_heads, c.d_ff, c.dropout, rope_base=rope_base)
+            EncoderBlock(
+                c.d_model,
+                c.n_heads,
+                c.d_ff,
+                c.dropout,
+                rope_base=rope_base,
+                n_kv_heads=c.n_kv_heads,
+            )
             for _ in range(c.n_layers)
         )
         self.norm = nn.LayerNorm(c.d_model)

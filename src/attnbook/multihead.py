@@ -17,10 +17,18 @@ are concatenated and mixed by an output projection ``W_O``::
 The split costs nothing: the parameters and multiply-adds are those of one
 full-width head (plus ``W_O``); only the softmax is taken per head.
 
+Grouped-query attention (chapter 12, Ainslie et al. 2023) lets groups of query
+heads share one key/value head: with ``n_kv_heads = H_kv`` dividing ``H``, the
+key and value projections produce only ``H_kv`` heads, and query head ``h``
+reads key/value head ``h // (H / H_kv)``. ``H_kv = H`` is ordinary multi-head
+attention, ``H_kv = 1`` multi-query attention (Shazeer 2019). The saving is in
+what generation keeps: a key-value cache stores ``H_kv`` heads instead of ``H``.
+
 Shape legend used in this module:
     ``B`` batch, ``T`` query positions, ``S`` key positions, ``H`` heads
     (``n_heads``), ``D`` model width (``d_model``), ``Dh`` head width
-    (``d_head = D / H``).
+    (``d_head = D / H``), ``H_kv`` key/value heads (``n_kv_heads``), ``G``
+    query heads per key/value head (``H / H_kv``).
 
 Masks follow the package's convention (:mod:`attnbook.masking`): boolean with
 ``True`` = *may attend*, or additive floats (``0`` keeps, ``-inf`` blocks),
@@ -79,6 +87,13 @@ class MultiHeadAttention(nn.Module):
     In self-attention the three input projections run as one matrix multiply
     with their weights stacked (same result, fewer passes over ``X``).
 
+    With ``n_kv_heads < n_heads`` (grouped-query attention), ``k_proj`` and
+    ``v_proj`` are ``nn.Linear(d_model, n_kv_heads * d_head)``: each of the
+    ``n_kv_heads`` key/value heads serves ``G = n_heads // n_kv_heads``
+    consecutive query heads (query head ``h`` uses key/value head ``h // G``).
+    The result equals ordinary multi-head attention whose key and value
+    projections repeat each key/value head's rows ``G`` times.
+
     Args:
         d_model: ``D``, the width of inputs and output; a multiple of ``n_heads``.
         n_heads: ``H``, the number of heads; each has width ``d_head = d_model // n_heads``.
@@ -90,6 +105,9 @@ class MultiHeadAttention(nn.Module):
             before the scores; needs an even ``d_head``. Keys get positions
             ``0..S-1`` and queries the last ``T`` of them, ``S-T..S-1`` (as
             the causal rule aligns them), which is ``0..T-1`` in self-attention.
+        n_kv_heads: ``H_kv``, the number of key/value heads, which must divide
+            ``n_heads``: ``None`` (default) means ``n_heads`` (multi-head
+            attention), ``1`` multi-query attention, in between grouped-query.
     """
 
     def __init__(
@@ -100,6 +118,7 @@ class MultiHeadAttention(nn.Module):
         bias: bool = True,
         *,
         rope_base: float | None = None,
+        n_kv_heads: int | None = None,
     ) -> None:
         super().__init__()
         self.d_model = _check_count(d_model, "d_model")
@@ -110,6 +129,15 @@ class MultiHeadAttention(nn.Module):
                 f"features), got d_model = {self.d_model} and n_heads = {self.n_heads}"
             )
         self.d_head = self.d_model // self.n_heads
+        self.n_kv_heads = (
+            self.n_heads if n_kv_heads is None else _check_count(n_kv_heads, "n_kv_heads")
+        )
+        if self.n_heads % self.n_kv_heads != 0:
+            raise ValueError(
+                f"n_kv_heads must divide n_heads (each key/value head serves n_heads // "
+                f"n_kv_heads query heads), got n_heads = {self.n_heads} and n_kv_heads = "
+                f"{self.n_kv_heads}"
+            )
         self.dropout = check_probability(dropout, "dropout")
         if not isinstance(bias, bool):
             raise ValueError(f"bias must be True or False, got {bias!r}")
@@ -125,14 +153,16 @@ class MultiHeadAttention(nn.Module):
                 f"embeddings rotate pairs of features), got d_head = {self.d_head}"
             )
         self.q_proj = nn.Linear(self.d_model, self.d_model, bias=bias)  # weight (D, D) = W_Qᵀ
-        self.k_proj = nn.Linear(self.d_model, self.d_model, bias=bias)  # weight (D, D) = W_Kᵀ
-        self.v_proj = nn.Linear(self.d_model, self.d_model, bias=bias)  # weight (D, D) = W_Vᵀ
+        d_kv = self.n_kv_heads * self.d_head  # = D unless grouped-query
+        self.k_proj = nn.Linear(self.d_model, d_kv, bias=bias)  # weight (H_kv * Dh, D) = W_Kᵀ
+        self.v_proj = nn.Linear(self.d_model, d_kv, bias=bias)  # weight (H_kv * Dh, D) = W_Vᵀ
         self.out_proj = nn.Linear(self.d_model, self.d_model, bias=bias)  # weight (D, D) = W_Oᵀ
 
     def extra_repr(self) -> str:
         rope = "" if self.rope_base is None else f", rope_base={self.rope_base}"
+        kv = "" if self.n_kv_heads == self.n_heads else f", n_kv_heads={self.n_kv_heads}"
         return (
-            f"d_model={self.d_model}, n_heads={self.n_heads}, d_head={self.d_head}, "
+            f"d_model={self.d_model}, n_heads={self.n_heads}{kv}, d_head={self.d_head}, "
             f"dropout={self.dropout}{rope}"
         )
 
@@ -230,23 +260,48 @@ class MultiHeadAttention(nn.Module):
     def _project(
         self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The three input projections, split into heads: ``(B, H, T, Dh)``, ``(B, H, S, Dh)`` x 2."""
+        """The three input projections, split into heads.
+
+        Returns ``q`` ``(B, H, T, Dh)`` and ``k``, ``v`` ``(B, H_kv, S, Dh)``
+        (``H_kv = H`` unless grouped-query).
+        """
         B, T, _ = query.shape
         S = key.shape[1]
-        H, Dh = self.n_heads, self.d_head
+        H, H_kv, Dh = self.n_heads, self.n_kv_heads, self.d_head
         if query is key and key is value:  # self-attention: one multiply for Q, K and V
             weight = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight])
             bias = self.q_proj.bias
             if bias is not None:
-                bias = torch.cat([bias, self.k_proj.bias, self.v_proj.bias])  # (3 * D,)
-            qkv = F.linear(query, weight, bias)  # (B, T, D) @ (D, 3 * D) -> (B, T, 3 * D)
-            qkv = qkv.view(B, T, 3, H, Dh).permute(2, 0, 3, 1, 4)  # (3, B, H, T, Dh), no copy
-            q, k, v = qkv.unbind(0)  # each (B, H, T, Dh)
+                bias = torch.cat([bias, self.k_proj.bias, self.v_proj.bias])  # (D + 2 H_kv Dh,)
+            qkv = F.linear(query, weight, bias)  # (B, T, D) @ (D, D + 2 H_kv Dh) -> (B, T, ...)
+            if H_kv == H:
+                qkv = qkv.view(B, T, 3, H, Dh).permute(2, 0, 3, 1, 4)  # (3, B, H, T, Dh), no copy
+                q, k, v = qkv.unbind(0)  # each (B, H, T, Dh)
+                return q, k, v
+            q, k, v = qkv.split([H * Dh, H_kv * Dh, H_kv * Dh], dim=-1)  # views, no copy
+            q = q.view(B, T, H, Dh).transpose(1, 2)  # (B, T, D) -> (B, H, T, Dh)
+            k = k.view(B, T, H_kv, Dh).transpose(1, 2)  # (B, T, H_kv Dh) -> (B, H_kv, T, Dh)
+            v = v.view(B, T, H_kv, Dh).transpose(1, 2)  # (B, T, H_kv Dh) -> (B, H_kv, T, Dh)
             return q, k, v
         q = self.q_proj(query).view(B, T, H, Dh).transpose(1, 2)  # (B, T, D) -> (B, H, T, Dh)
-        k = self.k_proj(key).view(B, S, H, Dh).transpose(1, 2)  # (B, S, D) -> (B, H, S, Dh)
-        v = self.v_proj(value).view(B, S, H, Dh).transpose(1, 2)  # (B, S, D) -> (B, H, S, Dh)
+        k = self.k_proj(key).view(B, S, H_kv, Dh).transpose(1, 2)  # (B, S, ...) -> (B, H_kv, S, Dh)
+        v = self.v_proj(value).view(B, S, H_kv, Dh).transpose(1, 2)  # (B, H_kv, S, Dh)
         return q, k, v
+
+    def _repeat_kv(self, x: torch.Tensor) -> torch.Tensor:
+        """Give each query head its key/value head: ``(B, H_kv, S, Dh)`` -> ``(B, H, S, Dh)``.
+
+        Key/value head ``j`` is repeated for query heads ``j * G .. (j + 1) * G - 1``
+        (``torch.repeat_interleave`` along the heads' axis). A copy, kept simple:
+        the memory that grouped-query attention saves is the cache's, which
+        stores only the ``H_kv`` heads.
+        """
+        if self.n_kv_heads == self.n_heads:
+            return x
+        B, H_kv, S, Dh = x.shape
+        G = self.n_heads // H_kv
+        x = x[:, :, None].expand(B, H_kv, G, S, Dh)  # (B, H_kv, G, S, Dh), a view
+        return x.reshape(B, H_kv * G, S, Dh)  # (B, H, S, Dh): head h reads kv head h // G
 
     def _rotate(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Rotary embeddings of each head's queries ``(B, H, T, Dh)`` and keys ``(B, H, S, Dh)``.
@@ -281,10 +336,24 @@ class MultiHeadAttention(nn.Module):
         broadcastable to ``(B, H, T, S)``. A model validates its own input once
         and then calls this in every layer, every step.
         """
-        B, T, _ = query.shape
-        q, k, v = self._project(query, key, value)  # (B, H, T, Dh), (B, H, S, Dh), (B, H, S, Dh)
+        q, k, v = self._project(query, key, value)  # (B, H, T, Dh), (B, H_kv, S, Dh) x 2
         if self.rope_base is not None:
-            q, k = self._rotate(q, k)  # (B, H, T, Dh), (B, H, S, Dh)
+            q, k = self._rotate(q, k)  # (B, H, T, Dh), (B, H_kv, S, Dh)
+        return self._attend(
+            q, self._repeat_kv(k), self._repeat_kv(v), mask, is_causal, need_weights
+        )
+
+    def _attend(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        mask: torch.Tensor | None,
+        is_causal: bool,
+        need_weights: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Attention of per-head ``q`` ``(B, H, T, Dh)`` to ``k``, ``v`` ``(B, H, S, Dh)``, then ``W_O``."""
+        B, _, T, _ = q.shape
         dropout_p = self.dropout if self.training else 0.0
         if mask is not None and mask.dtype != torch.bool and mask.dtype != q.dtype:
             mask = mask.to(q.dtype)  # e.g. a float32 bias under bf16 autocast
