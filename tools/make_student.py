@@ -155,7 +155,7 @@ def student_notebook(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
         if not removed:
             cells.append(cell)
         elif cell.cell_type == "markdown" and kept.strip():
-            cell.source = kept.strip("\n")
+            cell.source = re.sub(r"\n{3,}", "\n\n", kept).strip("\n")  # one blank line where it was
             cells.append(cell)
     student.cells = cells
     student.metadata["attnbook"] = {"edition": "student"}
@@ -239,6 +239,11 @@ def _shingles(words: list[str]) -> set[tuple[str, ...]]:
     return {tuple(words[i : i + SHINGLE]) for i in range(len(words) - SHINGLE + 1)}
 
 
+def _telling(shingle: tuple[str, ...]) -> bool:
+    """Does a run of words say something (three real words), unlike '0 0 0 1 0 0 1 1'?"""
+    return sum(len(word) >= 3 and word.isalpha() for word in shingle) >= 3
+
+
 class PageChecker:
     """Finds solution text in a built book: its pages, `_sources` and search index.
 
@@ -259,13 +264,15 @@ class PageChecker:
                 solution_words.append(_words(_MARKUP.sub(" ", "\n".join(lines))))
             rest_words += _words(notebook_text(student_notebook(nb)))
         rest = _shingles(rest_words)
-        self.shingles = {s for words in solution_words for s in _shingles(words)} - rest
+        self.shingles = {
+            s for words in solution_words for s in _shingles(words) if _telling(s)
+        } - rest
         # Words of four letters or more that appear in solutions and nowhere else,
         # as Sphinx's English search index stores them (stemmed).
         from sphinx.search.en import SearchEnglish
 
         stem = SearchEnglish({}).stem
-        rest_stems = {stem(word) for word in rest_words}
+        rest_stems = {stem(word) for word in set(rest_words)}
         self.only_words = {
             stem(word)
             for words in solution_words

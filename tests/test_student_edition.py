@@ -1,0 +1,327 @@
+"""The student edition (`make student`, tools/make_student.py) holds no solution.
+
+For every chapter: no line or sentence of a solution reaches the student notebook
+(sources or outputs), and everything else does, unchanged. The solutions are
+found here by a regular expression of their own, not by the tool's parser, so a
+block the tool overlooked would show up as a leak. The tool's own leak checks,
+which guard every `make student` run (notebooks and built pages), are shown to
+catch a solution that is left in. One student notebook is executed top to
+bottom. The built book itself is scanned by `make student` (the "student" step
+of tools/run_tests.py), with the checker tested here.
+"""
+
+from __future__ import annotations
+
+import html
+import importlib.util
+import json
+import re
+import sys
+import zipfile
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+ROOT = Path(__file__).resolve().parent.parent
+CHAPTERS = sorted((ROOT / "chapters").glob("*.ipynb"))
+STUB = "raise NotImplementedError"
+NOT_ATTEMPTED = "not attempted yet"
+MIN_CHARS = 20  # shorter lines and sentences ("1.", "return out") say too little
+
+
+def _load_tool():
+    sys.path.insert(0, str(ROOT / "tools"))  # make_student imports its neighbour sync_repo_url
+    spec = importlib.util.spec_from_file_location("make_student", ROOT / "tools/make_student.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+make_student = _load_tool()
+
+# A solution as the chapters write it: "::::{solution} ex-...", its body, then the same fence.
+SOLUTION = re.compile(r"^(?P<fence>:{3,}|`{3,})\{solution\}.*?^(?P=fence)[ \t]*$", re.M | re.S)
+EXERCISE = re.compile(r"^(?P<fence>:{3,})\{exercise\}.*?^(?P=fence)[ \t]*$", re.M | re.S)
+
+
+def _read(path: Path) -> nbformat.NotebookNode:
+    return nbformat.read(path, as_version=4)
+
+
+def _text(nb: nbformat.NotebookNode) -> str:
+    """Every cell source and every textual output, whitespace squashed."""
+    parts = []
+    for cell in nb.cells:
+        parts.append(cell.source)
+        for output in cell.get("outputs", []):
+            parts.append(str(output.get("text", "")) + str(output.get("evalue", "")))
+            parts += [str(value) for key, value in output.get("data", {}).items() if "text" in key]
+    return " ".join(" ".join(parts).split())
+
+
+def _pieces(solution: str) -> set[str]:
+    """The code lines and prose sentences of one solution block, whitespace squashed."""
+    body = solution.splitlines()[1:-1]  # without the opening and closing fences
+    code, prose, in_code = [], [], False
+    for line in body:
+        if line.lstrip().startswith("```"):
+            in_code = not in_code
+        elif in_code:
+            code.append(" ".join(line.split()))
+        elif not line.startswith(":class:"):
+            prose.append(line)
+    sentences = re.split(r"(?<=[.!?;:])\s+", " ".join(" ".join(prose).split()))
+    return {piece for piece in code + sentences if len(piece) >= MIN_CHARS}
+
+
+def _solution_only_pieces(source: nbformat.NotebookNode) -> set[str]:
+    """Lines and sentences of the solutions that the rest of the chapter does not contain."""
+    blocks = [m.group(0) for cell in source.cells for m in SOLUTION.finditer(cell.source)]
+    rest = _text(_without_solutions(source))
+    return {piece for block in blocks for piece in _pieces(block) if piece not in rest}
+
+
+def _without_solutions(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """The notebook with the solution blocks cut out by SOLUTION, empty cells dropped."""
+    out = nbformat.from_dict(json.loads(json.dumps(nb)))
+    for cell in out.cells:
+        if cell.cell_type == "markdown":
+            cell.source = SOLUTION.sub("", cell.source).strip("\n")
+    out.cells = [c for c in out.cells if c.cell_type != "markdown" or c.source.strip()]
+    return out
+
+
+def _leaked(source: nbformat.NotebookNode, student: nbformat.NotebookNode) -> list[str]:
+    text = _text(student)
+    return sorted(piece for piece in _solution_only_pieces(source) if piece in text)
+
+
+@pytest.fixture(scope="module", params=CHAPTERS, ids=lambda path: path.stem)
+def chapter(request: pytest.FixtureRequest) -> tuple[nbformat.NotebookNode, nbformat.NotebookNode]:
+    source = _read(request.param)
+    return source, make_student.student_notebook(source)
+
+
+def test_every_solution_is_found_by_the_test_itself(chapter) -> None:
+    source, _ = chapter
+    text = "\n".join(cell.source for cell in source.cells)
+    assert "{solution-start}" not in text, "gated solutions: teach this test's SOLUTION to see them"
+    n_blocks = sum(len(SOLUTION.findall(cell.source)) for cell in source.cells)
+    assert n_blocks == text.count("{solution}")
+
+
+def test_no_solution_text_reaches_the_student_notebook(chapter) -> None:
+    source, student = chapter
+    pieces = _solution_only_pieces(source)
+    if SOLUTION.search("\n".join(cell.source for cell in source.cells)):
+        assert pieces, "a chapter with solutions must give lines to look for"
+    assert _leaked(source, student) == []
+    assert "{solution" not in _text(student)
+
+
+def test_everything_but_the_solutions_is_kept(chapter) -> None:
+    """Same cells in the same order, same sources (less the solutions, up to blank lines),
+    same outputs and execution counts."""
+    source, student = chapter
+    expected = _without_solutions(source)
+
+    def cells(nb):
+        return [
+            (
+                c.cell_type,
+                re.sub(r"\n\s*\n", "\n\n", c.source).strip(),
+                c.get("outputs"),
+                c.get("execution_count"),
+            )
+            for c in nb.cells
+        ]
+
+    assert cells(student) == cells(expected)
+
+
+def test_exercises_stubs_checkers_and_the_colab_cell_survive(chapter) -> None:
+    source, student = chapter
+    student_text = "\n".join(cell.source for cell in student.cells)
+    for cell in source.cells:
+        for exercise in EXERCISE.finditer(cell.source):
+            assert exercise.group(0) in student_text
+    stubs = [c for c in source.cells if c.cell_type == "code" and STUB in c.source]
+    kept = [c for c in student.cells if c.cell_type == "code" and STUB in c.source]
+    assert [(c.source, c.outputs) for c in kept] == [(c.source, c.outputs) for c in stubs]
+    for stub in kept:  # the stored output of an untouched stub gives nothing away
+        assert re.search(r"\bcheck_\w+\(", stub.source)
+        assert NOT_ATTEMPTED in _text(nbformat.v4.new_notebook(cells=[stub]))
+    first = student.cells[0]
+    assert first.source == source.cells[0].source
+    assert "google.colab" in first.source
+    assert first.metadata.get("tags") == ["remove-cell"]
+
+
+def test_the_student_notebook_is_valid(chapter) -> None:
+    source, student = chapter
+    nbformat.validate(student)
+    assert student.metadata["kernelspec"] == source.metadata["kernelspec"]
+    assert student.metadata["attnbook"] == {"edition": "student"}
+    assert source.metadata.get("attnbook") is None, "the source notebook is not modified"
+
+
+# The checks must be able to fail.
+
+
+def test_this_tests_leak_check_catches_a_solution_left_in() -> None:
+    source = _read(CHAPTERS[0])
+    assert len(_leaked(source, source)) == len(_solution_only_pieces(source)) > 5
+
+
+def test_the_tools_leak_check_catches_solutions_in_sources_and_outputs() -> None:
+    source = _read(CHAPTERS[0])
+    student = make_student.student_notebook(source)
+    assert make_student.notebook_leaks(source, student) == []
+    assert make_student.notebook_leaks(source, source)  # nothing removed
+    line = "return (a @ b) / (np.sqrt(a @ a) * np.sqrt(b @ b))"  # the cosine solution
+    assert line in _solution_only_pieces(source)
+    in_output = nbformat.from_dict(json.loads(json.dumps(student)))
+    code = next(c for c in in_output.cells if c.cell_type == "code" and c.outputs)
+    code.outputs.append(nbformat.v4.new_output("stream", text=f"    {line}\n"))
+    assert make_student.notebook_leaks(source, in_output) == [line]
+
+
+def _notebook(*cells: tuple[str, str]) -> nbformat.NotebookNode:
+    new = {"markdown": nbformat.v4.new_markdown_cell, "code": nbformat.v4.new_code_cell}
+    return nbformat.v4.new_notebook(cells=[new[kind](text) for kind, text in cells])
+
+
+EXERCISE_TEXT = ":::{exercise} Add (easy)\n:label: ex-add\nWrite `my_add(a, b)`.\n:::"
+
+
+def test_every_solution_syntax_is_removed() -> None:
+    nb = _notebook(
+        ("markdown", f"{EXERCISE_TEXT}\n\n````{{solution}} ex-add\n:class: dropdown\n"
+         "```python\nSECRET_BACKTICK = 1\n```\n````\n\nText after."),
+        ("markdown", "::::{solution} ex-add\nSECRET_ALONE\n:::{note}\ninner\n:::\n::::"),
+        ("markdown", "Before.\n\n:::{solution-start} ex-add\n:class: dropdown\n:::\n"
+         "SECRET_GATED_PROSE"),
+        ("code", "SECRET_GATED_CODE = 1"),
+        ("markdown", "SECRET_GATED_MORE\n\n:::{solution-end}\n:::\n\nAfter the gate."),
+        ("code", "def my_add(a, b):\n    raise NotImplementedError\n\n\ncheck_add(my_add)"),
+    )  # fmt: skip
+    student = make_student.student_notebook(nb)
+    text = _text(student)
+    assert "SECRET" not in text
+    assert "{solution" not in text
+    for kept in (EXERCISE_TEXT, "Text after.", "Before.", "After the gate.", "check_add(my_add)"):
+        assert kept in "\n".join(cell.source for cell in student.cells)
+    assert len(student.cells) == 4  # the cell that held only a solution is gone
+    nbformat.validate(student)
+    assert "SECRET_ALONE" in _text(nb), "the input is not modified"
+
+
+@pytest.mark.parametrize(
+    "markdown",
+    [
+        "::::{solution} ex-add\nnever closed",
+        ":::{solution-end}\n:::",
+        ":::{solution-start} ex-add\n:::\nno end",
+    ],
+)
+def test_a_broken_solution_is_an_error_not_a_guess(markdown: str) -> None:
+    with pytest.raises(ValueError, match="solution"):
+        make_student.student_notebook(_notebook(("markdown", markdown)))
+
+
+# The built pages: the checker that `make student` runs on _build/student/html.
+
+
+def _page_checker(source: nbformat.NotebookNode):
+    return make_student.PageChecker([source], other_text=(ROOT / "references.bib").read_text())
+
+
+def _write_pages(folder: Path, source, notebook, page_text: str, terms: list[str]) -> Path:
+    (folder / "_sources" / "chapters").mkdir(parents=True)
+    nbformat.write(notebook, folder / "_sources" / "chapters" / "01_scores.ipynb")
+    page = "".join(f"<p>{html.escape(line)}</p>\n" for line in page_text.splitlines())
+    (folder / "chapters").mkdir()
+    (folder / "chapters" / "01_scores.html").write_text(f"<html><body>{page}</body></html>")
+    index = {"docnames": ["chapters/01_scores"], "terms": dict.fromkeys(terms, 0)}
+    (folder / "searchindex.js").write_text(f"Search.setIndex({json.dumps(index)})")
+    return folder
+
+
+def test_the_page_checker_passes_pages_built_from_student_notebooks(tmp_path: Path) -> None:
+    source = _read(CHAPTERS[0])
+    student = make_student.student_notebook(source)
+    pages = _write_pages(tmp_path, source, student, _text(student), ["score", "queri"])
+    assert _page_checker(source).scan(pages) == []
+
+
+def test_the_page_checker_finds_solutions_in_pages_sources_and_the_search_index(
+    tmp_path: Path,
+) -> None:
+    source = _read(CHAPTERS[0])
+    student = make_student.student_notebook(source)
+    checker = _page_checker(source)
+    assert "hull" in checker.only_words  # "convex hull" is only in a solution of chapter 1
+    solution = make_student.solution_texts(source)[0]
+    pages = _write_pages(tmp_path, source, source, _text(student) + solution, ["score", "hull"])
+    leaks = checker.scan(pages)
+    assert any(leak.startswith("chapters/01_scores.html: ") for leak in leaks)
+    assert any(leak.startswith("_sources/chapters/01_scores.ipynb: ") for leak in leaks)
+    assert "searchindex.js: hull" in leaks
+
+
+def test_the_student_book_is_staged_without_solutions_or_launch_buttons(tmp_path: Path) -> None:
+    notebooks = tmp_path / "notebooks"
+    make_student.write_notebooks(CHAPTERS[:1], notebooks)
+    stage = tmp_path / "stage"
+    make_student.stage_book(ROOT, stage, notebooks)
+    config = (stage / "_config.yml").read_text()
+    assert "hide_solutions: true" in config
+    assert "colab_url: ''" in config
+    assert "binderhub_url: ''" in config
+    assert "use_repository_button: false" in config
+    for path in stage.rglob("*.ipynb"):
+        assert "{solution" not in path.read_text(), path
+    assert "student edition" in next(stage.glob("intro.md")).read_text()
+
+
+def test_the_zip_holds_a_readme_and_every_student_notebook(tmp_path: Path) -> None:
+    notebooks = tmp_path / "notebooks"
+    assert make_student.write_notebooks(CHAPTERS, notebooks) == []
+    target = tmp_path / "student.zip"
+    paths = sorted(notebooks.glob("*.ipynb"))
+    make_student.write_zip(paths, target, "https://example.org/attnbook")
+    first = target.read_bytes()
+    make_student.write_zip(paths, target, "https://example.org/attnbook")
+    assert target.read_bytes() == first, "the same notebooks give the same zip"
+    with zipfile.ZipFile(target) as archive:
+        names = archive.namelist()
+        readme = archive.read("attnbook-student/README.txt").decode()
+        assert names == ["attnbook-student/README.txt"] + [
+            f"attnbook-student/{path.name}" for path in CHAPTERS
+        ]
+        for path in CHAPTERS:
+            packed = nbformat.reads(archive.read(f"attnbook-student/{path.name}").decode(), 4)
+            assert packed == make_student.student_notebook(_read(path))
+    assert "Colab" in readme
+    assert "https://example.org/attnbook" in readme
+    assert STUB in readme
+
+
+def test_a_student_notebook_runs_top_to_bottom_in_an_empty_folder(tmp_path: Path) -> None:
+    """Chapter 1 (the quickest) as a learner gets it: no error, every exercise "not attempted"."""
+    student = make_student.student_notebook(_read(CHAPTERS[0]))
+    for cell in student.cells:
+        if cell.cell_type == "code":
+            cell.outputs = []
+    client = NotebookClient(
+        student, timeout=300, kernel_name="python3", resources={"metadata": {"path": tmp_path}}
+    )
+    client.execute()  # raises CellExecutionError on any error
+    stubs = [c for c in student.cells if c.cell_type == "code" and STUB in c.source]
+    assert len(stubs) >= 2
+    for stub in stubs:
+        verdict = _text(nbformat.v4.new_notebook(cells=[stub]))
+        assert NOT_ATTEMPTED in verdict
+    assert list(tmp_path.iterdir()) == [], "the chapter writes no file"
