@@ -451,19 +451,25 @@ def other_pages_text(root: Path) -> str:
     return "\n".join(parts) + STUDENT_NOTE.format()
 
 
-def build_book(root: Path, out: Path, notebooks: Path) -> None:
-    """Build the book from student sources into `out / "html"` (warnings are errors)."""
+def build_book(root: Path, out: Path, notebooks: Path) -> bool:
+    """Build the book from student sources into `out / "html"`; False if the build failed.
+
+    Warnings are errors, as in `make book`. A failed build leaves no `html/`
+    behind (only its staged sources in `out / "book-source"`, to look at).
+    """
     stage = out / "book-source"
+    shutil.rmtree(out / "html", ignore_errors=True)
     stage_book(root, stage, notebooks)
     command = [
         str(Path(sys.executable).parent / "jupyter-book"),
         *("build", str(stage), "--warningiserror", "--nitpick", "--keep-going"),
     ]
     environment = {**os.environ, "ATTNBOOK_HIDE_SOLUTIONS": "1"}
-    subprocess.run(command, cwd=root, env=environment, check=True)
-    shutil.rmtree(out / "html", ignore_errors=True)
+    if subprocess.run(command, cwd=root, env=environment, check=False).returncode != 0:
+        return False
     shutil.move(stage / "_build" / "html", out / "html")
     shutil.rmtree(stage)
+    return True
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -476,7 +482,9 @@ def main(argv: list[str] | None = None) -> int:
     write_zip(sorted((OUT / "notebooks").glob("*.ipynb")), OUT / ZIP_NAME, repository_url())
     print(f"student notebooks: {len(paths)} in {OUT / 'notebooks'}; zip: {OUT / ZIP_NAME}")
     if not args.no_book:
-        build_book(ROOT, OUT, OUT / "notebooks")
+        if not build_book(ROOT, OUT, OUT / "notebooks"):
+            print("the student book did not build (see the warnings above)")
+            return 1
         sources = [nbformat.read(path, as_version=4) for path in paths]
         leaks += PageChecker(sources, other_pages_text(ROOT)).scan(OUT / "html")
         print(f"student book: file://{OUT / 'html' / 'index.html'}")

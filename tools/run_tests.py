@@ -10,6 +10,9 @@ Steps, each timed; a failing step does not stop the ones after it:
   nbval     pytest --nbval chapters/             re-runs every notebook, compares outputs
   book      jupyter-book build into an emptied _build/html (warnings are errors,
             nitpicky, every page re-read)
+  student   tools/make_student.py                the student edition in _build/student/
+            (notebooks, zip, book); fails if any solution text reaches a
+            student notebook, page, _sources file or the search index
   browser   pytest tests -m browser              the built book in headless Chromium
 
 Each pytest step writes a JUnit XML report to .test-reports/. The last line is
@@ -17,7 +20,7 @@ Each pytest step writes a JUnit XML report to .test-reports/. The last line is
   summary: N passed, M failed, K skipped
 
 where N, M and K add up the pytest tests of every step, plus one per step that
-is not pytest (ruff check, ruff format, the book build). Failed includes
+is not pytest (ruff check, ruff format, the book build, the student edition). Failed includes
 errors. The exit status is 0 only if nothing failed. pytest's "no tests
 collected" (exit status 5) is a failure for the unit tests and nbval, and for
 the browser test only where Chromium is installed. Finally the share of code
@@ -113,6 +116,8 @@ def steps() -> list[Step]:
                 "--all",
             ],
         ),
+        # The book again, from the student notebooks, into _build/student/ (not _build/html).
+        Step("student", "make student", [sys.executable, "tools/make_student.py"]),
         Step(
             "browser",
             "pytest (browser)",
