@@ -404,16 +404,25 @@ def _toc_files(toc: dict) -> Iterator[str]:
             stack.extend(reversed(node))
 
 
+def _config_paths(config: object, root: Path) -> Iterator[str]:
+    """The first part of every path that `_config.yml` names and that exists (references.bib)."""
+    if isinstance(config, dict):  # exclude_patterns name what the book leaves out
+        config = [value for key, value in config.items() if key != "exclude_patterns"]
+    if isinstance(config, list):
+        for value in config:
+            yield from _config_paths(value, root)
+    elif isinstance(config, str) and "://" not in config and config.strip():
+        path = Path(config)
+        if not path.is_absolute() and ".." not in path.parts and (root / path).exists():
+            yield path.parts[0]
+
+
 def stage_book(root: Path, stage: Path, notebooks: Path) -> None:
     """Copy the book's sources to `stage`, with the student notebooks as chapters."""
     shutil.rmtree(stage, ignore_errors=True)
     stage.mkdir(parents=True)
     toc = yaml.safe_load((root / "_toc.yml").read_text(encoding="utf-8"))
-    for name in ("_toc.yml", "references.bib"):
-        shutil.copy2(root / name, stage / name)
-    for name in ("_ext", "images", "assets"):  # read, never written: links save the copying
-        if (root / name).exists():
-            (stage / name).symlink_to(root / name, target_is_directory=True)
+    shutil.copy2(root / "_toc.yml", stage / "_toc.yml")
     config = yaml.safe_load((root / "_config.yml").read_text(encoding="utf-8"))
     config["title"] = f"{config['title']} (student edition)"
     config.setdefault("html", {})["use_repository_button"] = False
@@ -437,6 +446,11 @@ def stage_book(root: Path, stage: Path, notebooks: Path) -> None:
                 title, _, rest = text.partition("\n")
                 text = f"{title}\n\n{STUDENT_NOTE.format()}\n{rest.lstrip()}"
             target.write_text(text, encoding="utf-8")
+    # What the pages and the configuration use (figures, the bibliography, the
+    # extension, a favicon): read, never written, so links save the copying.
+    for name in sorted({"images", "assets", *_config_paths(config, root)}):
+        if (root / name).exists() and not (stage / name).exists() and name != "_build":
+            (stage / name).symlink_to(root / name)
 
 
 def other_pages_text(root: Path) -> str:
