@@ -14,10 +14,17 @@ mistake, says what it looks like and where to look. Only when no known mistake
 matches does the case's own hint show. A *guard* checks *how* the answer
 computes (e.g. no Python loop, no call to the library function the exercise
 asks you to write), since such answers return the right numbers.
+
+For graders: when the environment variable ``ATTNBOOK_VERDICTS`` names a
+file, every :class:`Verdict` is also appended to that file as one line of
+JSON (``python -m attnbook.grade`` sets it for the kernel that runs a
+submission). Without the variable nothing is written anywhere.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -31,6 +38,7 @@ import torch
 __all__ = ["Case", "Mistake", "Verdict", "forbid_calls", "no_python_loops", "run_cases"]
 
 _MAX_SHOWN = 24  # arrays with more entries are summarised, not printed
+VERDICTS_ENV = "ATTNBOOK_VERDICTS"  # names the JSON-lines file a grader reads; unset: no file
 
 
 @dataclass(frozen=True)
@@ -67,6 +75,9 @@ class Verdict:
     n_cases: int  # number of hidden cases
     message: str  # the text shown to the learner
 
+    def __post_init__(self) -> None:
+        _record_for_grader(self)
+
     def __bool__(self) -> bool:
         return self.passed
 
@@ -74,6 +85,31 @@ class Verdict:
         return self.message
 
     __str__ = __repr__
+
+
+def _record_for_grader(verdict: Verdict) -> None:
+    """Append ``verdict`` as one JSON line to the file named by ``$ATTNBOOK_VERDICTS``, if set.
+
+    This is how ``python -m attnbook.grade`` learns what each checker said
+    inside the kernel that runs a submission, without parsing displayed text.
+    A checker that refines a verdict (``dataclasses.replace``) records twice;
+    the grader keeps the last verdict of an exercise in a cell, the one returned.
+    """
+    path = os.environ.get(VERDICTS_ENV)
+    if not path:
+        return
+    line = json.dumps(
+        {
+            "exercise": verdict.exercise,
+            "passed": bool(verdict.passed),
+            "attempted": bool(verdict.attempted),
+            "n_cases": int(verdict.n_cases),
+            "message": str(verdict.message),
+        },
+        ensure_ascii=False,
+    )
+    with open(path, "a", encoding="utf-8") as file:
+        file.write(line + "\n")
 
 
 def _to_numpy(x: object) -> np.ndarray:
