@@ -152,7 +152,10 @@ def test_exercises_stubs_checkers_and_the_colab_cell_survive(chapter) -> None:
     assert [(c.source, c.outputs) for c in kept] == [(c.source, c.outputs) for c in stubs]
     for stub in kept:  # the stored output of an untouched stub gives nothing away
         assert re.search(r"\bcheck_\w+\(", stub.source)
-        assert NOT_ATTEMPTED in _text(nbformat.v4.new_notebook(cells=[stub]))
+        verdict = _text(nbformat.v4.new_notebook(cells=[stub]))
+        assert NOT_ATTEMPTED in verdict, (
+            f"stored output of an untouched stub (executed?): {verdict}"
+        )
     first = student.cells[0]
     assert first.source == source.cells[0].source
     assert "google.colab" in first.source
@@ -165,6 +168,7 @@ def test_the_student_notebook_is_valid(chapter) -> None:
     assert student.metadata["kernelspec"] == source.metadata["kernelspec"]
     assert student.metadata["attnbook"] == {"edition": "student"}
     assert source.metadata.get("attnbook") is None, "the source notebook is not modified"
+    assert make_student.student_notebook(student) == student  # nothing more to remove
 
 
 # The checks must be able to fail.
