@@ -152,7 +152,7 @@ def test_a_syntax_error_is_an_error_that_names_it(cli_run: dict) -> None:
     record = _records(cli_run)["carol", "softmax_temperature"]
     assert record["status"] == "error", record
     assert "SyntaxError" in record["message"]
-    assert "check_softmax_temperature" in record["message"]
+    assert "before its checker returned" in record["message"]
 
 
 def test_json_and_csv_have_one_record_per_notebook_and_exercise(cli_run: dict) -> None:
@@ -271,6 +271,32 @@ def test_usage_errors_exit_with_status_2(tmp_path: Path) -> None:
         assert exit_info.value.code == 2, argv
     with pytest.raises(ValueError, match="timeout"):
         grade.grade_notebook(tmp_path / "x.ipynb", timeout=-1)
+
+
+def test_an_unknown_kernel_is_a_usage_error(tmp_path: Path) -> None:
+    notebook = _mini(tmp_path / "a.ipynb", "1")
+    err = io.StringIO()
+    with redirect_stderr(err), pytest.raises(SystemExit) as exit_info:
+        grade.main([str(notebook), "--kernel", "no-such-kernel-anywhere"])
+    assert exit_info.value.code == 2
+    assert "no Jupyter kernel named 'no-such-kernel-anywhere'" in err.getvalue()
+
+
+def test_without_the_grading_tools_the_error_names_the_extra(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *args: None if name == "nbclient" else real_find_spec(name, *args),
+    )
+    err = io.StringIO()
+    with redirect_stderr(err):
+        code = grade.main([str(_mini(tmp_path / "a.ipynb", "1"))])
+    assert code == 1
+    assert "needs nbclient" in err.getvalue()
+    assert 'pip install "attnbook[grade]"' in err.getvalue()
 
 
 # ------------------------------------------------------------------ the verdict hook

@@ -310,8 +310,6 @@ def _run_cells(
     """Execute ``nb`` cell by cell, filling ``results``; return why it stopped early, if it did."""
     from nbclient import NotebookClient
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
-    from nbclient.util import run_sync
-    from nbformat.v4 import new_code_cell
 
     client = NotebookClient(
         nb,
@@ -336,53 +334,74 @@ def _run_cells(
                 for index, cell in enumerate(nb.cells):
                     if cell.cell_type != "code":
                         continue
-                    names = expected[index]
                     where = f"cell {index + 1}"
+                    stop = None
                     try:
                         client.execute_cell(cell, index)
+                        error = _cell_error(cell)
+                        problem = (
+                            f"{where} raised {error} before its checker returned" if error else ""
+                        )
                     except DeadKernelError:
-                        for name in names:
-                            results[name] = ("error", f"the kernel died while running {where}")
-                        return (
+                        problem = f"the kernel died while running {where}"
+                        stop = (
                             f"the kernel died in {where} (out of memory, or the code ended "
                             "the process), so the cells after it never ran"
                         )
                     except CellTimeoutError:
-                        for name in names:
-                            results[name] = (
-                                "error",
-                                f"{where} ran longer than the {timeout:g} s limit per cell "
-                                "(an endless loop?) and was interrupted",
-                            )
-                        run_sync(client.km.interrupt_kernel)()
-                        client.timeout = _PROBE_TIMEOUT_S
-                        try:
-                            client.execute_cell(new_code_cell("pass"), index)
-                        except (CellTimeoutError, DeadKernelError):
-                            return (
-                                f"{where} ran past the {timeout:g} s limit and the kernel did "
-                                "not stop when interrupted, so the cells after it never ran"
-                            )
-                        finally:
-                            client.timeout = timeout
-                        _, offset = _new_verdicts(verdicts_file, offset)  # of the stopped cell
-                        continue
+                        problem = (
+                            f"{where} ran longer than the {timeout:g} s limit per cell "
+                            "(an endless loop?) and was interrupted"
+                        )
+                        stop = _interrupt(client, index, timeout, where)
                     verdicts, offset = _new_verdicts(verdicts_file, offset)
-                    for verdict in verdicts:  # the last verdict of an exercise wins
-                        results[verdict["exercise"]] = (_status(verdict), str(verdict["message"]))
-                    answered = {verdict["exercise"] for verdict in verdicts}
-                    error = _cell_error(cell)
-                    for name in names:
-                        if name in answered:
-                            continue
-                        if error:
-                            message = f"{where} raised {error} before check_{name} returned"
-                        else:
-                            message = f"{where} ran, but check_{name} returned no verdict"
-                        results[name] = ("error", message)
+                    _record(results, expected[index], verdicts, where, problem)
+                    if stop:
+                        return stop
         except Exception as exc:  # the kernel could not start, or the client broke down
             return f"the notebook could not be run: {type(exc).__name__}: {exc}"
     return None
+
+
+def _interrupt(client: Any, index: int, timeout: float, where: str) -> str | None:
+    """Interrupt a cell past its time limit, as the stop button would; ``None`` if the kernel
+    answers again (the next cell may run), else why the rest of the notebook cannot run."""
+    from nbclient.exceptions import CellTimeoutError, DeadKernelError
+    from nbclient.util import run_sync
+    from nbformat.v4 import new_code_cell
+
+    run_sync(client.km.interrupt_kernel)()
+    client.timeout = _PROBE_TIMEOUT_S
+    try:
+        client.execute_cell(new_code_cell("pass"), index)  # answered once the kernel is free
+    except (CellTimeoutError, DeadKernelError):
+        return (
+            f"{where} ran past the {timeout:g} s limit and the kernel did not stop when "
+            "interrupted, so the cells after it never ran"
+        )
+    finally:
+        client.timeout = timeout
+    return None
+
+
+def _record(
+    results: dict[str, tuple[str, str]],
+    names: list[str],
+    verdicts: list[dict],
+    where: str,
+    problem: str,
+) -> None:
+    """Store a cell's verdicts, and an ``error`` for each exercise it should have checked but did not.
+
+    ``problem`` says what went wrong in the cell, ``""`` if it ran to the end.
+    """
+    for verdict in verdicts:  # the last verdict of an exercise wins
+        results[verdict["exercise"]] = (_status(verdict), str(verdict["message"]))
+    answered = {verdict["exercise"] for verdict in verdicts}
+    for name in names:
+        if name not in answered:
+            message = problem or f"{where} ran, but check_{name} returned no verdict"
+            results[name] = ("error", message)
 
 
 # ------------------------------------------------------------------ many notebooks, reports
