@@ -61,7 +61,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sync_repo_url import repository_url  # noqa: E402  (tools/ is a folder of scripts)
+from sync_repo_url import COLAB_EXTRAS, repository_url  # noqa: E402  (tools/: scripts)
 
 OUT = ROOT / "_build" / "student"
 ZIP_NAME = "attnbook-student.zip"
@@ -355,21 +355,32 @@ On Google Colab (nothing to install)
 
 On your own machine (Python 3.10 or newer)
   python -m venv .venv
-  .venv/bin/pip install "attnbook @ git+{url}" jupyterlab
+  .venv/bin/pip install "{requirement} @ git+{url}" jupyterlab
   .venv/bin/jupyter lab
-  (on Windows: .venv\\Scripts\\pip and .venv\\Scripts\\jupyter)
+  (on Windows: .venv\\Scripts\\pip and .venv\\Scripts\\jupyter){extras}
 
 Hand in the notebooks the way your instructor asks, with your code in the
 exercise cells.
-
-The book, to read alongside: {url}
 """
+
+
+def readme(url: str) -> str:
+    """The README.txt of the zip: how to run the notebooks, with the package's URL."""
+    extras = sorted(set(COLAB_EXTRAS.values()))
+    requirement = f"attnbook[{','.join(extras)}]" if extras else "attnbook"
+    chapters = ", ".join(f"{stem}.ipynb" for stem in sorted(COLAB_EXTRAS))
+    note = (
+        f"\n  The [{','.join(extras)}] part is for {chapters}; the rest do without."
+        if extras
+        else ""
+    )
+    return README.format(url=url, requirement=requirement, extras=note)
 
 
 def write_zip(notebooks: list[Path], target: Path, url: str) -> None:
     """Zip the notebooks and a README.txt into `target`, byte for byte the same for the same input."""
     target.unlink(missing_ok=True)
-    entries = [("README.txt", README.format(url=url).encode())]
+    entries = [("README.txt", readme(url).encode())]
     entries += [(path.name, path.read_bytes()) for path in sorted(notebooks)]
     with zipfile.ZipFile(target, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         for name, data in entries:
@@ -380,7 +391,7 @@ def write_zip(notebooks: list[Path], target: Path, url: str) -> None:
 
 
 STUDENT_NOTE = """\
-:::{{note}}
+:::{note}
 This is the **student edition** of the book: the exercises are here, their
 solutions are not. To run a chapter, download its notebook with the download
 button at the top of its page (`.ipynb`) and open it in JupyterLab, or upload it
@@ -444,7 +455,7 @@ def stage_book(root: Path, stage: Path, notebooks: Path) -> None:
             text = strip_solutions(source.read_text(encoding="utf-8"))
             if index == 0:  # the start page: say which edition this is, under its title
                 title, _, rest = text.partition("\n")
-                text = f"{title}\n\n{STUDENT_NOTE.format()}\n{rest.lstrip()}"
+                text = f"{title}\n\n{STUDENT_NOTE}\n{rest.lstrip()}"
             target.write_text(text, encoding="utf-8")
     # What the pages and the configuration use (figures, the bibliography, the
     # extension, a favicon): read, never written, so links save the copying.
@@ -462,7 +473,7 @@ def other_pages_text(root: Path) -> str:
             path = root / f"{name}{suffix}"
             if path.is_file() and path.suffix == ".md":
                 parts.append(strip_solutions(path.read_text(encoding="utf-8")))
-    return "\n".join(parts) + STUDENT_NOTE.format()
+    return "\n".join(parts) + STUDENT_NOTE
 
 
 def build_book(root: Path, out: Path, notebooks: Path) -> bool:
