@@ -208,6 +208,7 @@ def test_every_solution_syntax_is_removed() -> None:
         ("markdown", "Before.\n\n:::{solution-start} ex-add\n:class: dropdown\n:::\n"
          "SECRET_GATED_PROSE"),
         ("code", "SECRET_GATED_CODE = 1"),
+        ("code", ""),  # an empty cell inside the gate goes too
         ("markdown", "SECRET_GATED_MORE\n\n:::{solution-end}\n:::\n\nAfter the gate."),
         ("code", "def my_add(a, b):\n    raise NotImplementedError\n\n\ncheck_add(my_add)"),
     )  # fmt: skip

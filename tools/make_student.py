@@ -87,8 +87,8 @@ def _closes(line: str, fence: str) -> bool:
     return len(stripped) >= len(fence) and set(stripped) == {fence[0]}
 
 
-def _split_solutions(cells: list[nbformat.NotebookNode]) -> Iterator[tuple[int, str, str]]:
-    """Walk the cells once; yield (cell index, kept text, solution text) for every cell.
+def _split_solutions(cells: list[nbformat.NotebookNode]) -> Iterator[tuple[int, str, str, bool]]:
+    """Walk the cells once; yield (index, kept text, solution text, drop the cell?) per cell.
 
     For a markdown cell the kept text is the cell without its solution blocks; a
     code cell is either kept whole or, inside a gated solution, given as solution.
@@ -96,7 +96,7 @@ def _split_solutions(cells: list[nbformat.NotebookNode]) -> Iterator[tuple[int, 
     gated = False  # inside {solution-start} ... {solution-end}
     for index, cell in enumerate(cells):
         if cell.cell_type != "markdown":
-            yield (index, "", cell.source) if gated else (index, cell.source, "")
+            yield (index, "", cell.source, True) if gated else (index, cell.source, "", False)
             continue
         kept: list[str] = []
         removed: list[str] = []
@@ -124,7 +124,8 @@ def _split_solutions(cells: list[nbformat.NotebookNode]) -> Iterator[tuple[int, 
                 f"cell {index}: the {{{name}}} directive opened with {fence} is never closed; "
                 "close it with the same fence"
             )
-        yield index, "".join(kept), "".join(removed)
+        text = "".join(kept)
+        yield index, text, "".join(removed), bool(removed) and not text.strip()
     if gated:
         raise ValueError("a {solution-start} without a {solution-end}")
 
@@ -150,12 +151,11 @@ def student_notebook(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     """
     student = copy.deepcopy(nb)
     cells = []
-    for index, kept, removed in _split_solutions(nb.cells):
+    for index, kept, removed, drop in _split_solutions(nb.cells):
         cell = student.cells[index]
-        if not removed:
-            cells.append(cell)
-        elif cell.cell_type == "markdown" and kept.strip():
+        if removed and not drop:  # a markdown cell that held a solution and more
             cell.source = re.sub(r"\n{3,}", "\n\n", kept).strip("\n")  # one blank line where it was
+        if not drop:
             cells.append(cell)
     student.cells = cells
     student.metadata["attnbook"] = {"edition": "student"}
@@ -166,13 +166,13 @@ def student_notebook(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
 def strip_solutions(markdown: str) -> str:
     """The text of one markdown page (a `.md` page of the book) without its solution blocks."""
     cell = nbformat.v4.new_markdown_cell(markdown)
-    ((_, kept, _),) = _split_solutions([cell])
+    ((_, kept, _, _),) = _split_solutions([cell])
     return kept
 
 
 def solution_texts(nb: nbformat.NotebookNode) -> list[str]:
     """The text of every solution of a notebook: one string per cell that holds some."""
-    return [removed for _, _, removed in _split_solutions(nb.cells) if removed]
+    return [removed for _, _, removed, _ in _split_solutions(nb.cells) if removed]
 
 
 def notebook_text(nb: nbformat.NotebookNode) -> str:
