@@ -276,14 +276,15 @@ def grade_notebook(
     path = Path(path)
     try:
         nb = nbformat.read(path, as_version=4)
+        chapter = _title(nb)
+        expected = {  # cell index -> the exercises it checks
+            i: checker_calls(cell.source)
+            for i, cell in enumerate(nb.cells)
+            if cell.cell_type == "code"
+        }
     except Exception as exc:  # not JSON, not a notebook, unreadable: report it, go on
         message = f"cannot read this notebook: {type(exc).__name__}: {exc}"
         return [GradeRecord(str(path), "", "", "error", message)]
-
-    chapter = _title(nb)
-    expected = {  # cell index -> the exercises it checks
-        i: checker_calls(cell.source) for i, cell in enumerate(nb.cells) if cell.cell_type == "code"
-    }
     results: dict[str, tuple[str, str]] = {
         name: ("", "") for names in expected.values() for name in names
     }
