@@ -19,7 +19,7 @@ from matplotlib.axes import Axes
 
 from attnbook._validation import Array, shape_str
 
-__all__ = ["STYLE", "course_style", "plot_bars", "plot_heatmap", "to_numpy"]
+__all__ = ["STYLE", "course_style", "plot_bars", "plot_heatmap", "plot_query_key", "to_numpy"]
 
 STYLE: dict[str, object] = {
     "figure.dpi": 100,
@@ -210,3 +210,70 @@ def plot_bars(
                     textcoords="offset points",
                 )
     return ax
+
+
+def plot_query_key(
+    query: Array | Sequence[float],
+    key: Array | Sequence[float],
+    products: Array | Sequence[float],
+    *,
+    axes: Sequence[Axes] | None = None,
+    title: str | None = None,
+) -> list[Axes]:
+    """Draw how one score is built: a query, a key and their scaled elementwise products.
+
+    The score of query ``t`` and key ``s`` is ``sum_i q_i k_i / sqrt(d_k)``: a
+    sum of ``d_k`` products. Seeing them one by one shows whether a few
+    coordinates decide the score or many small ones add up. The caller
+    computes the products (this module computes no attention); the figure
+    writes their sum, the score, in the bar chart's title.
+
+    Args:
+        query: the query vector ``q_t``, shape ``(d_k,)``.
+        key: the key vector ``k_s``, shape ``(d_k,)``.
+        products: ``q_t * k_s / sqrt(d_k)``, shape ``(d_k,)``.
+        axes: two axes to draw into (the vectors, then the products); a new
+            figure is made if ``None``.
+        title: title of the top axes.
+
+    Returns:
+        The two matplotlib ``Axes``.
+    """
+    q, k, p = (to_numpy(v).astype(float) for v in (query, key, products))
+    for name, v in (("query", q), ("key", k), ("products", p)):
+        if v.ndim != 1:
+            raise ValueError(f"{name} must have shape (d_k,), got {shape_str(v)}")
+    if not q.shape == k.shape == p.shape:
+        raise ValueError(
+            "query, key and products must have the same shape (d_k,), got "
+            f"{shape_str(q)}, {shape_str(k)} and {shape_str(p)}"
+        )
+    if axes is not None and len(axes) != 2:
+        raise ValueError(f"axes must hold two Axes (vectors, products), got {len(axes)}")
+    d_k = q.shape[0]
+    with course_style():
+        if axes is None:
+            _, axes = plt.subplots(
+                2,
+                1,
+                figsize=(max(5.0, 0.3 * d_k + 1.5), 4.0),
+                gridspec_kw={"height_ratios": [1, 2]},
+                sharex=True,
+            )
+        ax_vec, ax_prod = axes
+        bound = float(np.abs(np.concatenate([q, k])).max()) or 1.0
+        image = ax_vec.imshow(
+            np.stack([q, k]), cmap=DIVERGING_CMAP, vmin=-bound, vmax=bound, aspect="auto"
+        )
+        ax_vec.set_yticks([0, 1], labels=["query", "key"])
+        ax_vec.figure.colorbar(image, ax=ax_vec, fraction=0.046, pad=0.04)
+        if title:
+            ax_vec.set_title(title)
+        xs = np.arange(d_k)
+        ax_prod.bar(xs, p, color=np.where(p >= 0, "C3", "C0"))
+        ax_prod.axhline(0.0, color="black", linewidth=0.8)
+        ax_prod.set_xlabel("coordinate i")
+        ax_prod.set_ylabel("q_i k_i / sqrt(d_k)")
+        ax_prod.set_title(f"products; their sum, the score: {p.sum():.2f}")
+        ax_prod.set_xticks(xs[:: max(1, d_k // 16)])
+    return list(axes)

@@ -1,0 +1,254 @@
+"""Tests of attnbook.interpret: bertviz's input, attention rollout and per-head statistics."""
+
+from __future__ import annotations
+
+import math
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+import torch
+
+from attnbook import GPT, GPTConfig
+from attnbook.interpret import (
+    attention_rollout,
+    attention_share,
+    head_entropy,
+    offset_share,
+    to_bertviz,
+)
+from attnbook.viz import plot_query_key
+
+
+def _weights(*shape: int, seed: int = 0, causal: bool = False) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    scores = 2 * torch.randn(*shape, generator=g)
+    if causal:
+        T, S = shape[-2:]
+        scores = scores.masked_fill(~torch.ones(T, S, dtype=torch.bool).tril(), float("-inf"))
+    return torch.softmax(scores, dim=-1)
+
+
+# ------------------------------------------------------------------ to_bertviz
+
+
+def _gpt_weights(batch: int = 3, seq_len: int = 6) -> list[torch.Tensor]:
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=11, context_length=8, d_model=16, n_heads=2, n_layers=3))
+    _ = model.eval()
+    return model.attention_weights(torch.randint(0, 11, (batch, seq_len)))
+
+
+def test_to_bertviz_picks_one_sequence_per_layer() -> None:
+    weights = _gpt_weights()
+    tokens = list("abcdef")
+    attention, labels = to_bertviz(weights, tokens, batch_index=2)
+    assert isinstance(attention, tuple)
+    assert len(attention) == 3
+    assert labels == tokens
+    for layer, one in zip(weights, attention):
+        assert one.shape == (1, 2, 6, 6)
+        assert one.dtype == torch.float32
+        assert one.device.type == "cpu"
+        assert not one.requires_grad
+        torch.testing.assert_close(one[0], layer[2])
+    # a negative index counts from the end, as in Python
+    torch.testing.assert_close(to_bertviz(weights, tokens, batch_index=-1)[0][0], attention[0])
+
+
+def test_to_bertviz_rounds_when_asked() -> None:
+    weights = _gpt_weights()
+    attention, _ = to_bertviz(weights, list("abcdef"), decimals=3)
+    assert attention[0].dtype == torch.float64
+    values = attention[1].numpy()
+    np.testing.assert_array_equal(values, np.round(values, 3))
+    np.testing.assert_allclose(values[0], weights[1][0].numpy(), atol=5e-4)
+    assert "0.123" in str(torch.tensor([0.123], dtype=torch.float64).tolist())  # short JSON
+
+
+def test_to_bertviz_accepts_a_tuple_as_transformers_returns() -> None:
+    layers = tuple(_weights(2, 4, 5, 5, seed=s) for s in range(2))
+    attention, _ = to_bertviz(layers, ["[CLS]", "a", "b", "c", "[SEP]"], batch_index=1)
+    torch.testing.assert_close(attention[1][0], layers[1][1])
+
+
+def test_to_bertviz_output_draws_in_bertviz() -> None:
+    bertviz = pytest.importorskip("bertviz")
+    attention, tokens = to_bertviz(_gpt_weights(), ["x1", "x2", "x3", "x4", "x5", "x6"], decimals=3)
+    html = bertviz.head_view(attention, tokens, html_action="return").data
+    assert '"x4"' in html
+    html = bertviz.model_view(attention, tokens, html_action="return").data
+    assert '"x6"' in html
+
+
+@pytest.mark.parametrize(
+    ("weights", "tokens", "kwargs", "match"),
+    [
+        (torch.rand(1, 2, 3, 3), list("abc"), {}, "list or tuple"),
+        ([], list("abc"), {}, "at least one layer"),
+        ([torch.rand(2, 3, 3)], list("abc"), {}, r"\(B, H, T, T\)"),
+        ([torch.rand(1, 2, 3, 4)], list("abc"), {}, "self-attention"),
+        ([torch.rand(1, 2, 3, 3), torch.rand(1, 3, 3, 3)], list("abc"), {}, "same shape"),
+        ([torch.rand(1, 2, 3, 3)], list("ab"), {}, "one label per position"),
+        ([torch.rand(1, 2, 3, 3)], "abc", {}, "sequence of strings"),
+        ([torch.rand(1, 2, 3, 3)], list("abc"), {"batch_index": 1}, "batch_index"),
+        ([torch.rand(1, 2, 3, 3)], list("abc"), {"decimals": -1}, "decimals"),
+        ([torch.ones(1, 2, 3, 3, dtype=torch.long)], list("abc"), {}, "floating-point"),
+    ],
+)
+def test_to_bertviz_rejects_bad_input(weights, tokens, kwargs, match) -> None:
+    with pytest.raises(ValueError, match=match):
+        to_bertviz(weights, tokens, **kwargs)
+
+
+# ------------------------------------------------------------------ attention rollout
+
+
+def test_rollout_by_hand() -> None:
+    """The two-token example of the chapter's first exercise, computed on paper."""
+    first = torch.tensor([[1.0, 0.0], [1.0, 0.0]])
+    second = torch.tensor([[0.0, 1.0], [0.0, 1.0]])
+    weights = torch.stack([first, second])[:, None, None]  # (L = 2, B = 1, H = 1, 2, 2)
+    expected = torch.tensor([[0.75, 0.25], [0.5, 0.5]])
+    torch.testing.assert_close(attention_rollout(weights)[0], expected)
+    swapped = attention_rollout(weights.flip(0))[0]  # the order of the layers matters
+    torch.testing.assert_close(swapped, torch.tensor([[0.5, 0.5], [0.25, 0.75]]))
+
+
+def test_rollout_of_one_layer_without_residual_is_the_heads_mean() -> None:
+    weights = _weights(2, 3, 5, 5, seed=1)  # (B, H, T, T)
+    torch.testing.assert_close(attention_rollout([weights], residual=0.0), weights.mean(1))
+
+
+def test_rollout_rows_sum_to_one_and_list_equals_stacked() -> None:
+    layers = [_weights(2, 3, 6, 6, seed=s, causal=True) for s in range(4)]
+    rollout = attention_rollout(layers)
+    assert rollout.shape == (2, 6, 6)
+    torch.testing.assert_close(rollout.sum(-1), torch.ones(2, 6))
+    torch.testing.assert_close(attention_rollout(torch.stack(layers)), rollout)
+    assert torch.equal(rollout.triu(1), torch.zeros_like(rollout))  # causal stays causal
+    # with the residual at 0 it is the plain product of the heads' means, last layer on the left
+    product = torch.eye(6).expand(2, 6, 6)
+    for layer in layers:
+        product = layer.mean(1) @ product
+    torch.testing.assert_close(attention_rollout(layers, residual=0.0), product)
+
+
+def test_rollout_of_identity_attention_is_the_identity() -> None:
+    weights = torch.eye(4).expand(3, 1, 2, 4, 4)  # (L, B, H, T, T)
+    torch.testing.assert_close(attention_rollout(weights), torch.eye(4)[None])
+
+
+@pytest.mark.parametrize(
+    ("weights", "kwargs", "match"),
+    [
+        ([], {}, "at least one layer"),
+        (torch.rand(2, 1, 2, 3, 3).softmax(-1), {"residual": 1.0}, "residual"),
+        (torch.rand(2, 1, 2, 3, 4).softmax(-1), {}, "self-attention"),
+        (torch.rand(1, 2, 3, 3).softmax(-1), {}, r"\(L, B, H, T, T\)"),
+        (torch.full((1, 1, 1, 2, 2), float("nan")), {}, "finite"),
+        ([torch.rand(1, 2, 3, 3), torch.rand(1, 2, 4, 4)], {}, "one shape"),
+        ("weights", {}, "list of"),
+    ],
+)
+def test_rollout_rejects_bad_input(weights, kwargs, match) -> None:
+    with pytest.raises(ValueError, match=match):
+        attention_rollout(weights, **kwargs)
+
+
+# ------------------------------------------------------------------ head statistics
+
+
+def test_entropy_of_one_hot_uniform_and_causal_uniform_rows() -> None:
+    one_hot = torch.eye(5)[None]  # (H = 1, 5, 5)
+    uniform = torch.full((1, 5, 5), 0.2)
+    causal = torch.ones(5, 5).tril()
+    causal = (causal / causal.sum(-1, keepdim=True))[None]
+    entropy = head_entropy(torch.cat([one_hot, uniform, causal]))  # (H = 3,)
+    expected = [0.0, math.log(5), sum(math.log(t + 1) for t in range(5)) / 5]
+    torch.testing.assert_close(entropy, torch.tensor(expected))
+
+
+def test_entropy_matches_the_formula_and_selects_queries() -> None:
+    weights = _weights(2, 3, 4, 6, seed=3).double()  # (B, H, T, S)
+    by_hand = -(weights * weights.log()).sum(-1)  # (B, H, T): no zeros here
+    torch.testing.assert_close(head_entropy(weights), by_hand.mean(-1))
+    torch.testing.assert_close(
+        head_entropy(weights, query_positions=[1, 3]), by_hand[..., [1, 3]].mean(-1)
+    )
+
+
+def test_share_on_fixed_keys_and_on_a_selection_per_query() -> None:
+    weights = _weights(2, 3, 5, 5, seed=4)  # (B, H, T, S)
+    torch.testing.assert_close(attention_share(weights, 0), weights[..., 0].mean(-1))
+    torch.testing.assert_close(
+        attention_share(weights, [0, 4]), (weights[..., 0] + weights[..., 4]).mean(-1)
+    )
+    mirror = torch.zeros(5, 5, dtype=torch.bool)
+    mirror[torch.arange(5), 4 - torch.arange(5)] = True  # the anti-diagonal
+    expected = weights[..., torch.arange(5), 4 - torch.arange(5)]  # (B, H, T)
+    torch.testing.assert_close(attention_share(weights, mirror), expected.mean(-1))
+    torch.testing.assert_close(
+        attention_share(weights, mirror, query_positions=[2, 3]), expected[..., [2, 3]].mean(-1)
+    )
+    assert torch.allclose(attention_share(weights, range(5)), torch.ones(2, 3))
+
+
+def test_offset_share_finds_a_previous_token_head() -> None:
+    T = 6
+    previous = torch.zeros(T, T)
+    previous[0, 0] = 1.0
+    previous[torch.arange(1, T), torch.arange(T - 1)] = 1.0  # each query on the token before
+    weights = torch.stack([previous, torch.eye(T), torch.full((T, T), 1 / T)])  # (H = 3, T, T)
+    torch.testing.assert_close(offset_share(weights, -1), torch.tensor([1.0, 0.0, 1 / T]))
+    torch.testing.assert_close(offset_share(weights, 0), torch.tensor([1 / T, 1.0, 1 / T]))
+    torch.testing.assert_close(offset_share(weights.transpose(-2, -1), +1)[0], torch.tensor(1.0))
+    weights = _weights(2, 3, 5, 5, seed=5)
+    torch.testing.assert_close(
+        offset_share(weights, -2), weights[..., [2, 3, 4], [0, 1, 2]].mean(-1)
+    )
+    torch.testing.assert_close(offset_share(weights, -1, query_positions=[4]), weights[..., 4, 3])
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda w: head_entropy(w[0, 0]), "at least 3 dimensions"),
+        (lambda w: head_entropy(-w), r"\[0, 1\]"),
+        (lambda w: head_entropy((w * 10).long()), "floating-point"),
+        (lambda w: head_entropy(w.numpy()), "torch tensor"),
+        (lambda w: head_entropy(w, query_positions=[5]), "query_positions"),
+        (lambda w: attention_share(w, 5), "key_positions"),
+        (lambda w: attention_share(w, [0.5]), "key_positions"),
+        (lambda w: attention_share(w, torch.ones(4, 5, dtype=torch.bool)), r"\(T, S\)"),
+        (lambda w: offset_share(w, 5), "offset"),
+        (lambda w: offset_share(w[..., :4], -1), "self-attention"),
+        (lambda w: offset_share(w, -1, query_positions=[0]), "query_positions"),
+    ],
+)
+def test_statistics_reject_bad_input(call, match) -> None:
+    with pytest.raises(ValueError, match=match):
+        call(_weights(2, 3, 5, 5, seed=6))
+
+
+# ------------------------------------------------------------------ the query-key view
+
+
+def test_query_key_view_draws_the_products_and_their_sum() -> None:
+    q, k = torch.tensor([1.0, -2.0, 0.5, 3.0]), torch.tensor([0.5, 1.0, -1.0, 2.0])
+    products = q * k / 2.0
+    ax_vec, ax_prod = plot_query_key(q, k, products, title="one score")
+    heights = [bar.get_height() for bar in ax_prod.patches]
+    np.testing.assert_allclose(heights, products.numpy())
+    assert f"{products.sum().item():.2f}" in ax_prod.get_title()
+    np.testing.assert_allclose(ax_vec.get_images()[0].get_array(), np.stack([q, k]))
+    assert ax_vec.get_title() == "one score"
+    plt.close("all")
+    with pytest.raises(ValueError, match="same shape"):
+        plot_query_key(q, k[:3], products)
+    with pytest.raises(ValueError, match=r"\(d_k,\)"):
+        plot_query_key(q[None], k, products)
