@@ -21,7 +21,8 @@ is in its docstring):
   online softmax) and low-rank (Linformer) attention
 - :mod:`attnbook.block`: the transformer block (feed-forward network, encoder
   and decoder blocks, pre-LN or post-LN)
-- :mod:`attnbook.model`: whole models: ``GPT`` (decoder-only) and ``EncoderDecoder``
+- :mod:`attnbook.model`: whole models: ``GPT`` (decoder-only, with a ``KVCache`` for
+  generation) and ``EncoderDecoder``
 - :mod:`attnbook.data`: generated training data: reverse, sort and associative-recall
   tasks with held-out splits; character-level text and the default grammar corpus
 - :mod:`attnbook.training`: the training loop (AdamW, warmup + cosine, evaluation,
@@ -67,7 +68,7 @@ from attnbook.masking import (
     strided_mask,
     to_mha_mask,
 )
-from attnbook.model import GPT, EncoderDecoder, EncoderDecoderConfig, GPTConfig
+from attnbook.model import GPT, EncoderDecoder, EncoderDecoderConfig, GPTConfig, KVCache
 from attnbook.multihead import MultiHeadAttention
 from attnbook.positional import (
     alibi_bias,
@@ -108,6 +109,7 @@ __all__ = [
     "FeedForward",
     "GPTConfig",
     "History",
+    "KVCache",
     "MultiHeadAttention",
     "SequenceTask",
     "SingleHeadAttention",

@@ -253,6 +253,30 @@ class EncoderBlock(_Block):
         x = self._residual(x, self.ffn._forward(h), self.norm2)  # (B, T, D)
         return x, weights
 
+    def _forward_cached(
+        self,
+        x: torch.Tensor,
+        past_key: torch.Tensor | None,
+        past_value: torch.Tensor | None,
+        mask: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The causal block for ``T`` new positions after cached ones, no input checks.
+
+        Same computation as :meth:`_forward` with ``is_causal=True`` (or ALiBi's
+        ``mask``), the attention reading the cached keys and values
+        ``(B, H_kv, S_past, Dh)`` (see ``MultiHeadAttention._forward_cached``).
+
+        Returns:
+            ``(output (B, T, D), key (B, H_kv, S, Dh), value (B, H_kv, S, Dh))``
+            with ``S = S_past + T``.
+        """
+        h = self.norm1(x) if self.norm_first else x  # (B, T, D)
+        update, key, value = self.self_attn._forward_cached(h, past_key, past_value, mask)
+        x = self._residual(x, update, self.norm1)  # (B, T, D)
+        h = self.norm2(x) if self.norm_first else x
+        x = self._residual(x, self.ffn._forward(h), self.norm2)  # (B, T, D)
+        return x, key, value
+
 
 class DecoderBlock(_Block):
     """Causal self-attention, cross-attention to a context, then a feed-forward network.

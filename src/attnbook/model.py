@@ -15,9 +15,14 @@ Inputs are checked once, at the model's boundary (:meth:`GPT.forward`,
 :meth:`EncoderDecoder.forward`); inside, the blocks run their unchecked hot
 path, with ``is_causal=True`` so that PyTorch's fused causal kernel applies.
 
+Generation (:meth:`GPT.generate`) can keep a key-value cache
+(:class:`KVCache`, chapter 12): :meth:`GPT.prefill` reads the prompt once and
+:meth:`GPT.decode` then costs one position per new token.
+
 Shape legend used in this module:
-    ``B`` batch, ``T`` (target) positions, ``S`` source positions, ``D`` =
-    ``d_model``, ``H`` heads, ``V`` vocabulary size, ``C`` context length.
+    ``B`` batch, ``T`` (target) positions, ``S`` source positions (or cached
+    positions), ``D`` = ``d_model``, ``H`` heads, ``H_kv`` key/value heads,
+    ``Dh`` head width, ``V`` vocabulary size, ``C`` context length.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from attnbook._validation import check_probability, shape_str
 from attnbook.block import DecoderBlock, EncoderBlock
 from attnbook.positional import alibi_bias, sinusoidal_positional_encoding
 
-__all__ = ["GPT", "EncoderDecoder", "EncoderDecoderConfig", "GPTConfig"]
+__all__ = ["GPT", "EncoderDecoder", "EncoderDecoderConfig", "GPTConfig", "KVCache"]
 
 POSITIONAL = ("learned", "sinusoidal", "rope", "alibi")
 ROPE_BASE = 10000.0  # the base of the rotary frequencies (Su et al. 2021)
@@ -154,6 +159,66 @@ def _check_ids(idx: object, name: str, vocab_size: int, context_length: int) -> 
     return idx
 
 
+class KVCache:
+    """The keys and values a GPT has computed so far, per layer: generation's memory.
+
+    In a causal model the keys and values of a position never change once
+    computed (later tokens cannot influence earlier ones), so generation can
+    keep them and, for each new token, project only that token and attend to
+    the stored keys: one position of work per step instead of the whole
+    sequence again. The price is memory, for every layer a key and a value
+    tensor of shape ``(B, H_kv, S, Dh)``::
+
+        nbytes = 2 * n_layers * B * H_kv * S * Dh * bytes_per_element
+
+    (2 for keys and values; ``H_kv = n_kv_heads``, which is why grouped-query
+    and multi-query attention shrink it by ``n_heads / n_kv_heads``). Made by
+    :meth:`GPT.prefill`, grown in place by :meth:`GPT.decode`. Each step
+    concatenates one position onto each tensor, which keeps the code short;
+    serving systems instead preallocate the memory (or allocate it in pages).
+
+    Attributes:
+        keys: one tensor ``(B, H_kv, S, Dh)`` per layer (with rotary positions,
+            already rotated), or ``None`` per layer while empty.
+        values: one tensor ``(B, H_kv, S, Dh)`` per layer, or ``None``.
+    """
+
+    def __init__(self, n_layers: int) -> None:
+        n_layers = _check_int(n_layers, "n_layers")
+        self.keys: list[torch.Tensor | None] = [None] * n_layers
+        self.values: list[torch.Tensor | None] = [None] * n_layers
+
+    @property
+    def n_layers(self) -> int:
+        """The number of layers the cache holds keys and values for."""
+        return len(self.keys)
+
+    @property
+    def length(self) -> int:
+        """``S``, the number of positions cached (0 while empty)."""
+        return 0 if self.keys[0] is None else self.keys[0].shape[-2]
+
+    @property
+    def batch_size(self) -> int:
+        """``B``, the number of sequences cached (0 while empty)."""
+        return 0 if self.keys[0] is None else self.keys[0].shape[0]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by all the cached keys and values (the formula in the class docstring)."""
+        tensors = [t for t in (*self.keys, *self.values) if t is not None]
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+    def __repr__(self) -> str:
+        if self.keys[0] is None:
+            return f"KVCache(n_layers={self.n_layers}, empty)"
+        B, H_kv, S, Dh = self.keys[0].shape
+        return (
+            f"KVCache(n_layers={self.n_layers}, batch_size={B}, n_kv_heads={H_kv}, "
+            f"length={S}, d_head={Dh}, dtype={self.keys[0].dtype}, nbytes={self.nbytes})"
+        )
+
+
 def _init_gpt2(module: nn.Module, n_layers: int) -> None:
     """GPT-2's initialisation: N(0, 0.02) weights, zero biases, residual outputs scaled down.
 
@@ -252,13 +317,14 @@ class GPT(nn.Module):
             return None
         return alibi_bias(self.config.n_heads, seq_len, device=device).to(dtype)  # (H, T, T)
 
-    def _embed(self, idx: torch.Tensor) -> torch.Tensor:
+    def _embed(self, idx: torch.Tensor, start: int = 0) -> torch.Tensor:
+        """Token embeddings ``(B, T, D)`` plus the position vectors of positions ``start..start+T-1``."""
         x = self.tok_emb(idx)  # (B, T) -> (B, T, D)
-        seq_len = idx.shape[1]
+        stop = start + idx.shape[1]
         if self.pos_emb is not None:
-            x = x + self.pos_emb.weight[:seq_len]  # (B, T, D) + (T, D)
+            x = x + self.pos_emb.weight[start:stop]  # (B, T, D) + (T, D)
         elif self.pos_table is not None:  # scaled up as in Vaswani et al., see _SINUSOID_NOTE
-            x = x * self.embed_scale + self.pos_table[:seq_len].to(x.dtype)  # (B, T, D) + (T, D)
+            x = x * self.embed_scale + self.pos_table[start:stop].to(x.dtype)  # (B, T, D) + (T, D)
         return self.dropout(x) if self.training and self.config.dropout > 0 else x
 
     def _run(self, idx: torch.Tensor, need_weights: bool) -> tuple[torch.Tensor, list]:
@@ -313,10 +379,112 @@ class GPT(nn.Module):
         """Logits of the token after each sequence: ``(B, T)`` -> ``(B, V)``, no checks.
 
         One full forward pass over the window; only the last position goes
-        through the head. A key-value cache would replace this one method.
+        through the head. This is generation without a cache (``use_cache=False``).
         """
         x, _ = self._run(idx, need_weights=False)  # (B, T, D)
         return self.lm_head(self.norm(x[:, -1]))  # (B, D) @ (D, V) -> (B, V)
+
+    def _run_cached(self, idx: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        """Run ``T`` new tokens ``(B, T)`` after the ``S_past`` cached ones; grow ``cache``; no checks.
+
+        Positions continue where the cache ends: learned and sinusoidal vectors
+        of positions ``S_past..S_past+T-1``, rotary angles of those positions
+        (inside attention), ALiBi's bias rows of those queries over all
+        ``S_past + T`` keys. Returns the logits of the token after the last
+        one, ``(B, V)``.
+        """
+        n_past, seq_len = cache.length, idx.shape[1]
+        x = self._embed(idx, n_past)  # (B, T, D)
+        bias = None  # the causal rule, bottom-right aligned: new tokens see all cached ones
+        if self.config.positional == "alibi":
+            bias = alibi_bias(self.config.n_heads, seq_len, n_past + seq_len, device=x.device)
+            bias = bias.to(x.dtype)  # (H, T, S_past + T), -inf above the diagonal
+        for i, block in enumerate(self.blocks):
+            x, cache.keys[i], cache.values[i] = block._forward_cached(
+                x, cache.keys[i], cache.values[i], bias
+            )  # (B, T, D), (B, H_kv, S_past + T, Dh) x 2
+        return self.lm_head(self.norm(x[:, -1]))  # (B, D) @ (D, V) -> (B, V)
+
+    def prefill(self, idx: torch.Tensor) -> tuple[torch.Tensor, KVCache]:
+        """Read a prompt once and keep every layer's keys and values: generation's first step.
+
+        Costs one ordinary forward pass over the prompt (all positions at once,
+        in parallel); afterwards each new token costs one :meth:`decode` step
+        over a single position. Runs without gradients, in the model's current
+        mode (call ``model.eval()`` first for deterministic output).
+
+        Args:
+            idx: the prompts, token ids of shape ``(B, T)``, int64 in
+                ``[0, vocab_size)``, ``1 <= T <= context_length``.
+
+        Returns:
+            ``(logits, cache)``: the logits of the token after each prompt,
+            shape ``(B, V)`` (equal to ``self(idx)[:, -1]`` up to rounding),
+            and a :class:`KVCache` holding ``T`` positions.
+        """
+        c = self.config
+        idx = _check_ids(idx, "idx", c.vocab_size, c.context_length)
+        cache = KVCache(c.n_layers)
+        with torch.no_grad():
+            logits = self._run_cached(idx, cache)  # (B, V)
+        return logits, cache
+
+    def decode(self, next_idx: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        """One generation step with the cache: run one new token per sequence, append to ``cache``.
+
+        Only the new position is projected; its query attends to the ``S``
+        cached keys and to itself. ``cache`` grows by one position, in place.
+        The model has no position beyond ``context_length``: a full cache
+        raises ``ValueError`` (:meth:`generate` then re-reads the last
+        ``context_length`` tokens with :meth:`prefill`).
+
+        Args:
+            next_idx: the new tokens, shape ``(B, 1)``, int64 in ``[0, vocab_size)``,
+                on the cache's device, ``B`` the cache's batch size.
+            cache: a :class:`KVCache` from :meth:`prefill` of this model, with
+                ``1 <= cache.length < context_length``.
+
+        Returns:
+            The logits of the token after ``next_idx``, shape ``(B, V)``, equal
+            (up to rounding) to the last row of a full forward pass over all
+            ``cache.length`` tokens (counted after the append).
+        """
+        c = self.config
+        if not isinstance(cache, KVCache):
+            raise ValueError(
+                f"cache must be a KVCache from GPT.prefill, got {type(cache).__name__}"
+            )
+        if cache.n_layers != c.n_layers or cache.length == 0:
+            raise ValueError(
+                f"cache must come from this model's prefill: {c.n_layers} layers and at least "
+                f"one position, got {cache!r}"
+            )
+        _, n_kv, _, d_head = cache.keys[0].shape
+        if (n_kv, d_head) != (self.blocks[0].self_attn.n_kv_heads, c.d_model // c.n_heads):
+            raise ValueError(
+                "cache must hold keys of shape (B, H_kv, S, Dh) = (B, "
+                f"{self.blocks[0].self_attn.n_kv_heads}, S, {c.d_model // c.n_heads}) "
+                f"for this model, got {shape_str(cache.keys[0])}"
+            )
+        next_idx = _check_ids(next_idx, "next_idx", c.vocab_size, c.context_length)
+        if next_idx.shape != (cache.batch_size, 1):
+            raise ValueError(
+                f"next_idx must have shape (B, 1) = ({cache.batch_size}, 1) (one new token per "
+                f"cached sequence), got {shape_str(next_idx)}"
+            )
+        if next_idx.device != cache.keys[0].device:
+            raise ValueError(
+                f"next_idx must be on the cache's device {cache.keys[0].device}, "
+                f"got {next_idx.device}"
+            )
+        if cache.length >= c.context_length:
+            raise ValueError(
+                f"cache is full: it holds {cache.length} positions = context_length, and the "
+                "model has no position beyond its context; re-read the last context_length "
+                "tokens with prefill (as generate does)"
+            )
+        with torch.no_grad():
+            return self._run_cached(next_idx, cache)  # (B, V)
 
     def generate(
         self,
@@ -326,12 +494,24 @@ class GPT(nn.Module):
         temperature: float = 1.0,
         top_k: int | None = None,
         generator: torch.Generator | None = None,
+        use_cache: bool = True,
     ) -> torch.Tensor:
         """Continue token sequences autoregressively: sample a token, append it, repeat.
 
         Each step feeds the last ``context_length`` tokens (older ones are
         cropped: the model has no position beyond its context), divides the
         next-token logits by ``temperature`` and samples from their softmax.
+
+        With ``use_cache=True`` (the default) the prompt is read once
+        (:meth:`prefill`) and each new token costs one :meth:`decode` step
+        instead of a forward pass over the whole window; the tokens are the
+        same as with ``use_cache=False`` (the logits agree up to rounding).
+        Once the window is full and slides, every cached key is stale: the
+        oldest token leaves, so every position (and every later layer's
+        keys) would be computed differently. To stay identical to
+        ``use_cache=False`` the cache is then rebuilt from the last
+        ``context_length`` tokens, which costs a full forward pass per step:
+        the cache speeds up generation only while the sequence fits the context.
         ``temperature=0`` is greedy decoding (the argmax), lower temperatures
         sharpen the distribution, higher ones flatten it; ``top_k`` keeps only
         the ``k`` most likely tokens before sampling. Runs in ``eval()`` mode
@@ -345,6 +525,7 @@ class GPT(nn.Module):
             top_k: ``None`` (all tokens) or an int in ``[1, vocab_size]``.
             generator: the random number generator of the sampling (``None``:
                 torch's global one); on the model's device.
+            use_cache: keep a :class:`KVCache` between steps (faster, same tokens).
 
         Returns:
             Token ids of shape ``(B, T + N)``: the prompts followed by the new tokens.
@@ -373,14 +554,27 @@ class GPT(nn.Module):
             )
         if generator is not None and not isinstance(generator, torch.Generator):
             raise ValueError(f"generator must be a torch.Generator or None, got {generator!r}")
+        if not isinstance(use_cache, bool):
+            raise ValueError(f"use_cache must be True or False, got {use_cache!r}")
         was_training = self.training
         self.eval()
         try:
             with torch.no_grad():
                 out = idx
-                for _ in range(max_new_tokens):
-                    logits = self._next_logits(out[:, -c.context_length :]).float()  # (B, V)
-                    out = torch.cat([out, _sample(logits, temperature, top_k, generator)], dim=1)
+                if use_cache and max_new_tokens:
+                    cache = KVCache(c.n_layers)
+                    logits = self._run_cached(out[:, -c.context_length :], cache)  # (B, V)
+                for step in range(max_new_tokens):
+                    if not use_cache:
+                        logits = self._next_logits(out[:, -c.context_length :])  # (B, V)
+                    token = _sample(logits.float(), temperature, top_k, generator)  # (B, 1)
+                    out = torch.cat([out, token], dim=1)
+                    if use_cache and step + 1 < max_new_tokens:
+                        if cache.length < c.context_length:
+                            logits = self._run_cached(token, cache)  # decode one position
+                        else:  # the window slides: rebuild the cache (see the docstring)
+                            cache = KVCache(c.n_layers)
+                            logits = self._run_cached(out[:, -c.context_length :], cache)
         finally:
             self.train(was_training)
         return out  # (B, T + N)

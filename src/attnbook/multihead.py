@@ -343,6 +343,55 @@ class MultiHeadAttention(nn.Module):
             q, self._repeat_kv(k), self._repeat_kv(v), mask, is_causal, need_weights
         )
 
+    def _forward_cached(
+        self,
+        x: torch.Tensor,
+        past_key: torch.Tensor | None,
+        past_value: torch.Tensor | None,
+        mask: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Causal self-attention of ``T`` new positions to the cached ones and to themselves.
+
+        The step of generation with a key-value cache (chapter 12): the keys and
+        values of earlier positions never change in a causal model, so they are
+        computed once, kept, and only the new positions are projected. With
+        rotary embeddings the new queries and keys are rotated at their true
+        positions ``S_past..S_past+T-1`` before the keys are stored. No input
+        checks (the model's ``prefill``/``decode`` check theirs).
+
+        Args:
+            x: the new positions' inputs, shape ``(B, T, D)``.
+            past_key: the cached keys ``(B, H_kv, S_past, Dh)`` (already rotated), or
+                ``None`` when nothing is cached yet (then ``S_past = 0``).
+            past_value: the cached values ``(B, H_kv, S_past, Dh)``, or ``None``.
+            mask: ``None`` for the causal rule (bottom-right aligned), or an
+                additive mask broadcastable to ``(B, H, T, S_past + T)`` that
+                already holds it (ALiBi's bias rows).
+
+        Returns:
+            ``(output, key, value)``: ``output`` ``(B, T, D)``, and the keys and
+            values of all ``S = S_past + T`` positions, ``(B, H_kv, S, Dh)`` each,
+            fresh contiguous tensors for the cache.
+        """
+        T = x.shape[1]
+        q, k, v = self._project(x, x, x)  # (B, H, T, Dh), (B, H_kv, T, Dh) x 2
+        n_past = 0 if past_key is None else past_key.shape[-2]
+        if self.rope_base is not None:
+            positions = None  # arange(T) when nothing is cached, as in _rotate
+            if n_past:
+                positions = torch.arange(n_past, n_past + T, device=x.device)  # (T,)
+            q = apply_rope(q, positions, self.rope_base)  # (B, H, T, Dh)
+            k = apply_rope(k, positions, self.rope_base)  # (B, H_kv, T, Dh)
+        if past_key is None or past_value is None:
+            k, v = k.contiguous(), v.contiguous()  # own memory, not views into the QKV product
+        else:
+            k = torch.cat([past_key, k], dim=-2)  # (B, H_kv, S_past + T, Dh)
+            v = torch.cat([past_value, v], dim=-2)  # (B, H_kv, S_past + T, Dh)
+        output, _ = self._attend(
+            q, self._repeat_kv(k), self._repeat_kv(v), mask, mask is None, False
+        )  # (B, T, D)
+        return output, k, v
+
     def _attend(
         self,
         q: torch.Tensor,

@@ -1,0 +1,208 @@
+"""Tests of the key-value cache: ``KVCache``, ``GPT.prefill``, ``GPT.decode``, ``generate(use_cache=)``.
+
+- prefill + decode give the logits of a full forward pass, in every positional
+  mode and with grouped-query attention (and a corrupted cache does not, so
+  the comparison can fail);
+- ``generate`` returns identical tokens with and without the cache, greedy
+  and seeded sampling, batch > 1, prompts shorter than, reaching and longer
+  than the context, and generation past it (the window slides);
+- ``nbytes`` is the memory formula and the tensors' real size;
+- bad input raises ``ValueError`` naming the argument.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attnbook import GPT, GPTConfig, KVCache
+
+CONTEXT = 10
+
+
+def _model(positional: str = "learned", n_kv_heads: int | None = None, seed: int = 0) -> GPT:
+    config = GPTConfig(
+        vocab_size=13,
+        context_length=CONTEXT,
+        d_model=32,
+        n_heads=4,
+        n_layers=2,
+        positional=positional,
+        n_kv_heads=n_kv_heads,
+    )
+    torch.manual_seed(seed)
+    model = GPT(config).eval()
+    with torch.no_grad():  # weights twice GPT-2's init: predictions far from uniform
+        for p in model.parameters():
+            p.mul_(2.0)
+    return model
+
+
+def _ids(batch: int, length: int, seed: int = 1) -> torch.Tensor:
+    return torch.randint(0, 13, (batch, length), generator=torch.Generator().manual_seed(seed))
+
+
+MODES = ["learned", "sinusoidal", "rope", "alibi"]
+
+
+@pytest.mark.parametrize("n_kv_heads", [None, 2, 1])
+@pytest.mark.parametrize("positional", MODES)
+def test_prefill_and_decode_give_full_forward_logits(positional: str, n_kv_heads: int) -> None:
+    model = _model(positional, n_kv_heads)
+    idx = _ids(2, CONTEXT)
+    full = model(idx)  # (B, C, V)
+    logits, cache = model.prefill(idx[:, :3])
+    assert isinstance(cache, KVCache)
+    assert cache.length == 3
+    torch.testing.assert_close(logits, full[:, 2])
+    for t in range(3, CONTEXT):
+        same = cache
+        logits = model.decode(idx[:, t : t + 1], cache)
+        assert cache is same  # grown in place
+        assert cache.length == t + 1
+        assert logits.shape == (2, 13)
+        torch.testing.assert_close(logits, full[:, t])
+    with pytest.raises(ValueError, match="cache is full"):
+        model.decode(idx[:, :1], cache)
+
+
+def test_a_corrupted_cache_gives_other_logits() -> None:
+    """The comparison above can fail: stale or shifted keys change the logits."""
+    model = _model("rope")
+    idx = _ids(2, 6)
+    full = model(idx)
+    _, cache = model.prefill(idx[:, :5])
+    cache.keys[1] = cache.keys[1].roll(1, dims=-2)  # keys at the wrong positions
+    assert not torch.allclose(model.decode(idx[:, 5:6], cache), full[:, 5], atol=1e-3)
+    # Decoding with a cache of another prompt: also different.
+    _, other = model.prefill(_ids(2, 5, seed=7))
+    assert not torch.allclose(model.decode(idx[:, 5:6], other), full[:, 5], atol=1e-3)
+
+
+# Every positional mode with every prompt length (short, reaching and longer than the
+# context); the key/value heads cycle through 4 (H), 2 and 1 (multi-query).
+GENERATE_CASES = [
+    (positional, [None, 2, 1][(i + j) % 3], prompt_len)
+    for i, positional in enumerate(MODES)
+    for j, prompt_len in enumerate([1, 4, CONTEXT, CONTEXT + 3])
+]
+
+
+@pytest.mark.parametrize(("positional", "n_kv_heads", "prompt_len"), GENERATE_CASES)
+def test_generate_same_tokens_with_and_without_cache(
+    positional: str, n_kv_heads: int, prompt_len: int
+) -> None:
+    model = _model(positional, n_kv_heads)
+    idx = _ids(3, prompt_len)
+    n_new = 2 * CONTEXT  # runs well past the context: the window slides
+    greedy = model.generate(idx, n_new, temperature=0)
+    assert greedy.shape == (3, prompt_len + n_new)
+    assert torch.equal(greedy[:, :prompt_len], idx)
+    assert torch.equal(greedy, model.generate(idx, n_new, temperature=0, use_cache=False))
+    for temperature, top_k in ((1.0, None), (0.7, 5)):
+        cached = model.generate(
+            idx,
+            n_new,
+            temperature=temperature,
+            top_k=top_k,
+            generator=torch.Generator().manual_seed(11),
+        )
+        plain = model.generate(
+            idx,
+            n_new,
+            temperature=temperature,
+            top_k=top_k,
+            generator=torch.Generator().manual_seed(11),
+            use_cache=False,
+        )
+        assert torch.equal(cached, plain)
+        assert len(set(cached[:, prompt_len:].flatten().tolist())) > 3  # varied tokens
+
+
+def test_sampling_depends_on_the_seed() -> None:
+    """The sampled-token comparison above is not trivial: another seed gives other tokens."""
+    model = _model()
+    idx = _ids(3, 4)
+    a = model.generate(idx, 12, generator=torch.Generator().manual_seed(11))
+    b = model.generate(idx, 12, generator=torch.Generator().manual_seed(12))
+    assert not torch.equal(a, b)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("n_kv_heads", [None, 2, 1])
+def test_nbytes_is_the_memory_formula(n_kv_heads: int, dtype: torch.dtype) -> None:
+    model = _model("rope", n_kv_heads).to(dtype)
+    batch, length = 3, 7
+    _, cache = model.prefill(_ids(batch, length))
+    c = model.config
+    h_kv = c.n_heads if n_kv_heads is None else n_kv_heads
+    d_head = c.d_model // c.n_heads
+    bytes_per_element = torch.finfo(dtype).bits // 8
+    formula = 2 * c.n_layers * batch * h_kv * length * d_head * bytes_per_element
+    assert cache.nbytes == formula
+    real = sum(t.untyped_storage().nbytes() for t in (*cache.keys, *cache.values))
+    assert real == formula  # no hidden views into larger buffers
+    for keys, values in zip(cache.keys, cache.values):
+        assert keys.shape == values.shape == (batch, h_kv, length, d_head)
+        assert keys.dtype == dtype
+    model.decode(_ids(batch, 1), cache)
+    assert cache.nbytes == formula * (length + 1) // length
+    assert cache.batch_size == batch
+    assert f"length={length + 1}" in repr(cache)
+
+
+def test_empty_cache() -> None:
+    cache = KVCache(3)
+    assert (cache.n_layers, cache.length, cache.batch_size, cache.nbytes) == (3, 0, 0, 0)
+    assert "empty" in repr(cache)
+    with pytest.raises(ValueError, match="n_layers"):
+        KVCache(0)
+
+
+def test_generate_keeps_mode_and_handles_zero_tokens() -> None:
+    model = _model().train()
+    idx = _ids(2, 3)
+    assert torch.equal(model.generate(idx, 0), idx)
+    model.generate(idx, 3)
+    assert model.training
+
+
+BAD_PREFILL = [
+    (torch.zeros(2, 3), "idx"),  # float
+    (torch.zeros(3, dtype=torch.long), "idx"),  # 1-D
+    (torch.zeros(2, CONTEXT + 1, dtype=torch.long), "idx"),  # longer than the context
+    (torch.full((2, 3), 13), "idx"),  # id out of range
+    ([[1, 2]], "idx"),
+]
+
+
+@pytest.mark.parametrize(("idx", "name"), BAD_PREFILL)
+def test_bad_prefill(idx: object, name: str) -> None:
+    with pytest.raises(ValueError, match=name):
+        _model().prefill(idx)
+
+
+def test_bad_decode() -> None:
+    model = _model()
+    _, cache = model.prefill(_ids(2, 4))
+    good = _ids(2, 1)
+    with pytest.raises(ValueError, match="next_idx"):
+        model.decode(_ids(2, 2), cache)  # two tokens at once
+    with pytest.raises(ValueError, match=r"next_idx.*\(2, 1\)"):
+        model.decode(_ids(3, 1), cache)  # batch differs from the cache's
+    with pytest.raises(ValueError, match="next_idx"):
+        model.decode(good.float(), cache)
+    with pytest.raises(ValueError, match="next_idx"):
+        model.decode(good + 13, cache)
+    with pytest.raises(ValueError, match="cache"):
+        model.decode(good, None)
+    with pytest.raises(ValueError, match="cache"):
+        model.decode(good, KVCache(2))  # empty
+    with pytest.raises(ValueError, match="cache"):
+        model.decode(good, KVCache(3))  # another number of layers
+    _, other = _model(n_kv_heads=1).prefill(_ids(2, 4))
+    with pytest.raises(ValueError, match="cache"):
+        model.decode(good, other)  # keys of another shape
+    assert cache.length == 4  # nothing was appended by the failed calls
+    with pytest.raises(ValueError, match="use_cache"):
+        model.generate(good, 2, use_cache=1)
