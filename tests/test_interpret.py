@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 
 import matplotlib
 
@@ -34,6 +36,15 @@ def _weights(*shape: int, seed: int = 0, causal: bool = False) -> torch.Tensor:
 
 
 # ------------------------------------------------------------------ to_bertviz
+
+
+def test_the_package_imports_without_transformers_or_bertviz() -> None:
+    """interpret works on plain tensors: importing attnbook loads neither optional package."""
+    code = (
+        "import sys, attnbook, attnbook.interpret; "
+        "assert not {'transformers', 'bertviz'} & set(sys.modules), sorted(sys.modules)"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def _gpt_weights(batch: int = 3, seq_len: int = 6) -> list[torch.Tensor]:
