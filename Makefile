@@ -36,7 +36,7 @@ lab: venv ## open the chapters in JupyterLab, running them with the kernel of .v
 	$(BIN)/jupyter lab --KernelSpecManager.allowed_kernelspecs=$(KERNEL) \
 		--MultiKernelManager.default_kernel_name=$(KERNEL)
 
-assets: $(VENDOR)/.stamp ## install MathJax, require.js, d3 and jQuery from npm, for offline pages
+assets: $(VENDOR)/.stamp ## install MathJax, require.js, d3, jQuery (offline pages) and axe-core (tests) from npm
 
 $(VENDOR)/.stamp: package.json package-lock.json
 	@if command -v npm >/dev/null 2>&1; then \
@@ -46,6 +46,7 @@ $(VENDOR)/.stamp: package.json package-lock.json
 		cp node_modules/requirejs/require.js $(VENDOR)/require.js && \
 		cp node_modules/d3/dist/d3.min.js $(VENDOR)/d3.min.js && \
 		cp node_modules/jquery/dist/jquery.min.js $(VENDOR)/jquery.min.js && \
+		cp node_modules/axe-core/axe.min.js $(VENDOR)/axe.min.js && \
 		touch $@; \
 	else \
 		echo "npm not found: the book will load MathJax from its CDN and will not render offline."; \

@@ -1,8 +1,15 @@
-"""Sphinx glue for the book: offline front-end files and the instructors' build.
+"""Sphinx glue for the book: offline front-end files, accessibility, the instructors' build.
 
 - If ``make assets`` has copied MathJax, require.js, d3 and jQuery into
   ``assets/vendor/``, serve them from the book itself so every page renders
   without a network; otherwise keep the CDN defaults and say so in one line.
+- bertviz's views (chapter 11) load require.js, d3 and jQuery from cdnjs; on the
+  pages that hold one, those URLs are rewritten to the vendored copies
+  (``offline_bertviz``), page-relative, so the views draw offline too.
+- ``static/attnbook.css`` and ``static/attnbook.js``: code fits the column, link
+  contrast in admonitions, names of the theme's icon buttons (axe-core, in the
+  browser test, checks every page); the favicon's PNG fallback for browsers
+  without SVG icons.
 - ``ATTNBOOK_HIDE_SOLUTIONS=1`` (``make book HIDE_SOLUTIONS=1``) removes every
   ``{solution}`` block, for an edition handed to students before a deadline.
 
@@ -13,6 +20,7 @@ script found in a ``_static`` folder into every page.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from sphinx.application import Sphinx
@@ -21,12 +29,64 @@ from sphinx.util import logging
 
 logger = logging.getLogger(__name__)
 
-ASSETS = Path(__file__).resolve().parent.parent / "assets"
+ROOT = Path(__file__).resolve().parent.parent
+ASSETS = ROOT / "assets"
+STATIC = Path(__file__).resolve().parent / "static"  # our CSS and JS, served from _static/
+FAVICON_PNG = ROOT / "images" / "favicon.png"  # beside html_favicon (the SVG), for old browsers
 MATHJAX = "vendor/mathjax/tex-mml-chtml.js"  # relative to the built book's _static/
+
+# bertviz's HTML and JavaScript name these cdnjs files (any version): require.js in a
+# <script src>, d3 and jQuery as require.js paths, without ".js". Each maps to the vendored
+# copy, relative to _static/ and written the same way (require paths keep no ".js").
+_CDNJS = r"https://cdnjs\.cloudflare\.com/ajax/libs"
+BERTVIZ_CDN = {
+    re.compile(_CDNJS + r"/require\.js/[0-9.]+/require(?:\.min)?\.js"): "vendor/require.js",
+    re.compile(_CDNJS + r"/d3/[0-9.]+/d3(?:\.min)?(?:\.js)?(?=['\"])"): "vendor/d3.min",
+    re.compile(_CDNJS + r"/jquery/[0-9.]+/jquery(?:\.min)?(?:\.js)?(?=['\"])"): "vendor/jquery.min",
+}
+# What only a bertviz view holds: its root <div id="bertviz-<hex>"> or the parameter naming it.
+BERTVIZ_VIEW = re.compile(r"""id=["']bertviz-[0-9a-f]+["']|["']root_div_id["']\s*:""")
+# bertviz's drop-down lists have a text before them ("Layer:") but no <label>: named here.
+BERTVIZ_SELECTS = {"layer": "Layer", "filter": "Attention"}
+
+
+def offline_bertviz(html: str, static: str) -> str:
+    """Point bertviz's cdnjs URLs in `html` at the vendored files under `static`; name its lists.
+
+    Args:
+        html: the body of one page.
+        static: the page-relative URL of the built book's ``_static/`` folder, ending in
+            "/" (``"../_static/"`` for ``chapters/11_inside_attention.html``).
+
+    Returns:
+        `html` with require.js's <script src> and the d3 and jQuery require paths
+        replaced by ``static + "vendor/..."``, and an ``aria-label`` on each of the
+        views' <select> lists (layer, attention kind); unchanged if the page holds no
+        bertviz view (another page's link to cdnjs stays as written).
+    """
+    if not BERTVIZ_VIEW.search(html):
+        return html
+    for pattern, vendored in BERTVIZ_CDN.items():
+        html = pattern.sub(static + vendored, html)
+    for select_id, label in BERTVIZ_SELECTS.items():
+        html = html.replace(
+            f'<select id="{select_id}">', f'<select id="{select_id}" aria-label="{label}">'
+        )
+    return html
+
+
+def _vendored() -> bool:
+    """Whether `make assets` has filled assets/vendor/ (then it is served as _static/)."""
+    return (ASSETS / MATHJAX).is_file()
 
 
 def _configure(app: Sphinx, config: Config) -> None:
-    if (ASSETS / MATHJAX).is_file():
+    config.html_static_path = [*config.html_static_path, str(STATIC)]
+    if FAVICON_PNG.is_file():
+        config.html_static_path.append(str(FAVICON_PNG))
+    # The browser test's axe-core is vendored for the test, not served by the book.
+    config.exclude_patterns = [*config.exclude_patterns, "vendor/axe.min.js"]
+    if _vendored():
         config.html_static_path = [*config.html_static_path, str(ASSETS)]
         config.mathjax_path = MATHJAX
         logger.info(
@@ -62,7 +122,28 @@ def _drop_duplicate_inline_scripts(
     context["script_files"][:] = unique
 
 
+def _page_assets(
+    app: Sphinx, pagename: str, templatename: str, context: dict, doctree: object
+) -> None:
+    """Make bertviz views offline on this page; link the favicon's PNG fallback."""
+    pathto = context.get("pathto")
+    if pathto is None:
+        return
+    if _vendored() and "body" in context:
+        context["body"] = offline_bertviz(context["body"], pathto("_static/", 1))
+    if FAVICON_PNG.is_file():
+        png = pathto("_static/" + FAVICON_PNG.name, 1)
+        context["metatags"] = (
+            context.get("metatags", "")
+            + f'\n<link rel="icon" type="image/png" sizes="180x180" href="{png}">'
+            + f'\n<link rel="apple-touch-icon" href="{png}">'
+        )
+
+
 def setup(app: Sphinx) -> dict[str, object]:
     app.connect("config-inited", _configure)
+    app.add_css_file("attnbook.css")
+    app.add_js_file("attnbook.js", loading_method="defer")
+    app.connect("html-page-context", _page_assets)
     app.connect("html-page-context", _drop_duplicate_inline_scripts, priority=900)
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}

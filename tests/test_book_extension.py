@@ -1,7 +1,12 @@
-"""The book's Sphinx glue (_ext/attnbook_book.py): the instructors' build hides solutions.
+"""The book's Sphinx glue (_ext/attnbook_book.py).
 
-Builds a two-paragraph Sphinx project with sphinx-exercise and our extension,
-once as students see it and once with ATTNBOOK_HIDE_SOLUTIONS=1.
+- The instructors' build hides solutions: a two-paragraph Sphinx project with
+  sphinx-exercise and our extension, built once as students see it and once with
+  ATTNBOOK_HIDE_SOLUTIONS=1.
+- bertviz's views load require.js, d3 and jQuery from the book, not from cdnjs
+  (`offline_bertviz`, on a string and in a built page), and only on their pages.
+- Every page links the favicon (SVG and PNG), the book's CSS and JS; the favicon
+  files are what tools/draw_favicon.py draws.
 """
 
 from __future__ import annotations
@@ -71,3 +76,147 @@ def test_instructors_build_hides_solutions(tmp_path: Path, monkeypatch: pytest.M
     html = _build(tmp_path, monkeypatch, hide="1")
     assert "What is 2 + 2?" in html
     assert "SECRET-ANSWER-FOUR" not in html
+
+
+# bertviz's output as a notebook stores it (abridged): require.js from cdnjs, the view's
+# root <div>, and a script configuring require.js paths to cdnjs's d3 and jQuery.
+BERTVIZ_HTML = """\
+<script src="https://cdnjs.cloudflare.com/ajax/libs/require.js/2.3.6/require.min.js"></script>
+<div id="bertviz-0123456789abcdef0123456789abcdef" style="font-family:'Helvetica Neue';">
+  <span style="user-select:none">Layer: <select id="layer"></select></span>
+  <div id='vis'></div>
+</div>
+<script type="text/javascript">
+require.config({
+  paths: {
+      d3: 'https://cdnjs.cloudflare.com/ajax/libs/d3/5.7.0/d3.min',
+    jquery: 'https://cdnjs.cloudflare.com/ajax/libs/jquery/2.0.0/jquery.min',
+  }
+});
+requirejs(['jquery', 'd3'], function ($, d3) {
+  const params = {"root_div_id": "bertviz-0123456789abcdef0123456789abcdef"};
+});
+</script>
+"""
+
+
+def _extension():
+    sys.path.insert(0, str(ROOT / "_ext"))
+    try:
+        import attnbook_book
+    finally:
+        sys.path.remove(str(ROOT / "_ext"))
+    return attnbook_book
+
+
+def test_bertviz_urls_point_at_the_vendored_files() -> None:
+    html = _extension().offline_bertviz(BERTVIZ_HTML, "../_static/")
+    assert "cdnjs" not in html
+    assert '<script src="../_static/vendor/require.js"></script>' in html
+    assert "d3: '../_static/vendor/d3.min'," in html  # require.js adds the ".js" itself
+    assert "jquery: '../_static/vendor/jquery.min'," in html
+    assert '<select id="layer" aria-label="Layer">' in html
+    # Nothing else changed.
+    assert html.count("\n") == BERTVIZ_HTML.count("\n")
+    assert "requirejs(['jquery', 'd3']" in html
+
+
+def test_bertviz_rewriting_takes_the_page_depth() -> None:
+    html = _extension().offline_bertviz(BERTVIZ_HTML, "_static/")
+    assert '<script src="_static/vendor/require.js">' in html
+    assert "d3: '_static/vendor/d3.min'" in html
+
+
+def test_other_versions_of_the_cdnjs_urls_are_rewritten() -> None:
+    newer = BERTVIZ_HTML.replace("2.3.6", "2.3.7").replace("5.7.0", "7.9.0")
+    newer = newer.replace("d3.min'", "d3.min.js'").replace("jquery.min'", "jquery.js'")
+    html = _extension().offline_bertviz(newer, "../_static/")
+    assert "cdnjs" not in html
+    assert "d3: '../_static/vendor/d3.min'" in html
+    assert "jquery: '../_static/vendor/jquery.min'" in html
+
+
+def test_pages_without_bertviz_are_left_alone() -> None:
+    page = '<p>See <a href="https://cdnjs.cloudflare.com/ajax/libs/d3/5.7.0/d3.min.js">d3</a></p>'
+    assert _extension().offline_bertviz(page, "../_static/") == page
+    # The cdnjs <script> alone (no view) is not bertviz's: unchanged too.
+    script = BERTVIZ_HTML.splitlines()[0]
+    assert _extension().offline_bertviz(script, "../_static/") == script
+
+
+def _build_pages(tmp_path: Path, pages: dict[str, str]) -> Path:
+    """Build `pages` (name -> reST) with the extension; return the HTML output folder."""
+    src, out = tmp_path / "src", tmp_path / "out"
+    for name, text in pages.items():
+        (src / name).parent.mkdir(parents=True, exist_ok=True)
+        (src / name).write_text(text)
+    toc = "\n".join(f"   {name.removesuffix('.rst')}" for name in pages if name != "index.rst")
+    (src / "index.rst").write_text(f"Home\n====\n\n.. toctree::\n\n{toc}\n")
+    favicon = str(ROOT / "images" / "favicon.svg")
+    (src / "conf.py").write_text(f"extensions = ['attnbook_book']\nhtml_favicon = {favicon!r}\n")
+    app = Sphinx(
+        str(src), str(src), str(out), str(tmp_path / "doctrees"), "html",
+        status=None, warning=sys.stderr, freshenv=True,
+    )  # fmt: skip
+    app.build()
+    return out
+
+
+def _raw_html(text: str) -> str:
+    return ".. raw:: html\n\n" + "".join(f"   {line}\n" for line in text.splitlines())
+
+
+@pytest.mark.skipif(
+    not (ROOT / "assets" / "vendor" / "require.js").is_file(),
+    reason="assets/vendor/ is empty (run `make assets`): the book keeps the CDN URLs then",
+)
+def test_a_built_bertviz_page_loads_nothing_from_cdnjs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(ROOT / "_ext"))
+    pages = {
+        "chapters/views.rst": "Views\n=====\n\n" + _raw_html(BERTVIZ_HTML),
+        "chapters/other.rst": "Other\n=====\n\n"
+        + _raw_html('<script src="https://cdnjs.cloudflare.com/ajax/libs/d3/5.7.0/d3.min.js">'),
+    }
+    out = _build_pages(tmp_path, pages)
+    views = (out / "chapters" / "views.html").read_text()
+    assert "cdnjs" not in views
+    assert '<script src="../_static/vendor/require.js"></script>' in views
+    assert "d3: '../_static/vendor/d3.min'" in views
+    for name in ("require.js", "d3.min.js", "jquery.min.js"):
+        assert (out / "_static" / "vendor" / name).is_file(), name
+    # A page without a view keeps what it says; axe-core is not published with the book.
+    assert (
+        "https://cdnjs.cloudflare.com/ajax/libs/d3/5.7.0/d3.min.js"
+        in (out / "chapters" / "other.html").read_text()
+    )
+    assert not (out / "_static" / "vendor" / "axe.min.js").exists()
+
+
+def test_pages_link_the_favicon_and_the_book_css(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(ROOT / "_ext"))
+    out = _build_pages(tmp_path, {"chapters/page.rst": "Page\n====\n\nText.\n"})
+    page = (out / "chapters" / "page.html").read_text()
+    assert '<link rel="icon" href="../_static/favicon.svg"/>' in page
+    assert (
+        '<link rel="icon" type="image/png" sizes="180x180" href="../_static/favicon.png">' in page
+    )
+    assert 'href="../_static/attnbook.css' in page
+    assert 'src="../_static/attnbook.js' in page
+    for name in ("favicon.svg", "favicon.png", "attnbook.css", "attnbook.js"):
+        assert (out / "_static" / name).is_file(), name
+
+
+def test_the_favicon_is_what_its_script_draws(tmp_path: Path) -> None:
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        import draw_favicon
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+    assert (ROOT / "images" / "favicon.svg").read_text(encoding="utf-8") == draw_favicon.svg_text()
+    png = tmp_path / "favicon.png"
+    draw_favicon.draw_png(png)
+    assert png.read_bytes() == (ROOT / "images" / "favicon.png").read_bytes()

@@ -6,12 +6,16 @@
 - `_build/html` is served by `http.server` on 127.0.0.1 (a free port) from a
   thread. Every request to any other host is aborted and recorded, so a page
   that needs the network (a CDN's MathJax, a web font) fails the tests.
-- Each page is opened once, in a fresh browser context; what the tests need to
-  know about it is gathered into a `PageReport` and shared by all of them.
+- Each page is opened once, in a fresh browser context of a typical desktop
+  window (`VIEWPORT`); what the tests need to know about it is gathered into a
+  `PageReport` and shared by all of them: the text facts, then (every dropdown
+  opened) the code blocks' widths, bertviz's drawings, the favicon, and last
+  axe-core's accessibility audit (`assets/vendor/axe.min.js`, from `make assets`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import http.server
 import os
@@ -25,7 +29,9 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-BUILD = ROOT / "_build" / "html"
+# The built book under test: `_build/html`, or `$ATTNBOOK_BOOK_HTML` (a build made elsewhere,
+# e.g. `jupyter-book build . --path-output /tmp/book` -> /tmp/book/_build/html).
+BUILD = Path(os.environ.get("ATTNBOOK_BOOK_HTML") or ROOT / "_build" / "html")
 CHROMIUM = Path(os.environ.get("ATTNBOOK_CHROMIUM", "/usr/bin/chromium"))
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -39,6 +45,11 @@ CHROMIUM_ARGS = [
 SKIPPED_PARTS = {"_sources", "_static", "_images"}
 SKIPPED_PAGES = {"genindex.html", "search.html"}
 TIMEOUT_MS = 30_000  # loading one page, MathJax included
+# A typical desktop window: 1440 px is a common laptop width (and the theme's page stops
+# growing at 90rem = 1440 px, so every wider window lays the article out the same way).
+VIEWPORT = {"width": 1440, "height": 900}
+AXE = ROOT / "assets" / "vendor" / "axe.min.js"  # `make assets` copies it from node_modules
+BERTVIZ_TIMEOUT_MS = 15_000  # require.js, d3 and jQuery load, then each view draws
 NO_BUILD = "<no _build/html>"  # the page id used when there is nothing to test
 
 BOOK_TITLE = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))["title"]
@@ -166,6 +177,82 @@ async () => {
 }
 """
 
+# Second round trip, after COLLECT_JS: opens every dropdown (solutions, hidden cells) so
+# that their code is measured and audited too, then measures the layout.
+LAYOUT_JS = r"""
+async () => {
+  const article = document.querySelector("article.bd-article") || document.querySelector("main")
+      || document.body;
+  document.querySelectorAll(".toggle-hidden").forEach((e) => e.classList.remove("toggle-hidden"));
+  document.querySelectorAll("details").forEach((d) => { d.open = true; });
+  await new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done)));
+
+  // Every code block (cell inputs, outputs, code in the prose): its width and its longest line.
+  const codeBlocks = [...article.querySelectorAll("pre")]
+    .filter((pre) => pre.getClientRects().length > 0)
+    .map((pre) => {
+      const lines = pre.textContent.replace(/\n$/, "").split("\n");
+      const longest = lines.reduce((a, b) => (b.length > a.length ? b : a), "");
+      return {
+        kind: pre.closest(".cell_output") ? "output" : pre.closest(".cell_input") ? "input"
+            : "code block",
+        cell: (pre.closest(".cell") || {}).id || "",
+        section: ((pre.closest("section") || {}).id) || "",
+        scrollWidth: pre.scrollWidth,
+        clientWidth: pre.clientWidth,
+        fontSize: getComputedStyle(pre).fontSize,
+        longest: longest.length,
+        line: longest.trim().slice(0, 60),
+      };
+    });
+
+  // bertviz's views: the root <div id="bertviz-..."> and what its script drew.
+  const bertviz = [...article.querySelectorAll('div[id^="bertviz-"]')].map((view) => ({
+    id: view.id,
+    kind: view.querySelector("select#layer") ? "head_view" : "model_view",
+    svgs: view.querySelectorAll("svg").length,
+    texts: view.querySelectorAll("svg text").length,
+    lines: view.querySelectorAll("svg line").length,
+    width: Math.round((view.querySelector("svg") || {getBoundingClientRect: () => ({})})
+        .getBoundingClientRect().width || 0),
+  }));
+
+  // <link rel="icon">: fetched again from the local server, to see that it loads.
+  const icons = [];
+  for (const link of document.querySelectorAll('link[rel~="icon"]')) {
+    let status = 0, type = "";
+    try {
+      const response = await fetch(link.href);
+      status = response.status;
+      type = response.headers.get("content-type") || "";
+      if (response.ok && (await response.arrayBuffer()).byteLength === 0) status = -1;
+    } catch (error) { status = 0; }
+    icons.push({href: link.getAttribute("href"), status, type});
+  }
+  return {codeBlocks, bertviz, icons};
+}
+"""
+
+# axe-core's audit of the whole page (theme included), after LAYOUT_JS opened the dropdowns.
+# Each violating node is reported with its own impact and CSS selector.
+AXE_JS = r"""
+async () => {
+  const result = await axe.run(document, {resultTypes: ["violations"]});
+  return result.violations.flatMap((rule) => rule.nodes.map((node) => ({
+    rule: rule.id,
+    impact: node.impact || rule.impact,
+    target: node.target.join(" "),
+    help: rule.help,
+    summary: (node.failureSummary || "").replace(/\s+/g, " ").slice(0, 200),
+  })));
+}
+"""
+
+# Hide require.js's `define` from axe.min.js while it loads: axe's bundle registers itself
+# and some of its parts as AMD modules when it finds one, which makes require.js (on pages
+# with bertviz views) throw "Mismatched anonymous define()". axe still sets `window.axe`.
+AXE_WRAPPER = "(function (define, module, exports) {{\n{source}\n}})();"
+
 
 @dataclass
 class PageReport:
@@ -178,6 +265,8 @@ class PageReport:
     page_errors: list[str] = field(default_factory=list)
     blocked: list[tuple[str, str]] = field(default_factory=list)  # (resource type, URL)
     failed_local: list[str] = field(default_factory=list)  # local URLs answered >= 400
+    layout: dict = field(default_factory=dict)  # the result of LAYOUT_JS
+    axe: list[dict] | None = None  # axe-core's violations (None: axe.min.js is missing)
 
     def errors(self) -> list[str]:
         """Console errors (less the allowed ones), uncaught exceptions, local HTTP errors."""
@@ -210,7 +299,7 @@ def book_url(chromium_path: Path) -> Iterator[str]:
     """Serve `_build/html` on 127.0.0.1 and yield its base URL (with a trailing slash)."""
     if not (BUILD / "index.html").is_file():
         pytest.fail(
-            f"{BUILD.relative_to(ROOT)} has no index.html: build the book first "
+            f"{BUILD} has no index.html: build the book first "
             "(`make book`, or `make test`, which builds it before this test)",
             pytrace=False,
         )
@@ -242,7 +331,7 @@ def chromium(chromium_path: Path):
 def _open(browser, base: str, name: str, settle: Callable) -> PageReport:
     """Open `name` offline, let it settle (`settle(page, report)`), and gather a report."""
     report = PageReport(name)
-    context = browser.new_context(service_workers="block")
+    context = browser.new_context(service_workers="block", viewport=VIEWPORT)
     try:
         page = context.new_page()
         page.set_default_timeout(TIMEOUT_MS)
@@ -269,10 +358,28 @@ def _open(browser, base: str, name: str, settle: Callable) -> PageReport:
         page.on("response", on_response)
         page.goto(base + name, wait_until="load")
         settle(page, report)
+        _wait_for_bertviz(page)
         report.facts = page.evaluate(COLLECT_JS)
+        report.layout = page.evaluate(LAYOUT_JS)
+        if AXE.is_file():
+            page.add_script_tag(content=AXE_WRAPPER.format(source=AXE.read_text(encoding="utf-8")))
+            report.axe = page.evaluate(AXE_JS)
     finally:
         context.close()
     return report
+
+
+def _wait_for_bertviz(page) -> None:
+    """Give bertviz's views (if any) time to load their libraries and draw an SVG.
+
+    A view that never draws is not an error here: the test of the views reports it.
+    """
+    with contextlib.suppress(Exception):  # a timeout: reported by test_bertviz_views_draw
+        page.wait_for_function(
+            """() => [...document.querySelectorAll('div[id^="bertviz-"]')]
+                .every((view) => view.querySelector("svg line"))""",
+            timeout=BERTVIZ_TIMEOUT_MS,
+        )
 
 
 def _wait_for_mathjax(page, report: PageReport) -> None:

@@ -11,7 +11,13 @@ For each page of `_build/html` (not the generated index and search pages, nor
 - nothing was requested from the network: the book is served from 127.0.0.1
   and every other request is aborted, so the pages must use the vendored
   MathJax and fonts (`make assets`); a script, stylesheet or font fetched
-  from elsewhere is named in the failure.
+  from elsewhere is named in the failure;
+- axe-core finds no "serious" or "critical" accessibility violation (rule, impact
+  and CSS selector of each are named), every dropdown opened;
+- every code block (cell input, output, code in the prose) fits the column of a
+  1440 px wide window: no horizontal scroll bar;
+- every bertviz view has drawn its SVG (tokens and attention lines), offline;
+- the page's <link rel="icon"> files load.
 
 Also: `index.html` (a redirect stub) leads to a page, and the search page finds
 a word offline. Without Chromium all of this is one skipped test.
@@ -30,6 +36,7 @@ pytestmark = pytest.mark.browser
 # Every test taking `page_name` runs once per built page (conftest.pytest_generate_tests).
 RAW_TEX = [r"$$", r"\[", r"\begin{"]
 OFFLINE_CRITICAL = {"script", "stylesheet", "font"}  # what makes a page break without a network
+AXE_IMPACTS = {"serious", "critical"}  # what fails; "minor" and "moderate" findings do not
 SEARCH_WORD = "attention"  # a word of intro.md, so the search must find at least one page
 
 
@@ -147,3 +154,63 @@ def test_search_works_offline(open_page) -> None:
     problems = report.errors() + [f"network: {url}" for _kind, url in report.blocked]
     if problems:
         pytest.fail(_problems(f"search.html?q={SEARCH_WORD}", problems), pytrace=False)
+
+
+def test_no_serious_accessibility_violations(visit, page_name: str) -> None:
+    report = visit(page_name)
+    if report.axe is None:
+        pytest.fail("assets/vendor/axe.min.js is missing: run `make assets`", pytrace=False)
+    serious = [v for v in report.axe if v["impact"] in AXE_IMPACTS]
+    if serious:
+        pytest.fail(
+            _problems(
+                f"{page_name}: {len(serious)} serious or critical accessibility violations "
+                "(axe-core)",
+                [f"{v['rule']} ({v['impact']}) at {v['target']}: {v['summary']}" for v in serious],
+                limit=12,
+            ),
+            pytrace=False,
+        )
+
+
+def test_code_fits_the_column(visit, page_name: str) -> None:
+    blocks = visit(page_name).layout["codeBlocks"]
+    wide = [block for block in blocks if block["scrollWidth"] > block["clientWidth"]]
+    if wide:
+        pytest.fail(
+            _problems(
+                f"{page_name}: {len(wide)} of {len(blocks)} code blocks scroll sideways "
+                "in a 1440 px window",
+                [
+                    f"{b['kind']} in #{b['section']}: {b['longest']} characters, "
+                    f"{b['scrollWidth']} px > {b['clientWidth']} px: {b['line']!r}"
+                    for b in wide
+                ],
+                limit=12,
+            ),
+            pytrace=False,
+        )
+
+
+def test_bertviz_views_draw(visit, page_name: str) -> None:
+    problems = []
+    for view in visit(page_name).layout["bertviz"]:
+        if view["svgs"] == 0:
+            problems.append(f"{view['kind']} {view['id']}: no SVG was drawn")
+        elif view["texts"] == 0 or view["lines"] == 0:
+            problems.append(
+                f"{view['kind']} {view['id']}: the SVG has {view['texts']} labels and "
+                f"{view['lines']} attention lines (expected some of each)"
+            )
+        elif view["width"] <= 0:
+            problems.append(f"{view['kind']} {view['id']}: the SVG has no width")
+    if problems:
+        pytest.fail(_problems(f"{page_name}: bertviz views", problems), pytrace=False)
+
+
+def test_favicon_loads(visit, page_name: str) -> None:
+    icons = visit(page_name).layout["icons"]
+    assert icons, f'{page_name}: no <link rel="icon"> in the page'
+    broken = [f"{icon['href']}: HTTP {icon['status']}" for icon in icons if icon["status"] != 200]
+    if broken:
+        pytest.fail(_problems(f"{page_name}: favicon", broken), pytrace=False)
