@@ -1,0 +1,218 @@
+"""The instructor guide (`instructors.md`) describes the chapters as they are.
+
+- its generated parts (assignment sets, the Colab cell, times and exercise tables) are what
+  `python tools/exercise_inventory.py --write` makes from `chapters/*.ipynb` today;
+- every exercise of every chapter has a label, a difficulty and a kind, and an auto-checked
+  exercise calls a checker that `attnbook.exercises` really has;
+- every exercise or chapter the guide points at exists;
+- and these checks can fail: a chapter changed without regenerating the guide, an exercise
+  without a kind, a guide edited by hand inside a generated part are all reported.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import shutil
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+GUIDE = ROOT / "instructors.md"
+CHAPTERS = ROOT / "chapters"
+
+
+def _load_tool(name: str) -> ModuleType:
+    """Import `tools/<name>.py` (tools/ is a folder of scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+inventory = _load_tool("exercise_inventory")
+
+
+def test_guide_is_in_sync_with_the_chapters() -> None:
+    found = inventory.find_out_of_sync()
+    assert not found, "\n".join(found)
+
+
+def test_every_exercise_has_a_label_difficulty_and_kind() -> None:
+    chapters = inventory.read_chapters()
+    assert chapters, "chapters/ has no notebook"
+    for chapter in chapters:
+        assert chapter.exercises, f"{chapter.stem} has no exercise"
+        for ex in chapter.exercises:
+            where = f"{chapter.stem}: {ex.label or ex.title}"
+            assert re.fullmatch(r"ex-[a-z0-9-]+", ex.label), f"{where}: label {ex.label!r}"
+            assert ex.difficulty in inventory.DIFFICULTIES, f"{where}: no difficulty"
+            assert ex.kind in inventory.KINDS, f"{where}: no kind"
+            assert (ex.kind == "auto-checked") == bool(ex.checker), where
+
+
+def test_checkers_of_auto_checked_exercises_exist() -> None:
+    import attnbook.exercises
+
+    named = {
+        ex.label: ex.checker
+        for chapter in inventory.read_chapters()
+        for ex in chapter.exercises
+        if ex.checker
+    }
+    assert named, "no auto-checked exercise found: the checker detection is broken"
+    missing = {label: c for label, c in named.items() if not hasattr(attnbook.exercises, c)}
+    assert not missing, f"checkers not in attnbook.exercises: {missing}"
+
+
+def test_kinds_are_read_as_the_chapters_say() -> None:
+    # Known exercises of chapter 2, one of each way of telling the kind.
+    chapter = inventory.read_chapter(CHAPTERS / "02_softmax.ipynb")
+    kinds = {ex.label: (ex.kind, ex.checker, ex.difficulty) for ex in chapter.exercises}
+    assert kinds["ex-ch02-stable-softmax"] == ("auto-checked", "check_softmax", "easy")
+    assert kinds["ex-ch02-sigmoid"] == ("pen-and-paper", "", "easy")
+    assert kinds["ex-ch02-cross-entropy"][2] == "harder"
+    assert len(chapter.objectives) == 5  # the five bullets of its Learning objectives
+    assert chapter.objectives[0].startswith("define softmax, explain why its outputs lie")
+
+
+def test_guide_points_only_at_existing_exercises_and_chapters() -> None:
+    text = GUIDE.read_text(encoding="utf-8")
+    labels = {ex.label for c in inventory.read_chapters() for ex in c.exercises}
+    referenced = set(re.findall(r"\{(?:ref|numref)\}`(?:[^`<]*<)?(ex-[\w-]+)>?`", text))
+    assert referenced, "the guide references no exercise"
+    assert referenced <= labels, f"unknown exercise labels: {sorted(referenced - labels)}"
+    docs = set(re.findall(r"\{doc\}`(?:[^`<]*<)?([\w/.-]+)>?`", text))
+    missing = [d for d in docs if not any((ROOT / f"{d}{s}").is_file() for s in (".ipynb", ".md"))]
+    assert not missing, f"the guide links to missing pages: {missing}"
+
+
+def test_every_chapter_has_a_section_in_the_guide() -> None:
+    text = GUIDE.read_text(encoding="utf-8")
+    for path in sorted(CHAPTERS.glob("[0-9][0-9]_*.ipynb")):
+        assert f"{{doc}}`Open the chapter <chapters/{path.stem}>`" in text, path.stem
+
+
+# --- the checks can fail ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def copy(tmp_path: Path) -> tuple[Path, Path]:
+    """A copy of the guide and of chapters/, in sync, to break on purpose."""
+    chapters = tmp_path / "chapters"
+    shutil.copytree(CHAPTERS, chapters, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+    guide = tmp_path / "instructors.md"
+    shutil.copy(GUIDE, guide)
+    assert inventory.find_out_of_sync(guide, chapters) == []
+    return guide, chapters
+
+
+def _edit_markdown(path: Path, old: str, new: str) -> None:
+    nb = nbformat.read(path, as_version=4)
+    cells = [c for c in nb.cells if c.cell_type == "markdown" and old in c.source]
+    assert cells, f"{old!r} not found in {path.name}"
+    cells[0].source = cells[0].source.replace(old, new, 1)
+    nbformat.write(nb, path)
+
+
+def test_a_changed_difficulty_puts_the_guide_out_of_sync(copy: tuple[Path, Path]) -> None:
+    guide, chapters = copy
+    _edit_markdown(
+        chapters / "01_scores.ipynb", "The score matrix (easy)", "The score matrix (medium)"
+    )
+    found = inventory.find_out_of_sync(guide, chapters)
+    assert any("out of date" in line for line in found), found
+
+
+def test_a_new_exercise_puts_the_guide_out_of_sync(copy: tuple[Path, Path]) -> None:
+    guide, chapters = copy
+    _edit_markdown(
+        chapters / "01_scores.ipynb",
+        "## Exercises\n",
+        "## Exercises\n\n:::{exercise} A new one (easy)\n:label: ex-ch01-new\n"
+        ":class: open\nThink.\n:::\n",
+    )
+    found = inventory.find_out_of_sync(guide, chapters)
+    assert any("out of date" in line for line in found), found
+
+
+def test_an_exercise_without_a_kind_is_reported(copy: tuple[Path, Path]) -> None:
+    guide, chapters = copy
+    _edit_markdown(
+        chapters / "02_softmax.ipynb",
+        ":label: ex-ch02-sigmoid\n:class: pen-and-paper\n",
+        ":label: ex-ch02-sigmoid\n",
+    )
+    found = inventory.find_out_of_sync(guide, chapters)
+    assert any("ex-ch02-sigmoid" in line and "pen-and-paper" in line for line in found), found
+
+
+def test_a_checked_exercise_marked_pen_and_paper_is_reported(copy: tuple[Path, Path]) -> None:
+    guide, chapters = copy
+    _edit_markdown(
+        chapters / "02_softmax.ipynb",
+        ":label: ex-ch02-stable-softmax\n",
+        ":label: ex-ch02-stable-softmax\n:class: pen-and-paper\n",
+    )
+    found = inventory.find_out_of_sync(guide, chapters)
+    assert any("ex-ch02-stable-softmax" in line and "check_" in line for line in found), found
+
+
+def test_a_title_without_difficulty_is_reported(copy: tuple[Path, Path]) -> None:
+    guide, chapters = copy
+    _edit_markdown(chapters / "01_scores.ipynb", "Cosine similarity (easy)", "Cosine similarity")
+    found = inventory.find_out_of_sync(guide, chapters)
+    assert any("ex-ch01-cosine" in line and "(easy)" in line for line in found), found
+
+
+def test_a_new_chapter_without_prerequisites_is_reported(copy: tuple[Path, Path]) -> None:
+    guide, chapters = copy
+    shutil.copy(chapters / "01_scores.ipynb", chapters / "99_appendix.ipynb")
+    found = inventory.find_out_of_sync(guide, chapters)
+    assert any("99_appendix" in line and "PREREQUISITES" in line for line in found), found
+    assert any("used twice" in line for line in found), found  # its labels repeat chapter 1's
+    assert any("out of date" in line for line in found), found
+
+
+def test_a_hand_edit_of_a_generated_part_is_reported(copy: tuple[Path, Path]) -> None:
+    guide, chapters = copy
+    text = guide.read_text(encoding="utf-8")
+    guide.write_text(text.replace("| easy | pen and paper |", "| harder | pen and paper |", 1))
+    found = inventory.find_out_of_sync(guide, chapters)
+    assert any("out of date" in line for line in found), found
+
+
+def test_missing_markers_are_reported(copy: tuple[Path, Path]) -> None:
+    guide, chapters = copy
+    text = guide.read_text(encoding="utf-8")
+    guide.write_text(text.replace(inventory.END, ""))
+    found = inventory.find_out_of_sync(guide, chapters)
+    assert any(inventory.END in line for line in found), found
+
+
+def test_write_makes_it_in_sync_again(copy: tuple[Path, Path]) -> None:
+    guide, chapters = copy
+    _edit_markdown(
+        chapters / "01_scores.ipynb", "The score matrix (easy)", "The score matrix (medium)"
+    )
+    text = guide.read_text(encoding="utf-8")
+    new = inventory.render_guide(text, inventory.read_chapters(chapters))
+    assert "| {ref}`The score matrix <ex-ch01-score-matrix>` | medium |" in new
+    assert inventory.read_measured(new) == inventory.read_measured(text)  # timings kept
+    guide.write_text(new, encoding="utf-8")
+    assert inventory.find_out_of_sync(guide, chapters) == []
+
+
+def test_measured_times_are_shown_and_kept() -> None:
+    chapters = [inventory.read_chapter(CHAPTERS / "01_scores.ipynb")]
+    measured = {"machine": "2 CPU cores", "chapters": {"01_scores": {"wall": 9.4, "cpu": 6.6}}}
+    text = inventory.render(chapters, measured)
+    assert "| 7 s / 9 s |" in text
+    assert "needs 7 s of CPU time and ran in 9 s" in text
+    assert inventory.read_measured(text) == measured
+    assert "not measured yet" in inventory.render(chapters, {})
