@@ -8,6 +8,10 @@ Steps, each timed; a failing step does not stop the ones after it:
   format    ruff format --check .
   unit      pytest tests -m "not browser"        the package, the solutions, project files
   nbval     pytest --nbval chapters/             re-runs every notebook, compares outputs
+  learner   tools/learner_path.py                the learner's path: attnbook's wheel in a
+            clean venv with only its runtime dependencies, each chapter run alone in an
+            empty folder; then the Colab cell's `attnbook[extra] @ git+...` from a local
+            clone, and the chapters that need the extra
   book      jupyter-book build into an emptied _build/html (warnings are errors,
             nitpicky, every page re-read)
   student   tools/make_student.py                the student edition in _build/student/
@@ -101,6 +105,11 @@ def steps() -> list[Step]:
             ],
             "nbval.xml",
             env=NBVAL_ENV,
+        ),
+        Step(
+            "learner",
+            "learner path (clean venv)",
+            [sys.executable, "tools/learner_path.py"],
         ),
         Step(
             "book",

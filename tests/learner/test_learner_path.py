@@ -1,0 +1,99 @@
+"""The harness of tools/learner_path.py (the step "learner" of `make test`) can fail.
+
+The step itself builds a clean environment and runs every chapter (minutes); these tests
+check its parts in seconds: the Colab requirement pointed at a local clone, the check of
+the wheel's contents, and that a notebook which reads a file of the repository or raises
+is reported with the cell that did it. Those two notebooks run in the kernel of the Python
+running the tests (.venv), whose attnbook is the editable one: the harness must see that
+too.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import zipfile
+from pathlib import Path
+from types import ModuleType
+
+import nbformat
+import pytest
+from packaging.requirements import Requirement
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _load_tool(name: str) -> ModuleType:
+    """Import `tools/<name>.py` (tools/ is a folder of scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(name, module)
+    spec.loader.exec_module(module)
+    return module
+
+
+learner_path = _load_tool("learner_path")
+sync_repo_url = learner_path.sync_repo_url
+URL = sync_repo_url.repository_url(ROOT)
+
+
+def test_colab_requirement_pointed_at_a_local_clone(tmp_path: Path) -> None:
+    cell = sync_repo_url.colab_cell_source(URL, "11_inside_attention")
+    requirement = learner_path.colab_requirement(cell)
+    assert requirement == f"attnbook[pretrained] @ git+{URL}"
+    local = Requirement(learner_path.local_requirement(requirement, URL, tmp_path))
+    assert (local.name, local.extras) == ("attnbook", {"pretrained"})
+    assert local.url == f"git+file://localhost{tmp_path.resolve().as_posix()}"
+
+
+def test_local_requirement_refuses_another_url(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="requirement"):
+        learner_path.local_requirement(
+            "attnbook @ git+https://github.com/someone/else", URL, tmp_path
+        )
+    with pytest.raises(ValueError, match="cell_source"):
+        learner_path.colab_requirement("import sys\n")
+
+
+def test_missing_from_wheel_names_a_left_out_file(tmp_path: Path) -> None:
+    package = tmp_path / "src" / "attnbook"
+    (package / "__pycache__").mkdir(parents=True)
+    for name in ("__init__.py", "py.typed", "__pycache__/x.cpython-311.pyc"):
+        (package / name).write_text("", encoding="utf-8")
+    wheel = tmp_path / "attnbook-0.1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("attnbook/__init__.py", "")
+    assert learner_path.missing_from_wheel(wheel, package) == ["attnbook/py.typed"]
+    with zipfile.ZipFile(wheel, "a") as archive:
+        archive.writestr("attnbook/py.typed", "")
+    assert learner_path.missing_from_wheel(wheel, package) == []
+
+
+def _run(tmp_path: Path, *sources: str) -> learner_path.ChapterResult:
+    """Run a notebook of these code cells through the harness, in .venv's kernel."""
+    chapter = tmp_path / "99_probe.ipynb"
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(source) for source in sources]
+    nbformat.write(nb, chapter)
+    work = tmp_path / "work"
+    work.mkdir()
+    python = Path(sys.executable)
+    ksm = learner_path.write_kernelspec(python, work / "kernels")
+    env = learner_path.kernel_env(python, work / "hf_home")
+    return learner_path.run_chapter(chapter, ksm, env, work)
+
+
+def test_a_chapter_that_reads_a_repository_file_fails(tmp_path: Path) -> None:
+    readme = str(ROOT / "README.md")
+    result = _run(tmp_path, "x = 1", f"text = open({readme!r}).read()")
+    assert not result.ok
+    assert "final check" in result.error
+    assert "read files of the repository" in result.error
+    assert "README.md" in result.error
+
+
+def test_a_failing_cell_is_named(tmp_path: Path) -> None:
+    result = _run(tmp_path, "x = 1", "# the second cell\ny = 1 / 0", "z = 2")
+    assert not result.ok
+    assert result.error.startswith("code cell 2 (`# the second cell`)"), result.error
+    assert "ZeroDivisionError" in result.error

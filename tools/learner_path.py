@@ -1,0 +1,420 @@
+"""Prove the learner's path: every chapter runs from the package as a learner installs it.
+
+Usage: python tools/learner_path.py [--jobs N] [CHAPTER.ipynb ...]   (default: chapters/*.ipynb)
+
+What `make test` runs as its step "learner". A learner does not have this
+repository: they install `attnbook` (on Colab, the first cell of the chapter does
+it) and open one notebook. So, in a temporary folder outside the repository:
+
+1. Snapshot: the working tree's files (tracked, and untracked but not ignored) are
+   copied into a new Git repository, with one commit. It stands for the public
+   repository: the wheel is built from it, and pip clones it by `git+file://`.
+2. The wheel: `pip wheel` builds attnbook from the snapshot; every file of
+   `src/attnbook/` (py.typed included) must be inside it.
+3. A clean virtual environment (no system site packages) gets ONLY the wheel,
+   its runtime `dependencies` (versions constrained by requirements.txt, so torch
+   is the pinned CPU build), and ipykernel to run a notebook in it.
+4. Each chapter that needs no extra is copied ALONE into an empty folder and
+   executed there, top to bottom, in that environment's kernel.
+5. The Colab form: attnbook is reinstalled with the requirement of a chapter's
+   own Colab cell (`attnbook[extra] @ git+https://...` from tools/sync_repo_url.py),
+   its URL pointed at the snapshot (`git+file://`), the way Colab's pip installs it,
+   extra and all. Then the chapters of COLAB_EXTRAS run, alone in empty folders.
+   Without such a chapter, plain `attnbook @ git+file://...` is installed and imported.
+
+A chapter may not read any file of the repository: it runs in an empty folder, its
+copy starts with a cell that records (Python audit hook) every file it opens or lists
+under the repository, and ends with a cell that fails if there was one, or if
+`attnbook` was imported from anywhere but the environment's site-packages. These two
+cells are the harness's, not the chapter's: a failure names the chapter's own code
+cell (counted from 1, as nbval and the tests count them) and its error.
+
+Exit status 0 only if every chapter ran; a summary of times per stage comes last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import venv
+import zipfile
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from urllib.parse import quote
+
+import nbformat
+from jupyter_client.kernelspec import KernelSpecManager
+from jupyter_client.manager import AsyncKernelManager
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
+
+ROOT = Path(__file__).resolve().parent.parent
+CONSTRAINTS = ROOT / "requirements.txt"
+PACKAGE = "attnbook"
+KERNEL_NAME = "attnbook-learner"  # only in the kernel folder this script writes
+TIMEOUT_S = 600  # per cell, as tools/execute_notebooks.py
+# What a notebook needs to run besides the package: a Jupyter kernel. Not a runtime
+# dependency of attnbook: `import attnbook` works in any Python, and Colab, JupyterLab or
+# VS Code bring their own kernel. The notebooks are driven by nbclient from the Python
+# running this script (.venv), so the learner's environment needs nothing else.
+KERNEL_REQUIREMENTS = ["ipykernel"]
+KERNEL_ENV = {  # as tools/execute_notebooks.py: no downloads, no progress bars
+    "HF_HUB_OFFLINE": "1",
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    "PYDEVD_DISABLE_FILE_VALIDATION": "1",
+}
+# Variables that would let the kernel see .venv or the repository instead of the learner's
+# environment (PYTHONPATH could put src/ first, for instance).
+KERNEL_ENV_DROP = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "VIRTUAL_ENV", "PYTHONUSERBASE")
+
+AUDIT_CELL = """\
+# learner_path.py: record every file opened or listed under the repository.
+import os as _lp_os
+import sys as _lp_sys
+
+_lp_repo = {root!r}
+_lp_reads = []
+
+
+def _lp_audit(event, args):
+    if event in ("open", "os.listdir", "os.scandir") and args and isinstance(args[0], (str, bytes)):
+        path = _lp_os.path.abspath(_lp_os.fsdecode(args[0]))
+        if path == _lp_repo or path.startswith(_lp_repo + _lp_os.sep):
+            _lp_reads.append(path)
+
+
+_lp_sys.addaudithook(_lp_audit)"""
+
+VERDICT_CELL = """\
+# learner_path.py: the chapter read no file of the repository and used the installed package.
+import attnbook as _lp_attnbook
+
+assert not _lp_reads, f"the chapter read files of the repository: {sorted(set(_lp_reads))}"
+_lp_prefix = _lp_os.path.realpath(_lp_sys.prefix) + _lp_os.sep
+assert _lp_os.path.realpath(_lp_attnbook.__file__).startswith(_lp_prefix), (
+    f"attnbook was imported from {_lp_attnbook.__file__}, not from {_lp_sys.prefix}"
+)"""
+
+
+def _load_tool(name: str) -> ModuleType:
+    """Import `tools/<name>.py` (tools/ is a folder of scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(name, module)
+    spec.loader.exec_module(module)
+    return module
+
+
+sync_repo_url = _load_tool("sync_repo_url")
+
+
+@dataclass
+class ChapterResult:
+    """How one chapter ran in the learner's environment."""
+
+    name: str
+    seconds: float
+    error: str | None = None  # None: every cell ran
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def run(command: Sequence[str | Path], **kwargs) -> None:
+    """Run a command, raising with its output when it fails."""
+    result = subprocess.run(
+        [str(part) for part in command], capture_output=True, text=True, check=False, **kwargs
+    )
+    if result.returncode != 0:
+        raise RuntimeError(
+            f"`{' '.join(str(part) for part in command)}` failed ({result.returncode}):\n"
+            f"{result.stdout}{result.stderr}"
+        )
+
+
+def snapshot(root: Path, dest: Path) -> Path:
+    """Copy the working tree's files (tracked + untracked, not ignored) into a one-commit repo."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=root,
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    for name in sorted(set(filter(None, listed.split("\0")))):
+        source = root / name
+        if source.is_file():  # a tracked file deleted in the working tree is left out
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, dest / name)
+    git = ["git", "-c", "user.name=learner-path", "-c", "user.email=learner-path@localhost"]
+    run([*git, "-c", "init.defaultBranch=main", "init", "-q", "."], cwd=dest)
+    run([*git, "add", "-A"], cwd=dest)
+    run([*git, "-c", "commit.gpgsign=false", "commit", "-q", "-m", "snapshot"], cwd=dest)
+    return dest
+
+
+def build_wheel(source: Path, dist: Path) -> Path:
+    """Build attnbook's wheel from `source` with .venv's hatchling; return its path."""
+    pip = [sys.executable, "-m", "pip", "wheel", "--quiet"]
+    run([*pip, "--no-deps", "--no-build-isolation", "-w", dist, source])
+    (wheel,) = dist.glob(f"{PACKAGE}-*.whl")
+    return wheel
+
+
+def missing_from_wheel(wheel: Path, package_dir: Path) -> list[str]:
+    """Files of `package_dir` (e.g. src/attnbook) that the wheel lacks, as `attnbook/...`."""
+    wanted = {
+        f"{PACKAGE}/{path.relative_to(package_dir).as_posix()}"
+        for path in package_dir.rglob("*")
+        if path.is_file() and "__pycache__" not in path.parts
+    }
+    with zipfile.ZipFile(wheel) as archive:
+        return sorted(wanted - set(archive.namelist()))
+
+
+def make_venv(path: Path) -> Path:
+    """A clean virtual environment (no system site packages) with pip; return its python."""
+    venv.EnvBuilder(with_pip=True, system_site_packages=False, clear=True).create(path)
+    return path / "bin" / "python"
+
+
+def pip_install(python: Path, requirements: Iterable[str]) -> None:
+    """Install into the environment of `python`, versions constrained to requirements.txt."""
+    # --no-compile: byte-compiling all of torch takes longer than the install itself; Python
+    # compiles what a chapter imports when it imports it.
+    pip = [python, "-m", "pip", "install", "--quiet", "--no-compile"]
+    run([*pip, "-c", CONSTRAINTS, *requirements])
+
+
+def colab_requirement(cell_source: str) -> str:
+    """The requirement that a Colab cell's single `%pip install --quiet "REQ"` installs."""
+    lines = [line.strip() for line in cell_source.splitlines() if "%pip install" in line]
+    if len(lines) != 1 or lines[0].count('"') != 2:
+        raise ValueError(
+            f"cell_source: expected one %pip install line quoting its requirement, got {cell_source!r}"
+        )
+    return lines[0].split('"')[1]
+
+
+def local_requirement(requirement: str, url: str, local: Path) -> str:
+    """`requirement` with `git+URL` (the public repository) replaced by `git+file://local`."""
+    public = f"git+{url}"
+    if not requirement.endswith(f" @ {public}"):
+        raise ValueError(f"requirement: expected 'NAME[extra] @ {public}', got {requirement!r}")
+    # `file://localhost/...`, not `file:///...`: the pip that `python -m venv` brings (23.x)
+    # rejects a URL without a host in a requirement; git reads both the same way.
+    return requirement[: -len(public)] + f"git+file://localhost{quote(local.resolve().as_posix())}"
+
+
+def kernel_env(python: Path, hf_home: Path) -> dict[str, str]:
+    """The kernel's environment: the learner's bin/ first, nothing pointing at .venv or src/."""
+    env = {key: value for key, value in os.environ.items() if key not in KERNEL_ENV_DROP}
+    keep = [
+        entry
+        for entry in env.get("PATH", "").split(os.pathsep)
+        if entry and Path(entry).resolve() != Path(sys.executable).parent.resolve()
+    ]
+    env["PATH"] = os.pathsep.join([str(python.parent), *keep])
+    env["HF_HOME"] = str(hf_home)  # an empty cache, as on a fresh Colab machine
+    return {**env, **KERNEL_ENV}
+
+
+def write_kernelspec(python: Path, kernels: Path) -> KernelSpecManager:
+    """A kernel spec for the learner's python, in a folder no other Jupyter looks at."""
+    spec_dir = kernels / KERNEL_NAME
+    spec_dir.mkdir(parents=True, exist_ok=True)
+    spec = {
+        "argv": [str(python), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "Python (learner)",
+        "language": "python",
+    }
+    (spec_dir / "kernel.json").write_text(json.dumps(spec), encoding="utf-8")
+    return KernelSpecManager(kernel_dirs=[str(kernels)])
+
+
+def harnessed(nb: nbformat.NotebookNode, root: Path) -> nbformat.NotebookNode:
+    """A copy of `nb` between the audit cell and the verdict cell."""
+    copy = nbformat.from_dict(nb)
+    copy.cells = [
+        nbformat.v4.new_code_cell(AUDIT_CELL.format(root=str(root.resolve()))),
+        *copy.cells,
+        nbformat.v4.new_code_cell(VERDICT_CELL),
+    ]
+    return copy
+
+
+def describe_failure(nb: nbformat.NotebookNode, cell_index: int, error: Exception) -> str:
+    """Name the cell `nb.cells[cell_index]` that failed and its error.
+
+    The chapter's code cells are counted from 1, without the harness's cells.
+    """
+    code_cells = [i for i, cell in enumerate(nb.cells) if cell.cell_type == "code"]
+    if cell_index == code_cells[0]:
+        where = "the harness's audit cell"
+    elif cell_index == code_cells[-1]:
+        where = "the harness's final check"
+    else:
+        number = code_cells.index(cell_index)  # the audit cell is number 0
+        first = next(
+            (line for line in nb.cells[cell_index].source.splitlines() if line.strip()), ""
+        )
+        where = f"code cell {number} (`{first.strip()[:60]}`)"
+    if isinstance(error, CellExecutionError):
+        what = f"{error.ename}: {error.evalue}"
+    elif isinstance(error, CellTimeoutError):
+        what = f"no result within {TIMEOUT_S} s"
+    else:
+        what = f"{type(error).__name__}: {error}"
+    return f"{where}: {what}"
+
+
+def run_chapter(
+    chapter: Path, ksm: KernelSpecManager, env: dict[str, str], work: Path, root: Path = ROOT
+) -> ChapterResult:
+    """Copy `chapter` alone into an empty folder under `work` and execute it there."""
+    folder = Path(tempfile.mkdtemp(prefix=f"{chapter.stem}-", dir=work))
+    shutil.copy2(chapter, folder / chapter.name)
+    nb = harnessed(nbformat.read(folder / chapter.name, as_version=4), root)
+    started: list[int] = []
+    client = NotebookClient(
+        nb,
+        km=AsyncKernelManager(kernel_name=KERNEL_NAME, kernel_spec_manager=ksm),
+        timeout=TIMEOUT_S,
+        resources={"metadata": {"path": str(folder)}},
+        record_timing=False,
+        on_cell_start=lambda cell, cell_index: started.append(cell_index),
+    )
+    # The kernel's own stderr (its start-up warnings, a crash) goes to a log beside the folder.
+    log = folder.with_suffix(".kernel.log")
+    start = time.perf_counter()
+    try:
+        with log.open("w", encoding="utf-8") as stream:
+            client.execute(env=env, stdout=stream, stderr=stream)
+    except (CellExecutionError, CellTimeoutError, DeadKernelError) as error:
+        failure = describe_failure(nb, started[-1] if started else 0, error)
+        if isinstance(error, DeadKernelError):
+            failure += "\n    kernel log: " + " | ".join(log.read_text().splitlines()[-5:])
+        return ChapterResult(chapter.name, time.perf_counter() - start, failure)
+    return ChapterResult(chapter.name, time.perf_counter() - start)
+
+
+def run_chapters(
+    chapters: Sequence[Path], python: Path, work: Path, jobs: int
+) -> list[ChapterResult]:
+    """Run `chapters` in the kernel of `python`, `jobs` at a time; print one line each."""
+    if not chapters:
+        return []
+    ksm = write_kernelspec(python, work / "kernels")
+    env = kernel_env(python, work / "hf_home")
+
+    def one(chapter: Path) -> ChapterResult:
+        result = run_chapter(chapter, ksm, env, work)
+        status = "ok" if result.ok else f"FAILED in {result.error}"
+        print(f"  {result.name:<44} {result.seconds:6.1f} s  {status}", flush=True)
+        return result
+
+    if jobs <= 1:
+        return [one(chapter) for chapter in chapters]
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        return list(pool.map(one, chapters))
+
+
+def extra_of(chapter: Path) -> str | None:
+    """The extra of pyproject.toml that `chapter`'s Colab cell installs, if any."""
+    return sync_repo_url.COLAB_EXTRAS.get(chapter.stem)
+
+
+def installed_from(python: Path) -> str:
+    """Where pip says the environment's attnbook came from (PEP 610 direct_url.json URL)."""
+    code = (
+        "import importlib.metadata as m, json;"
+        f"print(json.loads(m.distribution({PACKAGE!r}).read_text('direct_url.json'))['url'])"
+    )
+    return subprocess.run(
+        [str(python), "-c", code], capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("chapters", nargs="*", type=Path, help="default: chapters/*.ipynb")
+    parser.add_argument("--jobs", type=int, default=1, help="chapters run at once (default 1)")
+    args = parser.parse_args(argv)
+    chapters = sorted(args.chapters or (ROOT / "chapters").glob("*.ipynb"))
+    base = [chapter for chapter in chapters if extra_of(chapter) is None]
+    extras = sorted({extra for chapter in chapters if (extra := extra_of(chapter))})
+    url = sync_repo_url.repository_url(ROOT)
+
+    times: list[tuple[str, float]] = []
+    results: list[ChapterResult] = []
+    problems: list[str] = []
+
+    def stage(name: str, start: float) -> None:
+        times.append((name, time.perf_counter() - start))
+        print(f"{name}: {times[-1][1]:.1f} s", flush=True)
+
+    with tempfile.TemporaryDirectory(prefix="attnbook-learner-") as tmp:
+        work = Path(tmp)
+        start = time.perf_counter()
+        repo = snapshot(ROOT, work / "repo")
+        wheel = build_wheel(repo, work / "dist")
+        missing = missing_from_wheel(wheel, repo / "src" / PACKAGE)
+        if missing:
+            problems.append(f"the wheel lacks {', '.join(missing)}: see pyproject.toml")
+        stage(f"snapshot + wheel ({wheel.name})", start)
+
+        start = time.perf_counter()
+        python = make_venv(work / "venv")
+        pip_install(python, [str(wheel), *KERNEL_REQUIREMENTS])
+        stage("clean venv + wheel + runtime dependencies + ipykernel", start)
+
+        start = time.perf_counter()
+        print(f"chapters that need only the runtime dependencies ({len(base)}):", flush=True)
+        results += run_chapters(base, python, work, args.jobs)
+        stage("those chapters", start)
+
+        # The Colab form, with each extra the chapters need (one after the other, in the
+        # same environment); with none, plain attnbook, to prove the Colab form installs.
+        for extra in extras or [None]:
+            users = [chapter for chapter in chapters if extra and extra_of(chapter) == extra]
+            stem = users[0].stem if users else None
+            requirement = colab_requirement(sync_repo_url.colab_cell_source(url, stem))
+            local = local_requirement(requirement, url, repo)
+            start = time.perf_counter()
+            run([python, "-m", "pip", "uninstall", "--quiet", "--yes", PACKAGE])
+            pip_install(python, [local])
+            source = installed_from(python)
+            if not source.startswith("file://"):
+                problems.append(f"{local!r} installed attnbook from {source}")
+            run([python, "-c", f"import {PACKAGE}"], cwd=work)
+            stage(f"Colab form: pip install {local!r}", start)
+            if users:
+                start = time.perf_counter()
+                print(f"chapters that need {requirement.split(' @ ')[0]} ({len(users)}):")
+                results += run_chapters(users, python, work, args.jobs)
+                stage("those chapters", start)
+        start = time.perf_counter()
+    stage("removing the temporary folder", start)
+
+    failed = [result for result in results if not result.ok]
+    print(f"\nlearner path: {len(results) - len(failed)} of {len(results)} chapters ran")
+    for result in failed:
+        print(f"FAILED {result.name}: {result.error}")
+    for problem in problems:
+        print(f"FAILED {problem}")
+    print(f"total: {sum(seconds for _, seconds in times):.1f} s")
+    return 1 if failed or problems or not results else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
