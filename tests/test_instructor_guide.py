@@ -216,3 +216,11 @@ def test_measured_times_are_shown_and_kept() -> None:
     assert "needs 7 s of CPU time and ran in 9 s" in text
     assert inventory.read_measured(text) == measured
     assert "not measured yet" in inventory.render(chapters, {})
+
+
+def test_chapter_text_is_relinked_for_the_guide() -> None:
+    # The guide sits at the book's root and has no bibliography of its own.
+    text = inventory._relink(
+        "rollout {footcite:p}`Abnar2020`, as {footcite:t}`Vaswani2017` did; see {doc}`02_softmax`"
+    )
+    assert text == "rollout, as Vaswani et al. (2017) did; see {doc}`chapters/02_softmax`"

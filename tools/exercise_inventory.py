@@ -463,9 +463,35 @@ def _run_time(measured: dict, stem: str) -> str:
     )
 
 
+def _authors_year(key: str) -> str:
+    """`Abnar and Zuidema (2020)` for a key of references.bib (the key itself if not found)."""
+    bib = ROOT / "references.bib"
+    text = bib.read_text(encoding="utf-8") if bib.is_file() else ""
+    entry = re.search(rf"@\w+\{{{re.escape(key)},(.*?)\n\}}", text, re.S)
+    if not entry:
+        return key
+    authors = re.search(r"author\s*=\s*\{(.*?)\},?\s*\n", entry[1], re.S)
+    year = re.search(r"year\s*=\s*\{?(\d{4})", entry[1])
+    if not authors or not year:
+        return key
+    names = [a.split(",")[0].strip(" {}") for a in re.split(r"\s+and\s+", authors[1])]
+    who = names[0] if len(names) == 1 else " and ".join(names) if len(names) == 2 else ""
+    return f"{who or names[0] + ' et al.'} ({year[1]})"
+
+
 def _relink(text: str) -> str:
-    """Make a chapter's own cross-references work from the book's root (the guide's place)."""
-    return re.sub(r"\{doc\}`(?:\./)?(\d\d_\w+)`", r"{doc}`chapters/\1`", text)
+    """A chapter's text made to work from the book's root, where the guide lives.
+
+    `{doc}` paths gain `chapters/`; citations, which the guide has no bibliography for, become
+    plain text: `{footcite:t}` the authors and year, `{footcite:p}` nothing.
+    """
+    text = re.sub(r"\{doc\}`(?:\./)?(\d\d_\w+)`", r"{doc}`chapters/\1`", text)
+    text = re.sub(r"\s*\{footcite:?p?\}`[^`]*`", "", text)
+    return re.sub(
+        r"\{footcite:t\}`([^`]*)`",
+        lambda m: ", ".join(_authors_year(k.strip()) for k in m[1].split(",")),
+        text,
+    )
 
 
 def _link(exercise: Exercise) -> str:
@@ -697,17 +723,22 @@ def measure(paths: list[Path], repeat: int = 1) -> dict[str, dict[str, float]]:
                 resources={"metadata": {"path": str(path.parent)}},
             )
             start = time.perf_counter()
-            with client.setup_kernel():
-                kernel = psutil.Process(client.km.provisioner.process.pid)
-                for index, cell in enumerate(nb.cells):
-                    client.execute_cell(cell, index)
-                used = kernel.cpu_times()
-                cpu = used.user + used.system + used.children_user + used.children_system
+            try:
+                with client.setup_kernel():
+                    kernel = psutil.Process(client.km.provisioner.process.pid)
+                    for index, cell in enumerate(nb.cells):
+                        client.execute_cell(cell, index)
+                    used = kernel.cpu_times()
+                    cpu = used.user + used.system + used.children_user + used.children_system
+            except Exception as error:  # a cell failed or timed out: no figure for this run
+                print(f"{path.stem}: not measured: {type(error).__name__}", flush=True)
+                continue
             wall = time.perf_counter() - start
             best = results.get(path.stem)
             if best is None or wall < best["wall"]:
                 results[path.stem] = {"wall": round(wall, 1), "cpu": round(cpu, 1)}
-        print(f"{path.stem}: {results[path.stem]}", flush=True)
+        if path.stem in results:
+            print(f"{path.stem}: {results[path.stem]}", flush=True)
     return results
 
 
@@ -717,7 +748,7 @@ def _machine() -> str:
     day = datetime.now(timezone.utc).strftime("%Y-%m-%d")
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     return (
-        f"{cores} CPU cores, {platform.machine()}, no GPU, {day}; load average "
+        f"{cores} CPU cores, {platform.machine()}, {day}; load average "
         f"{load:.1f} at the end of the run"
     )
 
