@@ -292,6 +292,7 @@ def run_chapter(
         timeout=TIMEOUT_S,
         resources={"metadata": {"path": str(folder)}},
         record_timing=False,
+        shutdown_kernel="immediate",
         on_cell_start=lambda cell, cell_index: started.append(cell_index),
     )
     # The kernel's own stderr (its start-up warnings, a crash) goes to a log beside the folder.
@@ -299,7 +300,9 @@ def run_chapter(
     start = time.perf_counter()
     try:
         with log.open("w", encoding="utf-8") as stream:
-            client.execute(env=env, stdout=stream, stderr=stream)
+            # cleanup_kc: shut the kernel down afterwards, though nbclient did not start its
+            # manager (it keeps a kernel it did not start alive by default).
+            client.execute(cleanup_kc=True, env=env, stdout=stream, stderr=stream)
     except (CellExecutionError, CellTimeoutError, DeadKernelError) as error:
         failure = describe_failure(nb, started[-1] if started else 0, error)
         if isinstance(error, DeadKernelError):

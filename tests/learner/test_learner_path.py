@@ -11,6 +11,7 @@ too.
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 import zipfile
 from pathlib import Path
@@ -92,8 +93,12 @@ def test_a_chapter_that_reads_a_repository_file_fails(tmp_path: Path) -> None:
     assert "README.md" in result.error
 
 
-def test_a_failing_cell_is_named(tmp_path: Path) -> None:
-    result = _run(tmp_path, "x = 1", "# the second cell\ny = 1 / 0", "z = 2")
+def test_a_failing_cell_is_named_and_its_kernel_shut_down(tmp_path: Path) -> None:
+    pid_file = tmp_path / "kernel.pid"
+    first = f"import os\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))"
+    result = _run(tmp_path, first, "# the second cell\ny = 1 / 0", "z = 2")
     assert not result.ok
     assert result.error.startswith("code cell 2 (`# the second cell`)"), result.error
     assert "ZeroDivisionError" in result.error
+    with pytest.raises(ProcessLookupError):  # no kernel is left running
+        os.kill(int(pid_file.read_text()), 0)
