@@ -17,6 +17,7 @@ import shutil
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import NamedTuple
 
 import nbformat
 import pytest
@@ -101,15 +102,33 @@ def test_every_chapter_has_a_section_in_the_guide() -> None:
 # --- the checks can fail ------------------------------------------------------------------------
 
 
+class Copy(NamedTuple):
+    guide: Path
+    chapters: Path
+    baseline: set[str]  # what is reported before the test breaks anything
+
+
 @pytest.fixture
-def copy(tmp_path: Path) -> tuple[Path, Path]:
-    """A copy of the guide and of chapters/, in sync, to break on purpose."""
+def copy(tmp_path: Path) -> Copy:
+    """A copy of chapters/ and a guide regenerated for it, to break on purpose.
+
+    Its baseline is what is already reported for the copy (nothing, unless a chapter being
+    written has a problem of its own): each test looks only at what its change adds.
+    """
     chapters = tmp_path / "chapters"
     shutil.copytree(CHAPTERS, chapters, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
     guide = tmp_path / "instructors.md"
-    shutil.copy(GUIDE, guide)
-    assert inventory.find_out_of_sync(guide, chapters) == []
-    return guide, chapters
+    text = GUIDE.read_text(encoding="utf-8")
+    guide.write_text(inventory.render_guide(text, inventory.read_chapters(chapters)), "utf-8")
+    baseline = set(inventory.find_out_of_sync(guide, chapters))
+    assert not any("out of date" in line for line in baseline), baseline
+    return Copy(guide, chapters, baseline)
+
+
+def _new(copy: Copy) -> list[str]:
+    """What find_out_of_sync reports for the copy beyond its baseline."""
+    found = inventory.find_out_of_sync(copy.guide, copy.chapters)
+    return [line for line in found if line not in copy.baseline]
 
 
 def _edit_markdown(path: Path, old: str, new: str) -> None:
@@ -120,92 +139,87 @@ def _edit_markdown(path: Path, old: str, new: str) -> None:
     nbformat.write(nb, path)
 
 
-def test_a_changed_difficulty_puts_the_guide_out_of_sync(copy: tuple[Path, Path]) -> None:
-    guide, chapters = copy
+def test_a_changed_difficulty_puts_the_guide_out_of_sync(copy: Copy) -> None:
     _edit_markdown(
-        chapters / "01_scores.ipynb", "The score matrix (easy)", "The score matrix (medium)"
+        copy.chapters / "01_scores.ipynb", "The score matrix (easy)", "The score matrix (medium)"
     )
-    found = inventory.find_out_of_sync(guide, chapters)
+    found = _new(copy)
     assert any("out of date" in line for line in found), found
 
 
-def test_a_new_exercise_puts_the_guide_out_of_sync(copy: tuple[Path, Path]) -> None:
-    guide, chapters = copy
+def test_a_new_exercise_puts_the_guide_out_of_sync(copy: Copy) -> None:
     _edit_markdown(
-        chapters / "01_scores.ipynb",
+        copy.chapters / "01_scores.ipynb",
         "## Exercises\n",
         "## Exercises\n\n:::{exercise} A new one (easy)\n:label: ex-ch01-new\n"
         ":class: open\nThink.\n:::\n",
     )
-    found = inventory.find_out_of_sync(guide, chapters)
+    found = _new(copy)
     assert any("out of date" in line for line in found), found
 
 
-def test_an_exercise_without_a_kind_is_reported(copy: tuple[Path, Path]) -> None:
-    guide, chapters = copy
+def test_an_exercise_without_a_kind_is_reported(copy: Copy) -> None:
     _edit_markdown(
-        chapters / "02_softmax.ipynb",
+        copy.chapters / "02_softmax.ipynb",
         ":label: ex-ch02-sigmoid\n:class: pen-and-paper\n",
         ":label: ex-ch02-sigmoid\n",
     )
-    found = inventory.find_out_of_sync(guide, chapters)
+    found = _new(copy)
     assert any("ex-ch02-sigmoid" in line and "pen-and-paper" in line for line in found), found
 
 
-def test_a_checked_exercise_marked_pen_and_paper_is_reported(copy: tuple[Path, Path]) -> None:
-    guide, chapters = copy
+def test_a_checked_exercise_marked_pen_and_paper_is_reported(
+    copy: Copy,
+) -> None:
     _edit_markdown(
-        chapters / "02_softmax.ipynb",
+        copy.chapters / "02_softmax.ipynb",
         ":label: ex-ch02-stable-softmax\n",
         ":label: ex-ch02-stable-softmax\n:class: pen-and-paper\n",
     )
-    found = inventory.find_out_of_sync(guide, chapters)
+    found = _new(copy)
     assert any("ex-ch02-stable-softmax" in line and "check_" in line for line in found), found
 
 
-def test_a_title_without_difficulty_is_reported(copy: tuple[Path, Path]) -> None:
-    guide, chapters = copy
-    _edit_markdown(chapters / "01_scores.ipynb", "Cosine similarity (easy)", "Cosine similarity")
-    found = inventory.find_out_of_sync(guide, chapters)
+def test_a_title_without_difficulty_is_reported(copy: Copy) -> None:
+    _edit_markdown(
+        copy.chapters / "01_scores.ipynb", "Cosine similarity (easy)", "Cosine similarity"
+    )
+    found = _new(copy)
     assert any("ex-ch01-cosine" in line and "(easy)" in line for line in found), found
 
 
-def test_a_new_chapter_without_prerequisites_is_reported(copy: tuple[Path, Path]) -> None:
-    guide, chapters = copy
-    shutil.copy(chapters / "01_scores.ipynb", chapters / "99_appendix.ipynb")
-    found = inventory.find_out_of_sync(guide, chapters)
+def test_a_new_chapter_without_prerequisites_is_reported(copy: Copy) -> None:
+    shutil.copy(copy.chapters / "01_scores.ipynb", copy.chapters / "99_appendix.ipynb")
+    found = _new(copy)
     assert any("99_appendix" in line and "PREREQUISITES" in line for line in found), found
     assert any("used twice" in line for line in found), found  # its labels repeat chapter 1's
     assert any("out of date" in line for line in found), found
 
 
-def test_a_hand_edit_of_a_generated_part_is_reported(copy: tuple[Path, Path]) -> None:
-    guide, chapters = copy
-    text = guide.read_text(encoding="utf-8")
-    guide.write_text(text.replace("| easy | pen and paper |", "| harder | pen and paper |", 1))
-    found = inventory.find_out_of_sync(guide, chapters)
+def test_a_hand_edit_of_a_generated_part_is_reported(copy: Copy) -> None:
+    text = copy.guide.read_text(encoding="utf-8")
+    copy.guide.write_text(text.replace("| easy | pen and paper |", "| harder | pen and paper |", 1))
+    found = _new(copy)
     assert any("out of date" in line for line in found), found
 
 
-def test_missing_markers_are_reported(copy: tuple[Path, Path]) -> None:
-    guide, chapters = copy
-    text = guide.read_text(encoding="utf-8")
-    guide.write_text(text.replace(inventory.END, ""))
-    found = inventory.find_out_of_sync(guide, chapters)
+def test_missing_markers_are_reported(copy: Copy) -> None:
+    text = copy.guide.read_text(encoding="utf-8")
+    copy.guide.write_text(text.replace(inventory.END, ""))
+    found = _new(copy)
     assert any(inventory.END in line for line in found), found
 
 
-def test_write_makes_it_in_sync_again(copy: tuple[Path, Path]) -> None:
-    guide, chapters = copy
+def test_write_makes_it_in_sync_again(copy: Copy) -> None:
     _edit_markdown(
-        chapters / "01_scores.ipynb", "The score matrix (easy)", "The score matrix (medium)"
+        copy.chapters / "01_scores.ipynb", "The score matrix (easy)", "The score matrix (medium)"
     )
-    text = guide.read_text(encoding="utf-8")
-    new = inventory.render_guide(text, inventory.read_chapters(chapters))
+    text = copy.guide.read_text(encoding="utf-8")
+    new = inventory.render_guide(text, inventory.read_chapters(copy.chapters))
     assert "| {ref}`The score matrix <ex-ch01-score-matrix>` | medium |" in new
     assert inventory.read_measured(new) == inventory.read_measured(text)  # timings kept
-    guide.write_text(new, encoding="utf-8")
-    assert inventory.find_out_of_sync(guide, chapters) == []
+    copy.guide.write_text(new, encoding="utf-8")
+    assert _new(copy) == []
 
 
 def test_measured_times_are_shown_and_kept() -> None:
