@@ -1,0 +1,222 @@
+"""Where attention's cost goes: memory and time against the sequence length (chapter 12).
+
+Usage:
+    python benchmarks/attention_scaling.py [--threads 1] [--repeats 3] [--device auto]
+        [--lengths 128 256 512 1024] [--out DIR]
+
+Two measurements, the two figures of chapter 12's first sections:
+
+1. For ``T = S`` in ``--lengths`` (one sequence, 4 heads of width 64): the
+   bytes of the weights ``A`` and of the output ``O`` (exact: number of
+   elements times element size; their log-log slopes, 2 and 1, are printed),
+   and the time per call of ``attnbook.scaled_dot_product_attention`` with
+   ``need_weights=True``, with ``need_weights=False`` (PyTorch's fused
+   kernel) and of ``attnbook.tiled_attention`` (the online-softmax loop).
+   Times are the fastest of ``--repeats`` calls after one warm-up.
+   (Figure ``fig-ch12-quadratic``.)
+2. For 256 queries and ``S`` from 256 to 4096 keys: the largest block of
+   memory any single PyTorch operation allocates for its result, watched
+   with a ``TorchDispatchMode`` (exact, not a timing): the weights path
+   grows with ``S``, the tiled loop does not. (Figure ``fig-ch12-tiled-memory``.)
+
+The machine (CPU model, torch version, threads, device) is printed first.
+With ``--out DIR`` both figures are written there as PNG files. Timings depend
+on the machine, its load and the thread count: this is a benchmark, not a
+test; it asserts nothing about speed and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import attnbook
+
+MiB = 2**20
+
+
+def cpu_model() -> str:
+    """The CPU's model name, from /proc/cpuinfo where there is one."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def seconds_per_call(fn: Callable[[], object], repeats: int, device: torch.device) -> float:
+    """The fastest of ``repeats`` calls, after one warm-up call."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        synchronize(device)
+        start = time.perf_counter()
+        fn()
+        synchronize(device)
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def _tensors(values: object) -> Iterator[torch.Tensor]:
+    if isinstance(values, torch.Tensor):
+        yield values
+    elif isinstance(values, (tuple, list)):
+        for value in values:
+            yield from _tensors(value)
+
+
+class LargestAllocation(TorchDispatchMode):
+    """The largest storage an operation returns that is not one of its inputs' (no views)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.largest = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        given = {t.untyped_storage().data_ptr() for t in _tensors(args)}
+        for t in _tensors(out):
+            if t.untyped_storage().data_ptr() not in given:
+                self.largest = max(self.largest, t.untyped_storage().nbytes())
+        return out
+
+
+def largest_allocation(fn: Callable[[], object]) -> int:
+    with LargestAllocation() as recorder:
+        fn()
+    return recorder.largest
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    parser.add_argument("--repeats", type=int, default=3, help="timed calls per point")
+    parser.add_argument("--device", default="auto", help="auto (attnbook.get_device), cpu, cuda")
+    parser.add_argument("--lengths", type=int, nargs="+", default=[128, 256, 512, 1024])
+    parser.add_argument("--out", type=Path, help="write the figures as PNG files into this folder")
+    args = parser.parse_args()
+
+    torch.set_num_threads(args.threads)
+    device = attnbook.get_device() if args.device == "auto" else torch.device(args.device)
+    print(
+        f"machine: {platform.machine()}, CPU {cpu_model()} ({torch.get_num_threads()} torch "
+        f"threads); torch {torch.__version__}; Python {platform.python_version()}; "
+        f"device {device}"
+    )
+
+    # 1. memory and time against T = S
+    B, H, d_k = 1, 4, 64
+    lengths = args.lengths
+    weights_bytes, output_bytes = [], []
+    timings: dict[str, list[float]] = {
+        "need_weights=True": [],
+        "need_weights=False (fused)": [],
+        "tiled_attention": [],
+    }
+    print(f"\n1. one sequence, {H} heads of width {d_k}; fastest of {args.repeats} calls")
+    for T in lengths:
+        attnbook.set_seed(0)
+        q, k, v = torch.randn(3, B, H, T, d_k, device=device).unbind(0)
+        output, weights = attnbook.scaled_dot_product_attention(q, k, v)
+        weights_bytes.append(weights.numel() * weights.element_size())
+        output_bytes.append(output.numel() * output.element_size())
+        calls = [
+            lambda q=q, k=k, v=v: attnbook.scaled_dot_product_attention(q, k, v),
+            lambda q=q, k=k, v=v: attnbook.scaled_dot_product_attention(
+                q, k, v, need_weights=False
+            ),
+            lambda q=q, k=k, v=v: attnbook.tiled_attention(q, k, v),
+        ]
+        for times, call in zip(timings.values(), calls):
+            times.append(seconds_per_call(call, args.repeats, device))
+        print(
+            f"T = {T:5d}: weights {weights_bytes[-1] / MiB:8.2f} MiB, output "
+            f"{output_bytes[-1] / MiB:6.2f} MiB | "
+            + "  ".join(f"{name} {t[-1] * 1e3:8.2f} ms" for name, t in timings.items())
+        )
+    if len(lengths) > 1:
+        slope_w = np.polyfit(np.log(lengths), np.log(weights_bytes), 1)[0]
+        slope_o = np.polyfit(np.log(lengths), np.log(output_bytes), 1)[0]
+        print(f"log-log slopes of the memory: weights {slope_w:.3f}, output {slope_o:.3f}")
+
+    # 2. the largest allocation against S, T = 256 queries
+    key_lengths, n_queries = [256, 512, 1024, 2048, 4096], 256
+    largest: dict[str, list[int]] = {
+        "need_weights=True": [],
+        "tiled_attention (block 64)": [],
+        "fused (output only)": [],
+    }
+    attnbook.set_seed(0)
+    for S in key_lengths:
+        q = torch.randn(1, H, n_queries, d_k, device=device)
+        k, v = torch.randn(2, 1, H, S, d_k, device=device).unbind(0)
+        calls = [
+            lambda q=q, k=k, v=v: attnbook.scaled_dot_product_attention(q, k, v),
+            lambda q=q, k=k, v=v: attnbook.tiled_attention(q, k, v, block_size=64),
+            lambda q=q, k=k, v=v: attnbook.scaled_dot_product_attention(
+                q, k, v, need_weights=False
+            ),
+        ]
+        for sizes, call in zip(largest.values(), calls):
+            sizes.append(largest_allocation(call))
+    print(f"\n2. largest allocation (MiB), T = {n_queries} queries, S = {key_lengths}")
+    for name, sizes in largest.items():
+        print(f"{name:27s}", "  ".join(f"{b / MiB:6.2f}" for b in sizes))
+
+    if args.out is not None:
+        _plot(args.out, lengths, weights_bytes, output_bytes, timings, key_lengths, largest)
+
+
+def _plot(out, lengths, weights_bytes, output_bytes, timings, key_lengths, largest) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from attnbook.viz import course_style
+
+    out.mkdir(parents=True, exist_ok=True)
+    with course_style():
+        fig, (ax_mem, ax_time) = plt.subplots(1, 2, figsize=(11, 4))
+        ax_mem.loglog(lengths, np.array(weights_bytes) / MiB, "o-", label="weights A (T x T)")
+        ax_mem.loglog(lengths, np.array(output_bytes) / MiB, "s-", label="output O (T x d_v)")
+        ax_mem.set(xlabel="sequence length T", ylabel="MiB", title="memory: slopes 2 and 1")
+        for (name, times), marker in zip(timings.items(), "o^s"):
+            ax_time.loglog(lengths, np.array(times) * 1e3, marker + "-", label=name)
+        ax_time.set(xlabel="sequence length T", ylabel="milliseconds per call", title="time")
+        for ax in (ax_mem, ax_time):
+            ax.set_xticks(lengths, [str(T) for T in lengths])
+            ax.xaxis.set_minor_locator(plt.NullLocator())
+            ax.legend()
+        fig.tight_layout()
+        fig.savefig(out / "fig-ch12-quadratic.png", dpi=100)
+
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for (name, sizes), marker in zip(largest.items(), "o^s"):
+            ax.loglog(key_lengths, np.array(sizes) / MiB, marker + "-", label=name)
+        ax.set_xticks(key_lengths, [str(S) for S in key_lengths])
+        ax.xaxis.set_minor_locator(plt.NullLocator())
+        ax.set(xlabel="number of keys S (T = 256 queries)", ylabel="largest tensor (MiB)")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(out / "fig-ch12-tiled-memory.png", dpi=100)
+    print(f"\nfigures written to {out}")
+
+
+if __name__ == "__main__":
+    main()
