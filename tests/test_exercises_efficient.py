@@ -89,8 +89,8 @@ def test_online_softmax_checker_names_typical_mistakes() -> None:
         return m_new, l + p.sum(-1, keepdim=True), acc + p @ values
 
     for wrong, case, mistake in [
-        (no_rescale_acc, moves_up, "rescaling l but not acc"),
-        (no_rescale_l, moves_up, "rescaling acc but not l"),
+        (no_rescale_acc, moves_up, "rescaling ell but not acc"),
+        (no_rescale_l, moves_up, "rescaling acc but not ell"),
         (upside_down, moves_up, "the correction upside down"),
         (block_max, "the maximum stays", "the block's own maximum"),
         (per_block_softmax, "the first block", "a softmax of each block on its own"),
@@ -116,7 +116,7 @@ def test_online_softmax_checker_rejects_other_wrong_answers() -> None:
 
     verdict = check_online_softmax_update(only_the_output)
     assert_rejects(verdict, "the first block")
-    assert "tuple (m, l, acc)" in verdict.message
+    assert "tuple (m, ell, acc)" in verdict.message
 
     def overflows(m, l, acc, scores, values):  # noqa: E741  right until the scores are large
         p = torch.exp(scores)

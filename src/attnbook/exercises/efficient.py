@@ -86,7 +86,7 @@ def _stacked(fn: UpdateFn) -> Callable[..., torch.Tensor]:
         result = fn(*args)
         if not isinstance(result, (tuple, list)) or len(result) != 3:
             raise ValueError(
-                f"return the new state as a tuple (m, l, acc), got {type(result).__name__}"
+                f"return the new state as a tuple (m, ell, acc), got {type(result).__name__}"
             )
         m, l, acc = (torch.as_tensor(x, dtype=torch.float64) for x in result)  # noqa: E741
         n_queries = args[3].shape[0]
@@ -94,7 +94,7 @@ def _stacked(fn: UpdateFn) -> Callable[..., torch.Tensor]:
             m, l = m.reshape(n_queries, 1), l.reshape(n_queries, 1)  # noqa: E741
         except RuntimeError:
             raise ValueError(
-                f"m and l must hold one number per query row, shape (T, 1) = ({n_queries}, 1), "
+                f"m and ell must hold one number per query row, shape (T, 1) = ({n_queries}, 1), "
                 f"got shapes {tuple(m.shape)} and {tuple(l.shape)}"
             ) from None
         return torch.cat([m, l, acc], dim=-1)  # (T, 2 + d_v)
@@ -139,17 +139,17 @@ def _no_max(m, l, acc, scores, values):  # noqa: E741
 
 _ONLINE_CASES = [
     Case(
-        "the first block, from the empty state m = -inf, l = 0, acc = 0 (T = 3, 4 keys)",
+        "the first block, from the empty state m = -inf, ell = 0, acc = 0 (T = 3, 4 keys)",
         _first_block,
-        "From the empty state, m_new is the block's row maximum, l_new the row sums of "
+        "From the empty state, m_new is the block's row maximum, ell_new the row sums of "
         "P = exp(scores - m_new) and acc_new = P @ values; exp(-inf) = 0 rescales the empty "
-        "l and acc to 0.",
+        "ell and acc to 0.",
     ),
     Case(
         "a second block whose scores are all larger than before (the maximum moves up)",
         _max_moves_up,
         "When the maximum moves from m to m_new, everything summed so far was computed with "
-        "exp(score - m): multiply both l and acc by exp(m - m_new) before adding the new block.",
+        "exp(score - m): multiply both ell and acc by exp(m - m_new) before adding the new block.",
     ),
     Case(
         "a second block whose scores are all smaller (the maximum stays)",
@@ -171,14 +171,14 @@ _ONLINE_CASES = [
 
 _ONLINE_MISTAKES = [
     Mistake(
-        "rescaling l but not acc",
+        "rescaling ell but not acc",
         _stacked(_no_rescale_acc),
-        "acc was summed under the old maximum too: multiply it by exp(m - m_new) like l.",
+        "acc was summed under the old maximum too: multiply it by exp(m - m_new) like ell.",
     ),
     Mistake(
-        "rescaling acc but not l",
+        "rescaling acc but not ell",
         _stacked(_no_rescale_l),
-        "l was summed under the old maximum too: multiply it by exp(m - m_new) like acc.",
+        "ell was summed under the old maximum too: multiply it by exp(m - m_new) like acc.",
     ),
     Mistake(
         "the correction upside down, exp(m_new - m)",
@@ -196,7 +196,7 @@ _ONLINE_MISTAKES = [
         "a softmax of each block on its own, summed",
         _stacked(_normalised_blocks),
         "Blocks cannot be normalised separately: their weights must share one denominator. "
-        "Keep unnormalised sums (l and acc) and divide once, at the end.",
+        "Keep unnormalised sums (ell and acc) and divide once, at the end.",
     ),
     Mistake(
         "exp of the raw scores, without subtracting the maximum",
@@ -207,9 +207,10 @@ _ONLINE_MISTAKES = [
 
 
 def check_online_softmax_update(fn: UpdateFn) -> Verdict:
-    """Check ``fn(m, l, acc, scores, values) -> (m_new, l_new, acc_new)``, one online-softmax step.
+    """Check ``fn(m, ell, acc, scores, values) -> (m_new, ell_new, acc_new)``, one online-softmax step.
 
-    Shapes: ``m`` and ``l`` ``(T, 1)``, ``acc`` ``(T, d_v)``, ``scores``
+    Shapes: ``m`` and ``ell`` (the denominator, ``l`` in
+    :func:`attnbook.tiled_attention`) ``(T, 1)``, ``acc`` ``(T, d_v)``, ``scores``
     ``(T, Sb)`` (one block of keys, already scaled), ``values`` ``(Sb, d_v)``.
     The returned state must equal the recurrence of :func:`attnbook.tiled_attention`.
     """
