@@ -17,7 +17,7 @@ HIDE_SOLUTIONS ?= 0
 export ATTNBOOK_HIDE_SOLUTIONS := $(HIDE_SOLUTIONS)
 
 .DEFAULT_GOAL := help
-.PHONY: help venv lab assets book student test execute lint format lock sync-url clean
+.PHONY: help venv lab assets book student pdf test execute lint format lock sync-url clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -58,6 +58,10 @@ book: venv assets ## build the HTML book (warnings are errors) and print where i
 
 student: venv assets ## the student edition in _build/student/: notebooks without solutions, a zip, the book
 	$(PY) tools/make_student.py
+
+pdf: venv assets ## the book as one PDF, printed by Chromium (no TeX), checked: _build/pdf/
+	$(BIN)/jupyter-book build . --builder singlehtml --warningiserror --nitpick --keep-going
+	$(PY) tools/build_pdf.py
 
 test: venv assets ## lint, unit tests, nbval on every chapter, book build, browser test; one summary
 	$(PY) tools/run_tests.py

@@ -60,14 +60,19 @@ def offline_bertviz(html: str, static: str) -> str:
 
     Returns:
         `html` with require.js's <script src> and the d3 and jQuery require paths
-        replaced by ``static + "vendor/..."``, and an ``aria-label`` on each of the
-        views' <select> lists (layer, attention kind); unchanged if the page holds no
-        bertviz view (another page's link to cdnjs stays as written).
+        replaced by ``static + "vendor/..."``, require.js's load timeout switched off
+        (``waitSeconds: 0``: the files are local, and a long page still busy typesetting
+        must not make it give up after its default 7 s), and an ``aria-label`` on each
+        of the views' <select> lists (layer, attention kind); unchanged if the page holds
+        no bertviz view (another page's link to cdnjs stays as written).
     """
     if not BERTVIZ_VIEW.search(html):
         return html
     for pattern, vendored in BERTVIZ_CDN.items():
         html = pattern.sub(static + vendored, html)
+    html = re.sub(
+        r"require\.config\(\{(?!\s*waitSeconds)", "require.config({ waitSeconds: 0,", html
+    )
     for select_id, label in BERTVIZ_SELECTS.items():
         html = html.replace(
             f'<select id="{select_id}">', f'<select id="{select_id}" aria-label="{label}">'

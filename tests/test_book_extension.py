@@ -116,6 +116,8 @@ def test_bertviz_urls_point_at_the_vendored_files() -> None:
     assert "d3: '../_static/vendor/d3.min'," in html  # require.js adds the ".js" itself
     assert "jquery: '../_static/vendor/jquery.min'," in html
     assert '<select id="layer" aria-label="Layer">' in html
+    assert "require.config({ waitSeconds: 0," in html  # local files: no 7 s timeout
+    assert _extension().offline_bertviz(html, "../_static/") == html  # idempotent
     # Nothing else changed.
     assert html.count("\n") == BERTVIZ_HTML.count("\n")
     assert "requirejs(['jquery', 'd3']" in html

@@ -1,0 +1,213 @@
+"""Print the book to one PDF with the system's Chromium (no TeX needed): what `make pdf` runs.
+
+Usage: python tools/build_pdf.py [--html DIR] [--out FILE]
+
+`make pdf` first builds the whole book as one page (`jupyter-book build . --builder
+singlehtml`, into _build/singlehtml); this script then serves that page on 127.0.0.1,
+opens it offline in headless Chromium (Playwright, as the browser test does), waits for
+MathJax and bertviz's views, opens every dropdown (solutions), and checks the page before
+printing it:
+
+- every formula was typeset by MathJax and no raw TeX is left in the text;
+- every image loaded; nothing was requested from the network; no error was logged.
+
+It prints A4 pages with page numbers, a tagged PDF with bookmarks from the headings, to
+_build/pdf/attention-from-scratch.pdf, and checks the file: a PDF, with at least one page
+per chapter, and a bookmark for every chapter's title. Any failed check is named and the
+exit status is 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import codecs
+import functools
+import http.server
+import os
+import re
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = Path(os.environ.get("ATTNBOOK_CHROMIUM", "/usr/bin/chromium"))
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+]
+TIMEOUT_MS = 120_000  # the whole book is one page: loading and typesetting take a while
+RAW_TEX = [r"$$", r"\[", r"\begin{"]
+
+# Run in the page once loaded: typeset maths, open dropdowns, load every image, and report.
+PREPARE_JS = r"""
+async () => {
+  if (window.MathJax && window.MathJax.startup) await window.MathJax.startup.promise;
+  document.querySelectorAll(".toggle-hidden").forEach((e) => e.classList.remove("toggle-hidden"));
+  document.querySelectorAll("details").forEach((d) => { d.open = true; });
+  const main = document.querySelector("main") || document.body;
+  const images = [...main.querySelectorAll("img")];
+  images.forEach((img) => { img.loading = "eager"; });
+  await Promise.all(images.map((img) => img.complete ? null : new Promise((done) => {
+    img.addEventListener("load", done); img.addEventListener("error", done);
+  })));
+  const maths = [...main.querySelectorAll(".math.notranslate.nohighlight, div.math")];
+  const skip = "pre, code, script, style, textarea, mjx-container, .highlight";
+  const walker = document.createTreeWalker(main, NodeFilter.SHOW_TEXT);
+  const prose = [];
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    if (!node.parentElement.closest(skip)) prose.push(node.textContent);
+  }
+  return {
+    maths: maths.length,
+    untypeset: maths.filter((m) => !m.querySelector("mjx-container")).length,
+    prose: prose.join(" "),
+    brokenImages: images.filter((img) => !(img.complete && img.naturalWidth > 0))
+      .map((img) => img.getAttribute("src")),
+    h1: [...main.querySelectorAll("h1")].map((h) => h.textContent.replace(/[#¶]/g, "")
+      .replace(/\s+/g, " ").trim()),
+  };
+}
+"""
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def pdf_page_count(data: bytes) -> int:
+    """Number of page objects (``/Type /Page``, not ``/Pages``) in a PDF's bytes."""
+    return len(re.findall(rb"/Type\s*/Page(?![a-zA-Z])", data))
+
+
+def _pdf_string(raw: bytes) -> str:
+    """Decode one PDF string token: ``<FEFF...>`` (UTF-16 hex) or ``(literal)``."""
+    if raw.startswith(b"<"):
+        data = bytes.fromhex(raw[1:-1].decode("ascii"))
+        if data.startswith(codecs.BOM_UTF16_BE):
+            return data[2:].decode("utf-16-be")
+        return data.decode("latin-1")
+    body = raw[1:-1]
+    body = re.sub(rb"\\([()\\])", rb"\1", body)
+    if body.startswith(codecs.BOM_UTF16_BE):
+        return body[2:].decode("utf-16-be", errors="replace")
+    return body.decode("latin-1")
+
+
+def pdf_outline_titles(data: bytes) -> list[str]:
+    """The bookmark titles (``/Title`` strings) written uncompressed in a PDF's bytes."""
+    tokens = re.findall(rb"/Title\s*(<[0-9A-Fa-f\s]*>|\((?:\\.|[^\\)])*\))", data)
+    return [_pdf_string(re.sub(rb"\s", b"", token) if token.startswith(b"<") else token)
+            for token in tokens]  # fmt: skip
+
+
+def check_pdf(data: bytes, chapter_titles: list[str]) -> list[str]:
+    """Problems of the printed PDF: not a PDF, too few pages, chapters without a bookmark."""
+    if not data.startswith(b"%PDF-"):
+        return ["the file is not a PDF"]
+    problems = []
+    pages = pdf_page_count(data)
+    if pages < len(chapter_titles):
+        problems.append(f"{pages} pages for {len(chapter_titles)} chapters")
+    titles = {" ".join(title.split()) for title in pdf_outline_titles(data)}
+    missing = [title for title in chapter_titles if title not in titles]
+    if missing:
+        problems.append(f"chapters without a bookmark: {missing}")
+    return problems
+
+
+def print_book(html: Path, out: Path) -> list[str]:
+    """Print `html`/intro.html (a singlehtml build) to `out`; return the problems found."""
+    from playwright.sync_api import sync_playwright
+
+    handler = functools.partial(_QuietHandler, directory=str(html))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}/"
+    problems: list[str] = []
+    page_name = next(p.name for p in sorted(html.glob("*.html")) if p.name != "index.html")
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(
+                executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS
+            )
+            page = browser.new_page(viewport={"width": 1200, "height": 1600})
+            page.set_default_timeout(TIMEOUT_MS)
+
+            def route(route):
+                if route.request.url.startswith(base):
+                    route.continue_()
+                else:
+                    problems.append(f"network request blocked: {route.request.url}")
+                    route.abort()
+
+            page.route("**/*", route)
+            page.on(
+                "console",
+                lambda m: problems.append(f"console: {m.text}") if m.type == "error" else None,
+            )
+            page.on("pageerror", lambda error: problems.append(f"uncaught: {error}"))
+            page.goto(base + page_name, wait_until="load")
+            page.emulate_media(media="print")
+            facts = page.evaluate(PREPARE_JS)
+            if facts["untypeset"]:
+                problems.append(f"{facts['untypeset']} of {facts['maths']} formulas not typeset")
+            for marker in RAW_TEX:
+                if marker in facts["prose"]:
+                    problems.append(f"raw TeX {marker!r} in the text")
+            problems += [f"image did not load: {src}" for src in facts["brokenImages"]]
+            out.parent.mkdir(parents=True, exist_ok=True)
+            page.pdf(
+                path=str(out),
+                format="A4",
+                print_background=True,
+                margin={"top": "18mm", "bottom": "18mm", "left": "16mm", "right": "16mm"},
+                display_header_footer=True,
+                header_template="<span></span>",
+                footer_template=(
+                    '<div style="font-size:8px;width:100%;text-align:center;color:#555">'
+                    '<span class="pageNumber"></span> / <span class="totalPages"></span></div>'
+                ),
+                outline=True,
+                tagged=True,
+            )
+            browser.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+    # The first <h1> is the introduction's; every chapter's title must be a bookmark.
+    problems += check_pdf(out.read_bytes(), facts["h1"])
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--html", type=Path, default=ROOT / "_build" / "singlehtml")
+    parser.add_argument(
+        "--out", type=Path, default=ROOT / "_build" / "pdf" / "attention-from-scratch.pdf"
+    )
+    args = parser.parse_args(argv)
+    if not (args.html / "index.html").is_file():
+        print(f"{args.html} has no index.html: run `make pdf` (it builds it first)")
+        return 1
+    if not CHROMIUM.is_file():
+        print(f"no Chromium at {CHROMIUM} (apt-get install chromium, or set ATTNBOOK_CHROMIUM)")
+        return 1
+    start = time.perf_counter()
+    problems = print_book(args.html, args.out)
+    seconds = time.perf_counter() - start
+    data = args.out.read_bytes() if args.out.is_file() else b""
+    print(
+        f"{args.out}: {pdf_page_count(data)} pages, {len(data) / 1e6:.1f} MB, "
+        f"printed in {seconds:.0f} s"
+    )
+    for problem in problems:
+        print(f"  - {problem}")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
