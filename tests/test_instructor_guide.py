@@ -238,3 +238,22 @@ def test_chapter_text_is_relinked_for_the_guide() -> None:
         "rollout {footcite:p}`Abnar2020`, as {footcite:t}`Vaswani2017` did; see {doc}`02_softmax`"
     )
     assert text == "rollout, as Vaswani et al. (2017) did; see {doc}`chapters/02_softmax`"
+
+
+def test_assignment_sets_name_real_chapters_and_exercises(monkeypatch: pytest.MonkeyPatch) -> None:
+    chapters = [inventory.read_chapter(CHAPTERS / "01_scores.ipynb")]
+    sets = [
+        ("ok", "", [("Week", ("01_scores",), ("ex-ch01-cosine",))]),
+        ("typo", "", [("Week", ("01_score",), ())]),
+        ("lost label", "", [("Week", ("01_scores",), ("ex-ch01-gone",))]),
+        ("not written yet", "", [("Week", ("12_efficient_attention",), ("ex-ch12-x",))]),
+    ]
+    monkeypatch.setattr(inventory, "ASSIGNMENT_SETS", sets)
+    found = inventory.problems(chapters)
+    assert any("'typo'" in line and "01_score" in line for line in found), found
+    assert any("'lost label'" in line and "ex-ch01-gone" in line for line in found), found
+    assert not any("not written yet" in line for line in found), found
+    text = inventory.render_sets(chapters)
+    assert "### ok" in text
+    assert "{ref}`Cosine similarity <ex-ch01-cosine>`" in text
+    assert "not written yet" not in text  # its chapter is not there: left out
