@@ -138,7 +138,11 @@ def print_book(html: Path, out: Path) -> list[str]:
             page.set_default_timeout(TIMEOUT_MS)
 
             def route(route):
-                if route.request.url.startswith(base):
+                if route.request.url == base + "searchindex.js":
+                    # The theme's page loads the search index, which the singlehtml builder
+                    # does not write; a printed book needs no search: answer it empty.
+                    route.fulfill(body="", content_type="application/javascript")
+                elif route.request.url.startswith(base):
                     route.continue_()
                 else:
                     problems.append(f"network request blocked: {route.request.url}")
@@ -150,6 +154,10 @@ def print_book(html: Path, out: Path) -> list[str]:
                 lambda m: problems.append(f"console: {m.text}") if m.type == "error" else None,
             )
             page.on("pageerror", lambda error: problems.append(f"uncaught: {error}"))
+            page.on(
+                "response",
+                lambda r: problems.append(f"HTTP {r.status} {r.url}") if r.status >= 400 else None,
+            )
             page.goto(base + page_name, wait_until="load")
             page.emulate_media(media="print")
             facts = page.evaluate(PREPARE_JS)
