@@ -3,8 +3,8 @@
 - The browser is the system's Chromium (`/usr/bin/chromium`, or `$ATTNBOOK_CHROMIUM`),
   driven by Playwright; Playwright never downloads a browser here. Without one,
   every browser test is skipped with one line saying so.
-- `_build/html` is served by `http.server` on 127.0.0.1 (a free port) from a
-  thread. Every request to any other host is aborted and recorded, so a page
+- `_build/html` (or `$ATTNBOOK_BOOK_HTML`, a build made elsewhere) is served by
+  `http.server` on 127.0.0.1 (a free port) from a thread. Every request to any other host is aborted and recorded, so a page
   that needs the network (a CDN's MathJax, a web font) fails the tests.
 - Each page is opened once, in a fresh browser context of a typical desktop
   window (`VIEWPORT`); what the tests need to know about it is gathered into a
