@@ -10,10 +10,21 @@ config, and the errors.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
-from attnbook import GPT, EncoderBlock, GPTConfig, MultiHeadAttention, alibi_bias, causal_mask
+from attnbook import (
+    GPT,
+    EncoderBlock,
+    GPTConfig,
+    MultiHeadAttention,
+    alibi_bias,
+    causal_mask,
+    load_checkpoint,
+    save_checkpoint,
+)
 
 
 def _grouped_and_repeated(
@@ -158,3 +169,16 @@ def test_gpt_with_grouped_query_attention(positional: str) -> None:
     weights = model.attention_weights(idx)
     assert all(w.shape == (3, 6, 12, 12) for w in weights)
     assert torch.equal(weights[0] * ~causal_mask(12), torch.zeros_like(weights[0]))
+
+
+def test_checkpoint_round_trip_keeps_n_kv_heads(tmp_path: Path) -> None:
+    config = GPTConfig(
+        vocab_size=11, context_length=8, d_model=24, n_heads=6, n_layers=1, n_kv_heads=3
+    )
+    torch.manual_seed(0)
+    model = GPT(config).eval()
+    reloaded = load_checkpoint(save_checkpoint(tmp_path / "gqa", model)).eval()
+    assert reloaded.config == config
+    idx = torch.randint(0, 11, (2, 8), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert torch.equal(reloaded(idx), model(idx))
