@@ -224,9 +224,10 @@ def test_write_makes_it_in_sync_again(copy: Copy) -> None:
 
 def test_measured_times_are_shown_and_kept() -> None:
     chapters = [inventory.read_chapter(CHAPTERS / "01_scores.ipynb")]
-    measured = {"machine": "2 CPU cores", "chapters": {"01_scores": {"wall": 9.4, "cpu": 6.6}}}
+    timing = {"wall": 9.4, "cpu": 6.6, "load": 1.2}
+    measured = {"machine": "2 CPU cores", "chapters": {"01_scores": timing}}
     text = inventory.render(chapters, measured)
-    assert "| 7 s / 9 s |" in text
+    assert "| 7 s / 9 s (load 1) |" in text
     assert "needs 7 s of CPU time and ran in 9 s" in text
     assert inventory.read_measured(text) == measured
     assert "not measured yet" in inventory.render(chapters, {})

@@ -462,7 +462,9 @@ def _seconds(measured: dict, stem: str) -> str:
     value = _timing(measured, stem)
     if value is None:
         return "not measured yet"
-    return f"{value['cpu']:.0f} s / {value['wall']:.0f} s"
+    load = value.get("load")
+    busy = f" (load {load:.0f})" if isinstance(load, (int, float)) else ""
+    return f"{value['cpu']:.0f} s / {value['wall']:.0f} s{busy}"
 
 
 def _run_time(measured: dict, stem: str) -> str:
@@ -549,9 +551,13 @@ def render(chapters: list[Chapter], measured: dict) -> str:
         + ".",
         "",
         "*Run time* is measured: the CPU time the kernel used to run the whole notebook top "
-        "to bottom in a fresh kernel with no GPU, then the wall-clock time of that run, "
-        "which is longer when other work shares the machine"
+        "to bottom in a fresh kernel with no GPU, then the wall-clock time of that run"
         + (f" ({where})" if where else "")
+        + ", and in brackets the machine's load at the end of the run (its 1-minute load "
+        "average: the number of processes that wanted a core). A load above the number of "
+        "cores means other work shared the machine: the wall-clock time is then longer "
+        "than on a quiet machine, and so is the CPU time of a chapter whose PyTorch threads "
+        "wait for each other (chapter 10 trains with two)"
         + ". *Reading* and *exercises* are estimates from a formula, not timings of students: "
         f"{WORDS_PER_MINUTE} words of prose per minute plus "
         f"{MINUTES_PER_CODE_CELL:g} minute per code cell, and "
@@ -756,23 +762,24 @@ def measure(paths: list[Path], repeat: int = 1) -> dict[str, dict[str, float]]:
                 print(f"{path.stem}: not measured: {type(error).__name__}", flush=True)
                 continue
             wall = time.perf_counter() - start
+            load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
             best = results.get(path.stem)
             if best is None or wall < best["wall"]:
-                results[path.stem] = {"wall": round(wall, 1), "cpu": round(cpu, 1)}
+                results[path.stem] = {
+                    "wall": round(wall, 1),
+                    "cpu": round(cpu, 1),
+                    "load": round(load, 1),  # how busy the machine was: 1-minute load average
+                }
         if path.stem in results:
             print(f"{path.stem}: {results[path.stem]}", flush=True)
     return results
 
 
 def _machine() -> str:
-    """Where and when the timings were taken, and how busy the machine was."""
+    """Where and when the timings were taken."""
     cores = os.cpu_count() or 0
     day = datetime.now(timezone.utc).strftime("%Y-%m-%d")
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    return (
-        f"{cores} CPU cores, {platform.machine()}, {day}; load average "
-        f"{load:.1f} at the end of the run"
-    )
+    return f"{cores} CPU cores, {platform.machine()}, {day}"
 
 
 def main(argv: list[str] | None = None) -> int:
