@@ -115,15 +115,17 @@ def main() -> None:
                 linewidth=1.0,
             )
         )
-    ax.text(
-        4.0,
-        -4.55,
-        "solid: available    dashed: planned",
-        ha="right",
-        va="bottom",
-        fontsize=8,
-        color="#6b6b6b",
-    )
+    planned = [stem for _, chapters in PLAN for stem, _ in chapters if stem not in written]
+    if planned:  # the legend is only needed while some chapter is still to be written
+        ax.text(
+            4.0,
+            -4.55,
+            "solid: available    dashed: planned",
+            ha="right",
+            va="bottom",
+            fontsize=8,
+            color="#6b6b6b",
+        )
     fig.tight_layout()
     fig.savefig(ROOT / "images" / "chapter_map.svg", metadata={"Date": None}, bbox_inches="tight")
     preview = os.environ.get("PREVIEW_PNG")  # e.g. PREVIEW_PNG=map.png to look at it
