@@ -347,3 +347,43 @@ def test_few_outputs_escape_nbval() -> None:
         f"NBVAL_SKIP (limit: under {IGNORE_LIMIT:.0%}); mark only truly volatile outputs:\n"
         + "\n".join(ignored)
     )
+
+
+# What the rendered column shows without a horizontal scroll bar at 1440 px (0.8rem code),
+# measured by the browser test: 101 characters of a code cell, 92 of a solution's code block
+# (narrower, inside its box). ruff formats cells at 100; solution blocks are markdown, so this
+# test is their formatter. Cells tagged remove-cell (the Colab cell) are not rendered.
+CELL_COLUMNS, SOLUTION_COLUMNS = 100, 92
+
+
+def _solution_code_lines(markdown: str) -> list[str]:
+    lines, inside = [], False
+    for line in markdown.splitlines():
+        if line.lstrip().startswith("```"):
+            inside = not inside
+        elif inside:
+            lines.append(line)
+    return lines
+
+
+@no_chapters
+@chapter
+def test_code_fits_the_rendered_column(path: Path) -> None:
+    too_long = []
+    for number, cell in enumerate(_read(path).cells):
+        if "remove-cell" in cell.metadata.get("tags", []):
+            continue
+        if cell.cell_type == "code":
+            limit, lines = CELL_COLUMNS, cell.source.splitlines()
+        elif "{solution" in cell.source:
+            limit, lines = SOLUTION_COLUMNS, _solution_code_lines(cell.source)
+        else:
+            continue
+        too_long += [
+            f"cell {number}: {len(line)} > {limit}: {line.strip()[:60]}"
+            for line in lines
+            if len(line) > limit
+        ]
+    assert not too_long, f"{path.name}: lines wider than the rendered column:\n" + "\n".join(
+        too_long
+    )
