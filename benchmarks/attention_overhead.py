@@ -35,7 +35,6 @@ more than an idle machine would.
 from __future__ import annotations
 
 import argparse
-import os
 import platform
 import statistics
 import sys
@@ -44,40 +43,13 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
+from _machine import cpu_model, load_average, synchronize
 from torch import nn
 
 import attnbook
 
 WARMUP = 5  # untimed calls per row before timing: allocations, lazy initialisation
 SHAPES = [(32, 64, 128, 4), (8, 256, 256, 4)]  # (B, T, d_model, heads)
-
-
-def synchronize(device: torch.device) -> None:
-    """Wait until the device has finished its queued work (no-op on the CPU)."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    elif device.type == "mps":
-        torch.mps.synchronize()
-
-
-def cpu_model() -> str:
-    """The CPU's model name, from /proc/cpuinfo where there is one."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def load_average() -> str:
-    """The system's load averages, to judge how busy the machine was (other programs' work)."""
-    try:
-        return ", ".join(f"{x:.2f}" for x in os.getloadavg())
-    except (AttributeError, OSError):
-        return "unknown"
 
 
 class BareAttention(nn.Module):

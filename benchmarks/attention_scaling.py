@@ -35,28 +35,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from _machine import cpu_model, synchronize
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import attnbook
 
 MiB = 2**20
-
-
-def cpu_model() -> str:
-    """The CPU's model name, from /proc/cpuinfo where there is one."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def seconds_per_call(fn: Callable[[], object], repeats: int, device: torch.device) -> float:

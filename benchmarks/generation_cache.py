@@ -28,21 +28,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from _machine import cpu_model
 
 import attnbook
 from attnbook import GPT, GPTConfig
-
-
-def cpu_model() -> str:
-    """The CPU's model name, from /proc/cpuinfo where there is one."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def seconds_per_call(fn, repeats: int, device: torch.device) -> float:

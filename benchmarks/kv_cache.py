@@ -34,37 +34,12 @@ import statistics
 import time
 
 import torch
+from _machine import cpu_model, load_average, synchronize
 
 import attnbook
 
 BASE = {"vocab_size": 65, "d_model": 128, "n_heads": 4, "n_layers": 4}
 PROMPT_LEN = 16
-
-
-def cpu_model() -> str:
-    """The CPU's model name, from /proc/cpuinfo where there is one."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def load_average() -> str:
-    try:
-        return ", ".join(f"{x:.2f}" for x in os.getloadavg())
-    except (AttributeError, OSError):
-        return "unknown"
-
-
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    elif device.type == "mps":
-        torch.mps.synchronize()
 
 
 def make_model(context_length: int, device: torch.device, n_kv_heads: int | None = None):

@@ -33,18 +33,11 @@ import time
 from collections.abc import Callable
 
 import torch
+from _machine import synchronize
 
 import attnbook
 
 WARMUP = 3  # untimed calls before timing: first-call allocations, lazy initialisation
-
-
-def synchronize(device: torch.device) -> None:
-    """Wait until the device has finished its queued work (no-op on the CPU)."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    elif device.type == "mps":
-        torch.mps.synchronize()
 
 
 def median_seconds(

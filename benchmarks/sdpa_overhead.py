@@ -38,18 +38,12 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
+from _machine import synchronize
 
 import attnbook
 
 SHAPES = [(32, 4, 64, 32), (8, 4, 256, 64)]  # (B, H, T, d_k), T = S
 WARMUP = 3  # untimed calls of each function first
-
-
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    elif device.type == "mps":
-        torch.mps.synchronize()
 
 
 def time_rounds(

@@ -32,6 +32,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
+from _machine import cpu_model
 
 import attnbook
 from attnbook import (
@@ -43,18 +44,6 @@ from attnbook import (
     strided_mask,
 )
 from attnbook.training import exact_match, reverse_recipe, train
-
-
-def cpu_model() -> str:
-    """The CPU's model name, from /proc/cpuinfo where there is one."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def strided_pairs(T: int, stride: int) -> int:

@@ -46,38 +46,13 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
+from _machine import cpu_model, load_average, synchronize
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import attnbook
 
 HEADS, WIDTH = 4, 64  # H, d
 METHODS = ("naive", "tiled", "fused")
-
-
-def cpu_model() -> str:
-    """The CPU's model name, from /proc/cpuinfo where there is one."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def load_average() -> str:
-    try:
-        return ", ".join(f"{x:.2f}" for x in os.getloadavg())
-    except (AttributeError, OSError):
-        return "unknown"
-
-
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    elif device.type == "mps":
-        torch.mps.synchronize()
 
 
 def make_inputs(seq_len: int, device: torch.device) -> tuple[torch.Tensor, ...]:

@@ -30,7 +30,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 # The built book under test: `_build/html`, or `$ATTNBOOK_BOOK_HTML` (a build made elsewhere,
-# e.g. `jupyter-book build . --path-output /tmp/book` -> /tmp/book/_build/html).
+# e.g. `jupyter-book build . --path-output ../book` -> ../book/_build/html).
 BUILD = Path(os.environ.get("ATTNBOOK_BOOK_HTML") or ROOT / "_build" / "html")
 CHROMIUM = Path(os.environ.get("ATTNBOOK_CHROMIUM", "/usr/bin/chromium"))
 CHROMIUM_ARGS = [

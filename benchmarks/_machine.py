@@ -1,0 +1,43 @@
+"""What every benchmark prints about the machine it ran on, and how it waits for a device.
+
+A figure means little without its machine: each script in `benchmarks/` prints
+the CPU model, torch's version and threads, and the load average (how busy the
+machine was with other work), then times its runs with `synchronize` so that a
+GPU's queued work is counted. The scripts import this file as `_machine` (the
+folder of a script run as `python benchmarks/x.py` is on `sys.path`).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+
+import torch
+
+
+def cpu_model() -> str:
+    """The CPU's model name, from /proc/cpuinfo where there is one."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def load_average() -> str:
+    """The system's load averages, to judge how busy the machine was (other programs' work)."""
+    try:
+        return ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    except (AttributeError, OSError):
+        return "unknown"
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait until the device has finished its queued work (a no-op on the CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
