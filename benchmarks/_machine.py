@@ -41,3 +41,16 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
     elif device.type == "mps":
         torch.mps.synchronize()
+
+
+def describe(device: torch.device) -> str:
+    """The lines a benchmark prints first: device, CPU, threads, versions, GPU, load."""
+    lines = [
+        f"device {device}; CPU {cpu_model()} ({os.cpu_count()} logical CPUs, "
+        f"{platform.machine()}); torch threads {torch.get_num_threads()}; "
+        f"torch {torch.__version__}; Python {platform.python_version()}"
+    ]
+    if device.type == "cuda":
+        lines.append(f"GPU {torch.cuda.get_device_name(device)}")
+    lines.append(f"load average (1, 5, 15 min) before: {load_average()}")
+    return "\n".join(lines)

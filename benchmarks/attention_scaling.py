@@ -28,14 +28,13 @@ test; it asserts nothing about speed and exits 0.
 from __future__ import annotations
 
 import argparse
-import platform
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
 import torch
-from _machine import cpu_model, synchronize
+from _machine import describe, synchronize
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import attnbook
@@ -97,11 +96,7 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     device = attnbook.get_device() if args.device == "auto" else torch.device(args.device)
-    print(
-        f"machine: {platform.machine()}, CPU {cpu_model()} ({torch.get_num_threads()} torch "
-        f"threads); torch {torch.__version__}; Python {platform.python_version()}; "
-        f"device {device}"
-    )
+    print(describe(device))
 
     # 1. memory and time against T = S
     B, H, d_k = 1, 4, 64

@@ -22,13 +22,12 @@ asserts nothing about speed and exits 0.
 from __future__ import annotations
 
 import argparse
-import platform
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
-from _machine import cpu_model
+from _machine import describe
 
 import attnbook
 from attnbook import GPT, GPTConfig
@@ -60,11 +59,7 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     device = attnbook.get_device() if args.device == "auto" else torch.device(args.device)
-    print(
-        f"machine: {platform.machine()}, CPU {cpu_model()} ({torch.get_num_threads()} torch "
-        f"threads); torch {torch.__version__}; Python {platform.python_version()}; "
-        f"device {device}"
-    )
+    print(describe(device))
 
     P = 16
     attnbook.set_seed(0)

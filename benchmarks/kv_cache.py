@@ -28,13 +28,11 @@ about speed (only that the tokens agree and that the formula holds).
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import statistics
 import time
 
 import torch
-from _machine import cpu_model, load_average, synchronize
+from _machine import describe, load_average, synchronize
 
 import attnbook
 
@@ -125,14 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     device = attnbook.get_device() if args.device == "auto" else torch.device(args.device)
     if args.threads:
         torch.set_num_threads(args.threads)
-    print(
-        f"device {device}; CPU {cpu_model()} ({os.cpu_count()} logical CPUs); "
-        f"torch threads {torch.get_num_threads()}; torch {torch.__version__}; "
-        f"Python {platform.python_version()}"
-    )
-    if device.type == "cuda":
-        print(f"GPU {torch.cuda.get_device_name(device)}")
-    print(f"load average (1, 5, 15 min) before: {load_average()}")
+    print(describe(device))
     context = 512
     model = make_model(context, device)
     print(

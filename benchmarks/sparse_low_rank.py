@@ -26,13 +26,12 @@ from __future__ import annotations
 
 import argparse
 import math
-import platform
 import time
 from dataclasses import replace
 from pathlib import Path
 
 import torch
-from _machine import cpu_model
+from _machine import describe
 
 import attnbook
 from attnbook import (
@@ -85,11 +84,7 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     device = attnbook.get_device() if args.device == "auto" else torch.device(args.device)
-    print(
-        f"machine: {platform.machine()}, CPU {cpu_model()} ({torch.get_num_threads()} torch "
-        f"threads); torch {torch.__version__}; Python {platform.python_version()}; "
-        f"device {device}"
-    )
+    print(describe(device))
 
     # 1. masks and pair counts
     masks = {

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -46,7 +45,7 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from _machine import cpu_model, load_average, synchronize
+from _machine import describe, load_average, synchronize
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import attnbook
@@ -169,14 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     device = attnbook.get_device() if args.device == "auto" else torch.device(args.device)
     if args.threads:
         torch.set_num_threads(args.threads)
-    print(
-        f"device {device}; CPU {cpu_model()} ({os.cpu_count()} logical CPUs); "
-        f"torch threads {torch.get_num_threads()}; torch {torch.__version__}; "
-        f"Python {platform.python_version()}"
-    )
-    if device.type == "cuda":
-        print(f"GPU {torch.cuda.get_device_name(device)}")
-    print(f"load average (1, 5, 15 min) before: {load_average()}")
+    print(describe(device))
     print(
         f"causal attention, shape (1, H={HEADS}, T, d={WIDTH}) float32, T = S, "
         f"block_size {args.block_size}; time: median over {args.rounds} interleaved rounds"
