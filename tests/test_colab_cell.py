@@ -14,7 +14,6 @@ That the requirement really installs and imports (with its URL pointed at a loca
 
 from __future__ import annotations
 
-import importlib.util
 import shlex
 import sys
 from collections.abc import Iterator
@@ -24,6 +23,7 @@ from types import ModuleType
 
 import nbformat
 import pytest
+import sync_repo_url
 from IPython.core.inputtransformer2 import TransformerManager
 from packaging.requirements import InvalidRequirement, Requirement
 
@@ -32,16 +32,6 @@ CHAPTERS = sorted((ROOT / "chapters").glob("*.ipynb"))
 PACKAGE = "attnbook"
 
 
-def _load_tool(name: str) -> ModuleType:
-    """Import `tools/<name>.py` (tools/ is a folder of scripts, not a package)."""
-    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault(name, module)
-    spec.loader.exec_module(module)
-    return module
-
-
-sync_repo_url = _load_tool("sync_repo_url")
 URL = sync_repo_url.repository_url(ROOT)
 # Every chapter stem: the chapters present and those COLAB_EXTRAS names (chapter 11 may
 # come later than its entry there).

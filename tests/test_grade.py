@@ -27,6 +27,7 @@ import sys
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
+import make_student
 import nbformat
 import pytest
 from checker_asserts import stub
@@ -59,10 +60,7 @@ BAD_SYNTAX = (  # a missing colon
 
 
 def _student_notebook(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
-    spec = importlib.util.spec_from_file_location("make_student", ROOT / "tools/make_student.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.student_notebook(nb)
+    return make_student.student_notebook(nb)
 
 
 def _solutions() -> dict[str, str]:

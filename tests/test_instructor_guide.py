@@ -11,32 +11,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import shutil
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import NamedTuple
 
+import exercise_inventory as inventory
 import nbformat
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 GUIDE = ROOT / "instructors.md"
 CHAPTERS = ROOT / "chapters"
-
-
-def _load_tool(name: str) -> ModuleType:
-    """Import `tools/<name>.py` (tools/ is a folder of scripts, not a package)."""
-    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-inventory = _load_tool("exercise_inventory")
 
 
 def test_guide_is_in_sync_with_the_chapters() -> None:

@@ -6,14 +6,13 @@ Makefile agree on its name; the stored kernelspec stays the one Colab knows.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import subprocess
 import sys
-import types
 from pathlib import Path
 
+import execute_notebooks
 import nbformat
 import pytest
 from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
@@ -22,14 +21,6 @@ ROOT = Path(__file__).resolve().parents[1]
 CHAPTER = ROOT / "chapters" / "01_scores.ipynb"
 
 
-def _tool(name: str) -> types.ModuleType:
-    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-execute_notebooks = _tool("execute_notebooks")
 KERNEL = execute_notebooks.KERNEL_NAME
 
 

@@ -15,15 +15,15 @@ Notebook checks are parametrized by chapter, so a failure names the chapter.
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import re
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import nbformat
 import pytest
+import run_tests
+import sync_repo_url
 import yaml
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
@@ -33,19 +33,6 @@ CHAPTERS = sorted((ROOT / "chapters").glob("*.ipynb"))
 TORCH_PIN = "torch==2.13.0"
 IGNORE_LIMIT = 0.05  # share of code cells whose output nbval may skip
 IMAGE_TYPES = ("image/png", "image/jpeg", "image/svg+xml", "image/gif")
-
-
-def _load_tool(name: str) -> ModuleType:
-    """Import `tools/<name>.py` (tools/ is a folder of scripts, not a package)."""
-    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-sync_repo_url = _load_tool("sync_repo_url")
-run_tests = _load_tool("run_tests")
 
 
 def _pins(path: Path) -> dict[str, str]:
@@ -157,7 +144,8 @@ def _toc_files(node: object) -> list[str]:
 
 def test_chapter_map_plans_every_written_chapter() -> None:
     """A chapter missing from the map's plan is silently drawn dashed ("planned")."""
-    draw_chapter_map = _load_tool("draw_chapter_map")
+    import draw_chapter_map
+
     planned = {stem for _, chapters in draw_chapter_map.PLAN for stem, _ in chapters}
     on_disk = {p.stem for p in CHAPTERS}
     assert not on_disk - planned, (

@@ -13,13 +13,12 @@ of tools/run_tests.py), with the checker tested here.
 from __future__ import annotations
 
 import html
-import importlib.util
 import json
 import re
-import sys
 import zipfile
 from pathlib import Path
 
+import make_student
 import nbformat
 import pytest
 from nbclient import NotebookClient
@@ -30,16 +29,6 @@ STUB = "raise NotImplementedError"
 NOT_ATTEMPTED = "not attempted yet"
 MIN_CHARS = 20  # shorter lines and sentences ("1.", "return out") say too little
 
-
-def _load_tool():
-    sys.path.insert(0, str(ROOT / "tools"))  # make_student imports its neighbour sync_repo_url
-    spec = importlib.util.spec_from_file_location("make_student", ROOT / "tools/make_student.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-make_student = _load_tool()
 
 # A solution as the chapters write it: "::::{solution} ex-...", its body, then the same fence.
 SOLUTION = re.compile(r"^(?P<fence>:{3,}|`{3,})\{solution\}.*?^(?P=fence)[ \t]*$", re.M | re.S)

@@ -35,7 +35,6 @@ Exit status 0 only if every chapter ran; a summary of times per stage comes last
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import shutil
@@ -49,10 +48,10 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from urllib.parse import quote
 
 import nbformat
+import sync_repo_url  # a neighbour in tools/ (on sys.path when run as a script)
 from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import AsyncKernelManager
 from nbclient import NotebookClient
@@ -104,18 +103,6 @@ _lp_prefix = _lp_os.path.realpath(_lp_sys.prefix) + _lp_os.sep
 assert _lp_os.path.realpath(_lp_attnbook.__file__).startswith(_lp_prefix), (
     f"attnbook was imported from {_lp_attnbook.__file__}, not from {_lp_sys.prefix}"
 )"""
-
-
-def _load_tool(name: str) -> ModuleType:
-    """Import `tools/<name>.py` (tools/ is a folder of scripts, not a package)."""
-    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault(name, module)
-    spec.loader.exec_module(module)
-    return module
-
-
-sync_repo_url = _load_tool("sync_repo_url")
 
 
 @dataclass

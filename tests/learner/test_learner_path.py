@@ -10,31 +10,20 @@ too.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 import zipfile
 from pathlib import Path
-from types import ModuleType
 
+import learner_path
 import nbformat
 import pytest
+from learner_path import sync_repo_url
 from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _load_tool(name: str) -> ModuleType:
-    """Import `tools/<name>.py` (tools/ is a folder of scripts, not a package)."""
-    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault(name, module)
-    spec.loader.exec_module(module)
-    return module
-
-
-learner_path = _load_tool("learner_path")
-sync_repo_url = learner_path.sync_repo_url
 URL = sync_repo_url.repository_url(ROOT)
 
 
