@@ -43,7 +43,7 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from _machine import cpu_model, load_average, synchronize
+from _common import cpu_model, load_average, synchronize
 from torch import nn
 
 import attnbook

@@ -28,61 +28,15 @@ test; it asserts nothing about speed and exits 0.
 from __future__ import annotations
 
 import argparse
-import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
 import torch
-from _machine import describe, synchronize
-from torch.utils._python_dispatch import TorchDispatchMode
+from _common import describe, largest_allocation, seconds_per_call
 
 import attnbook
 
 MiB = 2**20
-
-
-def seconds_per_call(fn: Callable[[], object], repeats: int, device: torch.device) -> float:
-    """The fastest of ``repeats`` calls, after one warm-up call."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        synchronize(device)
-        start = time.perf_counter()
-        fn()
-        synchronize(device)
-        times.append(time.perf_counter() - start)
-    return min(times)
-
-
-def _tensors(values: object) -> Iterator[torch.Tensor]:
-    if isinstance(values, torch.Tensor):
-        yield values
-    elif isinstance(values, (tuple, list)):
-        for value in values:
-            yield from _tensors(value)
-
-
-class LargestAllocation(TorchDispatchMode):
-    """The largest storage an operation returns that is not one of its inputs' (no views)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.largest = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        given = {t.untyped_storage().data_ptr() for t in _tensors(args)}
-        for t in _tensors(out):
-            if t.untyped_storage().data_ptr() not in given:
-                self.largest = max(self.largest, t.untyped_storage().nbytes())
-        return out
-
-
-def largest_allocation(fn: Callable[[], object]) -> int:
-    with LargestAllocation() as recorder:
-        fn()
-    return recorder.largest
 
 
 def main() -> None:

@@ -22,30 +22,14 @@ asserts nothing about speed and exits 0.
 from __future__ import annotations
 
 import argparse
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
-from _machine import describe
+from _common import describe, seconds_per_call
 
 import attnbook
 from attnbook import GPT, GPTConfig
-
-
-def seconds_per_call(fn, repeats: int, device: torch.device) -> float:
-    """The fastest of ``repeats`` calls, after one warm-up call."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        start = time.perf_counter()
-        fn()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 def main() -> None:

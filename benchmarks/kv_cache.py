@@ -32,7 +32,7 @@ import statistics
 import time
 
 import torch
-from _machine import describe, load_average, synchronize
+from _common import describe, load_average, synchronize
 
 import attnbook
 

@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable
 
 import torch
-from _machine import synchronize
+from _common import synchronize
 
 import attnbook
 

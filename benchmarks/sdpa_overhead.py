@@ -38,7 +38,7 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from _machine import synchronize
+from _common import synchronize
 
 import attnbook
 

@@ -31,7 +31,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
-from _machine import describe
+from _common import describe
 
 import attnbook
 from attnbook import (

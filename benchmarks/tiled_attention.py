@@ -45,8 +45,7 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from _machine import describe, load_average, synchronize
-from torch.utils._python_dispatch import TorchDispatchMode
+from _common import describe, largest_allocation, load_average, synchronize
 
 import attnbook
 
@@ -68,26 +67,10 @@ def method(name: str, block_size: int) -> Callable[..., torch.Tensor]:
     return lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
 
-class LargestTensor(TorchDispatchMode):
-    """Records the size in bytes of the largest tensor that any operation returns."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.largest = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        for x in out if isinstance(out, (tuple, list)) else (out,):
-            if isinstance(x, torch.Tensor):
-                self.largest = max(self.largest, x.numel() * x.element_size())
-        return out
-
-
 def largest_tensor(name: str, seq_len: int, block_size: int) -> int:
     q, k, v = make_inputs(seq_len, torch.device("cpu"))
-    with torch.no_grad(), LargestTensor() as hook:
-        method(name, block_size)(q, k, v)
-    return hook.largest
+    with torch.no_grad():
+        return largest_allocation(lambda: method(name, block_size)(q, k, v))
 
 
 def _read_hwm_bytes() -> int:
