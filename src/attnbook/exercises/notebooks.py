@@ -1,0 +1,327 @@
+"""Read the exercises of a chapter notebook, and run a notebook in a kernel.
+
+One parser for the book's two directives, used by the student edition, the
+exercise inventory, the grader and the tests:
+
+- an exercise is a colon-fenced ``{exercise}`` directive of a markdown cell, its
+  title as argument and a ``:label:`` option::
+
+      :::{exercise} Stable softmax (medium)
+      :label: ex-ch02-stable-softmax
+      Write ...
+      :::
+
+- its solution is a ``{solution}`` directive whose argument is that label, with a
+  longer fence when it holds a code block::
+
+      ::::{solution} ex-ch02-stable-softmax
+      :class: dropdown
+      ...
+      ::::
+
+A directive closes at the first line made only of its fence character, at least
+as long as its opening fence. An unclosed directive, or one of the two opened
+with backticks (which this parser does not read), is a ``ValueError``: a block
+the parser overlooked would otherwise reach learners unnoticed.
+
+The checkers an exercise uses are the ``check_*`` calls of the first code cell
+after it (before the next exercise). ``run_notebook`` executes a notebook with
+nbclient (``notebook_client`` sets one up for a caller that runs cells itself). nbformat and nbclient are imported only when a function needs them,
+so ``import attnbook`` needs neither.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+__all__ = [
+    "KERNEL_ENV",
+    "Block",
+    "Exercise",
+    "checker_calls",
+    "directive_blocks",
+    "exercises",
+    "kernel_env",
+    "notebook_blocks",
+    "notebook_client",
+    "read_notebook",
+    "run_notebook",
+    "solutions",
+    "strip_solutions",
+]
+
+DIRECTIVES = ("exercise", "solution")
+_OPEN = re.compile(r"^\s*(?P<fence>:{3,})\{(?P<name>exercise|solution)\}[ \t]*(?P<arg>.*?)\s*$")
+_BACKTICK_OPEN = re.compile(r"^\s*`{3,}\{(exercise|solution)\}")
+_OPTION = re.compile(r"^\s*:(?P<key>[\w-]+):[ \t]*(?P<value>.*?)\s*$")
+_CHECK_CALL = re.compile(r"\b(check_\w+)\s*\(")
+
+# Set in the kernel's environment unless the caller's environment says otherwise: no
+# downloads from the Hugging Face hub (chapter 11's model is cached), no progress bars,
+# no debugger warning about frozen modules.
+KERNEL_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    "PYDEVD_DISABLE_FILE_VALIDATION": "1",
+}
+
+
+@dataclass(frozen=True)
+class Block:
+    """One ``{exercise}`` or ``{solution}`` directive of a markdown cell."""
+
+    name: str  # "exercise" or "solution"
+    argument: str  # an exercise's title; a solution's exercise label
+    options: Mapping[str, str]  # ":label: x" -> {"label": "x"}
+    body: str  # the lines after the options, without the closing fence
+    text: str  # the whole block, both fences included
+    cell: int  # index of its cell in the notebook (0 for a page's text)
+    first: int  # line of the opening fence, within the cell (from 0)
+    last: int  # line of the closing fence
+
+    @property
+    def label(self) -> str:
+        """The exercise's label: an exercise's `:label:`, a solution's argument."""
+        return self.options.get("label", "") if self.name == "exercise" else self.argument
+
+
+@dataclass(frozen=True)
+class Exercise:
+    """An ``{exercise}`` block and the checkers the code cell after it calls."""
+
+    block: Block
+    checkers: tuple[str, ...] = field(default=())  # e.g. ("check_softmax",); () if none
+
+    @property
+    def label(self) -> str:
+        return self.block.label
+
+
+def _closes(line: str, fence: str) -> bool:
+    stripped = line.strip()
+    return len(stripped) >= len(fence) and set(stripped) == {fence[0]}
+
+
+def directive_blocks(source: str, cell: int = 0) -> list[Block]:
+    """Every exercise and solution directive of one markdown text, in order.
+
+    Args:
+        source: a markdown cell's source or a markdown page.
+        cell: the cell's index, recorded in each block and named in errors.
+
+    Raises:
+        ValueError: a directive is never closed, or is fenced with backticks.
+    """
+    lines = source.splitlines()
+    blocks = []
+    i = 0
+    while i < len(lines):
+        if _BACKTICK_OPEN.match(lines[i]):
+            raise ValueError(
+                f"cell {cell}, line {i + 1}: write the directive with a colon fence "
+                f"(':::{{{_BACKTICK_OPEN.match(lines[i])[1]}}}'), not backticks"
+            )
+        match = _OPEN.match(lines[i])
+        if not match:
+            i += 1
+            continue
+        fence, name = match["fence"], match["name"]
+        options, j = {}, i + 1
+        while j < len(lines) and (option := _OPTION.match(lines[j])):
+            options[option["key"]] = option["value"]
+            j += 1
+        end = j
+        while end < len(lines) and not _closes(lines[end], fence):
+            end += 1
+        if end == len(lines):
+            raise ValueError(
+                f"cell {cell}, line {i + 1}: the {{{name}}} directive opened with {fence} is "
+                "never closed; close it with the same fence"
+            )
+        blocks.append(
+            Block(
+                name=name,
+                argument=match["arg"],
+                options=options,
+                body="\n".join(lines[j:end]),
+                text="\n".join(lines[i : end + 1]),
+                cell=cell,
+                first=i,
+                last=end,
+            )
+        )
+        i = end + 1
+    return blocks
+
+
+def strip_solutions(source: str, cell: int = 0) -> tuple[str, list[Block]]:
+    """The markdown text without its solution blocks, and those blocks.
+
+    Each block's lines are cut out, the rest kept as it is (line endings included).
+    `cell` and the errors are as in `directive_blocks`.
+    """
+    lines = source.splitlines(keepends=True)
+    removed = [block for block in directive_blocks(source, cell) if block.name == "solution"]
+    for block in reversed(removed):
+        del lines[block.first : block.last + 1]
+    return "".join(lines), removed
+
+
+def read_notebook(path_or_nb: str | Path | Any) -> Any:
+    """A notebook as nbformat reads it (version 4); a notebook object is returned as it is."""
+    if isinstance(path_or_nb, str | Path):
+        import nbformat
+
+        return nbformat.read(path_or_nb, as_version=4)
+    return path_or_nb
+
+
+def notebook_blocks(path_or_nb: str | Path | Any) -> list[Block]:
+    """Every exercise and solution directive of a notebook's markdown cells, in order."""
+    nb = read_notebook(path_or_nb)
+    return [
+        block
+        for index, cell in enumerate(nb.cells)
+        if cell.cell_type == "markdown"
+        for block in directive_blocks(cell.source, index)
+    ]
+
+
+def solutions(path_or_nb: str | Path | Any) -> list[Block]:
+    """Every ``{solution}`` block of a notebook, in order."""
+    return [block for block in notebook_blocks(path_or_nb) if block.name == "solution"]
+
+
+def checker_calls(source: str) -> list[str]:
+    """The checkers a code cell calls, in order of first call, each once: ``["check_softmax"]``.
+
+    The cell is parsed when it is valid Python, so a checker named only in a
+    comment, a string or an import does not count; a cell that does not parse
+    (a syntax error, an IPython ``%magic``) is scanned as text, comments left out.
+    """
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        code = "\n".join(line.split("#", 1)[0] for line in source.splitlines())
+        return list(dict.fromkeys(_CHECK_CALL.findall(code)))
+    calls = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
+            if name.startswith("check_") and len(name) > len("check_"):
+                calls.append((node.lineno, node.col_offset, name))
+    return list(dict.fromkeys(name for *_, name in sorted(calls)))
+
+
+def exercises(path_or_nb: str | Path | Any) -> list[Exercise]:
+    """Every ``{exercise}`` of a notebook, with the checkers of the code cell that follows it.
+
+    That cell is the first code cell after the exercise, provided no other
+    exercise comes first; an exercise without one has no checkers.
+    """
+    nb = read_notebook(path_or_nb)
+    events: list[Block | str] = []  # exercise blocks and code cell sources, in order
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type == "markdown":
+            events += [b for b in directive_blocks(cell.source, index) if b.name == "exercise"]
+        elif cell.cell_type == "code":
+            events.append(cell.source)
+    found = []
+    for i, event in enumerate(events):
+        if isinstance(event, Block):
+            after = events[i + 1] if i + 1 < len(events) else None
+            calls = checker_calls(after) if isinstance(after, str) else []
+            found.append(Exercise(event, tuple(calls)))
+    return found
+
+
+def notebook_client(
+    nb: Any,
+    *,
+    kernel_name: str = "python3",
+    timeout: float = 600,
+    cwd: str | Path | None = None,
+    **client_options: Any,
+) -> Any:
+    """An ``nbclient.NotebookClient`` for `nb` with the book's settings, not started.
+
+    For a caller that runs cells one by one (``client.setup_kernel()``, then
+    ``client.execute_cell``); ``run_notebook`` runs them all.
+
+    Args:
+        nb: a notebook as nbformat reads it; executing it fills its outputs.
+        kernel_name: the Jupyter kernel to start.
+        timeout: seconds each cell may run (nbclient's CellTimeoutError after it).
+        cwd: the kernel's working folder (default: the current one).
+        **client_options: more options of ``NotebookClient`` (``km``,
+            ``allow_errors``, ``on_cell_start``, ...); ``record_timing`` is off
+            unless given.
+
+    Raises:
+        ValueError: ``timeout`` is not positive.
+    """
+    if not timeout > 0:
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    from nbclient import NotebookClient
+
+    client_options.setdefault("record_timing", False)
+    return NotebookClient(
+        nb,
+        timeout=timeout,
+        kernel_name=kernel_name,
+        resources={"metadata": {"path": str(Path.cwd() if cwd is None else cwd)}},
+        **client_options,
+    )
+
+
+def kernel_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of a kernel: `env` (default: this process's), plus KERNEL_ENV where unset."""
+    return {**KERNEL_ENV, **(os.environ if env is None else env)}
+
+
+def run_notebook(
+    path_or_nb: str | Path | Any,
+    *,
+    kernel_name: str = "python3",
+    timeout: float = 600,
+    cwd: str | Path | None = None,
+    env: Mapping[str, str] | None = None,
+    log: TextIO | None = None,
+    **client_options: Any,
+) -> Any:
+    """Execute a notebook top to bottom in a fresh kernel; return it with its outputs.
+
+    A notebook object is executed in place; a path is read, and not written back.
+
+    Args:
+        path_or_nb: a notebook file, or a notebook as nbformat reads it.
+        kernel_name: the Jupyter kernel to start.
+        timeout: seconds each cell may run.
+        cwd: the kernel's working folder: by default the notebook's folder, or
+            the current one for a notebook object.
+        env: the kernel's environment, completed by ``kernel_env``.
+        log: where the kernel process's own stdout and stderr go (default: here).
+        **client_options: passed to ``notebook_client``.
+
+    Raises:
+        ValueError: ``timeout`` is not positive.
+        nbclient.exceptions.CellExecutionError: a cell raised (unless
+            ``allow_errors=True`` is given); CellTimeoutError, DeadKernelError.
+    """
+    if cwd is None and isinstance(path_or_nb, str | Path):
+        cwd = Path(path_or_nb).resolve().parent
+    nb = read_notebook(path_or_nb)
+    client = notebook_client(
+        nb, kernel_name=kernel_name, timeout=timeout, cwd=cwd, **client_options
+    )
+    streams = {} if log is None else {"stdout": log, "stderr": log}
+    # cleanup_kc: shut the kernel down afterwards, even one whose manager was given (km=).
+    client.execute(cleanup_kc=True, env=kernel_env(env), **streams)
+    return nb

@@ -1,0 +1,186 @@
+"""The one notebook-directive parser (`attnbook.exercises.notebooks`, which
+`tools.notebooks` re-exports): what it reads in small texts, what it refuses, and exactly what it
+finds in the book, so that a parser that stopped matching fails here rather than letting
+the student edition, the inventory or the solution tests pass on nothing.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from attnbook.exercises import notebooks
+from attnbook.exercises.notebooks import checker_calls, directive_blocks, exercises, solutions
+
+ROOT = Path(__file__).resolve().parent.parent
+CHAPTERS = sorted((ROOT / "chapters").glob("*.ipynb"))
+
+# What the book holds today: solutions per chapter (one per exercise), and the checkers of
+# every auto-checked exercise. A new exercise or checker updates this table.
+SOLUTIONS = {
+    "01_scores": 5,
+    "02_softmax": 6,
+    "03_soft_lookup": 5,
+    "04_scaled_dot_product_attention": 5,
+    "05_qkv_projections": 4,
+    "06_masking": 7,
+    "07_multi_head_attention": 6,
+    "08_positional_encoding": 5,
+    "09_transformer_block": 5,
+    "10_training": 5,
+    "11_inside_attention": 4,
+    "12_efficient_attention": 4,
+}
+CHECKERS = {
+    "ex-ch01-score-matrix": ("check_score_matrix",),
+    "ex-ch01-cosine": ("check_cosine_similarity",),
+    "ex-ch02-stable-softmax": ("check_softmax",),
+    "ex-ch02-temperature": ("check_softmax_temperature",),
+    "ex-ch03-soft-lookup": ("check_soft_lookup",),
+    "ex-ch03-hard-lookup": ("check_hard_lookup",),
+    "ex-ch04-sdpa": ("check_scaled_dot_product_attention",),
+    "ex-ch05-self-attention": ("check_self_attention",),
+    "ex-ch05-cross-attention": ("check_cross_attention",),
+    "ex-ch06-causal-mask": ("check_causal_mask",),
+    "ex-ch06-padding-mask": ("check_padding_mask",),
+    "ex-ch06-masked-attention": ("check_masked_attention",),
+    "ex-ch06-masked-softmax": ("check_masked_softmax",),
+    "ex-ch07-split-heads": ("check_split_heads",),
+    "ex-ch07-merge-heads": ("check_merge_heads",),
+    "ex-ch07-mha": ("check_multi_head_attention",),
+    "ex-ch08-sinusoidal": ("check_sinusoidal_positional_encoding",),
+    "ex-ch08-rope": ("check_apply_rope",),
+    "ex-ch09-ffn": ("check_feed_forward",),
+    "ex-ch09-pre-ln": ("check_pre_ln_block",),
+    "ex-ch09-count": ("check_gpt_num_parameters",),
+    "ex-ch10-lr": ("check_lr_schedule",),
+    "ex-ch10-answer-loss": ("check_answer_loss",),
+    "ex-ch11-entropy": ("check_head_entropy",),
+    "ex-ch11-rollout": ("check_attention_rollout",),
+    "ex-ch12-online-softmax": ("check_online_softmax_update",),
+    "ex-ch12-window": ("check_sliding_window_mask",),
+    "ex-ch12-kv-memory": ("check_kv_cache_bytes",),
+}
+
+
+def test_the_parser_finds_every_solution_of_the_book() -> None:
+    found = {path.stem: len(solutions(path)) for path in CHAPTERS}
+    assert found == SOLUTIONS
+    assert sum(found.values()) == 61
+
+
+def test_every_exercise_has_one_solution_with_its_label() -> None:
+    for path in CHAPTERS:
+        labels = [exercise.label for exercise in exercises(path)]
+        assert labels, path.name
+        assert all(labels), path.name
+        assert [block.label for block in solutions(path)] == labels, path.name
+
+
+def test_the_parser_finds_every_checker_call_of_the_book() -> None:
+    found = {e.label: e.checkers for path in CHAPTERS for e in exercises(path) if e.checkers}
+    assert found == CHECKERS
+    n_exercises = sum(len(exercises(path)) for path in CHAPTERS)
+    assert n_exercises == 61
+
+
+def test_a_block_has_its_argument_options_body_and_place() -> None:
+    text = (
+        "Intro.\n\n:::{exercise} Add (easy)\n:label: ex-add\n:class: open\nWrite it.\n:::\n\n"
+        "::::{solution} ex-add\n:class: dropdown\nProse.\n:::{note}\nnested\n:::\n::::\nAfter."
+    )
+    exercise, solution = directive_blocks(text, cell=4)
+    assert exercise.name == "exercise"
+    assert exercise.argument == "Add (easy)"
+    assert dict(exercise.options) == {"label": "ex-add", "class": "open"}
+    assert exercise.label == "ex-add"
+    assert exercise.body == "Write it."
+    assert (exercise.cell, exercise.first, exercise.last) == (4, 2, 6)
+    assert solution.label == "ex-add"  # a solution is labelled by its exercise
+    assert solution.body == "Prose.\n:::{note}\nnested\n:::"  # a shorter fence does not close it
+    assert solution.text.startswith("::::{solution}")
+    assert solution.text.endswith("::::")
+    kept, removed = notebooks.strip_solutions(text + "\n", cell=4)
+    assert removed == [solution]
+    assert kept == text.split("::::{solution}")[0] + "After.\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (":::{exercise} Add\n:label: ex-add\nnever closed", "never closed"),
+        ("::::{solution} ex-add\n:::\nclosed by a shorter fence only", "never closed"),
+        ("```{solution} ex-add\nbackticks\n```", "colon fence"),
+        ("````{exercise} Add\n````", "colon fence"),
+    ],
+)
+def test_a_broken_directive_is_an_error(text: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        directive_blocks(text)
+
+
+def test_other_directives_and_code_are_not_blocks() -> None:
+    assert directive_blocks(":::{note}\n:::\n```python\nx = 1\n```\n{solution} in prose") == []
+
+
+def test_checker_calls_are_read_from_the_code() -> None:
+    source = (
+        "import attnbook.exercises as ex\n"
+        "# check_nothing(f) in a comment\n"
+        'print("check_string(f)")\n'
+        "check_b(my_b)\n"
+        "ex.check_a(my_a)\n"
+        "check_b(again)\n"
+    )
+    assert checker_calls(source) == ["check_b", "check_a"]
+    assert checker_calls("%time check_x(f)  # check_y(f)\n") == ["check_x"]  # not Python: text
+    assert checker_calls("check_(f)\nrecheck_x(f)") == []
+
+
+def test_an_exercise_gets_the_checkers_of_the_next_code_cell_only() -> None:
+    md, code = nbformat.v4.new_markdown_cell, nbformat.v4.new_code_cell
+    nb = nbformat.v4.new_notebook(
+        cells=[
+            md(":::{exercise} One\n:label: ex-one\n:::"),
+            code("check_one(f)"),
+            md(
+                ":::{exercise} Two\n:label: ex-two\n:::\n\n:::{exercise} Three\n:label: ex-three\n:::"
+            ),
+            code("check_three(f)"),
+            md(":::{exercise} Four\n:label: ex-four\n:::"),
+        ]
+    )
+    found = {e.label: e.checkers for e in exercises(nb)}
+    assert found == {
+        "ex-one": ("check_one",),
+        "ex-two": (),
+        "ex-three": ("check_three",),
+        "ex-four": (),
+    }
+
+
+def test_importing_the_parser_needs_neither_nbformat_nor_nbclient() -> None:
+    code = (
+        "import sys, attnbook.exercises.notebooks;"
+        "print(sorted(m for m in ('nbformat', 'nbclient') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_run_notebook_runs_in_the_folder_and_environment_given(tmp_path: Path) -> None:
+    nb = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_code_cell("import os\nprint(os.getcwd(), os.environ['HF_HUB_OFFLINE'])")
+        ]
+    )
+    out = notebooks.run_notebook(nb, timeout=120, cwd=tmp_path, env={"PATH": "/usr/bin:/bin"})
+    assert out is nb
+    assert nb.cells[0].outputs[0]["text"].split() == [str(tmp_path), "1"]
+    assert "execution" not in nb.cells[0].metadata  # no timings recorded
+    with pytest.raises(ValueError, match="timeout"):
+        notebooks.run_notebook(nb, timeout=0)
