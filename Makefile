@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 VENDOR := assets/vendor
 BOOK_HTML := _build/html/index.html
 # The Jupyter kernel of .venv, registered inside it by `make venv`; `make lab`, `make execute`
-# and nbval run the chapters with it (tools/execute_notebooks.py holds the same name).
+# and nbval run the chapters with it (tools/notebooks.py holds the same name).
 KERNEL := attnbook
 KERNEL_DISPLAY := Python (attnbook)
 # `make book HIDE_SOLUTIONS=1` builds the instructors' edition without solutions.
@@ -57,17 +57,17 @@ book: venv assets ## build the HTML book (warnings are errors) and print where i
 	@echo "The book: file://$(CURDIR)/$(BOOK_HTML)"
 
 student: venv assets ## the student edition in _build/student/: notebooks without solutions, a zip, the book
-	$(PY) tools/make_student.py
+	$(PY) -m tools.make_student
 
 pdf: venv assets ## the book as one PDF, printed by Chromium (no TeX), checked: _build/pdf/
 	$(BIN)/jupyter-book build . --builder singlehtml --warningiserror --nitpick --keep-going
-	$(PY) tools/build_pdf.py
+	$(PY) -m tools.build_pdf
 
 test: venv assets ## lint, unit tests, nbval on every chapter, book build, browser test; one summary
-	$(PY) tools/run_tests.py
+	$(PY) -m tools.run_tests
 
 execute: venv ## re-run every chapter notebook in place, top to bottom, in a fresh kernel
-	$(PY) tools/execute_notebooks.py chapters/*.ipynb
+	$(PY) -m tools.execute_notebooks chapters/*.ipynb
 
 lint: venv ## ruff check and ruff format --check (notebooks included)
 	$(BIN)/ruff check .
@@ -78,7 +78,7 @@ format: venv ## apply ruff's fixes and formatting
 	$(BIN)/ruff format .
 
 sync-url: venv ## copy the repository URL from _config.yml to every place that shows it
-	$(PY) tools/sync_repo_url.py
+	$(PY) -m tools.sync_repo_url
 
 lock: ## re-resolve requirements.in into requirements.txt in a throw-away environment
 	rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv

@@ -5,14 +5,11 @@ The printing itself needs Chromium and a singlehtml build; `make pdf` runs it.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tools"))
-import build_pdf  # noqa: E402
+from tools import build_pdf
 
-sys.path.remove(str(ROOT / "tools"))
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _pdf(pages: int, titles: list[str]) -> bytes:

@@ -2,7 +2,7 @@
 
 The first code cell of a chapter (`colab_cell_source` of tools/sync_repo_url.py) must
 do nothing outside Colab and, on Colab, run exactly one `%pip install` of `attnbook`
-(or `attnbook[extra]` for a chapter of COLAB_EXTRAS) from the repository URL of
+(or `attnbook[extra]` for a chapter with a `colab_extra` in course.yml) from the repository URL of
 `_config.yml`. The cell is run here the way IPython runs it: through IPython's input
 transformer (which turns `%pip ...` into `get_ipython().run_line_magic("pip", ...)`),
 then `exec` with a fake `get_ipython()` that records every magic or shell command it is
@@ -23,9 +23,10 @@ from types import ModuleType
 
 import nbformat
 import pytest
-import sync_repo_url
 from IPython.core.inputtransformer2 import TransformerManager
 from packaging.requirements import InvalidRequirement, Requirement
+
+from tools import course, sync_repo_url
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = sorted((ROOT / "chapters").glob("*.ipynb"))
@@ -33,9 +34,9 @@ PACKAGE = "attnbook"
 
 
 URL = sync_repo_url.repository_url(ROOT)
-# Every chapter stem: the chapters present and those COLAB_EXTRAS names (chapter 11 may
+# Every chapter stem: the chapters present and those course.yml gives an extra (chapter 11 may
 # come later than its entry there).
-STEMS = sorted({path.stem for path in CHAPTERS} | set(sync_repo_url.COLAB_EXTRAS))
+STEMS = sorted({path.stem for path in CHAPTERS} | set(course.load().colab_extras))
 
 
 class RecordingShell:
@@ -125,7 +126,7 @@ def colab_cell_problems(source: str, url: str, extra: str | None) -> list[str]:
 @pytest.mark.parametrize("stem", STEMS)
 def test_canonical_cell_installs_attnbook_only_on_colab(stem: str) -> None:
     source = sync_repo_url.colab_cell_source(URL, stem)
-    extra = sync_repo_url.COLAB_EXTRAS.get(stem)
+    extra = course.load().colab_extras.get(stem)
     assert colab_cell_problems(source, URL, extra) == []
 
 
@@ -134,7 +135,7 @@ def test_canonical_cell_installs_attnbook_only_on_colab(stem: str) -> None:
 def test_stored_colab_cell_runs_as_promised(path: Path) -> None:
     nb = nbformat.read(path, as_version=4)
     first = next(cell for cell in nb.cells if cell.cell_type == "code")
-    extra = sync_repo_url.COLAB_EXTRAS.get(path.stem)
+    extra = course.load().colab_extras.get(path.stem)
     assert colab_cell_problems(first.source, URL, extra) == []
 
 

@@ -27,7 +27,6 @@ import sys
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
-import make_student
 import nbformat
 import pytest
 from checker_asserts import stub
@@ -37,6 +36,7 @@ from test_notebook_solutions import solution_blocks
 import attnbook.exercises as exercises
 from attnbook import grade
 from attnbook.exercises import _framework
+from tools import make_student
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTER = ROOT / "chapters" / "02_softmax.ipynb"

@@ -1,7 +1,7 @@
 """The instructor guide (`instructors.md`) describes the chapters as they are.
 
 - its generated parts (assignment sets, the Colab cell, times and exercise tables) are what
-  `python tools/exercise_inventory.py --write` makes from `chapters/*.ipynb` today;
+  `python -m tools.exercise_inventory --write` makes from `chapters/*.ipynb` today;
 - every exercise of every chapter has a label, a difficulty and a kind, and an auto-checked
   exercise calls a checker that `attnbook.exercises` really has;
 - every exercise or chapter the guide points at exists;
@@ -11,14 +11,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shutil
 from pathlib import Path
 from typing import NamedTuple
 
-import exercise_inventory as inventory
 import nbformat
 import pytest
+
+from tools import course
+from tools import exercise_inventory as inventory
 
 ROOT = Path(__file__).resolve().parent.parent
 GUIDE = ROOT / "instructors.md"
@@ -177,7 +180,7 @@ def test_a_title_without_difficulty_is_reported(copy: Copy) -> None:
 def test_a_new_chapter_without_prerequisites_is_reported(copy: Copy) -> None:
     shutil.copy(copy.chapters / "01_scores.ipynb", copy.chapters / "99_appendix.ipynb")
     found = _new(copy)
-    assert any("99_appendix" in line and "PREREQUISITES" in line for line in found), found
+    assert any("99_appendix" in line and "course.yml" in line for line in found), found
     assert any("used twice" in line for line in found), found  # its labels repeat chapter 1's
     assert any("out of date" in line for line in found), found
 
@@ -227,20 +230,27 @@ def test_chapter_text_is_relinked_for_the_guide() -> None:
     assert text == "rollout, as Vaswani et al. (2017) did; see {doc}`chapters/02_softmax`"
 
 
-def test_assignment_sets_name_real_chapters_and_exercises(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_assignment_sets_name_real_exercises() -> None:
     chapters = [inventory.read_chapter(CHAPTERS / "01_scores.ipynb")]
     sets = [
-        ("ok", "", [("Week", ("01_scores",), ("ex-ch01-cosine",))]),
-        ("typo", "", [("Week", ("01_score",), ())]),
-        ("lost label", "", [("Week", ("01_scores",), ("ex-ch01-gone",))]),
-        ("not written yet", "", [("Week", ("12_efficient_attention",), ("ex-ch12-x",))]),
+        ("ok", [("Week", ("01_scores",), ("ex-ch01-cosine",))]),
+        ("lost label", [("Week", ("01_scores",), ("ex-ch01-gone",))]),
+        ("not written yet", [("Week", ("12_efficient_attention",), ("ex-ch12-x",))]),
     ]
-    monkeypatch.setattr(inventory, "ASSIGNMENT_SETS", sets)
-    found = inventory.problems(chapters)
-    assert any("'typo'" in line and "01_score" in line for line in found), found
+    registry = dataclasses.replace(
+        course.load(),
+        assignment_sets=tuple(
+            course.AssignmentSet(title, "", tuple(course.SetPart(*part) for part in parts))
+            for title, parts in sets
+        ),
+        points={"ex-ch01-cosine": 2, "ex-ch01-lost": 3},
+    )
+    found = inventory.problems(chapters, registry)
     assert any("'lost label'" in line and "ex-ch01-gone" in line for line in found), found
+    assert any("points" in line and "ex-ch01-lost" in line for line in found), found
     assert not any("not written yet" in line for line in found), found
-    text = inventory.render_sets(chapters)
+    assert not any("ex-ch01-cosine" in line for line in found), found
+    text = inventory.render_sets(chapters, registry)
     assert "### ok" in text
     assert "{ref}`Cosine similarity <ex-ch01-cosine>`" in text
     assert "not written yet" not in text  # its chapter is not there: left out

@@ -12,10 +12,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import execute_notebooks
 import nbformat
 import pytest
 from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
+
+from tools import execute_notebooks
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTER = ROOT / "chapters" / "01_scores.ipynb"

@@ -24,33 +24,19 @@ import torch.nn.functional as F
 from torch import nn
 
 import attnbook.exercises as exercises
+from tools.notebooks import solutions
 
 CHAPTERS = sorted((Path(__file__).resolve().parent.parent / "chapters").glob("*.ipynb"))
-_OPEN = re.compile(r"^(?P<fence>:{3,})\{solution\}\s*(?P<label>\S+)")
 _CODE = re.compile(r"```(?:python|ipython3?)\n(?P<code>.*?)```", re.DOTALL)
 
 
 def solution_blocks(path: Path) -> list[tuple[str, str]]:
     """Return ``(label, code)`` for every Python block inside a ``{solution}`` directive."""
-    found = []
-    for cell in nbformat.read(path, as_version=4).cells:
-        if cell.cell_type != "markdown":
-            continue
-        lines = cell.source.splitlines()
-        i = 0
-        while i < len(lines):
-            match = _OPEN.match(lines[i])
-            if not match:
-                i += 1
-                continue
-            fence, label = match["fence"], match["label"]
-            body = []
-            i += 1
-            while i < len(lines) and lines[i].strip() != fence:
-                body.append(lines[i])
-                i += 1
-            found += [(label, m["code"]) for m in _CODE.finditer("\n".join(body))]
-    return found
+    return [
+        (block.label, match["code"])
+        for block in solutions(path)
+        for match in _CODE.finditer(block.body + "\n")
+    ]
 
 
 CASES = [
@@ -61,7 +47,10 @@ CASES = [
 ]
 
 
-@pytest.mark.skipif(not CASES, reason="no chapter has a code solution yet")
+def test_there_are_code_solutions_to_run() -> None:
+    assert len(CASES) >= 20, f"only {len(CASES)} code solutions call a checker"
+
+
 @pytest.mark.parametrize(("path", "label", "code"), CASES)
 def test_solution_passes_its_checker(path: Path, label: str, code: str) -> None:
     verdicts = []

@@ -22,11 +22,11 @@ from types import ModuleType
 
 import nbformat
 import pytest
-import run_tests
-import sync_repo_url
 import yaml
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+
+from tools import run_tests, sync_repo_url
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = sorted((ROOT / "chapters").glob("*.ipynb"))
@@ -142,22 +142,10 @@ def _toc_files(node: object) -> list[str]:
     return []
 
 
-def test_chapter_map_plans_every_written_chapter() -> None:
-    """A chapter missing from the map's plan is silently drawn dashed ("planned")."""
-    import draw_chapter_map
-
-    planned = {stem for _, chapters in draw_chapter_map.PLAN for stem, _ in chapters}
-    on_disk = {p.stem for p in CHAPTERS}
-    assert not on_disk - planned, (
-        f"chapters missing from PLAN in tools/draw_chapter_map.py: {sorted(on_disk - planned)}"
-    )
-
-
 def test_table_of_contents_lists_every_chapter() -> None:
     on_disk = {p.with_suffix("").relative_to(ROOT).as_posix() for p in CHAPTERS}
     on_disk |= {p.with_suffix("").relative_to(ROOT).as_posix() for p in ROOT.glob("chapters/*.md")}
-    if not on_disk:
-        pytest.skip("chapters/ has no chapter yet (the book build reports a toc without files)")
+    assert len(on_disk) >= 12, f"chapters/ holds {len(on_disk)} chapters, the book has 12"
     toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
     listed = {re.sub(r"\.(ipynb|md)$", "", f) for f in _toc_files(toc)}
     listed_chapters = {f for f in listed if f.startswith("chapters/")}
@@ -170,7 +158,6 @@ def test_table_of_contents_lists_every_chapter() -> None:
 # --- the anatomy of a chapter -------------------------------------------------------------------
 
 chapter = pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
-no_chapters = pytest.mark.skipif(not CHAPTERS, reason="chapters/ has no notebook yet")
 
 
 def _read(path: Path) -> nbformat.NotebookNode:
@@ -200,7 +187,6 @@ def _directives(markdown: str, name: str) -> list[list[str]]:
     return found
 
 
-@no_chapters
 @chapter
 def test_first_code_cell_is_the_colab_cell(path: Path) -> None:
     cells = _code_cells(_read(path))
@@ -212,7 +198,6 @@ def test_first_code_cell_is_the_colab_cell(path: Path) -> None:
     )
 
 
-@no_chapters
 @chapter
 def test_cells_ran_in_order(path: Path) -> None:
     cells = _code_cells(_read(path))
@@ -223,7 +208,6 @@ def test_cells_ran_in_order(path: Path) -> None:
     )
 
 
-@no_chapters
 @chapter
 def test_outputs_are_stored_as_make_execute_writes_them(path: Path) -> None:
     split = [
@@ -238,7 +222,6 @@ def test_outputs_are_stored_as_make_execute_writes_them(path: Path) -> None:
     )
 
 
-@no_chapters
 @chapter
 def test_no_stored_errors(path: Path) -> None:
     errors = [
@@ -250,7 +233,6 @@ def test_no_stored_errors(path: Path) -> None:
     assert not errors, f"{path.name} stores errors:\n" + "\n".join(errors)
 
 
-@no_chapters
 @chapter
 def test_chapter_has_the_required_sections(path: Path) -> None:
     markdown = _markdown(_read(path))
@@ -271,14 +253,12 @@ def test_chapter_has_the_required_sections(path: Path) -> None:
     )
 
 
-@no_chapters
 @chapter
 def test_at_least_three_exercises(path: Path) -> None:
     exercises = _directives(_markdown(_read(path)), "exercise")
     assert len(exercises) >= 3, f"{path.name} has {len(exercises)} {{exercise}} directives, needs 3"
 
 
-@no_chapters
 @chapter
 def test_solutions_are_hidden(path: Path) -> None:
     markdown = _markdown(_read(path))
@@ -291,7 +271,6 @@ def test_solutions_are_hidden(path: Path) -> None:
     assert not shown, f"{path.name}: solutions number {shown} lack `:class: dropdown`"
 
 
-@no_chapters
 @chapter
 def test_a_code_exercise_calls_a_checker(path: Path) -> None:
     checkers = {name for name in dir(_exercises()) if name.startswith("check_")}
@@ -310,7 +289,6 @@ def _exercises() -> ModuleType:
     return attnbook.exercises
 
 
-@no_chapters
 @chapter
 def test_figures_have_a_caption_and_alt_text(path: Path) -> None:
     problems = []
@@ -327,7 +305,6 @@ def test_figures_have_a_caption_and_alt_text(path: Path) -> None:
     assert not problems, f"{path.name}, figures (see CONTRIBUTING.md):\n" + "\n".join(problems)
 
 
-@no_chapters
 def test_few_outputs_escape_nbval() -> None:
     code_cells, ignored = run_tests.code_cell_census()
     assert len(ignored) < IGNORE_LIMIT * code_cells, (
@@ -354,7 +331,6 @@ def _solution_code_lines(markdown: str) -> list[str]:
     return lines
 
 
-@no_chapters
 @chapter
 def test_code_fits_the_rendered_column(path: Path) -> None:
     too_long = []

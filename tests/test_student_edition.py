@@ -2,8 +2,10 @@
 
 For every chapter: no line or sentence of a solution reaches the student notebook
 (sources or outputs), and everything else does, unchanged. The solutions are
-found here by a regular expression of their own, not by the tool's parser, so a
-block the tool overlooked would show up as a leak. The tool's own leak checks,
+found by the one directive parser (`tools.notebooks`), whose own tests pin how
+many it finds in the book; here, a chapter with more `{solution}` strings than
+parsed blocks fails, so a block the parser overlooked cannot leak unseen. The
+tool's own leak checks,
 which guard every `make student` run (notebooks and built pages), are shown to
 catch a solution that is left in. One student notebook is executed top to
 bottom. The built book itself is scanned by `make student` (the "student" step
@@ -18,10 +20,11 @@ import re
 import zipfile
 from pathlib import Path
 
-import make_student
 import nbformat
 import pytest
-from nbclient import NotebookClient
+
+from tools import make_student
+from tools.notebooks import notebook_blocks, run_notebook, strip_solutions
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = sorted((ROOT / "chapters").glob("*.ipynb"))
@@ -30,9 +33,9 @@ NOT_ATTEMPTED = "not attempted yet"
 MIN_CHARS = 20  # shorter lines and sentences ("1.", "return out") say too little
 
 
-# A solution as the chapters write it: "::::{solution} ex-...", its body, then the same fence.
-SOLUTION = re.compile(r"^(?P<fence>:{3,}|`{3,})\{solution\}.*?^(?P=fence)[ \t]*$", re.M | re.S)
-EXERCISE = re.compile(r"^(?P<fence>:{3,})\{exercise\}.*?^(?P=fence)[ \t]*$", re.M | re.S)
+def _blocks(nb: nbformat.NotebookNode, name: str) -> list[str]:
+    """The whole text (fences included) of every `name` directive of the notebook."""
+    return [block.text for block in notebook_blocks(nb) if block.name == name]
 
 
 def _read(path: Path) -> nbformat.NotebookNode:
@@ -67,17 +70,17 @@ def _pieces(solution: str) -> set[str]:
 
 def _solution_only_pieces(source: nbformat.NotebookNode) -> set[str]:
     """Lines and sentences of the solutions that the rest of the chapter does not contain."""
-    blocks = [m.group(0) for cell in source.cells for m in SOLUTION.finditer(cell.source)]
+    blocks = _blocks(source, "solution")
     rest = _text(_without_solutions(source))
     return {piece for block in blocks for piece in _pieces(block) if piece not in rest}
 
 
 def _without_solutions(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
-    """The notebook with the solution blocks cut out by SOLUTION, empty cells dropped."""
+    """The notebook with the solution blocks cut out, empty cells dropped."""
     out = nbformat.from_dict(json.loads(json.dumps(nb)))
     for cell in out.cells:
         if cell.cell_type == "markdown":
-            cell.source = SOLUTION.sub("", cell.source).strip("\n")
+            cell.source = strip_solutions(cell.source)[0].strip("\n")
     out.cells = [c for c in out.cells if c.cell_type != "markdown" or c.source.strip()]
     return out
 
@@ -93,19 +96,16 @@ def chapter(request: pytest.FixtureRequest) -> tuple[nbformat.NotebookNode, nbfo
     return source, make_student.student_notebook(source)
 
 
-def test_every_solution_is_found_by_the_test_itself(chapter) -> None:
+def test_every_solution_is_found_by_the_parser(chapter) -> None:
     source, _ = chapter
     text = "\n".join(cell.source for cell in source.cells)
-    assert "{solution-start}" not in text, "gated solutions: teach this test's SOLUTION to see them"
-    n_blocks = sum(len(SOLUTION.findall(cell.source)) for cell in source.cells)
-    assert n_blocks == text.count("{solution}")
+    assert len(_blocks(source, "solution")) == text.count("{solution") > 0
 
 
 def test_no_solution_text_reaches_the_student_notebook(chapter) -> None:
     source, student = chapter
     pieces = _solution_only_pieces(source)
-    if SOLUTION.search("\n".join(cell.source for cell in source.cells)):
-        assert pieces, "a chapter with solutions must give lines to look for"
+    assert pieces, "a chapter with solutions must give lines to look for"
     assert _leaked(source, student) == []
     assert "{solution" not in _text(student)
 
@@ -133,9 +133,10 @@ def test_everything_but_the_solutions_is_kept(chapter) -> None:
 def test_exercises_stubs_checkers_and_the_colab_cell_survive(chapter) -> None:
     source, student = chapter
     student_text = "\n".join(cell.source for cell in student.cells)
-    for cell in source.cells:
-        for exercise in EXERCISE.finditer(cell.source):
-            assert exercise.group(0) in student_text
+    exercises = _blocks(source, "exercise")
+    assert exercises
+    for exercise in exercises:
+        assert exercise in student_text
     stubs = [c for c in source.cells if c.cell_type == "code" and STUB in c.source]
     kept = [c for c in student.cells if c.cell_type == "code" and STUB in c.source]
     assert [(c.source, c.outputs) for c in kept] == [(c.source, c.outputs) for c in stubs]
@@ -189,25 +190,21 @@ def _notebook(*cells: tuple[str, str]) -> nbformat.NotebookNode:
 EXERCISE_TEXT = ":::{exercise} Add (easy)\n:label: ex-add\nWrite `my_add(a, b)`.\n:::"
 
 
-def test_every_solution_syntax_is_removed() -> None:
+def test_every_solution_is_removed() -> None:
     nb = _notebook(
-        ("markdown", f"{EXERCISE_TEXT}\n\n````{{solution}} ex-add\n:class: dropdown\n"
-         "```python\nSECRET_BACKTICK = 1\n```\n````\n\nText after."),
+        ("markdown", f"{EXERCISE_TEXT}\n\n::::{{solution}} ex-add\n:class: dropdown\n"
+         "```python\nSECRET_CODE = 1\n```\n::::\n\nText after."),
         ("markdown", "::::{solution} ex-add\nSECRET_ALONE\n:::{note}\ninner\n:::\n::::"),
-        ("markdown", "Before.\n\n:::{solution-start} ex-add\n:class: dropdown\n:::\n"
-         "SECRET_GATED_PROSE"),
-        ("code", "SECRET_GATED_CODE = 1"),
-        ("code", ""),  # an empty cell inside the gate goes too
-        ("markdown", "SECRET_GATED_MORE\n\n:::{solution-end}\n:::\n\nAfter the gate."),
         ("code", "def my_add(a, b):\n    raise NotImplementedError\n\n\ncheck_add(my_add)"),
     )  # fmt: skip
     student = make_student.student_notebook(nb)
     text = _text(student)
     assert "SECRET" not in text
+    assert "inner" not in text  # a directive nested in a solution goes with it
     assert "{solution" not in text
-    for kept in (EXERCISE_TEXT, "Text after.", "Before.", "After the gate.", "check_add(my_add)"):
+    for kept in (EXERCISE_TEXT, "Text after.", "check_add(my_add)"):
         assert kept in "\n".join(cell.source for cell in student.cells)
-    assert len(student.cells) == 4  # the cell that held only a solution is gone
+    assert len(student.cells) == 2  # the cell that held only a solution is gone
     nbformat.validate(student)
     assert "SECRET_ALONE" in _text(nb), "the input is not modified"
 
@@ -216,8 +213,7 @@ def test_every_solution_syntax_is_removed() -> None:
     "markdown",
     [
         "::::{solution} ex-add\nnever closed",
-        ":::{solution-end}\n:::",
-        ":::{solution-start} ex-add\n:::\nno end",
+        "````{solution} ex-add\n:class: dropdown\nbackticks\n````",
     ],
 )
 def test_a_broken_solution_is_an_error_not_a_guess(markdown: str) -> None:
@@ -309,10 +305,7 @@ def test_a_student_notebook_runs_top_to_bottom_in_an_empty_folder(tmp_path: Path
     for cell in student.cells:
         if cell.cell_type == "code":
             cell.outputs = []
-    client = NotebookClient(
-        student, timeout=300, kernel_name="python3", resources={"metadata": {"path": tmp_path}}
-    )
-    client.execute()  # raises CellExecutionError on any error
+    run_notebook(student, timeout=300, cwd=tmp_path)  # raises CellExecutionError on any error
     stubs = [c for c in student.cells if c.cell_type == "code" and STUB in c.source]
     assert len(stubs) >= 2
     for stub in stubs:

@@ -1,6 +1,6 @@
 """Print the book to one PDF with the system's Chromium (no TeX needed): what `make pdf` runs.
 
-Usage: python tools/build_pdf.py [--html DIR] [--out FILE]
+Usage: python -m tools.build_pdf [--html DIR] [--out FILE]
 
 `make pdf` first builds the whole book as one page (`jupyter-book build . --builder
 singlehtml`, into _build/singlehtml); this script then serves that page on 127.0.0.1,

@@ -1,6 +1,6 @@
 """Draw the transformer-block figure of chapter 9 (images/transformer_block.svg).
 
-Usage: python tools/draw_block.py   (set PREVIEW_PNG=some.png to also write a PNG preview)
+Usage: python -m tools.draw_block   (set PREVIEW_PNG=some.png to also write a PNG preview)
 
 Three columns, read bottom to top: the pre-LN block (encoder, and with a causal
 mask the GPT block), the post-LN block of the original Transformer, and the

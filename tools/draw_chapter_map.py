@@ -1,9 +1,10 @@
 """Draw the chapter map of the introduction (images/chapter_map.svg).
 
-Usage: python tools/draw_chapter_map.py   (run again when _toc.yml changes;
-set PREVIEW_PNG=some.png to also write a PNG preview)
+Usage: python -m tools.draw_chapter_map   (run again when course.yml or _toc.yml
+changes; set PREVIEW_PNG=some.png to also write a PNG preview)
 
-Chapters listed in _toc.yml are drawn solid; planned ones dashed. The SVG is
+The boxes are the chapters of course.yml, one column per part, labelled with their
+`map_label`. Chapters listed in _toc.yml are drawn solid; planned ones dashed. The SVG is
 deterministic (no date, fixed ids), so re-drawing an unchanged map changes nothing.
 """
 
@@ -20,40 +21,15 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
-ROOT = Path(__file__).resolve().parent.parent
+from tools import course
 
-# (part, [(file stem, short title)]) in reading order: the plan of the whole course.
-PLAN = [
-    ("Foundations", [("01_scores", "Scores"), ("02_softmax", "Softmax")]),
-    (
-        "Attention",
-        [
-            ("03_soft_lookup", "Soft lookup"),
-            ("04_scaled_dot_product_attention", "Scaled dot-product\nattention"),
-            ("05_qkv_projections", "Queries, keys,\nvalues"),
-            ("06_masking", "Masking"),
-        ],
-    ),
-    (
-        "Transformers",
-        [
-            ("07_multi_head_attention", "Multi-head\nattention"),
-            ("08_positional_encoding", "Positional\nencoding"),
-            ("09_transformer_block", "The transformer\nblock"),
-            ("10_training", "Training a small\ntransformer"),
-        ],
-    ),
-    (
-        "Inside and beyond",
-        [
-            ("11_inside_attention", "Looking inside\n(bertviz)"),
-            ("12_efficient_attention", "Efficient\nattention"),
-        ],
-    ),
-]
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def main() -> None:
+    plan = [
+        (part, [(c.stem, c.map_label) for c in chapters]) for part, chapters in course.load().parts
+    ]
     toc = (ROOT / "_toc.yml").read_text()
     written = set(re.findall(r"file:\s*chapters/(\S+)", toc))
     plt.rcParams["svg.hashsalt"] = "attnbook-chapter-map"
@@ -63,7 +39,7 @@ def main() -> None:
     ax.axis("off")
     number = 0
     centres = []
-    for col, (part, chapters) in enumerate(PLAN):
+    for col, (part, chapters) in enumerate(plan):
         ax.text(
             col + 0.5,
             0.35,
@@ -115,7 +91,7 @@ def main() -> None:
                 linewidth=1.0,
             )
         )
-    planned = [stem for _, chapters in PLAN for stem, _ in chapters if stem not in written]
+    planned = [stem for _, chapters in plan for stem, _ in chapters if stem not in written]
     if planned:  # the legend is only needed while some chapter is still to be written
         ax.text(
             4.0,

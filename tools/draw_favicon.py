@@ -1,6 +1,6 @@
 """Draw the book's favicon (images/favicon.svg, and images/favicon.png for browsers without SVG icons).
 
-Usage: python tools/draw_favicon.py
+Usage: python -m tools.draw_favicon
 
 The icon is a 4 x 4 causal attention-weight matrix: row t spreads its weight over
 keys 0..t, so the upper-right triangle is empty (masked) and the diagonal is the

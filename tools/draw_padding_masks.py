@@ -1,6 +1,6 @@
 """Draw chapter 6's two padding diagrams (images/padding_mask_broadcast.svg, images/left_right_padding.svg).
 
-Usage: python tools/draw_padding_masks.py   (set PREVIEW_PNG_DIR=some/dir to also write PNG previews)
+Usage: python -m tools.draw_padding_masks   (set PREVIEW_PNG_DIR=some/dir to also write PNG previews)
 
 Every cell of every grid is computed with attnbook's own ``padding_mask`` and
 ``causal_mask``, not typed in by hand, so the pictures show what the package does.

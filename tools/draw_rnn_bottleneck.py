@@ -1,6 +1,6 @@
 """Draw chapter 1's "why attention" diagram (images/rnn_bottleneck.svg).
 
-Usage: python tools/draw_rnn_bottleneck.py   (set PREVIEW_PNG=some.png to also write a PNG preview)
+Usage: python -m tools.draw_rnn_bottleneck   (set PREVIEW_PNG=some.png to also write a PNG preview)
 
 Top: an encoder-decoder RNN without attention translates "she likes coffee" into
 "elle aime le café" through one fixed-size vector c, the last encoder state.

@@ -1,6 +1,6 @@
 """Draw chapter 4's data-flow diagram of scaled dot-product attention (images/sdpa_dataflow.svg).
 
-Usage: python tools/draw_sdpa_dataflow.py   (set PREVIEW_PNG=some.png to also write a PNG preview)
+Usage: python -m tools.draw_sdpa_dataflow   (set PREVIEW_PNG=some.png to also write a PNG preview)
 
 Every matrix is drawn as a grid whose number of rows and columns is its shape
 for T = 3 queries, S = 4 keys, d_k = 2 and d_v = 3, so the picture shows which

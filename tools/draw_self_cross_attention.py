@@ -1,6 +1,6 @@
 """Draw chapter 5's diagram of self- against cross-attention (images/self_vs_cross_attention.svg).
 
-Usage: python tools/draw_self_cross_attention.py   (set PREVIEW_PNG=some.png to also write a PNG preview)
+Usage: python -m tools.draw_self_cross_attention   (set PREVIEW_PNG=some.png to also write a PNG preview)
 
 Left: self-attention, where queries, keys and values all come from one
 sequence X (the running example "she likes coffee", T = S = 3). Right:

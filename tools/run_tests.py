@@ -1,6 +1,6 @@
 """Run every check of the book, in order, and print one summary: what `make test` runs.
 
-Usage: python tools/run_tests.py [STEP ...]     (default: every step; e.g. `... nbval book`)
+Usage: python -m tools.run_tests [STEP ...]     (default: every step; e.g. `... nbval book`)
 
 Steps, each timed; a failing step does not stop the ones after it:
 
@@ -8,13 +8,13 @@ Steps, each timed; a failing step does not stop the ones after it:
   format    ruff format --check .
   unit      pytest tests -m "not browser"        the package, the solutions, project files
   nbval     pytest --nbval chapters/             re-runs every notebook, compares outputs
-  learner   tools/learner_path.py                the learner's path: attnbook's wheel in a
+  learner   python -m tools.learner_path         the learner's path: attnbook's wheel in a
             clean venv with only its runtime dependencies, each chapter run alone in an
             empty folder; then the Colab cell's `attnbook[extra] @ git+...` from a local
             clone, and the chapters that need the extra
   book      jupyter-book build into an emptied _build/html (warnings are errors,
             nitpicky, every page re-read)
-  student   tools/make_student.py                the student edition in _build/student/
+  student   python -m tools.make_student         the student edition in _build/student/
             (notebooks, zip, book); fails if any solution text reaches a
             student notebook, page, _sources file or the search index
   browser   pytest tests -m browser              the built book in headless Chromium
@@ -49,6 +49,8 @@ from pathlib import Path
 
 import nbformat
 
+from tools.notebooks import KERNEL_ENV
+
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent  # the virtual environment's bin/, not resolved on purpose
 REPORTS = ROOT / ".test-reports"
@@ -57,16 +59,12 @@ IGNORE_LIMIT = 0.05  # at most this share of code cells may skip nbval's compari
 PYTEST_NO_TESTS = 5  # pytest's exit status when it collected nothing
 
 PYTEST = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider"]
-NBVAL_ENV = {  # as tools/execute_notebooks.py: no downloads, no progress bars, no debugger noise
-    "HF_HUB_OFFLINE": "1",
-    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
-    "PYDEVD_DISABLE_FILE_VALIDATION": "1",
-}
+NBVAL_ENV = KERNEL_ENV  # as tools/execute_notebooks.py: no downloads, no progress bars
 
 
 @dataclass
 class Step:
-    key: str  # the name to run it alone: `python tools/run_tests.py nbval`
+    key: str  # the name to run it alone: `python -m tools.run_tests nbval`
     title: str  # its row in the summary
     command: list[str]
     junit: str | None = None  # the report's file name, for pytest steps
@@ -109,7 +107,7 @@ def steps() -> list[Step]:
         Step(
             "learner",
             "learner path (clean venv)",
-            [sys.executable, "tools/learner_path.py"],
+            [sys.executable, "-m", "tools.learner_path"],
         ),
         Step(
             "book",
@@ -126,7 +124,7 @@ def steps() -> list[Step]:
             ],
         ),
         # The book again, from the student notebooks, into _build/student/ (not _build/html).
-        Step("student", "make student", [sys.executable, "tools/make_student.py"]),
+        Step("student", "make student", [sys.executable, "-m", "tools.make_student"]),
         Step(
             "browser",
             "pytest (browser)",

@@ -1,8 +1,8 @@
 """Copy the repository URL from _config.yml to every place that shows it.
 
 Usage:
-    python tools/sync_repo_url.py           # rewrite what is out of date (`make sync-url`)
-    python tools/sync_repo_url.py --check   # change nothing; exit 1 and list what is out of date
+    python -m tools.sync_repo_url           # rewrite what is out of date (`make sync-url`)
+    python -m tools.sync_repo_url --check   # change nothing; exit 1 and list what is out of date
 
 The URL lives only in `_config.yml` (`repository: url:`). This script writes it to:
 
@@ -29,10 +29,13 @@ from typing import NamedTuple
 import nbformat
 import yaml
 
+from tools import course
+
 ROOT = Path(__file__).resolve().parent.parent
 
 # The Colab cell of CONTRIBUTING.md; `{url}` is the repository URL and `{requirement}` is
-# `attnbook`, or `attnbook[extra]` for a chapter that needs one of the package's extras.
+# `attnbook`, or `attnbook[extra]` for a chapter whose `colab_extra` in course.yml names
+# one of the package's extras (chapter 11: bertviz, transformers and the offline MiniLM).
 COLAB_CELL = """\
 # On Colab, install the course package attnbook. Elsewhere this does nothing:
 # `make book` has already installed it into .venv.
@@ -41,9 +44,6 @@ import sys
 if "google.colab" in sys.modules:
     %pip install --quiet "{requirement} @ git+{url}\""""
 
-# Chapters whose Colab cell installs an optional extra of pyproject.toml as well
-# (chapter stem -> extra). Chapter 11 needs bertviz, transformers and the offline MiniLM.
-COLAB_EXTRAS = {"11_inside_attention": "pretrained"}
 
 README_START, README_END = "<!-- repo-url:start -->", "<!-- repo-url:end -->"
 _GITHUB_REPO = re.compile(r"https://github\.com/[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+")
@@ -75,7 +75,7 @@ COLAB_TAG = "remove-cell"
 
 def colab_cell_source(url: str, chapter: str | None = None) -> str:
     """The canonical source of the first code cell of the chapter named `chapter` (its stem)."""
-    extra = COLAB_EXTRAS.get(chapter or "")
+    extra = course.load().colab_extras.get(chapter or "")
     requirement = f"attnbook[{extra}]" if extra else "attnbook"
     return COLAB_CELL.format(url=url, requirement=requirement)
 

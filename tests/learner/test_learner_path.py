@@ -15,11 +15,11 @@ import sys
 import zipfile
 from pathlib import Path
 
-import learner_path
 import nbformat
 import pytest
-from learner_path import sync_repo_url
 from packaging.requirements import Requirement
+
+from tools import learner_path, sync_repo_url
 
 ROOT = Path(__file__).resolve().parents[2]
 
