@@ -72,3 +72,15 @@ def test_import_has_no_side_effects() -> None:
         "assert 'matplotlib.pyplot' not in sys.modules or not __import__('matplotlib.pyplot').pyplot.get_fignums()\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_import_is_light() -> None:
+    """``import attnbook`` loads neither pyplot nor transformers; ``attnbook.plot_history`` does."""
+    code = (
+        "import sys, attnbook\n"
+        "heavy = ('matplotlib.pyplot', 'transformers')\n"
+        "assert not [m for m in heavy if m in sys.modules], [m for m in heavy if m in sys.modules]\n"
+        "attnbook.plot_history\n"
+        "assert 'matplotlib.pyplot' in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
