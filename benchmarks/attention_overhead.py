@@ -43,10 +43,11 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from _common import cpu_model, load_average, synchronize
+from _common import cpu_model, load_average
 from torch import nn
 
 import attnbook
+from attnbook.runtime import synchronize
 
 WARMUP = 5  # untimed calls per row before timing: allocations, lazy initialisation
 SHAPES = [(32, 64, 128, 4), (8, 256, 256, 4)]  # (B, T, d_model, heads)

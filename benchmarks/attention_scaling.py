@@ -32,9 +32,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from _common import describe, largest_allocation, seconds_per_call
+from _common import describe
 
 import attnbook
+from attnbook.runtime import largest_allocation, seconds_per_call
 
 MiB = 2**20
 

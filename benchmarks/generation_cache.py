@@ -26,10 +26,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from _common import describe, seconds_per_call
+from _common import describe
 
 import attnbook
 from attnbook import GPT, GPTConfig
+from attnbook.runtime import seconds_per_call
 
 
 def main() -> None:

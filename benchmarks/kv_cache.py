@@ -32,9 +32,10 @@ import statistics
 import time
 
 import torch
-from _common import describe, load_average, synchronize
+from _common import describe, load_average
 
 import attnbook
+from attnbook.runtime import synchronize
 
 BASE = {"vocab_size": 65, "d_model": 128, "n_heads": 4, "n_layers": 4}
 PROMPT_LEN = 16

@@ -33,9 +33,9 @@ import time
 from collections.abc import Callable
 
 import torch
-from _common import synchronize
 
 import attnbook
+from attnbook.runtime import synchronize
 
 WARMUP = 3  # untimed calls before timing: first-call allocations, lazy initialisation
 

@@ -38,9 +38,9 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from _common import synchronize
 
 import attnbook
+from attnbook.runtime import synchronize
 
 SHAPES = [(32, 4, 64, 32), (8, 4, 256, 64)]  # (B, H, T, d_k), T = S
 WARMUP = 3  # untimed calls of each function first

@@ -45,9 +45,10 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from _common import describe, largest_allocation, load_average, synchronize
+from _common import describe, load_average
 
 import attnbook
+from attnbook.runtime import largest_allocation, synchronize
 
 HEADS, WIDTH = 4, 64  # H, d
 METHODS = ("naive", "tiled", "fused")

@@ -1,39 +1,47 @@
-"""Training steps per second: attnbook.GPT against a GPT built from PyTorch's own layers (chapter 10).
+"""Training steps per second: attnbook.GPT against two peers written with PyTorch (chapter 10).
 
 Usage:
-    python benchmarks/train_throughput.py [--rounds 30] [--threads N] [--device auto]
+    python benchmarks/train_throughput.py [--rounds 30] [--threads 1 2] [--device auto]
 
-The peer is what one writes with ``torch.nn.TransformerEncoderLayer``
-(``norm_first=True`` (pre-LN), GELU, ``batch_first=True``, run causally with
-``is_causal=True`` and a causal mask), a learned position embedding, a final
-LayerNorm and a head tied to the token embedding, initialised like
-``attnbook.GPT`` (GPT-2's N(0, 0.02), residual projections scaled by
-``1 / sqrt(2 * n_layers)``). Same architecture, same parameter count (both
-printed). The config is the issue's: 4 layers, 4 heads, width 128, context
-64, batch 64, vocabulary 65, dropout 0.
+Two peers, both with the same maths and initialisation as ``attnbook.GPT``
+(pre-LN, GELU, learned positions, a final LayerNorm, a head tied to the token
+embedding, biases in every linear layer and LayerNorm, GPT-2's N(0, 0.02)
+initialisation with the residual projections scaled by ``1 / sqrt(2 *
+n_layers)``):
 
-One step is what :func:`attnbook.training.train` does: forward, cross-entropy,
-backward, gradient clipping, an AdamW step. Both models run in interleaved
-rounds (one step of each per round, the order alternating, after warm-up
-steps), so a burst of load from another program slows both alike; the table
-reports each model's median step time and the median of the per-round ratio
-with its 25th and 75th percentiles. A benchmark, not a test: it asserts
-nothing and exits 0. The load average printed before and after says how
-busy the machine was.
+- ``nn.TransformerEncoderLayer``: what one writes with PyTorch's own layers
+  (``norm_first=True``, ``batch_first=True``, run with ``is_causal=True`` and
+  a causal mask);
+- nanoGPT-style: a minimal GPT written here in the style of nanoGPT's
+  ``model.py``: one fused ``c_attn`` linear layer for queries, keys and
+  values, ``F.scaled_dot_product_attention(is_causal=True)``, a GELU MLP.
+
+The parameter counts are printed and asserted equal. The config is the
+issue's: 4 layers, 4 heads, width 128, context 64, batch 64, vocabulary 65,
+dropout 0.
+
+One step is what :func:`attnbook.training.train` does: forward,
+cross-entropy, backward, gradient clipping, an AdamW step. For each thread
+count the three models run in interleaved rounds (one step of each per
+round, the order rotating, after warm-up steps), so a burst of load from
+another program slows all alike; the table reports each model's median step
+time and, against each peer, the median of the per-round ratio with its
+25th and 75th percentiles. A benchmark, not a test: it asserts only the
+equal parameter counts and exits 0. The load average printed before and
+after says how busy the machine was.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
-import os
-import platform
 import statistics
 import time
 from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
+from _common import describe, load_average
 from torch import nn
 
 import attnbook
@@ -63,15 +71,7 @@ class TorchGPT(nn.Module):
         self.encoder = nn.TransformerEncoder(layer, c.n_layers, enable_nested_tensor=False)
         self.norm = nn.LayerNorm(c.d_model)
         self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
-        for name, p in self.named_parameters():
-            if p.ndim == 1:
-                if name.endswith("bias"):
-                    nn.init.zeros_(p)
-                continue
-            std = 0.02
-            if name.endswith(("out_proj.weight", "linear2.weight")):
-                std = 0.02 / math.sqrt(2 * c.n_layers)
-            nn.init.normal_(p, 0.0, std)
+        _init_like_attnbook(self, c.n_layers, ("out_proj.weight", "linear2.weight"))
         self.lm_head.weight = self.tok_emb.weight  # tied
         mask = nn.Transformer.generate_square_subsequent_mask(c.context_length)
         self.register_buffer("mask", mask, persistent=False)
@@ -81,6 +81,75 @@ class TorchGPT(nn.Module):
         x = self.tok_emb(idx) + self.pos_emb.weight[:T]  # (B, T, D)
         x = self.encoder(x, mask=self.mask[:T, :T], is_causal=True)  # (B, T, D)
         return self.lm_head(self.norm(x))  # (B, T, V)
+
+
+def _init_like_attnbook(model: nn.Module, n_layers: int, residual: tuple[str, ...]) -> None:
+    """GPT-2's initialisation, as ``attnbook.GPT`` does it: N(0, 0.02), zero biases."""
+    for name, p in model.named_parameters():
+        if p.ndim == 1:
+            if name.endswith("bias"):
+                nn.init.zeros_(p)
+            continue
+        std = 0.02 / math.sqrt(2 * n_layers) if name.endswith(residual) else 0.02
+        nn.init.normal_(p, 0.0, std)
+
+
+class NanoAttention(nn.Module):
+    """Causal self-attention with one fused projection to queries, keys and values."""
+
+    def __init__(self, c: GPTConfig) -> None:
+        super().__init__()
+        self.n_heads = c.n_heads
+        self.c_attn = nn.Linear(c.d_model, 3 * c.d_model)  # W_q, W_k, W_v stacked: one matmul
+        self.c_proj = nn.Linear(c.d_model, c.d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, D = x.shape
+        H = self.n_heads
+        q, k, v = self.c_attn(x).split(D, dim=2)  # 3 x (B, T, D)
+        q = q.view(B, T, H, D // H).transpose(1, 2)  # (B, H, T, Dh)
+        k = k.view(B, T, H, D // H).transpose(1, 2)  # (B, H, T, Dh)
+        v = v.view(B, T, H, D // H).transpose(1, 2)  # (B, H, T, Dh)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, Dh)
+        return self.c_proj(y.transpose(1, 2).reshape(B, T, D))  # (B, T, D)
+
+
+class NanoBlock(nn.Module):
+    """Pre-LN block: x + attn(ln_1(x)), then x + mlp(ln_2(x))."""
+
+    def __init__(self, c: GPTConfig) -> None:
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(c.d_model)
+        self.attn = NanoAttention(c)
+        self.ln_2 = nn.LayerNorm(c.d_model)
+        self.mlp = nn.Sequential(
+            nn.Linear(c.d_model, c.d_ff), nn.GELU(), nn.Linear(c.d_ff, c.d_model)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class NanoGPT(nn.Module):
+    """A minimal GPT in nanoGPT's style, with ``attnbook.GPT``'s choices (tied head, biases)."""
+
+    def __init__(self, c: GPTConfig) -> None:
+        super().__init__()
+        self.wte = nn.Embedding(c.vocab_size, c.d_model)
+        self.wpe = nn.Embedding(c.context_length, c.d_model)
+        self.h = nn.ModuleList(NanoBlock(c) for _ in range(c.n_layers))
+        self.ln_f = nn.LayerNorm(c.d_model)
+        self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
+        _init_like_attnbook(self, c.n_layers, ("c_proj.weight", "mlp.2.weight"))
+        self.lm_head.weight = self.wte.weight  # tied
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        T = idx.shape[1]
+        x = self.wte(idx) + self.wpe.weight[:T]  # (B, T, D)
+        for block in self.h:
+            x = block(x)  # (B, T, D)
+        return self.lm_head(self.ln_f(x))  # (B, T, V)
 
 
 def make_step(model: nn.Module, device: torch.device) -> Callable[[], None]:
@@ -105,57 +174,61 @@ def make_step(model: nn.Module, device: torch.device) -> Callable[[], None]:
     return step
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=30)
-    parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--device", default="auto")
-    args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    device = attnbook.get_device() if args.device == "auto" else torch.device(args.device)
-    print(
-        f"machine: {platform.machine()} {platform.processor() or ''} | {os.cpu_count()} CPUs, "
-        f"torch {torch.__version__} with {torch.get_num_threads()} threads | device {device}"
-    )
-    if device.type == "cuda":
-        print(f"GPU: {torch.cuda.get_device_name(device)}")
-    print(f"load average before: {os.getloadavg()}")
-    attnbook.set_seed(0)
-    ours = GPT(CONFIG).to(device).train()
-    attnbook.set_seed(0)
-    peer = TorchGPT(CONFIG).to(device).train()
-    n_ours = ours.num_parameters()
-    n_peer = sum(p.numel() for p in peer.parameters())
-    print(f"parameters: attnbook.GPT {n_ours:,}, TransformerEncoderLayer GPT {n_peer:,}")
-    steps = {
-        "attnbook.GPT": make_step(ours, device),
-        "nn.TransformerEncoderLayer": make_step(peer, device),
-    }
+def _rounds(steps: dict[str, Callable[[], None]], rounds: int) -> dict[str, list[float]]:
+    """Seconds per step of each model, one step of each per round, the order rotating."""
     for step in steps.values():
         for _ in range(WARMUP):
             step()
     times: dict[str, list[float]] = {name: [] for name in steps}
     names = list(steps)
-    for r in range(args.rounds):
-        for name in names if r % 2 == 0 else names[::-1]:
+    for r in range(rounds):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
             start = time.perf_counter()
             steps[name]()
             times[name].append(time.perf_counter() - start)
-    print(f"load average after: {os.getloadavg()}")
-    print(f"\n{args.rounds} interleaved rounds, batch {BATCH}, context {CONFIG.context_length}:")
-    for name, ts in times.items():
-        q1, med, q3 = statistics.quantiles(ts, n=4)
+    return times
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--device", default="auto")
+    args = parser.parse_args()
+    device = attnbook.get_device() if args.device == "auto" else torch.device(args.device)
+    print(describe(device))
+    models = {"attnbook.GPT": GPT, "nn.TransformerEncoderLayer": TorchGPT, "nanoGPT-style": NanoGPT}
+    counts = {}
+    for name, cls in models.items():
+        attnbook.set_seed(0)
+        counts[name] = sum(p.numel() for p in cls(CONFIG).parameters())  # a tied tensor once
+    print("parameters: " + ", ".join(f"{name} {n:,}" for name, n in counts.items()))
+    assert len(set(counts.values())) == 1, "the three models must have the same parameters"
+    ours, peers = "attnbook.GPT", [name for name in models if name != "attnbook.GPT"]
+    for threads in args.threads:
+        torch.set_num_threads(threads)
+        steps = {}
+        for name, cls in models.items():
+            attnbook.set_seed(0)
+            steps[name] = make_step(cls(CONFIG).to(device).train(), device)
+        times = _rounds(steps, args.rounds)
         print(
-            f"  {name:28s} median {1e3 * med:7.1f} ms/step ({1 / med:6.2f} steps/s), "
-            f"IQR {1e3 * q1:.1f}-{1e3 * q3:.1f} ms"
+            f"\n{threads} thread(s), {args.rounds} interleaved rounds, batch {BATCH}, "
+            f"context {CONFIG.context_length}; load average after: {load_average()}"
         )
-    ratios = [p / o for o, p in zip(times["attnbook.GPT"], times["nn.TransformerEncoderLayer"])]
-    q1, med, q3 = statistics.quantiles(ratios, n=4)
-    print(
-        f"speed ratio attnbook / PyTorch (per-round, >1 = attnbook faster): median {med:.3f}x, "
-        f"IQR {q1:.3f}-{q3:.3f}x"
-    )
+        for name, ts in times.items():
+            q1, med, q3 = statistics.quantiles(ts, n=4)
+            print(
+                f"  {name:28s} median {1e3 * med:7.1f} ms/step ({1 / med:6.2f} steps/s), "
+                f"IQR {1e3 * q1:.1f}-{1e3 * q3:.1f} ms"
+            )
+        for peer in peers:
+            ratios = [p / o for o, p in zip(times[ours], times[peer])]
+            q1, med, q3 = statistics.quantiles(ratios, n=4)
+            print(
+                f"  speed ratio attnbook / {peer} (per round, >1 = attnbook faster): "
+                f"median {med:.3f}x, IQR {q1:.3f}-{q3:.3f}x"
+            )
 
 
 if __name__ == "__main__":

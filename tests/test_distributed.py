@@ -68,7 +68,7 @@ def test_two_processes_match_one(tmp_path: object) -> None:
     out = tmp_path / "history.json"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2"]
     cmd += ["--master_addr=127.0.0.1", f"--master_port={_free_port()}"]
-    cmd += ["-m", "attnbook.distributed", "--task", "reverse", "--no-progress", "--device", "cpu"]
+    cmd += ["-m", "attnbook", "train", "--task", "reverse", "--no-progress", "--device", "cpu"]
     for name, value in ARGS.items():
         cmd += [f"--{name.replace('_', '-')}", str(value)]
     cmd += ["--batch-size", "64", "--lr", "3e-3", "--eval-every", "25", "--history-json", str(out)]
@@ -83,3 +83,25 @@ def test_two_processes_match_one(tmp_path: object) -> None:
     worst = max(abs(p - s) / abs(s) for p, s in zip(parallel, single))
     print(f"largest relative difference over {len(single)} steps: {worst:.2e}")
     assert worst <= TOLERANCE
+
+
+@pytest.mark.parametrize(
+    ("module", "args"), [("attnbook", ["train", "--help"]), ("attnbook.distributed", ["--help"])]
+)
+def test_the_command_line_and_its_alias_take_the_same_arguments(
+    module: str, args: list[str]
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "--task" in done.stdout
+    assert "--history-json" in done.stdout
+
+
+def test_the_command_line_needs_a_command() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "attnbook"], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2
+    assert "train" in done.stderr

@@ -34,8 +34,7 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 from test_notebook_solutions import solution_blocks
 
 import attnbook.exercises as exercises
-from attnbook import grade
-from attnbook.exercises import _framework
+from attnbook.exercises import _framework, grade
 from tools import make_student
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -313,7 +312,7 @@ def test_the_hook_writes_nothing_when_the_variable_is_unset(
 def test_the_hook_records_every_checker_under_its_own_name(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert grade.VERDICTS_ENV == _framework.VERDICTS_ENV  # grade.py may not import exercises
+    assert grade.VERDICTS_ENV is _framework.VERDICTS_ENV  # one name, imported, not copied
     path = tmp_path / "verdicts.jsonl"
     monkeypatch.setenv(_framework.VERDICTS_ENV, str(path))
     names = sorted(n.removeprefix("check_") for n in dir(exercises) if n.startswith("check_"))
@@ -327,9 +326,29 @@ def test_the_hook_records_every_checker_under_its_own_name(
     assert not any(line["passed"] or line["attempted"] for line in lines)
 
 
+def test_a_verdict_is_a_plain_value_that_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "verdicts.jsonl"
+    monkeypatch.setenv(_framework.VERDICTS_ENV, str(path))
+    verdict = _framework.Verdict("softmax", True, True, 3, "ok")
+    assert not path.exists()  # only run_cases (and checkers refining a verdict) record
+    assert _framework.record_for_grader(verdict) is verdict
+    assert json.loads(path.read_text(encoding="utf-8"))["exercise"] == "softmax"
+
+
+@pytest.mark.parametrize("module", ["attnbook.grade", "attnbook.exercises.grade"])
+def test_both_commands_run_the_grader(module: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", module, "--help"], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "--json" in done.stdout
+
+
 def test_importing_the_package_loads_no_grading_tool() -> None:
     code = "import sys, attnbook, attnbook.exercises; print(sorted(set(sys.modules) & NAMES))"
-    names = {"attnbook.grade", "nbclient", "nbformat", "jupyter_client"}
+    names = {"attnbook.exercises.grade", "nbclient", "nbformat", "jupyter_client"}
     result = subprocess.run(
         [sys.executable, "-c", code.replace("NAMES", repr(names))],
         capture_output=True,

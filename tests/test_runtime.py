@@ -1,10 +1,11 @@
-"""Tests of attnbook.runtime: seeding, device choice, print options, import hygiene."""
+"""Tests of attnbook.runtime: seeding, device choice, print options, import hygiene, measuring."""
 
 from __future__ import annotations
 
 import random
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -72,3 +73,54 @@ def test_import_has_no_side_effects() -> None:
         "assert 'matplotlib.pyplot' not in sys.modules or not __import__('matplotlib.pyplot').pyplot.get_fignums()\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_import_is_light() -> None:
+    """``import attnbook`` loads neither pyplot nor transformers; ``attnbook.plot_history`` does."""
+    code = (
+        "import sys, attnbook\n"
+        "heavy = ('matplotlib.pyplot', 'transformers')\n"
+        "assert not [m for m in heavy if m in sys.modules], [m for m in heavy if m in sys.modules]\n"
+        "attnbook.plot_history\n"
+        "assert 'matplotlib.pyplot' in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# --------------------------------------------------------------------------- measuring
+
+
+def test_seconds_per_call_is_the_fastest_timed_call_after_a_warm_up() -> None:
+    calls = []
+    pauses = iter([0.0, 0.2, 0.05, 0.1])  # the warm-up call, then three timed ones
+
+    def fn() -> None:
+        calls.append(1)
+        time.sleep(next(pauses))
+
+    seconds = attnbook.runtime.seconds_per_call(fn, repeats=3, device="cpu")
+    assert len(calls) == 4
+    assert 0.05 <= seconds < 0.1  # the fastest timed call, not the warm-up's 0 s
+    with pytest.raises(ValueError, match="repeats"):
+        attnbook.runtime.seconds_per_call(fn, repeats=0)
+    with pytest.raises(ValueError, match="fn"):
+        attnbook.runtime.seconds_per_call(1.0)  # type: ignore[arg-type]
+
+
+def test_op_recorder_sees_the_operations_and_the_largest_new_result() -> None:
+    q, k = torch.randn(2, 1, 2, 64, 8).unbind(0)  # (B, H, T, d_k)
+    with attnbook.runtime.OpRecorder() as recorder:
+        scores = q @ k.transpose(-2, -1)  # (1, 2, 64, 64): the largest result
+        weights = scores.softmax(dim=-1)
+        weights.view(-1)  # a view allocates nothing
+    assert {"bmm", "_softmax"} <= recorder.ops
+    assert recorder.largest == 1 * 2 * 64 * 64 * 4
+
+
+def test_largest_allocation_counts_results_not_inputs_or_views() -> None:
+    x = torch.randn(256, 256)  # 256 KiB, made outside: not counted
+    assert attnbook.runtime.largest_allocation(lambda: x.t()) == 0
+    assert attnbook.runtime.largest_allocation(lambda: x[:8] * 2) == 8 * 256 * 4
+    assert attnbook.runtime.largest_allocation(lambda: x.add_(1.0)) == 0  # in place: same memory
+    with pytest.raises(ValueError, match="fn"):
+        attnbook.runtime.largest_allocation(None)  # type: ignore[arg-type]

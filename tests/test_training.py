@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
 import math
 
 import matplotlib
@@ -22,17 +21,12 @@ from torch import nn
 from attnbook import GPT, GPTConfig, set_seed
 from attnbook.data import TextDataset, grammar_corpus, reverse_task
 from attnbook.training import (
-    History,
     TrainConfig,
     evaluate,
     exact_match,
-    load_checkpoint,
     lr_at,
     make_optimizer,
-    plot_history,
-    read_checkpoint_extra,
     reverse_recipe,
-    save_checkpoint,
     train,
 )
 
@@ -187,58 +181,6 @@ def test_recipes_fit() -> None:
         assert isinstance(config, TrainConfig)
     with pytest.raises(ValueError, match="scale"):
         reverse_recipe("tpu")
-
-
-# ------------------------------------------------------------------------------ checkpoints
-
-
-def test_checkpoint_round_trip(tmp_path: object) -> None:
-    model = _model(positional="rope")
-    train(model, TASK, _config(steps=5))
-    save_checkpoint(tmp_path / "ckpt", model, extra={"note": "hi"})
-    loaded = load_checkpoint(tmp_path / "ckpt")
-    assert loaded.config == model.config
-    assert not loaded.training
-    assert loaded.lm_head.weight is loaded.tok_emb.weight  # still tied
-    model.eval()
-    torch.testing.assert_close(loaded(TASK.test[:, :-1]), model(TASK.test[:, :-1]), rtol=0, atol=0)
-    assert read_checkpoint_extra(tmp_path / "ckpt") == {"note": "hi"}
-
-
-def test_checkpoint_mismatch_is_refused(tmp_path: object) -> None:
-    path = save_checkpoint(tmp_path / "ckpt", _model())
-    document = json.loads((path / "config.json").read_text())
-    document["gpt_config"]["d_model"] = 16  # the weights are 32 wide
-    (path / "config.json").write_text(json.dumps(document))
-    with pytest.raises(ValueError, match="do not match"):
-        load_checkpoint(path)
-    document["gpt_config"]["d_model"] = 32
-    document["gpt_config"]["n_layers"] = 2  # a block's weights are missing
-    (path / "config.json").write_text(json.dumps(document))
-    with pytest.raises(ValueError, match="missing"):
-        load_checkpoint(path)
-    (path / "model.safetensors").unlink()
-    with pytest.raises(ValueError, match="missing"):
-        load_checkpoint(path)
-    with pytest.raises(ValueError, match="extra"):
-        save_checkpoint(tmp_path / "other", _model(), extra=[1])
-
-
-# ------------------------------------------------------------------------------- plotting
-
-
-def test_plot_history() -> None:
-    history = train(_model(), TASK, _config())
-    fig = plot_history(history)
-    axes = fig.axes
-    assert len(axes) == 2
-    assert all(ax.get_xlabel() == "step" for ax in axes)
-    assert "loss" in axes[0].get_ylabel()
-    assert "exact-match" in axes[1].get_ylabel()
-    assert len(axes[0].lines[0].get_ydata()) == 20
-    with pytest.raises(ValueError, match="history"):
-        plot_history(History())
-    matplotlib.pyplot.close(fig)
 
 
 # ------------------------------------------------------------------------------- generate

@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from attnbook.viz import DIVERGING_CMAP, SEQUENTIAL_CMAP, plot_bars, plot_heatmap
+import attnbook
+from attnbook.training import History
+from attnbook.viz import DIVERGING_CMAP, SEQUENTIAL_CMAP, plot_bars, plot_heatmap, plot_history
 
 
 @pytest.fixture(autouse=True)
@@ -78,3 +80,28 @@ def test_bars_show_values_with_labels() -> None:
     assert [t.get_text() for t in ax.get_xticklabels()] == ["cat", "dog"]
     with pytest.raises(ValueError, match=r"values must have shape \(n,\)"):
         plot_bars(np.zeros((2, 2)))
+
+
+def test_plot_history_draws_the_losses_and_exact_match() -> None:
+    history = History(
+        train_loss=[2.0 / (i + 1) for i in range(20)],
+        lr=[1e-3] * 20,
+        eval_step=[10, 20],
+        eval_metrics={"test_loss": [0.5, 0.2], "test_exact_match": [0.1, 0.9]},
+    )
+    fig = plot_history(history)
+    axes = fig.axes
+    assert len(axes) == 2
+    assert all(ax.get_xlabel() == "step" for ax in axes)
+    assert "loss" in axes[0].get_ylabel()
+    assert "exact-match" in axes[1].get_ylabel()
+    assert list(axes[0].lines[0].get_ydata()) == history.train_loss
+    assert list(axes[0].lines[1].get_xdata()) == [10, 20]
+    assert list(axes[1].lines[0].get_ydata()) == [0.1, 0.9]
+    without_em = plot_history(History(train_loss=[1.0, 0.5], eval_step=[2], eval_metrics={}))
+    assert len(without_em.axes) == 1
+    with pytest.raises(ValueError, match="history"):
+        plot_history(History())
+    with pytest.raises(ValueError, match="history"):
+        plot_history([1.0, 0.5])  # type: ignore[arg-type]
+    assert attnbook.plot_history is plot_history  # the package re-exports it, imported on use

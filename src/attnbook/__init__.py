@@ -25,12 +25,15 @@ is in its docstring):
   generation) and ``EncoderDecoder``
 - :mod:`attnbook.data`: generated training data: reverse, sort and associative-recall
   tasks with held-out splits; character-level text and the default grammar corpus
-- :mod:`attnbook.training`: the training loop (AdamW, warmup + cosine, evaluation,
-  checkpoints); :mod:`attnbook.distributed` runs it from the command line, also
-  data-parallel under ``torchrun`` (not imported here: ``python -m attnbook.distributed``)
+- :mod:`attnbook.training`: the training loop (AdamW, warmup + cosine, evaluation);
+  ``python -m attnbook train ...`` (:mod:`attnbook.__main__`, not imported here) runs it
+  from the command line, also data-parallel under ``torchrun``
+- :mod:`attnbook.checkpoint`: a trained GPT saved to a folder (safetensors + JSON config)
+  and rebuilt from it
 - :mod:`attnbook.interpret`: reading attention: bertviz's input, attention rollout,
   per-head statistics (entropy, weight on chosen keys, previous-token share)
-- :mod:`attnbook.viz`: the course's figures (heatmaps, bar charts)
+- :mod:`attnbook.viz`: the course's figures (heatmaps, bar charts, training curves:
+  ``plot_history``, also ``attnbook.plot_history``, imported on first use)
 - :mod:`attnbook.exercises`: checkers for the chapters' code exercises
 """
 
@@ -38,6 +41,7 @@ from importlib.metadata import version as _version
 
 from attnbook.attention import SingleHeadAttention, scaled_dot_product_attention
 from attnbook.block import DecoderBlock, EncoderBlock, FeedForward
+from attnbook.checkpoint import load_checkpoint, save_checkpoint
 from attnbook.data import (
     CharTokenizer,
     SequenceTask,
@@ -89,14 +93,21 @@ from attnbook.training import (
     History,
     TrainConfig,
     exact_match,
-    load_checkpoint,
-    plot_history,
     reverse_recipe,
-    save_checkpoint,
     train,
 )
 
 __version__ = _version("attnbook")
+
+
+def __getattr__(name: str) -> object:
+    """``attnbook.plot_history``, imported on first use: viz imports pyplot, which is slow."""
+    if name == "plot_history":
+        from attnbook.viz import plot_history
+
+        return plot_history
+    raise AttributeError(f"module 'attnbook' has no attribute {name!r}")
+
 
 __all__ = [
     "GPT",

@@ -1,16 +1,33 @@
-"""Reproducibility and hardware helpers used at the top of every chapter.
+"""Reproducibility, hardware and measuring helpers.
 
-Introduced in the introduction (``intro.md``) and used from chapter 1 on.
+Introduced in the introduction (``intro.md``) and used from chapter 1 on
+(``set_seed``, ``get_device``, ``set_print_options``). Chapter 12
+(``chapters/12_efficient_attention.ipynb``) and the scripts in
+``benchmarks/`` measure with the same helpers: :func:`seconds_per_call` for
+time, :class:`OpRecorder` and :func:`largest_allocation` for the operations a
+call runs and the largest tensor it makes.
 """
 
 from __future__ import annotations
 
 import random
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
-__all__ = ["get_device", "set_print_options", "set_seed"]
+__all__ = [
+    "OpRecorder",
+    "get_device",
+    "largest_allocation",
+    "seconds_per_call",
+    "set_print_options",
+    "set_seed",
+    "synchronize",
+]
 
 
 def set_seed(seed: int) -> None:
@@ -69,3 +86,123 @@ def set_print_options(precision: int = 4) -> None:
         raise ValueError(f"precision must be in [1, 16], got {precision}")
     np.set_printoptions(precision=precision, suppress=True)
     torch.set_printoptions(precision=precision, sci_mode=False)
+
+
+# --------------------------------------------------------------------------- measuring
+
+
+def synchronize(device: str | torch.device) -> None:
+    """Wait until ``device`` has finished its queued work (a no-op on the CPU).
+
+    A GPU runs operations asynchronously: without this, a timer stopped right
+    after a call measures only how long it took to *queue* the work.
+
+    Args:
+        device: the device whose work to wait for, e.g. ``get_device()``.
+    """
+    device = torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+
+def seconds_per_call(
+    fn: Callable[[], object], repeats: int = 3, device: str | torch.device | None = None
+) -> float:
+    """The fastest of ``repeats`` timed calls of ``fn()``, after one untimed warm-up call.
+
+    The minimum, not the mean: other programs on the machine only ever make a
+    call slower, so the fastest call is the least disturbed estimate of what
+    the call itself costs. Each call is bracketed by :func:`synchronize`, so
+    a GPU's queued work is counted.
+
+    Args:
+        fn: a function of no arguments (wrap a call in a ``lambda``).
+        repeats: how many timed calls, at least 1.
+        device: the device ``fn`` computes on (default: :func:`get_device`).
+
+    Returns:
+        Seconds, as a float.
+
+    Raises:
+        ValueError: if ``fn`` is not callable or ``repeats`` is not an int >= 1.
+    """
+    if not callable(fn):
+        raise ValueError(f"fn must be a function of no arguments, got {type(fn).__name__}")
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"repeats must be an int >= 1, got {repeats!r}")
+    device = get_device() if device is None else torch.device(device)
+    fn()
+    times = []
+    for _ in range(repeats):
+        synchronize(device)
+        start = time.perf_counter()
+        fn()
+        synchronize(device)
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def _tensors_in(values: object) -> Iterator[torch.Tensor]:
+    """Every tensor in ``values``: a tensor, or tuples and lists of them, nested."""
+    if isinstance(values, torch.Tensor):
+        yield values
+    elif isinstance(values, (tuple, list)):
+        for value in values:
+            yield from _tensors_in(value)
+
+
+class OpRecorder(TorchDispatchMode):
+    """Record every ATen operation run inside ``with OpRecorder() as r:``, and the largest result.
+
+    PyTorch's dispatcher shows a ``TorchDispatchMode`` each operation that runs
+    underneath a call, with its inputs and its results. The recorder keeps
+
+    - ``ops``: the operations' names (``"bmm"``, ``"_softmax"``, ...);
+    - ``largest``: the bytes of the largest storage one operation allocates
+      for its result. A result that is a view of, or the same memory as, one
+      of the operation's inputs allocates nothing and is not counted.
+
+    What one fused operation allocates internally (a kernel's work buffers)
+    is invisible here: only the tensors it returns are seen.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: set[str] = set()  # names of the ATen operations that ran
+        self.largest = 0  # bytes of the largest newly allocated result
+
+    def __torch_dispatch__(
+        self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None
+    ) -> Any:
+        """Run ``func`` and record its name and the size of each new result."""
+        out = func(*args, **(kwargs or {}))
+        self.ops.add(str(func).removeprefix("aten.").removesuffix(".default"))
+        given = {t.untyped_storage().data_ptr() for t in _tensors_in(args)}
+        for t in _tensors_in(out):
+            if t.untyped_storage().data_ptr() not in given:
+                self.largest = max(self.largest, t.untyped_storage().nbytes())
+        return out
+
+
+def largest_allocation(fn: Callable[[], object]) -> int:
+    """Bytes of the largest new tensor storage any single operation makes while ``fn()`` runs.
+
+    The peak-memory question "does this method ever hold a ``(T, S)``
+    matrix?" answered exactly, on any device, by :class:`OpRecorder`.
+
+    Args:
+        fn: a function of no arguments (wrap a call in a ``lambda``).
+
+    Returns:
+        Bytes, as an int (0 if no operation allocated a result).
+
+    Raises:
+        ValueError: if ``fn`` is not callable.
+    """
+    if not callable(fn):
+        raise ValueError(f"fn must be a function of no arguments, got {type(fn).__name__}")
+    with OpRecorder() as recorder:
+        fn()
+    return recorder.largest

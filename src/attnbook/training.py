@@ -1,4 +1,4 @@
-"""Training a GPT: the optimiser, the learning-rate schedule, the loop, evaluation, checkpoints.
+"""Training a GPT: the optimiser, the learning-rate schedule, the loop, evaluation.
 
 Introduced in chapter 10 (``chapters/10_training.ipynb``). One compact loop,
 :func:`train`, does everything the chapter needs and nothing else:
@@ -12,7 +12,7 @@ Introduced in chapter 10 (``chapters/10_training.ipynb``). One compact loop,
   sequence tasks: :func:`exact_match`);
 - a ``tqdm`` progress bar (a widget in Jupyter);
 - data parallelism when ``torch.distributed`` is initialised (``torchrun``,
-  see :mod:`attnbook.distributed`): every process takes its share of each global
+  see ``python -m attnbook train`` in :mod:`attnbook.__main__`): every process takes its share of each global
   batch and DistributedDataParallel averages the gradients.
 
 Runs are reproducible: :func:`train` seeds everything from ``config.seed``
@@ -26,12 +26,9 @@ Shape legend used in this module:
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import time
-from dataclasses import asdict, dataclass, field, fields
-from pathlib import Path
-from typing import Any
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -46,17 +43,11 @@ __all__ = [
     "TrainConfig",
     "evaluate",
     "exact_match",
-    "load_checkpoint",
     "lr_at",
     "make_optimizer",
-    "plot_history",
     "reverse_recipe",
-    "save_checkpoint",
     "train",
 ]
-
-WEIGHTS_FILE = "model.safetensors"
-CONFIG_FILE = "config.json"
 
 
 @dataclass(frozen=True)
@@ -417,159 +408,6 @@ def train(model: GPT, data: SequenceTask | TextDataset, config: TrainConfig) -> 
     bar.close()
     history.seconds = trained_seconds
     return history
-
-
-def plot_history(history: History) -> Any:
-    """Loss curves (training per step, held-out at each evaluation) and exact-match, if any.
-
-    Args:
-        history: what :func:`train` returned.
-
-    Returns:
-        The matplotlib ``Figure`` (one panel for the losses, one for
-        exact-match when recorded).
-    """
-    if not isinstance(history, History):
-        raise ValueError(f"history must be a History, got {type(history).__name__}")
-    if not history.train_loss:
-        raise ValueError("history has no steps: train first")
-    import matplotlib.pyplot as plt  # here, so that importing attnbook stays light
-
-    has_em = "test_exact_match" in history.eval_metrics
-    fig, axes = plt.subplots(1, 2 if has_em else 1, figsize=(10 if has_em else 5.5, 3.6))
-    axes = list(axes) if has_em else [axes]
-    ax = axes[0]
-    ax.plot(range(1, len(history.train_loss) + 1), history.train_loss, lw=1, label="training batch")
-    if "test_loss" in history.eval_metrics:
-        ax.plot(history.eval_step, history.eval_metrics["test_loss"], "o-", label="held-out")
-    ax.set_yscale("log")
-    ax.set_xlabel("step")
-    ax.set_ylabel("cross-entropy loss (nats, log scale)")
-    ax.set_title("Loss")
-    ax.legend()
-    if has_em:
-        ax = axes[1]
-        ax.plot(history.eval_step, history.eval_metrics["test_exact_match"], "o-", color="C2")
-        ax.set_ylim(-0.02, 1.02)
-        ax.set_xlabel("step")
-        ax.set_ylabel("held-out exact-match")
-        ax.set_title("Whole answers right")
-    fig.tight_layout()
-    return fig
-
-
-# ------------------------------------------------------------------------- checkpoints
-
-
-def _unique_state(model: nn.Module) -> dict[str, torch.Tensor]:
-    """The state dict without the second name of a tied tensor (safetensors stores each once)."""
-    seen, state = set(), {}
-    for name, tensor in model.state_dict().items():
-        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
-        if key in seen:
-            continue
-        seen.add(key)
-        state[name] = tensor.detach().cpu().contiguous()
-    return state
-
-
-def save_checkpoint(path: str | Path, model: GPT, extra: dict | None = None) -> Path:
-    """Save a GPT to the folder ``path``: ``model.safetensors`` and ``config.json``.
-
-    safetensors stores tensors only (no pickled code, so loading runs
-    nothing); the JSON file holds the :class:`~attnbook.GPTConfig` that
-    rebuilds the architecture, and ``extra`` (anything JSON can hold, e.g. the
-    tokenizer's characters or the training config).
-
-    Args:
-        path: a folder (created if missing).
-        model: the :class:`~attnbook.GPT`.
-        extra: optional JSON-serialisable dict, saved under ``"extra"``.
-
-    Returns:
-        The folder, as a ``Path``.
-    """
-    from safetensors.torch import save_file
-
-    if not isinstance(model, GPT):
-        raise ValueError(f"model must be an attnbook.GPT, got {type(model).__name__}")
-    if extra is not None and not isinstance(extra, dict):
-        raise ValueError(f"extra must be None or a dict, got {type(extra).__name__}")
-    path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
-    config = asdict(model.config)
-    if config.get("n_kv_heads") is None:  # the default (one key/value head per head): left out,
-        del config["n_kv_heads"]  # so checkpoints of plain models read as before chapter 12
-    document = {"gpt_config": config, "extra": extra or {}}
-    text = json.dumps(document, indent=2, sort_keys=True)  # fails early if extra is not JSON
-    save_file(_unique_state(model), str(path / WEIGHTS_FILE))
-    (path / CONFIG_FILE).write_text(text + "\n")
-    return path
-
-
-def read_checkpoint_extra(path: str | Path) -> dict:
-    """The ``extra`` dict saved with a checkpoint (``{}`` if none)."""
-    return _read_document(Path(path)).get("extra", {})
-
-
-def _read_document(path: Path) -> dict:
-    for name in (WEIGHTS_FILE, CONFIG_FILE):
-        if not (path / name).is_file():
-            raise ValueError(
-                f"path must be a checkpoint folder holding {WEIGHTS_FILE} and {CONFIG_FILE} "
-                f"(written by save_checkpoint), but {str(path / name)!r} is missing"
-            )
-    try:
-        document = json.loads((path / CONFIG_FILE).read_text())
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{CONFIG_FILE} in {str(path)!r} is not valid JSON: {error}") from None
-    if not isinstance(document, dict) or not isinstance(document.get("gpt_config"), dict):
-        raise ValueError(f"{CONFIG_FILE} in {str(path)!r} has no 'gpt_config' object")
-    return document
-
-
-def load_checkpoint(path: str | Path, device: str | torch.device | None = None) -> GPT:
-    """Rebuild a GPT saved by :func:`save_checkpoint`, weights and all, in ``eval()`` mode.
-
-    Args:
-        path: the checkpoint folder.
-        device: where to put the model (default: the CPU).
-
-    Returns:
-        The :class:`~attnbook.GPT`.
-
-    Raises:
-        ValueError: if a file is missing, the config is invalid, or the saved
-            weights do not match the config (missing, unexpected or
-            differently shaped tensors).
-    """
-    from safetensors.torch import load_file
-
-    path = Path(path)
-    raw = _read_document(path)["gpt_config"]
-    known = {f.name for f in fields(GPTConfig)}
-    if set(raw) - known:
-        raise ValueError(f"{CONFIG_FILE}: unknown GPTConfig fields {sorted(set(raw) - known)}")
-    config = GPTConfig(**raw)  # raises ValueError on bad values
-    model = GPT(config)
-    expected = {k: tuple(v.shape) for k, v in _unique_state(model).items()}
-    state = load_file(str(path / WEIGHTS_FILE))
-    found = {k: tuple(v.shape) for k, v in state.items()}
-    if expected != found:
-        missing = sorted(expected.keys() - found.keys())
-        unexpected = sorted(found.keys() - expected.keys())
-        shapes = [
-            f"{k}: config needs {expected[k]}, file has {found[k]}"
-            for k in sorted(expected.keys() & found.keys())
-            if expected[k] != found[k]
-        ]
-        raise ValueError(
-            f"the weights in {str(path / WEIGHTS_FILE)!r} do not match the config in "
-            f"{CONFIG_FILE}: missing {missing[:5]}, unexpected {unexpected[:5]}, "
-            f"different shapes {shapes[:5]}"
-        )
-    model.load_state_dict(state, strict=False)  # the tied head's second name is not in the file
-    return model.to("cpu" if device is None else device).eval()
 
 
 # ----------------------------------------------------------------------------- recipes

@@ -9,17 +9,27 @@ Conventions: in every heatmap rows are queries and columns are keys, so row
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from typing import Protocol
 
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
 from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 
 from attnbook._validation import Array, shape_str
 
-__all__ = ["STYLE", "course_style", "plot_bars", "plot_heatmap", "plot_query_key", "to_numpy"]
+__all__ = [
+    "STYLE",
+    "course_style",
+    "plot_bars",
+    "plot_heatmap",
+    "plot_history",
+    "plot_query_key",
+    "to_numpy",
+]
 
 STYLE: dict[str, object] = {
     "figure.dpi": 100,
@@ -277,3 +287,53 @@ def plot_query_key(
         ax_prod.set_title(f"products; their sum, the score: {p.sum():.2f}")
         ax_prod.set_xticks(xs[:: max(1, d_k // 16)])
     return list(axes)
+
+
+class TrainingCurves(Protocol):
+    """What :func:`plot_history` reads: the fields of :class:`attnbook.training.History`."""
+
+    train_loss: Sequence[float]  # per step
+    eval_step: Sequence[int]  # steps done at each evaluation
+    eval_metrics: Mapping[str, Sequence[float]]  # "test_loss", "test_exact_match", ...
+
+
+def plot_history(history: TrainingCurves) -> Figure:
+    """Loss curves (training per step, held-out at each evaluation) and exact-match, if any.
+
+    Args:
+        history: what :func:`attnbook.training.train` returned (a
+            :class:`~attnbook.training.History`; anything with the same
+            ``train_loss``, ``eval_step`` and ``eval_metrics`` will do).
+
+    Returns:
+        The matplotlib ``Figure`` (one panel for the losses, one for
+        exact-match when recorded).
+    """
+    if not all(hasattr(history, name) for name in ("train_loss", "eval_step", "eval_metrics")):
+        raise ValueError(
+            "history must be a History (what attnbook.training.train returned), "
+            f"got {type(history).__name__}"
+        )
+    if not history.train_loss:
+        raise ValueError("history has no steps: train first")
+    has_em = "test_exact_match" in history.eval_metrics
+    fig, axes = plt.subplots(1, 2 if has_em else 1, figsize=(10 if has_em else 5.5, 3.6))
+    axes = list(axes) if has_em else [axes]
+    ax = axes[0]
+    ax.plot(range(1, len(history.train_loss) + 1), history.train_loss, lw=1, label="training batch")
+    if "test_loss" in history.eval_metrics:
+        ax.plot(history.eval_step, history.eval_metrics["test_loss"], "o-", label="held-out")
+    ax.set_yscale("log")
+    ax.set_xlabel("step")
+    ax.set_ylabel("cross-entropy loss (nats, log scale)")
+    ax.set_title("Loss")
+    ax.legend()
+    if has_em:
+        ax = axes[1]
+        ax.plot(history.eval_step, history.eval_metrics["test_exact_match"], "o-", color="C2")
+        ax.set_ylim(-0.02, 1.02)
+        ax.set_xlabel("step")
+        ax.set_ylabel("held-out exact-match")
+        ax.set_title("Whole answers right")
+    fig.tight_layout()
+    return fig

@@ -16,8 +16,9 @@ computes (e.g. no Python loop, no call to the library function the exercise
 asks you to write), since such answers return the right numbers.
 
 For graders: when the environment variable ``ATTNBOOK_VERDICTS`` names a
-file, every :class:`Verdict` is also appended to that file as one line of
-JSON (``python -m attnbook.grade`` sets it for the kernel that runs a
+file, every :class:`Verdict` a checker returns is also appended to that file
+as one line of JSON by :func:`run_cases` (a :class:`Verdict` itself is a
+plain value and writes nothing) (``python -m attnbook.grade`` sets it for the kernel that runs a
 submission). Without the variable nothing is written anywhere.
 """
 
@@ -35,7 +36,15 @@ from types import FrameType
 import numpy as np
 import torch
 
-__all__ = ["Case", "Mistake", "Verdict", "forbid_calls", "no_python_loops", "run_cases"]
+__all__ = [
+    "Case",
+    "Mistake",
+    "Verdict",
+    "forbid_calls",
+    "no_python_loops",
+    "record_for_grader",
+    "run_cases",
+]
 
 _MAX_SHOWN = 24  # arrays with more entries are summarised, not printed
 VERDICTS_ENV = "ATTNBOOK_VERDICTS"  # names the JSON-lines file a grader reads; unset: no file
@@ -75,9 +84,6 @@ class Verdict:
     n_cases: int  # number of hidden cases
     message: str  # the text shown to the learner
 
-    def __post_init__(self) -> None:
-        _record_for_grader(self)
-
     def __bool__(self) -> bool:
         return self.passed
 
@@ -87,17 +93,25 @@ class Verdict:
     __str__ = __repr__
 
 
-def _record_for_grader(verdict: Verdict) -> None:
+def record_for_grader(verdict: Verdict) -> Verdict:
     """Append ``verdict`` as one JSON line to the file named by ``$ATTNBOOK_VERDICTS``, if set.
 
     This is how ``python -m attnbook.grade`` learns what each checker said
     inside the kernel that runs a submission, without parsing displayed text.
-    A checker that refines a verdict (``dataclasses.replace``) records twice;
-    the grader keeps the last verdict of an exercise in a cell, the one returned.
+    :func:`run_cases` calls it on every verdict it returns; a checker that
+    refines a verdict afterwards (``dataclasses.replace``) records the refined
+    one too, and the grader keeps the last verdict of an exercise in a cell,
+    the one returned.
+
+    Args:
+        verdict: what a checker is about to return.
+
+    Returns:
+        ``verdict`` itself, so that a checker can ``return record_for_grader(v)``.
     """
     path = os.environ.get(VERDICTS_ENV)
     if not path:
-        return
+        return verdict
     line = json.dumps(
         {
             "exercise": verdict.exercise,
@@ -110,6 +124,7 @@ def _record_for_grader(verdict: Verdict) -> None:
     )
     with open(path, "a", encoding="utf-8") as file:
         file.write(line + "\n")
+    return verdict
 
 
 def _to_numpy(x: object) -> np.ndarray:
@@ -341,8 +356,24 @@ def run_cases(
             even when the numbers are right.
 
     Returns:
-        A :class:`Verdict`; displaying it shows the learner what happened.
+        A :class:`Verdict`; displaying it shows the learner what happened. It
+        is also recorded for a grader (:func:`record_for_grader`).
     """
+    verdict = _judge(exercise, learner_fn, reference_fn, cases, rtol, atol, mistakes, guard)
+    return record_for_grader(verdict)
+
+
+def _judge(
+    exercise: str,
+    learner_fn: Callable,
+    reference_fn: Callable,
+    cases: Sequence[Case],
+    rtol: float,
+    atol: float,
+    mistakes: Sequence[Mistake],
+    guard: Guard | None,
+) -> Verdict:
+    """:func:`run_cases` without the recording: the first failing case's verdict, or a pass."""
     if not callable(learner_fn):
         raise ValueError(
             f"check_{exercise} needs your function itself, got {type(learner_fn).__name__}; "

@@ -1,0 +1,181 @@
+"""The package's command line: ``python -m attnbook train ...``.
+
+Introduced in chapter 10 (``chapters/10_training.ipynb``). ``train`` trains a
+GPT on one process or data-parallel under ``torchrun``, with the same loop as
+:func:`attnbook.training.train` (which holds the data-parallel logic); this
+module only parses arguments, starts ``torch.distributed`` when ``torchrun``
+launched it, and saves the results::
+
+    python -m attnbook train --task reverse --steps 300
+    torchrun --nproc_per_node=2 -m attnbook train --task reverse --steps 300
+
+``python -m attnbook.distributed ...`` is the same as ``python -m attnbook train ...``.
+
+Data parallelism: every process holds a full copy of the model, takes its
+slice of each global batch, computes gradients on it, and
+DistributedDataParallel averages the gradients over the processes (an
+all-reduce) before every optimiser step, so the copies stay identical. The
+backend is ``gloo`` on CPUs and ``nccl`` on CUDA GPUs; several machines run
+the same command with ``--nnodes`` and a rendezvous address (see ``torchrun
+--help``). Only process 0 prints, shows progress and writes files.
+
+This module is not imported by ``import attnbook``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+import torch
+
+from attnbook.checkpoint import save_checkpoint
+from attnbook.data import (
+    TextDataset,
+    associative_recall_task,
+    grammar_corpus,
+    load_text,
+    reverse_task,
+    sort_task,
+)
+from attnbook.model import GPT, GPTConfig
+from attnbook.runtime import set_seed
+from attnbook.training import TrainConfig, train
+
+__all__ = ["main", "train_command"]
+
+TASKS = ("reverse", "sort", "recall", "text")
+
+
+TRAIN_HELP = "Train an attnbook.GPT on a generated task or a text (data-parallel under torchrun)."
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m attnbook", description="The command line of the attnbook package."
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    _train_arguments(commands.add_parser("train", help=TRAIN_HELP, description=TRAIN_HELP))
+    return parser
+
+
+def _train_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    p.add_argument("--task", choices=TASKS, default="reverse")
+    p.add_argument("--length", type=int, default=16, help="reverse/sort: symbols per prompt")
+    p.add_argument("--text", type=Path, help="text: a UTF-8 file (default: the grammar corpus)")
+    p.add_argument("--seq-len", type=int, default=64, help="text: characters per window")
+    p.add_argument("--d-model", type=int, default=64)
+    p.add_argument("--n-heads", type=int, default=4)
+    p.add_argument("--n-layers", type=int, default=2)
+    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--batch-size", type=int, default=64, help="the global batch")
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--warmup-steps", type=int, default=30)
+    p.add_argument("--eval-every", type=int, default=25)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default=None, help="cpu, cuda, mps (default: the fastest)")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.add_argument("--save", type=Path, help="write a checkpoint folder here (process 0)")
+    p.add_argument("--history-json", type=Path, help="write the History as JSON here (process 0)")
+    return p
+
+
+def _data(args: argparse.Namespace) -> object:
+    if args.task == "reverse":
+        return reverse_task(length=args.length, seed=args.seed)
+    if args.task == "sort":
+        return sort_task(length=args.length, seed=args.seed)
+    if args.task == "recall":
+        return associative_recall_task(seed=args.seed)
+    text = load_text(args.text) if args.text is not None else grammar_corpus(4000, args.seed)
+    return TextDataset(text, args.seq_len)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``python -m attnbook COMMAND ...``; the only command is ``train``.
+
+    Args:
+        argv: the command-line arguments (default: ``sys.argv[1:]``), the command first.
+
+    Returns:
+        The exit status, 0.
+    """
+    args = _parser().parse_args(argv)
+    return _train(args)
+
+
+def train_command(argv: list[str] | None = None) -> int:
+    """Run ``train``'s arguments alone (``python -m attnbook.distributed ...``).
+
+    Args:
+        argv: the arguments after ``train`` (default: ``sys.argv[1:]``).
+
+    Returns:
+        The exit status, 0.
+    """
+    parser = argparse.ArgumentParser(prog="python -m attnbook.distributed", description=TRAIN_HELP)
+    return _train(_train_arguments(parser).parse_args(argv))
+
+
+def _train(args: argparse.Namespace) -> int:
+    """Train as ``args`` say, and save what was asked for (process 0)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    device = args.device
+    if world > 1:  # launched by torchrun: one process per rank
+        dist = torch.distributed
+        use_cuda = (device or ("cuda" if torch.cuda.is_available() else "cpu")).startswith("cuda")
+        if use_cuda:
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+            device = "cuda"
+        else:
+            device = "cpu"
+        dist.init_process_group(backend="nccl" if use_cuda else "gloo")
+    rank = int(os.environ.get("RANK", "0"))
+    try:
+        data = _data(args)
+        config = GPTConfig(
+            vocab_size=data.vocab_size,
+            context_length=data.input_len,
+            d_model=args.d_model,
+            n_heads=args.n_heads,
+            n_layers=args.n_layers,
+        )
+        train_config = TrainConfig(
+            steps=args.steps,
+            batch_size=args.batch_size,
+            lr=args.lr,
+            warmup_steps=args.warmup_steps,
+            eval_every=args.eval_every,
+            seed=args.seed,
+            device=device,
+            compile=args.compile,
+            progress=not args.no_progress,
+        )
+        set_seed(args.seed)  # the same initial weights on every process
+        model = GPT(config)
+        history = train(model, data, train_config)
+        if rank == 0:
+            last = {k: round(v[-1], 4) for k, v in history.eval_metrics.items()}
+            print(
+                f"{len(history.train_loss)} steps in {history.seconds:.1f} s on {world} "
+                f"process(es); held-out: {last}"
+            )
+            if args.save is not None:
+                extra = {"task": args.task, "train_config": vars(train_config)}
+                if isinstance(data, TextDataset):
+                    extra["chars"] = data.tokenizer.chars
+                save_checkpoint(args.save, model, extra)
+            if args.history_json is not None:
+                record = {k: getattr(history, k) for k in history.__dataclass_fields__}
+                args.history_json.write_text(json.dumps(record))
+    finally:
+        if world > 1:
+            torch.distributed.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
