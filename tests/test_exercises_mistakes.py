@@ -143,7 +143,11 @@ def test_masked_attention_accepts_minus_infinity_written_several_ways() -> None:
             torch.softmax(_scores(q, k) + attnbook.mask_to_additive(m, q.dtype), -1) @ v
         )
     )
-    assert check_masked_attention(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, m))
+    # Right numbers, but the exercise is to apply the mask by hand (issue 18, P2):
+    _rejects(
+        check_masked_attention(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, m)),
+        "calls F.scaled_dot_product_attention",
+    )
 
 
 # ------------------------------------------------ scaled dot-product attention
@@ -328,7 +332,6 @@ def test_score_matrix_mistakes(wrong: Callable, mistake: str) -> None:
     "right",
     [
         lambda lengths, max_len: (torch.arange(max_len)[None, :] < lengths[:, None])[:, None, :],
-        lambda lengths, max_len: attnbook.padding_mask(lengths, max_len),
         lambda lengths, max_len: torch.stack(
             [torch.arange(max_len) < n for n in lengths]
         ).unsqueeze(1),

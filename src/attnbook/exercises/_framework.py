@@ -40,7 +40,9 @@ __all__ = [
     "Case",
     "Mistake",
     "Verdict",
+    "all_of",
     "forbid_calls",
+    "library_softmaxes",
     "no_python_loops",
     "record_for_grader",
     "run_cases",
@@ -200,17 +202,32 @@ def forbid_calls(forbidden: dict[str, object], hint: str) -> Guard:
     codes = {getattr(f, "__code__", None): name for name, f in forbidden.items()}
     codes.pop(None, None)
     builtins = {id(f): name for name, f in forbidden.items() if not hasattr(f, "__code__")}
+    # A method of a built-in type (torch.Tensor.softmax) is called bound to an object
+    # (x.softmax(-1)), a new object every time: recognise it by its name and owner type.
+    methods = {
+        (f.__name__, f.__objclass__): name
+        for name, f in forbidden.items()
+        if hasattr(f, "__objclass__") and not hasattr(f, "__code__")
+    }
 
     def guard(call: Callable[[], object]) -> tuple[object, str | None]:
         seen: list[str] = []
+        previous = sys.getprofile()  # an enclosing guard's: it keeps watching (all_of)
 
         def profile(frame: FrameType, event: str, arg: object) -> None:
+            if previous is not None:
+                previous(frame, event, arg)
             if event == "call" and frame.f_code in codes:
                 seen.append(codes[frame.f_code])
-            elif event == "c_call" and id(arg) in builtins:
-                seen.append(builtins[id(arg)])
+            elif event == "c_call":
+                if id(arg) in builtins:
+                    seen.append(builtins[id(arg)])
+                elif methods:
+                    owner = getattr(arg, "__self__", None)
+                    for (method, cls), name in methods.items():
+                        if getattr(arg, "__name__", None) == method and isinstance(owner, cls):
+                            seen.append(name)
 
-        previous = sys.getprofile()
         sys.setprofile(profile)
         try:
             result = call()
@@ -222,6 +239,58 @@ def forbid_calls(forbidden: dict[str, object], hint: str) -> Guard:
                 f"calls {seen[0]}, which this exercise asks you to write yourself.\n   Hint: {hint}",
             )
         return result, None
+
+    return guard
+
+
+def library_softmaxes() -> dict[str, object]:
+    """The softmax functions of PyTorch (and of SciPy, if installed), for :func:`forbid_calls`.
+
+    An exercise that asks for a softmax written by hand forbids these, as well
+    as the package's own function; log-softmax is included, since
+    ``exp(log_softmax(x))`` is the same shortcut. NumPy has no softmax.
+    """
+    import torch.nn.functional as F
+
+    found: dict[str, object] = {
+        "torch.softmax": torch.softmax,
+        "torch.nn.functional.softmax": F.softmax,
+        "torch.special.softmax": torch.special.softmax,
+        "Tensor.softmax": torch.Tensor.softmax,
+        "torch.log_softmax": torch.log_softmax,
+        "torch.nn.functional.log_softmax": F.log_softmax,
+        "torch.special.log_softmax": torch.special.log_softmax,
+        "Tensor.log_softmax": torch.Tensor.log_softmax,
+    }
+    try:
+        import scipy.special
+    except ImportError:  # SciPy is not a dependency of the package
+        return found
+    found["scipy.special.softmax"] = scipy.special.softmax
+    found["scipy.special.log_softmax"] = scipy.special.log_softmax
+    return found
+
+
+def all_of(*guards: Guard) -> Guard:
+    """A guard that runs the answer once under every one of ``guards`` and reports the first problem."""
+
+    def guard(call: Callable[[], object]) -> tuple[object, str | None]:
+        problems: list[str] = []
+
+        def wrap(inner: Callable[[], object], g: Guard) -> Callable[[], object]:
+            def run() -> object:
+                result, problem = g(inner)
+                if problem is not None:
+                    problems.append(problem)
+                return result
+
+            return run
+
+        run = call
+        for g in reversed(guards):  # the first guard is the outermost, and reports first
+            run = wrap(run, g)
+        result = run()
+        return result, (problems[-1] if problems else None)
 
     return guard
 

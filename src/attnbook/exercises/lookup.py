@@ -9,9 +9,19 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
+import torch.nn.functional as F
 
-from attnbook.exercises._framework import Case, Mistake, Verdict, run_cases
+from attnbook.attention import scaled_dot_product_attention
+from attnbook.exercises._framework import (
+    Case,
+    Mistake,
+    Verdict,
+    forbid_calls,
+    library_softmaxes,
+    run_cases,
+)
 from attnbook.lookup import hard_lookup, soft_lookup
+from attnbook.softmax import softmax
 
 __all__ = ["check_hard_lookup", "check_soft_lookup"]
 
@@ -105,6 +115,8 @@ def check_soft_lookup(fn: Callable[..., np.ndarray]) -> Verdict:
     ``query`` has shape ``(d,)`` (or ``(T, d)`` for several queries), ``keys``
     ``(S, d)``, ``values`` ``(S, d_v)``; the output has shape ``(d_v,)`` (or
     ``(T, d_v)``): the values averaged with weights ``softmax(query · keys / τ)``.
+    The exercise is to write it without ``attnbook``: an answer that calls the
+    package's lookup or softmax, or a library's softmax or attention, fails.
     """
     return run_cases(
         "soft_lookup",
@@ -112,6 +124,17 @@ def check_soft_lookup(fn: Callable[..., np.ndarray]) -> Verdict:
         lambda q, k, v, t: soft_lookup(q, k, v, temperature=t)[0],
         _SOFT_CASES,
         mistakes=_SOFT_MISTAKES,
+        guard=forbid_calls(
+            {
+                "attnbook.soft_lookup": soft_lookup,
+                "attnbook.softmax": softmax,
+                "attnbook.scaled_dot_product_attention": scaled_dot_product_attention,
+                "F.scaled_dot_product_attention": F.scaled_dot_product_attention,
+                **library_softmaxes(),
+            },
+            "write the three steps with NumPy: scores = query @ keys.T, a stable softmax "
+            "with the temperature (maximum first, then divide by τ), weights @ values.",
+        ),
     )
 
 
@@ -179,6 +202,17 @@ def check_hard_lookup(fn: Callable[..., np.ndarray]) -> Verdict:
     """Check ``fn(query, keys, values) -> value``: the value of the key with the largest dot product.
 
     ``query`` has shape ``(d,)``, ``keys`` ``(S, d)``, ``values`` ``(S, d_v)``;
-    the result has shape ``(d_v,)``.
+    the result has shape ``(d_v,)``. An answer that calls ``attnbook.hard_lookup``
+    (the function the exercise asks you to write) fails.
     """
-    return run_cases("hard_lookup", fn, hard_lookup, _HARD_CASES, mistakes=_HARD_MISTAKES)
+    return run_cases(
+        "hard_lookup",
+        fn,
+        hard_lookup,
+        _HARD_CASES,
+        mistakes=_HARD_MISTAKES,
+        guard=forbid_calls(
+            {"attnbook.hard_lookup": hard_lookup},
+            "score every key with keys @ query, take np.argmax, return that row of values.",
+        ),
+    )

@@ -10,10 +10,18 @@ import math
 from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F
+from torch import nn
 
 from attnbook.attention import scaled_dot_product_attention
-from attnbook.exercises._framework import Case, Mistake, Verdict, run_cases
-from attnbook.masking import causal_mask, combine_masks, masked_softmax, padding_mask
+from attnbook.exercises._framework import Case, Mistake, Verdict, forbid_calls, run_cases
+from attnbook.masking import (
+    apply_mask,
+    causal_mask,
+    combine_masks,
+    masked_softmax,
+    padding_mask,
+)
 
 __all__ = [
     "check_causal_mask",
@@ -48,8 +56,27 @@ _CAUSAL_CASES = [
 
 
 def check_causal_mask(fn: Callable[[int], torch.Tensor]) -> Verdict:
-    """Check ``fn(seq_len) -> mask``: a ``(T, T)`` boolean tensor, ``True`` on and below the diagonal."""
-    return run_cases("causal_mask", fn, causal_mask, _CAUSAL_CASES)
+    """Check ``fn(seq_len) -> mask``: a ``(T, T)`` boolean tensor, ``True`` on and below the diagonal.
+
+    An answer that calls ``attnbook.causal_mask`` or ``nn.Transformer``'s mask
+    helper (instead of writing the mask) fails.
+    """
+    return run_cases(
+        "causal_mask",
+        fn,
+        causal_mask,
+        _CAUSAL_CASES,
+        guard=forbid_calls(
+            {
+                "attnbook.causal_mask": causal_mask,
+                "nn.Transformer.generate_square_subsequent_mask": (
+                    nn.Transformer.generate_square_subsequent_mask
+                ),
+            },
+            "build it yourself, e.g. by comparing torch.arange(seq_len) as a column with "
+            "itself as a row, or with torch.tril.",
+        ),
+    )
 
 
 def _scores_favour_the_future() -> tuple[torch.Tensor, ...]:
@@ -204,7 +231,9 @@ def check_masked_attention(
     ``mask`` is boolean, ``True`` = may attend, broadcastable to the scores
     ``(..., T, S)``; every query in the hidden cases may attend to at least one key.
     Output shape ``(..., T, d_v)``. One case has scores of about ``1e9`` where
-    the blocked keys score highest: only ``-inf`` blocks them exactly.
+    the blocked keys score highest: only ``-inf`` blocks them exactly. An answer
+    that calls an attention function (``attnbook``'s or PyTorch's) or the package's
+    masked softmax fails: the exercise is to apply the mask yourself.
     """
     return run_cases(
         "masked_attention",
@@ -212,6 +241,20 @@ def check_masked_attention(
         lambda q, k, v, m: scaled_dot_product_attention(q, k, v, m)[0],
         _MASKED_CASES,
         mistakes=_MASKED_MISTAKES,
+        guard=forbid_calls(
+            {
+                "attnbook.scaled_dot_product_attention": scaled_dot_product_attention,
+                "attnbook.masked_softmax": masked_softmax,
+                "attnbook.apply_mask": apply_mask,
+                "F.scaled_dot_product_attention": F.scaled_dot_product_attention,
+                "F.multi_head_attention_forward (nn.MultiheadAttention)": (
+                    F.multi_head_attention_forward
+                ),
+            },
+            "write it with @, masked_fill and torch.softmax: scores = query @ "
+            "key.transpose(-2, -1) / math.sqrt(d_k); scores.masked_fill(~mask, "
+            "float('-inf')); torch.softmax(scores, dim=-1) @ value.",
+        ),
     )
 
 
@@ -274,7 +317,8 @@ def check_padding_mask(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> Verdi
 
     ``lengths`` is an int64 tensor ``(B,)``; the result is boolean ``(B, 1, S)``
     with ``S = max_len``, ``True`` at the real keys ``s < lengths[b]`` (the
-    convention of :func:`attnbook.padding_mask`).
+    convention of :func:`attnbook.padding_mask`). An answer that calls
+    ``attnbook.padding_mask`` fails.
     """
     return run_cases(
         "padding_mask",
@@ -282,6 +326,11 @@ def check_padding_mask(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> Verdi
         lambda lengths, max_len: padding_mask(lengths, max_len),
         _PADDING_CASES,
         mistakes=_PADDING_MISTAKES,
+        guard=forbid_calls(
+            {"attnbook.padding_mask": padding_mask},
+            "compare torch.arange(max_len) as a row with the lengths as a column, then add "
+            "the query axis of size 1.",
+        ),
     )
 
 
@@ -360,18 +409,98 @@ _MASKED_SOFTMAX_MISTAKES = [
 ]
 
 
+def _forward_or_gradient(
+    fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]:
+    """``fn``'s weights, or, given an upstream gradient, its gradient with respect to the scores.
+
+    The cases of ``check_masked_softmax`` are ``(scores, mask, upstream)``:
+    ``upstream`` is ``None`` for a forward case, and for the backward case the
+    gradient of ``(weights * upstream).sum()`` is compared.
+    """
+
+    def run(scores: torch.Tensor, mask: torch.Tensor, upstream: torch.Tensor | None) -> object:
+        if upstream is None:
+            return fn(scores, mask)
+        scores = scores.detach().clone().requires_grad_(True)
+        weights = fn(scores, mask)
+        if not isinstance(weights, torch.Tensor) or not weights.requires_grad:
+            raise ValueError(
+                "returned weights that autograd cannot differentiate: use torch operations "
+                "on the scores, without .detach(), .numpy() or torch.no_grad()"
+            )
+        (grad,) = torch.autograd.grad((weights * upstream).sum(), scores, allow_unused=True)
+        return torch.zeros_like(scores) if grad is None else grad
+
+    return run
+
+
+def _gradient_case() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The scores and mask of a fully masked row, and a random upstream gradient."""
+    scores, mask = _row_blocked()
+    return scores, mask, _randn(523, 2, 3, 5)
+
+
+def _additive_then_nan_to_num(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    additive = torch.zeros(mask.shape, dtype=scores.dtype).masked_fill(~mask, float("-inf"))
+    return torch.softmax(scores + additive, dim=-1).nan_to_num(0.0)
+
+
+_ALL_MASKED_SOFTMAX_CASES = [
+    *(
+        Case(case.name, lambda case=case: (*case.make_args(), None), case.hint)
+        for case in _MASKED_SOFTMAX_CASES
+    ),
+    Case(
+        "the gradient with respect to the scores, with a fully masked row",
+        _gradient_case,
+        "A fully masked row does not depend on its scores: its gradient must be 0, not NaN. "
+        "Build the weights from operations whose backward pass is finite there (masked_fill, "
+        "torch.where), not from a NaN that is replaced afterwards.",
+    ),
+]
+
+_ALL_MASKED_SOFTMAX_MISTAKES = [
+    Mistake(
+        "an additive -inf mask, then nan_to_num: right weights, NaN gradient",
+        _forward_or_gradient(_additive_then_nan_to_num),
+        "scores + mask, with -inf in the mask, gives a row of -inf whose softmax is NaN; "
+        "nan_to_num repairs the values but not the backward pass, which multiplies by those "
+        "NaNs. Block with scores.masked_fill(~mask, float('-inf')) (its backward pass zeroes "
+        "the filled entries) or shift an empty row by 0 and divide by 1, as the chapter does.",
+    ),
+    *(
+        Mistake(mistake.name, _forward_or_gradient(mistake.answer), mistake.hint)
+        for mistake in _MASKED_SOFTMAX_MISTAKES
+    ),
+]
+
+
 def check_masked_softmax(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> Verdict:
     """Check ``fn(scores, mask) -> weights``: a softmax over the allowed keys, 0 where none is.
 
     ``scores`` is float64 ``(..., T, S)``, ``mask`` boolean (``True`` = may
     attend) broadcastable to it. Every row with an allowed key sums to 1 with
     exact zeros on blocked keys; a fully masked row must be all zeros, not NaN
-    and not uniform (the rule of :func:`attnbook.masked_softmax`).
+    and not uniform (the rule of :func:`attnbook.masked_softmax`). The last case
+    runs the backward pass: the gradient with respect to the scores must match
+    the package's, 0 in a fully masked row and never NaN. An answer that calls
+    ``attnbook.masked_softmax`` fails.
     """
+    if not callable(fn):  # checked here, before it is wrapped
+        return run_cases("masked_softmax", fn, masked_softmax, _MASKED_SOFTMAX_CASES)
     return run_cases(
         "masked_softmax",
-        fn,
-        masked_softmax,
-        _MASKED_SOFTMAX_CASES,
-        mistakes=_MASKED_SOFTMAX_MISTAKES,
+        _forward_or_gradient(fn),
+        _forward_or_gradient(masked_softmax),
+        _ALL_MASKED_SOFTMAX_CASES,
+        mistakes=_ALL_MASKED_SOFTMAX_MISTAKES,
+        guard=forbid_calls(
+            {
+                "attnbook.masked_softmax": masked_softmax,
+                "attnbook.scaled_dot_product_attention": scaled_dot_product_attention,
+            },
+            "set the blocked scores to -inf, shift each row by its largest allowed score (0 in "
+            "an empty row), exponentiate, and divide by the row's sum (1 where it is 0).",
+        ),
     )

@@ -5,9 +5,19 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
+import torch
+import torch.nn.functional as F
 
-from attnbook.exercises._framework import Case, Mistake, Verdict, no_python_loops, run_cases
-from attnbook.scores import cosine_similarity, score_matrix
+from attnbook.exercises._framework import (
+    Case,
+    Mistake,
+    Verdict,
+    all_of,
+    forbid_calls,
+    no_python_loops,
+    run_cases,
+)
+from attnbook.scores import cosine_similarity, dot_product, score_matrix
 
 __all__ = ["check_cosine_similarity", "check_score_matrix"]
 
@@ -73,7 +83,8 @@ def check_score_matrix(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Ve
 
     The exercise asks for one matrix product, without Python loops: an answer
     that loops (``for``, ``while``, a comprehension, ``map``, ``np.vectorize``)
-    fails even when its numbers are right.
+    fails even when its numbers are right, and so does one that calls
+    ``attnbook.score_matrix`` (the function the exercise asks you to write).
     """
     return run_cases(
         "score_matrix",
@@ -81,10 +92,17 @@ def check_score_matrix(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Ve
         score_matrix,
         _SCORE_MATRIX_CASES,
         mistakes=_SCORE_MATRIX_MISTAKES,
-        guard=no_python_loops(
-            "loops over queries and keys compute one dot product at a time, far "
-            "slower than one matrix product. Write the whole (T, S) matrix at once: "
-            "queries @ keys.T (row t of queries against column s of keys.T)."
+        guard=all_of(
+            forbid_calls(
+                {"attnbook.score_matrix": score_matrix, "attnbook.dot_product": dot_product},
+                "write the product yourself, queries @ keys.T; use attnbook.score_matrix "
+                "afterwards, to check yours.",
+            ),
+            no_python_loops(
+                "loops over queries and keys compute one dot product at a time, far "
+                "slower than one matrix product. Write the whole (T, S) matrix at once: "
+                "queries @ keys.T (row t of queries against column s of keys.T)."
+            ),
         ),
     )
 
@@ -113,6 +131,36 @@ _COSINE_CASES = [
 ]
 
 
+def _library_cosines() -> dict[str, object]:
+    """The cosine similarities of the package, PyTorch and SciPy (if installed)."""
+    found: dict[str, object] = {
+        "attnbook.cosine_similarity": cosine_similarity,
+        "torch.nn.functional.cosine_similarity": F.cosine_similarity,
+        "torch.cosine_similarity": torch.cosine_similarity,
+    }
+    try:
+        import scipy.spatial.distance
+    except ImportError:  # SciPy is not a dependency of the package
+        return found
+    found["scipy.spatial.distance.cosine"] = scipy.spatial.distance.cosine
+    found["scipy.spatial.distance.cdist"] = scipy.spatial.distance.cdist
+    return found
+
+
 def check_cosine_similarity(fn: Callable[[np.ndarray, np.ndarray], float]) -> Verdict:
-    """Check ``fn(a, b) -> float``, the cosine similarity of two 1-D vectors."""
-    return run_cases("cosine_similarity", fn, cosine_similarity, _COSINE_CASES)
+    """Check ``fn(a, b) -> float``, the cosine similarity of two 1-D vectors.
+
+    The exercise is to write the formula: an answer that calls a library's
+    cosine similarity (``attnbook``'s, PyTorch's or SciPy's) fails.
+    """
+    return run_cases(
+        "cosine_similarity",
+        fn,
+        cosine_similarity,
+        _COSINE_CASES,
+        guard=forbid_calls(
+            _library_cosines(),
+            "divide the dot product by the two lengths yourself, a @ b / (‖a‖ ‖b‖) with "
+            "np.linalg.norm or np.sqrt(a @ a).",
+        ),
+    )

@@ -6,8 +6,22 @@ from collections.abc import Callable
 
 import numpy as np
 
-from attnbook.exercises._framework import Case, Mistake, Verdict, run_cases
+from attnbook.exercises._framework import (
+    Case,
+    Guard,
+    Mistake,
+    Verdict,
+    forbid_calls,
+    library_softmaxes,
+    run_cases,
+)
 from attnbook.softmax import softmax
+
+
+def _write_it_yourself(hint: str) -> Guard:
+    """Fails an answer that calls the package's softmax or a library's (PyTorch, SciPy)."""
+    return forbid_calls({"attnbook.softmax": softmax, **library_softmaxes()}, hint)
+
 
 __all__ = ["check_softmax", "check_softmax_temperature"]
 
@@ -51,8 +65,22 @@ _SOFTMAX_CASES = [
 
 
 def check_softmax(fn: Callable[[np.ndarray], np.ndarray]) -> Verdict:
-    """Check ``fn(x) -> weights``: a numerically stable softmax over the last axis."""
-    return run_cases("softmax", fn, softmax, _SOFTMAX_CASES)
+    """Check ``fn(x) -> weights``: a numerically stable softmax over the last axis.
+
+    The exercise is to write it with NumPy: an answer that calls a library's
+    softmax (``attnbook.softmax``, ``torch.softmax``, ``scipy.special.softmax``, ...)
+    fails even though its numbers are right.
+    """
+    return run_cases(
+        "softmax",
+        fn,
+        softmax,
+        _SOFTMAX_CASES,
+        guard=_write_it_yourself(
+            "write the three steps with NumPy: subtract the row's maximum, np.exp, divide by "
+            "the row's sum; use attnbook.softmax afterwards, to check yours."
+        ),
+    )
 
 
 def _stable(z: np.ndarray) -> np.ndarray:
@@ -121,7 +149,8 @@ def check_softmax_temperature(fn: Callable[[np.ndarray, float], np.ndarray]) -> 
     """Check ``fn(x, temperature) -> weights``: softmax of ``x / temperature`` over the last axis.
 
     The hidden cases include scores of ``1e307`` at ``τ = 0.01``: an answer that
-    divides by ``τ`` before subtracting the maximum overflows there and fails.
+    divides by ``τ`` before subtracting the maximum overflows there and fails, and
+    so does one that calls a library's softmax.
     """
     return run_cases(
         "softmax_temperature",
@@ -129,4 +158,8 @@ def check_softmax_temperature(fn: Callable[[np.ndarray, float], np.ndarray]) -> 
         lambda x, t: softmax(x, temperature=t),
         _TEMPERATURE_CASES,
         mistakes=_TEMPERATURE_MISTAKES,
+        guard=_write_it_yourself(
+            "write it with NumPy: subtract the row's maximum, divide by τ, np.exp, divide by "
+            "the row's sum."
+        ),
     )

@@ -1,0 +1,173 @@
+"""Chapters 1-3: an answer that calls the function the exercise asks for fails.
+
+Issue 18 (P2): the chapters import the package's ``score_matrix``,
+``cosine_similarity``, ``softmax``, ``soft_lookup`` and ``hard_lookup``, so
+``check_softmax(lambda x: softmax(x))`` used to pass. The checkers now watch
+the calls an answer makes (``forbid_calls``), so the package's function and a
+library's equivalent fail, however they are imported or called, while an
+answer written by hand still passes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import attnbook
+from attnbook.exercises import (
+    check_cosine_similarity,
+    check_hard_lookup,
+    check_score_matrix,
+    check_soft_lookup,
+    check_softmax,
+    check_softmax_temperature,
+)
+from attnbook.exercises._framework import all_of, forbid_calls, library_softmaxes
+
+scipy_special = pytest.importorskip("scipy.special")
+scipy_distance = pytest.importorskip("scipy.spatial.distance")
+
+
+def _rejects(verdict: attnbook.exercises.Verdict, name: str) -> None:
+    assert not verdict, verdict.message
+    assert verdict.attempted
+    assert name in verdict.message, verdict.message
+    assert "asks you to write yourself" in verdict.message
+    assert "Hint:" in verdict.message
+
+
+def _softmax(x: np.ndarray, t: float = 1.0) -> np.ndarray:
+    e = np.exp((x - x.max(axis=-1, keepdims=True)) / t)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def _torch(x: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(np.asarray(x, dtype=float))
+
+
+@pytest.mark.parametrize(
+    ("wrong", "name"),
+    [
+        (lambda x: attnbook.softmax(x), "attnbook.softmax"),
+        (lambda x: scipy_special.softmax(x, axis=-1), "scipy.special.softmax"),
+        (lambda x: np.exp(scipy_special.log_softmax(x, axis=-1)), "scipy.special.log_softmax"),
+        (lambda x: torch.softmax(_torch(x), -1).numpy(), "torch.softmax"),
+        (lambda x: F.softmax(_torch(x), dim=-1).numpy(), "torch.nn.functional.softmax"),
+        (lambda x: _torch(x).softmax(-1).numpy(), "Tensor.softmax"),
+        (lambda x: _torch(x).log_softmax(-1).exp().numpy(), "Tensor.log_softmax"),
+        (lambda x: torch.special.softmax(_torch(x), -1).numpy(), "torch.special.softmax"),
+    ],
+)
+def test_softmax_that_calls_a_library_fails(wrong: Callable, name: str) -> None:
+    _rejects(check_softmax(wrong), name)
+
+
+def test_softmax_temperature_that_calls_a_library_fails() -> None:
+    _rejects(check_softmax_temperature(lambda x, t: attnbook.softmax(x, temperature=t)), "attnbook")
+    shifted = lambda x, t: (x - x.max(axis=-1, keepdims=True)) / t  # noqa: E731
+    _rejects(
+        check_softmax_temperature(lambda x, t: scipy_special.softmax(shifted(x, t), axis=-1)),
+        "scipy.special.softmax",
+    )
+
+
+def test_softmaxes_written_by_hand_pass() -> None:
+    assert check_softmax(_softmax)
+    assert check_softmax_temperature(_softmax)
+    # Torch is allowed as long as the softmax itself is written out:
+    assert check_softmax(
+        lambda x: (lambda e: (e / e.sum(-1, keepdim=True)).numpy())(
+            torch.exp(_torch(x) - _torch(x).amax(-1, keepdim=True))
+        )
+    )
+
+
+@pytest.mark.parametrize(
+    ("wrong", "name"),
+    [
+        (lambda q, k: attnbook.score_matrix(q, k), "attnbook.score_matrix"),
+        (lambda q, k: attnbook.dot_product(q[:, None, :], k[None, :, :]), "attnbook.dot_product"),
+    ],
+)
+def test_score_matrix_that_calls_the_package_fails(wrong: Callable, name: str) -> None:
+    _rejects(check_score_matrix(wrong), name)
+
+
+@pytest.mark.parametrize(
+    "right",
+    [lambda q, k: q @ k.T, lambda q, k: np.einsum("td,sd->ts", q, k), lambda q, k: np.inner(q, k)],
+)
+def test_score_matrix_written_by_hand_passes(right: Callable) -> None:
+    assert check_score_matrix(right)
+
+
+@pytest.mark.parametrize(
+    ("wrong", "name"),
+    [
+        (lambda a, b: attnbook.cosine_similarity(a, b), "attnbook.cosine_similarity"),
+        (lambda a, b: 1.0 - scipy_distance.cosine(a, b), "scipy.spatial.distance.cosine"),
+        (
+            lambda a, b: F.cosine_similarity(_torch(a), _torch(b), dim=0).item(),
+            "cosine_similarity",
+        ),
+    ],
+)
+def test_cosine_similarity_that_calls_a_library_fails(wrong: Callable, name: str) -> None:
+    _rejects(check_cosine_similarity(wrong), name)
+
+
+def test_cosine_similarity_written_by_hand_passes() -> None:
+    assert check_cosine_similarity(lambda a, b: a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+    assert check_cosine_similarity(lambda a, b: a @ b / np.sqrt((a @ a) * (b @ b)))
+
+
+def _soft_lookup(q: np.ndarray, k: np.ndarray, v: np.ndarray, t: float) -> np.ndarray:
+    return _softmax(q @ k.T, t) @ v
+
+
+@pytest.mark.parametrize(
+    ("wrong", "name"),
+    [
+        (lambda q, k, v, t: attnbook.soft_lookup(q, k, v, temperature=t)[0], "soft_lookup"),
+        (lambda q, k, v, t: attnbook.softmax(q @ k.T, temperature=t) @ v, "attnbook.softmax"),
+        (
+            lambda q, k, v, t: (
+                scipy_special.softmax((q @ k.T - (q @ k.T).max(-1, keepdims=True)) / t, axis=-1) @ v
+            ),
+            "scipy.special.softmax",
+        ),
+    ],
+)
+def test_soft_lookup_that_calls_a_library_fails(wrong: Callable, name: str) -> None:
+    _rejects(check_soft_lookup(wrong), name)
+
+
+def test_lookups_written_by_hand_pass() -> None:
+    assert check_soft_lookup(_soft_lookup)
+    assert check_hard_lookup(lambda q, k, v: v[np.argmax(k @ q)])
+    _rejects(
+        check_hard_lookup(lambda q, k, v: attnbook.hard_lookup(q, k, v)), "attnbook.hard_lookup"
+    )
+
+
+def test_all_of_reports_the_first_guard_and_runs_the_answer_once() -> None:
+    calls = []
+
+    def answer() -> float:
+        calls.append(1)
+        return float(torch.softmax(torch.zeros(2), 0)[0])
+
+    guard = all_of(
+        forbid_calls({"torch.softmax": torch.softmax}, "first"),
+        forbid_calls(library_softmaxes(), "second"),
+    )
+    result, problem = guard(answer)
+    assert result == 0.5
+    assert len(calls) == 1
+    assert problem is not None
+    assert "Hint: first" in problem
+    assert all_of(forbid_calls({"torch.softmax": torch.softmax}, "x"))(lambda: 1) == (1, None)
