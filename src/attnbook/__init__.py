@@ -85,6 +85,7 @@ from attnbook.scores import (
     score_matrix,
 )
 from attnbook.softmax import log_softmax, softmax, softmax_jacobian
+from attnbook.tokenizer import BPETokenizer
 from attnbook.training import (
     History,
     TrainConfig,
@@ -101,6 +102,7 @@ __version__ = _version("attnbook")
 __all__ = [
     "GPT",
     "AdditiveScorer",
+    "BPETokenizer",
     "CharTokenizer",
     "DecoderBlock",
     "EncoderBlock",
