@@ -26,8 +26,8 @@ Three rules make it GPT-2's algorithm:
   expression (:data:`GPT2_PATTERN`: contractions, a letter run with its leading
   space, a number run, a punctuation run, whitespace), and merges never cross
   a word boundary. Counting each distinct word once, with its frequency, is
-  what makes training fast: Shakespeare's 4.5 million characters hold only
-  about 35 000 distinct words.
+  what makes training fast: the 4.3 million characters of Shakespeare's
+  training plays hold only about 34 000 distinct words.
 - **Ties.** When two pairs are equally frequent, the lexicographically greater
   pair of byte strings is merged, so that training is deterministic.
 - **Special tokens** are cut out of the text before anything else: they are
