@@ -258,6 +258,17 @@ def test_gpt2_files_encode_as_the_tokenizers_library_on_any_text(
     assert tok.encode(text) == hf.encode(text).ids
 
 
+def test_a_tokenizer_read_from_gpt2_files_saves_and_loads(
+    gpt2_files: tuple[Path, Path, object], tmp_path: Path
+) -> None:
+    vocab_json, merges_txt, hf = gpt2_files
+    tok = BPETokenizer.from_gpt2_files(vocab_json, merges_txt)
+    tok.save(tmp_path / "gpt2.json")
+    loaded = BPETokenizer.load(tmp_path / "gpt2.json")
+    text = "Speak, speak.<|eot|> 日本語 1234567"
+    assert loaded.encode(text) == tok.encode(text) == hf.encode(text).ids  # GPT-2's ids kept
+
+
 def test_gpt2_files_must_be_gpt2_files(
     gpt2_files: tuple[Path, Path, object], tmp_path: Path
 ) -> None:
