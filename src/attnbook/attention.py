@@ -54,7 +54,8 @@ def attend(
     so do the package's modules once they have checked theirs.
     """
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
-    scores = query @ key.transpose(-2, -1) * scale  # (..., T, d_k) @ (..., d_k, S) -> (..., T, S)
+    scores = query @ key.transpose(-2, -1)  # (..., T, d_k) @ (..., d_k, S) -> (..., T, S)
+    scores = scores.mul_(scale)  # in place: the product is ours, and mul's gradient needs neither
     weights = softmax_with_mask(scores, mask)  # (..., T, S); a row with no allowed key: all 0
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p, training=True)  # (..., T, S)
