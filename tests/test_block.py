@@ -20,35 +20,6 @@ def _randn(seed: int, *shape: int) -> torch.Tensor:
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
 
 
-def _copy_attention(ours: nn.Module, theirs: nn.MultiheadAttention) -> None:
-    """Our q/k/v/out projections into nn.MultiheadAttention (in_proj = q, k, v stacked)."""
-    with torch.no_grad():
-        theirs.in_proj_weight.copy_(
-            torch.cat([ours.q_proj.weight, ours.k_proj.weight, ours.v_proj.weight])
-        )  # (3D, D)
-        theirs.in_proj_bias.copy_(torch.cat([ours.q_proj.bias, ours.k_proj.bias, ours.v_proj.bias]))
-        theirs.out_proj.load_state_dict(ours.out_proj.state_dict())
-
-
-def _torch_encoder_layer(block: EncoderBlock) -> nn.TransformerEncoderLayer:
-    layer = nn.TransformerEncoderLayer(
-        block.d_model,
-        block.n_heads,
-        block.ffn.d_ff,
-        dropout=0.0,
-        activation="gelu",
-        batch_first=True,
-        norm_first=block.norm_first,
-        dtype=torch.float64,
-    )
-    _copy_attention(block.self_attn, layer.self_attn)
-    for name in ("linear1", "linear2"):
-        getattr(layer, name).load_state_dict(getattr(block.ffn, name).state_dict())
-    for name in ("norm1", "norm2"):
-        getattr(layer, name).load_state_dict(getattr(block, name).state_dict())
-    return layer.eval()
-
-
 def _perturb_norms(module: nn.Module, seed: int) -> None:
     """LayerNorms start as the identity affine map; make their weights matter in the comparison."""
     g = torch.Generator().manual_seed(seed)
@@ -115,7 +86,7 @@ def test_encoder_block_matches_torch_encoder_layer(norm_first: bool, seed: int) 
     torch.manual_seed(seed)
     block = EncoderBlock(16, 4, 24, norm_first=norm_first).double().eval()
     _perturb_norms(block, seed)
-    layer = _torch_encoder_layer(block)
+    layer = block.to_torch()  # nn.TransformerEncoderLayer with our weights
     x = _randn(seed, 3, 7, 16)
     with torch.no_grad():
         torch.testing.assert_close(block(x), layer(x))
@@ -213,16 +184,11 @@ def test_decoder_block_matches_torch_decoder_layer(norm_first: bool, seed: int) 
     torch.manual_seed(seed)
     block = DecoderBlock(16, 4, 24, norm_first=norm_first).double().eval()
     _perturb_norms(block, seed)
-    layer = nn.TransformerDecoderLayer(
-        16, 4, 24, dropout=0.0, activation="gelu", batch_first=True, norm_first=norm_first,
-        dtype=torch.float64,
-    ).eval()  # fmt: skip
-    _copy_attention(block.self_attn, layer.self_attn)
-    _copy_attention(block.cross_attn, layer.multihead_attn)
-    for name in ("linear1", "linear2"):
-        getattr(layer, name).load_state_dict(getattr(block.ffn, name).state_dict())
-    for name in ("norm1", "norm2", "norm3"):
-        getattr(layer, name).load_state_dict(getattr(block, name).state_dict())
+    layer = block.to_torch()  # nn.TransformerDecoderLayer with our weights
+    assert isinstance(layer, nn.TransformerDecoderLayer)
+    assert not layer.training
+    assert layer.norm_first == norm_first
+    assert layer.self_attn.batch_first
     x, context = _randn(seed, 2, 5, 16), _randn(seed + 10, 2, 9, 16)
     float_causal = nn.Transformer.generate_square_subsequent_mask(5, dtype=torch.float64)
     pad = padding_mask([9, 6], 9, per_head=True)  # (B, 1, 1, S): the source's padding
@@ -255,3 +221,15 @@ def test_decoder_block_bad_input() -> None:
         block(torch.randn(2, 5, 8), torch.randn(3, 4, 8))
     with pytest.raises(ValueError, match="x"):
         block(torch.randn(2, 5, 7), torch.randn(2, 4, 8))
+
+
+def test_to_torch_copies_and_does_not_share() -> None:
+    block = EncoderBlock(16, 4, 24, dropout=0.1).double()
+    layer = block.to_torch()
+    assert isinstance(layer, nn.TransformerEncoderLayer)
+    assert layer.training  # mode copied
+    assert layer.linear1.weight.dtype == torch.float64
+    assert layer.dropout.p == 0.1
+    with torch.no_grad():
+        layer.linear1.weight.zero_()  # a copy: ours is untouched
+    assert block.ffn.linear1.weight.abs().sum() > 0

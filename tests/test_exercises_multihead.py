@@ -8,21 +8,11 @@ import pytest
 import torch
 from checker_asserts import assert_rejects, stub
 
-from attnbook import scaled_dot_product_attention
+from attnbook import merge_heads, scaled_dot_product_attention, split_heads
 from attnbook.exercises import check_merge_heads, check_multi_head_attention, check_split_heads
 from attnbook.exercises.multihead import _MHA_CASES, _mha_reference
 
 # ------------------------------------------------------- learners' answers
-
-
-def _split(x: torch.Tensor, n_heads: int) -> torch.Tensor:
-    B, T, D = x.shape
-    return x.view(B, T, n_heads, D // n_heads).transpose(1, 2)
-
-
-def _merge(x: torch.Tensor) -> torch.Tensor:
-    B, H, T, Dh = x.shape
-    return x.transpose(1, 2).reshape(B, T, H * Dh)
 
 
 def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, d: int) -> torch.Tensor:
@@ -30,7 +20,18 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, d: int) -> torch.
 
 
 def _mha(
-    xq, xc, w_q, w_k, w_v, w_o, n_heads, *, split=_split, scale_width=None, merge=_merge, out=True
+    xq,
+    xc,
+    w_q,
+    w_k,
+    w_v,
+    w_o,
+    n_heads,
+    *,
+    split=split_heads,
+    scale_width=None,
+    merge=merge_heads,
+    out=True,
 ):
     q, k, v = split(xq @ w_q, n_heads), split(xc @ w_k, n_heads), split(xc @ w_v, n_heads)
     heads = _attend(q, k, v, scale_width or q.shape[-1])
@@ -42,7 +43,7 @@ def _mha(
 
 
 def test_split_heads_checker_accepts_correct_answers() -> None:
-    verdict = check_split_heads(_split)
+    verdict = check_split_heads(split_heads)
     assert verdict, verdict.message
     assert "all 4 hidden cases pass" in verdict.message
     # reshape + permute, and einops-style unflatten, are just as right
@@ -77,7 +78,7 @@ def test_split_heads_square_case_catches_what_hides_in_the_shape() -> None:
     def sneaky(x, h):
         if x.shape[1] == h == x.shape[2] // h:
             return x.view(*x.shape[:2], x.shape[2] // h, h).permute(0, 3, 1, 2)
-        return _split(x, h)
+        return split_heads(x, h)
 
     assert_rejects(check_split_heads(sneaky), "square")
 
@@ -86,7 +87,7 @@ def test_split_heads_square_case_catches_what_hides_in_the_shape() -> None:
 
 
 def test_merge_heads_checker_accepts_correct_answers() -> None:
-    verdict = check_merge_heads(_merge)
+    verdict = check_merge_heads(merge_heads)
     assert verdict, verdict.message
     assert check_merge_heads(lambda x: x.permute(0, 2, 1, 3).flatten(2))
     assert check_merge_heads(lambda x: torch.cat(list(x.unbind(1)), dim=-1))
@@ -116,7 +117,7 @@ def test_merge_heads_square_case() -> None:
     def sneaky(x):
         if x.shape[1] == x.shape[2] == x.shape[3]:
             return x.reshape(x.shape[0], x.shape[2], -1)
-        return _merge(x)
+        return merge_heads(x)
 
     assert_rejects(check_merge_heads(sneaky), "square")
 
@@ -156,7 +157,7 @@ def test_multi_head_attention_checker_accepts_correct_answers() -> None:
         # keys and values from the queries' input
         (lambda xq, xc, *rest: _mha(xq, xq, *rest), "cross-attention", "x_context"),
         # values from x_query (T != S: the shapes do not fit, an error with the hint)
-        (lambda xq, xc, w_q, w_k, w_v, w_o, h: _merge(_attend(_split(xq @ w_q, h), _split(xc @ w_k, h), _split(xq @ w_v, h), xq.shape[-1] // h)) @ w_o, "cross-attention", "keys and values both"),
+        (lambda xq, xc, w_q, w_k, w_v, w_o, h: merge_heads(_attend(split_heads(xq @ w_q, h), split_heads(xc @ w_k, h), split_heads(xq @ w_v, h), xq.shape[-1] // h)) @ w_o, "cross-attention", "keys and values both"),
     ],
 )  # fmt: skip
 def test_multi_head_attention_checker_rejects_typical_mistakes(

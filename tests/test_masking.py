@@ -181,9 +181,9 @@ def test_multihead_attention_reads_boolean_masks_the_opposite_way() -> None:
     ("call", "match"),
     [
         (lambda: causal_mask(0), r"seq_len must be an int >= 1, got 0"),
-        (lambda: causal_mask(2.5), r"seq_len must be an int >= 1, got float"),
+        (lambda: causal_mask(2.5), r"seq_len must be an int >= 1, got 2\.5"),
         (lambda: causal_mask(2, 0), r"key_len must be an int >= 1, got 0"),
-        (lambda: causal_mask(2, "4"), r"key_len must be an int >= 1, got str"),
+        (lambda: causal_mask(2, "4"), r"key_len must be an int >= 1, got '4'"),
         (lambda: padding_mask([3, 5], 4), r"every length must be <= max_len = 4"),
         (lambda: padding_mask([-1, 2], 4), r"lengths must be >= 0"),
         (lambda: padding_mask([[1, 2]], 4), r"lengths must have shape \(B,\)"),

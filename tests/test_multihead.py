@@ -1,7 +1,7 @@
 """Tests of attnbook.MultiHeadAttention.
 
-Agreement with ``nn.MultiheadAttention(batch_first=True)`` (weights copied over,
-its ``in_proj_weight`` split in three, boolean masks converted to its opposite
+Agreement with ``nn.MultiheadAttention(batch_first=True)`` (weights copied over
+by ``MultiHeadAttention.to_torch()``, boolean masks converted to its opposite
 convention) over seeds and shapes; an explicit loop over heads against the
 batched module; invariants (causality, parameter count, the fused and explicit
 paths agree, dropout only in training, rows that may attend to nothing give
@@ -13,7 +13,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from torch import nn
 
 from attnbook import (
     MultiHeadAttention,
@@ -35,24 +34,6 @@ def _module(d_model: int, n_heads: int, seed: int, **kwargs: object) -> MultiHea
     return MultiHeadAttention(d_model, n_heads, **kwargs).double().eval()
 
 
-def _torch_twin(attn: MultiHeadAttention) -> nn.MultiheadAttention:
-    """``nn.MultiheadAttention`` holding the same weights: ``in_proj`` = W_Q, W_K, W_V stacked."""
-    bias = attn.q_proj.bias is not None
-    mha = nn.MultiheadAttention(attn.d_model, attn.n_heads, bias=bias, batch_first=True)
-    mha = mha.double().eval()
-    with torch.no_grad():
-        mha.in_proj_weight.copy_(
-            torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight])
-        )
-        mha.out_proj.weight.copy_(attn.out_proj.weight)
-        if bias:
-            mha.in_proj_bias.copy_(
-                torch.cat([attn.q_proj.bias, attn.k_proj.bias, attn.v_proj.bias])
-            )
-            mha.out_proj.bias.copy_(attn.out_proj.bias)
-    return mha
-
-
 # ------------------------------------------------- agreement with nn.MultiheadAttention
 
 
@@ -65,7 +46,7 @@ def test_causal_self_attention_agrees_with_torch(
     seed: int, batch: int, seq_len: int, d_model: int, n_heads: int, need_weights: bool
 ) -> None:
     attn = _module(d_model, n_heads, seed)
-    mha = _torch_twin(attn)
+    mha = attn.to_torch().eval()
     x = _randn(seed, batch, seq_len, d_model)
     mask = causal_mask(seq_len)
     theirs, w_theirs = mha(x, x, x, attn_mask=to_mha_mask(mask), average_attn_weights=False)
@@ -88,7 +69,7 @@ def test_cross_attention_agrees_with_torch(
     seed: int, seq_len: int, context_len: int, bias: bool
 ) -> None:
     attn = _module(8, 2, seed, bias=bias)
-    mha = _torch_twin(attn)
+    mha = attn.to_torch().eval()
     x, c = _randn(seed, 2, seq_len, 8), _randn(seed + 10, 2, context_len, 8)
     ours, w_ours = attn(x, c, c, need_weights=True)
     theirs, w_theirs = mha(x, c, c, average_attn_weights=False)
@@ -102,7 +83,7 @@ def test_cross_attention_agrees_with_torch(
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_key_padding_agrees_with_torch_in_its_opposite_convention(seed: int) -> None:
     attn = _module(12, 3, seed)
-    mha = _torch_twin(attn)
+    mha = attn.to_torch().eval()
     x, c = _randn(seed, 3, 4, 12), _randn(seed + 5, 3, 6, 12)
     lengths = [6, 3, 1]
     mask = padding_mask(lengths, 6, per_head=True)  # (B, 1, 1, S), True = real key
@@ -132,7 +113,7 @@ def test_additive_mask_agrees_with_boolean_mask() -> None:
 @pytest.mark.parametrize("seed", [0, 1])
 def test_average_attn_weights_is_the_mean_of_our_per_head_weights(seed: int) -> None:
     attn = _module(16, 4, seed)
-    mha = _torch_twin(attn)
+    mha = attn.to_torch().eval()
     x = _randn(seed, 2, 6, 16)
     _, w_ours = attn(x, x, x, need_weights=True, is_causal=True)  # (B, H, T, S)
     mask = to_mha_mask(causal_mask(6))
@@ -319,16 +300,16 @@ def test_query_key_value_need_not_be_one_tensor_for_self_attention() -> None:
     torch.testing.assert_close(fused, separate)
 
 
-def test_forward_unchecked_is_forward_without_checks() -> None:
+def test_validate_false_is_forward_without_checks() -> None:
     attn = _module(8, 2, 0)
     x, c = _randn(0, 2, 5, 8), _randn(1, 2, 3, 8)
     mask = padding_mask([3, 2], 3, per_head=True)
     for need_weights in (False, True):
         a = attn(x, c, c, mask, need_weights=need_weights)
-        b = attn._forward_unchecked(x, c, c, mask, False, need_weights)
+        b = attn(x, c, c, mask, need_weights=need_weights, validate=False)
         torch.testing.assert_close(a[0], b[0])
         a = attn(x, x, x, need_weights=need_weights, is_causal=True)
-        b = attn._forward_unchecked(x, x, x, None, True, need_weights)
+        b = attn(x, x, x, None, need_weights=need_weights, is_causal=True, validate=False)
         torch.testing.assert_close(a[0], b[0])
         if need_weights:
             torch.testing.assert_close(a[1], b[1])
@@ -454,3 +435,12 @@ _C = torch.randn(2, 3, 8)
 def test_forward_bad_inputs(args: tuple, kwargs: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         MultiHeadAttention(8, 2)(*args, **kwargs)
+
+
+def test_to_torch_refuses_what_pytorch_has_no_twin_for() -> None:
+    for attn in (MultiHeadAttention(8, 4, n_kv_heads=2), MultiHeadAttention(8, 2, rope_base=1e4)):
+        with pytest.raises(ValueError, match="to_torch"):
+            attn.to_torch()
+    theirs = MultiHeadAttention(8, 2, bias=False).to_torch()
+    assert theirs.in_proj_bias is None
+    assert theirs.batch_first

@@ -1,9 +1,13 @@
 """The package's shape: documented, typed, layered.
 
 - every public function and class has a docstring and type hints;
-- each layer only looks down: nothing imports ``attnbook.exercises``, and
+- each layer only looks down: a module imports only modules of its own or a
+  lower layer of ``LAYERS``; nothing imports ``attnbook.exercises``, and
   ``attnbook.viz`` draws what it is given without importing any module that
-  computes scores or attention.
+  computes scores or attention;
+- private names stay private: no ``from attnbook.x import _y`` across
+  modules, and no ``obj._name`` on anything but ``self``, ``cls`` or ``super()``
+  (no reaching into another module's or class's internals).
 """
 
 from __future__ import annotations
@@ -29,6 +33,111 @@ def _attnbook_imports(path: Path) -> set[str]:
         elif isinstance(node, ast.Import):
             found |= {a.name for a in node.names if a.name.startswith("attnbook")}
     return found
+
+
+# The package's layers, lowest first. A module may import modules of its own layer or below,
+# never above. A new module must be added here (the test names the one that is missing).
+LAYERS: list[set[str]] = [
+    {"_validation", "runtime"},
+    {"scores", "softmax", "masking", "positional", "data", "interpret", "viz"},
+    {"lookup", "attention"},
+    {"multihead", "efficient"},
+    {"block", "generation"},
+    {"model"},
+    {"encoder_decoder"},
+    {"training", "checkpoint"},
+    {"distributed", "__main__", "grade"},
+    {"exercises"},  # the checkers, imported by no other module
+    {"__init__"},  # the package's re-exports
+]
+
+
+def _layer_name(path: Path) -> str:
+    """``attnbook/exercises/x.py`` -> ``exercises``; ``attnbook/model.py`` -> ``model``."""
+    parts = path.relative_to(SRC).with_suffix("").parts
+    return parts[0]
+
+
+def _layer_of(name: str) -> int:
+    for i, layer in enumerate(LAYERS):
+        if name in layer:
+            return i
+    raise AssertionError(f"module attnbook.{name} is in no layer: add it to LAYERS")
+
+
+def _imported_layers(source: str) -> set[str]:
+    """The attnbook modules ``source`` imports, by layer name (``from attnbook import x`` is ``x``)."""
+    names = set()
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "attnbook":
+            names |= {a.name for a in node.names if (SRC / f"{a.name}.py").exists()}
+            names |= {a.name for a in node.names if (SRC / a.name).is_dir()}
+        elif (
+            isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("attnbook.")
+        ):
+            names.add(node.module.split(".")[1])
+        elif isinstance(node, ast.Import):
+            names |= {a.name.split(".")[1] for a in node.names if a.name.startswith("attnbook.")}
+    return names
+
+
+def layer_violations(source: str, own: str) -> list[str]:
+    """Imports in ``source``, the code of module ``own``, that go up the layers."""
+    level = _layer_of(own)
+    return [
+        f"attnbook.{own} (layer {level}) imports attnbook.{name} (layer {_layer_of(name)})"
+        for name in sorted(_imported_layers(source) - {own})
+        if _layer_of(name) > level
+    ]
+
+
+def private_reaches(source: str) -> list[str]:
+    """``from attnbook.x import _y`` and ``obj._name`` (``obj`` not ``self``/``cls``/``super()``)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("attnbook"):
+            found += [
+                f"line {node.lineno}: from {node.module} import {a.name}"
+                for a in node.names
+                if a.name.startswith("_") and not a.name.startswith("__")
+            ]
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+        ):
+            base = node.value
+            if isinstance(base, ast.Name) and base.id in ("self", "cls"):
+                continue
+            if isinstance(base, ast.Call) and getattr(base.func, "id", None) == "super":
+                continue
+            found.append(f"line {node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(SRC)))
+def test_imports_only_look_down_the_layers(path: Path) -> None:
+    assert not layer_violations(path.read_text(), _layer_name(path))
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(SRC)))
+def test_no_private_name_crosses_a_module_or_class(path: Path) -> None:
+    assert not private_reaches(path.read_text())
+
+
+def test_the_structure_checks_can_fail() -> None:
+    """Planted violations are found: an upward import, a private import, a private call."""
+    assert private_reaches("from attnbook.attention import _validate\n")
+    assert private_reaches("def f(block):\n    return block._forward(1)\n")
+    assert private_reaches("import attnbook\nattnbook.attention._core\n")
+    assert not private_reaches("class A:\n    def f(self):\n        return self._x, super()._y\n")
+    source = (SRC / "multihead.py").read_text()
+    assert not layer_violations(source, "multihead")
+    assert layer_violations(source + "\nfrom attnbook.model import GPT\n", "multihead")
+    assert layer_violations(source + "\nfrom attnbook import block\n", "multihead")
+    with pytest.raises(AssertionError, match="in no layer"):
+        layer_violations(source, "a_new_module")
 
 
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(SRC)))

@@ -6,8 +6,18 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
-from attnbook import alibi_bias, alibi_slopes, apply_rope, sinusoidal_positional_encoding
+from attnbook import (
+    GPT,
+    GPTConfig,
+    alibi_bias,
+    alibi_slopes,
+    apply_rope,
+    set_seed,
+    sinusoidal_positional_encoding,
+)
+from attnbook.positional import POSITIONAL_ENCODINGS, PositionalEncoding
 
 
 def _randn(seed: int, *shape: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
@@ -304,3 +314,43 @@ def test_alibi_bias_rejects_bad_sizes(args, name: str) -> None:
 def test_alibi_slopes_rejects_bad_n_heads() -> None:
     with pytest.raises(ValueError, match="n_heads"):
         alibi_slopes(-1)
+
+
+# ------------------------------------------------------- a new encoding, plugged in
+
+
+class _NoPositions(PositionalEncoding):
+    """A toy encoding: no position information at all (every hook keeps its default)."""
+
+
+def test_a_new_encoding_is_one_class_and_one_table_entry(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(POSITIONAL_ENCODINGS, "none", _NoPositions)
+    config = GPTConfig(
+        vocab_size=11, context_length=8, d_model=16, n_heads=2, n_layers=1, positional="none"
+    )
+    set_seed(0)
+    model = GPT(config)
+    assert isinstance(model.pos_emb, _NoPositions)
+    idx = torch.randint(0, 11, (4, 8), generator=torch.Generator().manual_seed(0))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    losses = []
+    for _ in range(20):  # it trains: the loss of a fixed batch goes down
+        loss = F.cross_entropy(model(idx[:, :-1]).flatten(0, 1), idx[:, 1:].flatten())
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0] - 0.5
+    # Without positions one causal layer sees its prefix as a set: the last output ignores order.
+    model.eval()
+    a, b = torch.tensor([[1, 2, 3, 4]]), torch.tensor([[3, 1, 2, 4]])
+    with torch.no_grad():
+        torch.testing.assert_close(model(a)[0, -1], model(b)[0, -1])
+    # and generation with a cache uses the same hooks
+    out = model.generate(a, 3, temperature=0.0)
+    assert torch.equal(out, model.generate(a, 3, temperature=0.0, use_cache=False))
+    monkeypatch.delitem(POSITIONAL_ENCODINGS, "none")
+    with pytest.raises(ValueError, match="positional must be one of"):
+        GPTConfig(
+            vocab_size=11, context_length=8, d_model=16, n_heads=2, n_layers=1, positional="none"
+        )

@@ -16,13 +16,15 @@ is in its docstring):
 - :mod:`attnbook.masking`: causal, padding, sliding-window and strided masks
   (``True`` = may attend)
 - :mod:`attnbook.positional`: sinusoidal encodings, rotary embeddings (RoPE), ALiBi biases
-- :mod:`attnbook.multihead`: multi-head attention (``MultiHeadAttention``)
+- :mod:`attnbook.multihead`: multi-head attention (``MultiHeadAttention``,
+  ``split_heads``, ``merge_heads``, ``repeat_kv``)
 - :mod:`attnbook.efficient`: attention that costs less: tiled (FlashAttention's
   online softmax) and low-rank (Linformer) attention
 - :mod:`attnbook.block`: the transformer block (feed-forward network, encoder
   and decoder blocks, pre-LN or post-LN)
-- :mod:`attnbook.model`: whole models: ``GPT`` (decoder-only, with a ``KVCache`` for
-  generation) and ``EncoderDecoder``
+- :mod:`attnbook.model`: the decoder-only model ``GPT``
+- :mod:`attnbook.generation`: ``KVCache``, sampling, prefill / decode / generate
+- :mod:`attnbook.encoder_decoder`: ``EncoderDecoder``, the original architecture
 - :mod:`attnbook.data`: generated training data: reverse, sort and associative-recall
   tasks with held-out splits; character-level text and the default grammar corpus
 - :mod:`attnbook.training`: the training loop (AdamW, warmup + cosine, evaluation);
@@ -53,6 +55,8 @@ from attnbook.data import (
     sort_task,
 )
 from attnbook.efficient import linformer_attention, tiled_attention
+from attnbook.encoder_decoder import EncoderDecoder, EncoderDecoderConfig
+from attnbook.generation import KVCache
 from attnbook.interpret import (
     attention_rollout,
     attention_share,
@@ -72,8 +76,8 @@ from attnbook.masking import (
     strided_mask,
     to_mha_mask,
 )
-from attnbook.model import GPT, EncoderDecoder, EncoderDecoderConfig, GPTConfig, KVCache
-from attnbook.multihead import MultiHeadAttention
+from attnbook.model import GPT, GPTConfig
+from attnbook.multihead import MultiHeadAttention, merge_heads, repeat_kv, split_heads
 from attnbook.positional import (
     alibi_bias,
     alibi_slopes,
@@ -151,9 +155,11 @@ __all__ = [
     "log_softmax",
     "mask_to_additive",
     "masked_softmax",
+    "merge_heads",
     "offset_share",
     "padding_mask",
     "plot_history",
+    "repeat_kv",
     "reverse_recipe",
     "reverse_task",
     "save_checkpoint",
@@ -167,6 +173,7 @@ __all__ = [
     "softmax",
     "softmax_jacobian",
     "sort_task",
+    "split_heads",
     "strided_mask",
     "tiled_attention",
     "to_bertviz",

@@ -181,3 +181,126 @@ def check_batch_broadcast(a: Array, b: Array, name_a: str, name_b: str, core_dim
             f"the batch dimensions of {name_a} {shape_str(a)} and {name_b} {shape_str(b)} "
             "do not broadcast"
         ) from None
+
+
+def check_int(value: object, name: str, *, minimum: int = 1, meaning: str = "") -> int:
+    """Return ``value`` as an int, raising unless it is an integer ``>= minimum``.
+
+    ``True`` and ``False`` are refused (they are ints to Python, never a size).
+    ``meaning`` is a few words on what the number counts, quoted in the
+    message, e.g. ``"keys per block"``.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or int(value) < minimum:
+        why = f" ({meaning})" if meaning else ""
+        raise ValueError(f"{name} must be an int >= {minimum}{why}, got {value!r}")
+    return int(value)
+
+
+def check_number(
+    value: object,
+    name: str,
+    low: float,
+    high: float,
+    *,
+    low_open: bool = False,
+    high_open: bool = False,
+) -> float:
+    """Return ``value`` as a float, raising unless it lies in the interval from ``low`` to ``high``.
+
+    The interval is closed unless ``low_open`` / ``high_open`` say otherwise;
+    an infinite ``high`` is always open. The message writes the interval in
+    the usual notation, e.g. ``lr must be a number in (0.0, inf), got -1``.
+    """
+    ok = not isinstance(value, bool) and isinstance(value, (int, float))
+    if ok:
+        value = float(value)
+        ok = (low < value if low_open else low <= value) and (
+            value < high if high_open or high == math.inf else value <= high
+        )
+    if not ok:
+        left, right = "(" if low_open else "[", ")" if high_open or high == math.inf else "]"
+        raise ValueError(f"{name} must be a number in {left}{low}, {high}{right}, got {value!r}")
+    return value  # type: ignore[return-value]
+
+
+def check_bool(value: object, name: str) -> bool:
+    """Return ``value``, raising unless it is ``True`` or ``False`` (not 0/1, not None)."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
+    return value
+
+
+def check_mask(mask: object, scores_shape: tuple[int, ...], name: str = "mask") -> torch.Tensor:
+    """Validate a boolean or additive mask against scores of shape ``scores_shape``.
+
+    Used by :func:`attnbook.apply_mask`, attention and multi-head attention.
+
+    Args:
+        mask: boolean (``True`` = may attend) or floating (additive, ``0`` or
+            ``-inf``) tensor, broadcastable to ``scores_shape``.
+        scores_shape: the shape ``(..., T, S)`` of the scores it will mask.
+        name: the argument's name, for error messages.
+
+    Returns:
+        ``mask`` unchanged.
+    """
+    scores_text = "(" + ", ".join(str(int(d)) for d in scores_shape) + ")"
+    if not isinstance(mask, torch.Tensor):
+        kind = "a NumPy array" if isinstance(mask, np.ndarray) else type(mask).__name__
+        raise ValueError(
+            f"{name} must be a torch tensor broadcastable to the scores' shape (..., T, S) = "
+            f"{scores_text}, got {kind}; this function expects torch tensors"
+        )
+    if mask.dtype != torch.bool and not torch.is_floating_point(mask):
+        raise ValueError(
+            f"{name} must be boolean (True = may attend) or floating-point (additive: 0 keeps, "
+            f"-inf blocks), got dtype {mask.dtype} (shape {shape_str(mask)}); "
+            f"for a 0/1 tensor meaning 'may attend' use {name}.bool()"
+        )
+    if not broadcasts_to(tuple(mask.shape), tuple(scores_shape)):
+        raise ValueError(
+            f"{name} of shape {shape_str(mask)} does not broadcast to the scores' shape "
+            f"(..., T, S) = {scores_text}; each of its dimensions, aligned from the right, "
+            "must be 1 or equal the scores' (e.g. (T, S), (B, 1, S) or (B, 1, 1, S) for (B, H, T, S))"
+        )
+    if mask.dtype != torch.bool and not bool((mask < math.inf).all()):  # one pass: NaN, +inf
+        raise ValueError(
+            f"additive {name} must hold finite numbers or -inf, but it contains NaN or +inf"
+        )
+    return mask
+
+
+def check_token_ids(idx: object, name: str, vocab_size: int, context_length: int) -> torch.Tensor:
+    """The boundary check of token ids: ``(B, T)`` int64 in ``[0, V)``, ``1 <= T <= C``."""
+    needed = "(B, T)"
+    if not isinstance(idx, torch.Tensor):
+        raise ValueError(
+            f"{name} must be a torch tensor of token ids with shape {needed} and dtype "
+            f"torch.int64, got {type(idx).__name__}"
+        )
+    if idx.dtype != torch.int64:
+        raise ValueError(
+            f"{name} must hold token ids of dtype torch.int64 (torch.long), got {idx.dtype}; "
+            f"convert with {name}.long()"
+        )
+    if idx.ndim != 2:
+        raise ValueError(
+            f"{name} must have shape {needed} (a batch of sequences), got {shape_str(idx)}; "
+            f"for one sequence use {name}[None]"
+        )
+    if not 1 <= idx.shape[1] <= context_length:
+        raise ValueError(
+            f"{name} must have shape {needed} with 1 <= T <= context_length = {context_length}, "
+            f"got {shape_str(idx)}"
+        )
+    # Under torch.compile the range check would break the graph (it reads values back to
+    # Python); the compiled model (attnbook.training's compile=True) skips it.
+    if idx.numel() and not getattr(torch.compiler, "is_compiling", lambda: False)():
+        low, high = torch.aminmax(idx)
+        low, high = int(low), int(high)
+        if low < 0 or high >= vocab_size:
+            raise ValueError(
+                f"{name} must hold token ids in [0, vocab_size) = [0, {vocab_size}), got ids "
+                f"from {low} to {high}"
+            )
+    return idx

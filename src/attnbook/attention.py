@@ -29,25 +29,54 @@ from torch import nn
 from attnbook._validation import (
     as_float_tensor,
     broadcast_shape,
-    broadcasts_to,
+    check_int,
+    check_mask,
     check_positive_number,
     check_probability,
     shape_str,
 )
-from attnbook.masking import _causal_tril, _softmax_last, check_mask
+from attnbook.masking import causal_mask, empty_rows, softmax_with_mask
 
 __all__ = ["SingleHeadAttention", "scaled_dot_product_attention"]
 
 
-def _validate(
+def attend(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    scale: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The attention core, with NO input checks: ``(output (..., T, d_v), weights (..., T, S))``.
+
+    :func:`scaled_dot_product_attention` checks its arguments and calls this;
+    so do the package's modules once they have checked theirs.
+    """
+    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
+    scores = query @ key.transpose(-2, -1)  # (..., T, d_k) @ (..., d_k, S) -> (..., T, S)
+    scores = scores.mul_(scale)  # in place: the product is ours, and mul's gradient needs neither
+    weights = softmax_with_mask(scores, mask)  # (..., T, S); a row with no allowed key: all 0
+    if dropout_p > 0.0:
+        weights = F.dropout(weights, p=dropout_p, training=True)  # (..., T, S)
+    return weights @ value, weights  # (..., T, S) @ (..., S, d_v) -> (..., T, d_v)
+
+
+def check_attention_inputs(
     query: object,
     key: object,
     value: object,
-    mask: object,
-    dropout_p: object,
-    scale: object,
+    mask: object = None,
+    dropout_p: object = 0.0,
+    scale: object = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None, float, float]:
-    """Check every argument of :func:`scaled_dot_product_attention`; return them normalised."""
+    """Check the arguments of :func:`scaled_dot_product_attention`; return them normalised.
+
+    For the package's own use (:mod:`attnbook.efficient` checks its inputs
+    with it too): raises ``ValueError`` naming the argument and the shape it
+    needs, and returns ``(query, key, value, mask, dropout_p, scale)`` with an
+    additive mask in the inputs' dtype and ``scale`` filled in.
+    """
     query = as_float_tensor(query, "query", "(..., T, d_k)")
     key = as_float_tensor(key, "key", "(..., S, d_k)")
     value = as_float_tensor(value, "value", "(..., S, d_v)")
@@ -97,66 +126,46 @@ def _validate(
     return query, key, value, mask, dropout_p, scale
 
 
-def _add_causal(
+def with_causal(
     mask: torch.Tensor | None, n_queries: int, n_keys: int, device: torch.device
 ) -> torch.Tensor | None:
-    """AND the bottom-right causal rule into ``mask`` (``None``, boolean or additive)."""
+    """AND the bottom-right causal rule into ``mask`` (``None``, boolean or additive); unchecked."""
     if n_queries == 1:
         return mask  # the single query sits at the last position and sees every key
-    causal = _causal_tril(n_queries, n_keys, device)  # (T, S), True = may attend
+    causal = causal_mask(n_queries, n_keys, device=device)  # (T, S), True = may attend
     if mask is None:
         return causal
     if mask.dtype == torch.bool:
         return mask & causal  # (..., T, S)
-    return mask.masked_fill(~causal, float("-inf"))  # (..., T, S), additive
+    return mask.masked_fill(~causal, -math.inf)  # (..., T, S), additive
 
 
-def _empty_rows(mask: torch.Tensor) -> torch.Tensor | None:
-    """``(..., T or 1, 1)``: True where a row of ``mask`` allows no key; ``None`` if none does.
-
-    One reduction over the mask. Asking whether any row is empty is free on the
-    CPU; on an accelerator it would wait for the device (a sync per call), so
-    there the rows are always returned and the fix-up, cheap and correct either
-    way, always runs.
-    """
-    if mask.dtype == torch.bool:
-        allowed = mask.any(dim=-1, keepdim=True)  # (..., T or 1, 1)
-    else:
-        allowed = mask.amax(dim=-1, keepdim=True) > -math.inf  # (..., T or 1, 1)
-    if allowed.device.type == "cpu" and bool(allowed.all()):
-        return None
-    return ~allowed
-
-
-def _fused_attention(
+def attend_fused(
     query: torch.Tensor,
     key: torch.Tensor,
     value: torch.Tensor,
-    mask: torch.Tensor | None,
-    dropout_p: float,
-    scale: float,
+    mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    scale: float | None = None,
+    *,
     is_causal: bool = False,
 ) -> torch.Tensor:
-    """PyTorch's fused kernel, with the package's rules; the fastest path, with NO validation.
+    """What :func:`attend` computes, by PyTorch's fused kernel, weights never stored; NO checks.
 
-    The caller has checked everything (shapes, dtypes, a boolean or additive
-    ``mask`` of ``query``'s dtype that broadcasts to the scores ``(..., T, S)``,
-    ``0 <= dropout_p < 1``, ``scale > 0``): :func:`scaled_dot_product_attention`
-    does, and so does a module once at its boundary before calling this in its
-    hot path.
-
-    ``is_causal`` is ANDed with ``mask`` and aligned bottom-right (query ``t``
-    sees keys ``0..t + S - T``, see :func:`attnbook.causal_mask`). Without a
-    mask and with ``T == S`` it goes straight to the kernel's own ``is_causal``
-    (the two alignments agree there), which keeps the flash backend eligible.
-    A query whose row allows no key gets an output row of zeros. Without a
-    mask nothing is done but the kernel call; with one, one pass over the mask
-    finds the empty rows, and on the CPU the fix-up runs only if there are any.
+    The fastest path (``F.scaled_dot_product_attention``): far less memory for
+    long sequences. The caller has checked everything, as
+    :func:`check_attention_inputs` does. ``is_causal`` is ANDed with ``mask``
+    and aligned bottom-right (query ``t`` sees keys ``0..t + S - T``); without
+    a mask and with ``T == S`` it goes straight to the kernel's own
+    ``is_causal`` (the two alignments agree there), which keeps the flash
+    backend eligible. A row with no allowed key gets an output of zeros, as in
+    :func:`attend` (found by :func:`attnbook.masking.empty_rows`, from the mask alone).
 
     Returns:
         ``output`` of shape ``(..., T, d_v)``.
     """
     n_queries, n_keys = query.shape[-2], key.shape[-2]
+    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
     if not query.shape[:-2] == key.shape[:-2] == value.shape[:-2]:
         # Different batch shapes: give all three the full batch (views, no copy), so that a
         # mask with the batch of only one of them, e.g. (B, 1, S), still fits the kernel.
@@ -166,69 +175,25 @@ def _fused_attention(
         query = query.expand(*batch, *query.shape[-2:])  # (..., T, d_k)
         key = key.expand(*batch, *key.shape[-2:])  # (..., S, d_k)
         value = value.expand(*batch, *value.shape[-2:])  # (..., S, d_v)
+    if is_causal and mask is None and n_queries == n_keys:
+        return F.scaled_dot_product_attention(
+            query, key, value, dropout_p=dropout_p, is_causal=True, scale=scale
+        )  # (..., T, d_v)
     if is_causal:
-        if mask is None and n_queries == n_keys:
-            return F.scaled_dot_product_attention(
-                query, key, value, dropout_p=dropout_p, is_causal=True, scale=scale
-            )  # (..., T, d_v)
-        mask = _add_causal(mask, n_queries, n_keys, query.device)
+        mask = with_causal(mask, n_queries, n_keys, query.device)
     if mask is None:
         return F.scaled_dot_product_attention(query, key, value, dropout_p=dropout_p, scale=scale)
     if mask.ndim == 1:
         mask = mask[None]  # (S,) -> (1, S): the kernel wants a mask of at least 2-D
-    empty = _empty_rows(mask)  # (..., T or 1, 1), or None
-    if empty is None:
-        return F.scaled_dot_product_attention(
-            query, key, value, attn_mask=mask, dropout_p=dropout_p, scale=scale
-        )  # (..., T, d_v)
-    # Depending on version and backend, the fused kernel returns NaN or 0 for such rows
-    # (and NaN gradients); let it attend everywhere there, then zero those rows ourselves.
-    mask = mask | empty if mask.dtype == torch.bool else mask.masked_fill(empty, 0.0)
+    empty = empty_rows(mask)  # (..., T or 1, 1), or None
+    if empty is not None:
+        # Depending on version and backend, the fused kernel returns NaN or 0 for such rows
+        # (and NaN gradients); let it attend everywhere there, then zero those rows.
+        mask = mask | empty if mask.dtype == torch.bool else mask.masked_fill(empty, 0.0)
     output = F.scaled_dot_product_attention(
         query, key, value, attn_mask=mask, dropout_p=dropout_p, scale=scale
     )  # (..., T, d_v)
-    return output.masked_fill(empty, 0.0)  # (..., T, d_v); empty broadcasts over d_v
-
-
-def _attention_with_weights(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    mask: torch.Tensor | None,
-    dropout_p: float,
-    scale: float,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The explicit path, with NO validation: scores, masked softmax, weights @ value.
-
-    As lean as the three lines it teaches: one matrix product, the scale and
-    the mask applied in place, PyTorch's softmax, one matrix product. Rows
-    with no allowed key are found from the mask alone (not from the scores)
-    and get weights 0; they are attended uniformly inside the softmax first,
-    so that neither the output nor the gradients see a NaN.
-    """
-    scores = query @ key.transpose(-2, -1)  # (..., T, d_k) @ (..., d_k, S) -> (..., T, S)
-    scores.mul_(scale)  # in place: a fresh tensor, and mul's gradient does not need it
-    empty = None
-    if mask is not None:
-        empty = _empty_rows(mask)  # (..., T or 1, 1), or None
-        if empty is not None:
-            mask = mask | empty if mask.dtype == torch.bool else mask.masked_fill(empty, 0.0)
-        in_place = broadcasts_to(tuple(mask.shape), tuple(scores.shape))
-        if mask.dtype == torch.bool:
-            blocked = ~mask
-            scores = (
-                scores.masked_fill_(blocked, -math.inf)
-                if in_place
-                else (scores.masked_fill(blocked, -math.inf))
-            )
-        else:
-            scores = scores.add_(mask) if in_place else scores + mask  # (..., T, S)
-    weights = _softmax_last(scores)  # (..., T, S), each row sums to 1
-    if empty is not None:
-        weights = weights.masked_fill(empty, 0.0)  # rows with no allowed key: all 0
-    if dropout_p > 0.0:
-        weights = F.dropout(weights, p=dropout_p, training=True)  # (..., T, S)
-    return weights @ value, weights  # (..., T, S) @ (..., S, d_v) -> (..., T, d_v)
+    return output if empty is None else output.masked_fill(empty, 0.0)
 
 
 def scaled_dot_product_attention(
@@ -292,20 +257,16 @@ def scaled_dot_product_attention(
         where ``...`` is the broadcast of the leading dimensions of ``query``,
         ``key`` and ``value`` (the mask never adds to it).
     """
-    query, key, value, mask, dropout_p, scale = _validate(query, key, value, mask, dropout_p, scale)
+    query, key, value, mask, dropout_p, scale = check_attention_inputs(
+        query, key, value, mask, dropout_p, scale
+    )
     if not isinstance(is_causal, bool):
         raise ValueError(f"is_causal must be True or False, got {type(is_causal).__name__}")
     if not need_weights:
-        return _fused_attention(query, key, value, mask, dropout_p, scale, is_causal), None
+        return attend_fused(query, key, value, mask, dropout_p, scale, is_causal=is_causal), None
     if is_causal:
-        mask = _add_causal(mask, query.shape[-2], key.shape[-2], query.device)
-    return _attention_with_weights(query, key, value, mask, dropout_p, scale)
-
-
-def _check_width(value: object, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-    return value
+        mask = with_causal(mask, query.shape[-2], key.shape[-2], query.device)
+    return attend(query, key, value, mask, dropout_p, scale)
 
 
 class SingleHeadAttention(nn.Module):
@@ -341,10 +302,10 @@ class SingleHeadAttention(nn.Module):
         dropout: float = 0.0,
     ) -> None:
         super().__init__()
-        self.d_model = _check_width(d_model, "d_model")
-        self.d_k = _check_width(d_k, "d_k")
-        self.d_v = _check_width(d_k if d_v is None else d_v, "d_v")
-        self.d_context = _check_width(d_model if d_context is None else d_context, "d_context")
+        self.d_model = check_int(d_model, "d_model")
+        self.d_k = check_int(d_k, "d_k")
+        self.d_v = check_int(d_k if d_v is None else d_v, "d_v")
+        self.d_context = check_int(d_model if d_context is None else d_context, "d_context")
         self.dropout = check_probability(dropout, "dropout")
         self.q_proj = nn.Linear(self.d_model, self.d_k, bias=bias)  # weight (d_k, D) = W_Qᵀ
         self.k_proj = nn.Linear(self.d_context, self.d_k, bias=bias)  # weight (d_k, D_ctx) = W_Kᵀ

@@ -21,9 +21,10 @@ sub-layer before it is added to the residual stream, plus on the attention
 weights and after the feed-forward activation (as ``torch.nn.TransformerEncoderLayer``
 does), so a block with copied weights computes exactly what PyTorch's computes.
 
-The public ``forward`` of a block checks its inputs; the models of
+The ``forward`` of a block checks its inputs; the models of
 :mod:`attnbook.model` check theirs once, at their boundary, and then call the
-blocks' unchecked ``_forward`` on the hot path.
+blocks with ``validate=False``. ``to_torch()`` copies a block into PyTorch's
+own ``nn.TransformerEncoderLayer`` / ``nn.TransformerDecoderLayer``.
 
 Shape legend used in this module:
     ``B`` batch, ``T`` positions of the block's input (queries), ``S``
@@ -33,30 +34,23 @@ Shape legend used in this module:
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnbook._validation import as_float_tensor, check_probability, shape_str
-from attnbook.multihead import MultiHeadAttention
+from attnbook._validation import (
+    as_float_tensor,
+    check_bool,
+    check_int,
+    check_probability,
+    shape_str,
+)
+from attnbook.multihead import AttentionConfig, MultiHeadAttention
+from attnbook.positional import PositionalEncoding
 
 __all__ = ["DecoderBlock", "EncoderBlock", "FeedForward"]
-
-
-def _check_int(value: object, name: str, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
-    return value
-
-
-def _check_heads(d_model: int, n_heads: object) -> int:
-    n_heads = _check_int(n_heads, "n_heads")
-    if d_model % n_heads:
-        raise ValueError(
-            f"n_heads must divide d_model (each head gets d_model / n_heads features), "
-            f"got d_model = {d_model} and n_heads = {n_heads}"
-        )
-    return n_heads
 
 
 def _check_sequence(x: object, name: str, d_model: int, needed: str) -> torch.Tensor:
@@ -90,8 +84,8 @@ class FeedForward(nn.Module):
         self, d_model: int, d_ff: int | None = None, dropout: float = 0.0, bias: bool = True
     ) -> None:
         super().__init__()
-        self.d_model = _check_int(d_model, "d_model")
-        self.d_ff = 4 * self.d_model if d_ff is None else _check_int(d_ff, "d_ff")
+        self.d_model = check_int(d_model, "d_model")
+        self.d_ff = 4 * self.d_model if d_ff is None else check_int(d_ff, "d_ff")
         self.dropout = check_probability(dropout, "dropout")
         self.linear1 = nn.Linear(self.d_model, self.d_ff, bias=bias)  # weight (F, D)
         self.linear2 = nn.Linear(self.d_ff, self.d_model, bias=bias)  # weight (D, F)
@@ -99,24 +93,23 @@ class FeedForward(nn.Module):
     def extra_repr(self) -> str:
         return f"d_model={self.d_model}, d_ff={self.d_ff}, dropout={self.dropout}"
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, *, validate: bool = True) -> torch.Tensor:
         """Transform every position of ``x`` independently.
 
         Args:
             x: shape ``(..., D)``; any leading dimensions (usually ``(B, T)``).
+            validate: ``False`` skips the check of ``x`` (a block has checked it).
 
         Returns:
             Tensor of the same shape ``(..., D)``.
         """
-        x = as_float_tensor(x, "x", "(..., d_model)")
-        if x.ndim < 1 or x.shape[-1] != self.d_model:
-            raise ValueError(
-                f"x must have shape (..., d_model) with d_model = {self.d_model}, "
-                f"got {shape_str(x)}"
-            )
-        return self._forward(x)
-
-    def _forward(self, x: torch.Tensor) -> torch.Tensor:
+        if validate:
+            x = as_float_tensor(x, "x", "(..., d_model)")
+            if x.ndim < 1 or x.shape[-1] != self.d_model:
+                raise ValueError(
+                    f"x must have shape (..., d_model) with d_model = {self.d_model}, "
+                    f"got {shape_str(x)}"
+                )
         hidden = F.gelu(self.linear1(x))  # (..., D) @ (D, F) -> (..., F)
         if self.training and self.dropout > 0.0:
             hidden = F.dropout(hidden, self.dropout, training=True)
@@ -126,18 +119,11 @@ class FeedForward(nn.Module):
 class _Block(nn.Module):
     """What encoder and decoder blocks share: widths, norm placement, residual dropout."""
 
-    def __init__(
-        self, d_model: int, n_heads: int, d_ff: int | None, dropout: float, norm_first: bool
-    ) -> None:
+    def __init__(self, attention: AttentionConfig, norm_first: bool) -> None:
         super().__init__()
-        self.d_model = _check_int(d_model, "d_model")
-        self.n_heads = _check_heads(self.d_model, n_heads)
-        self.dropout = check_probability(dropout, "dropout")
-        if not isinstance(norm_first, bool):
-            raise ValueError(
-                f"norm_first must be True (pre-LN) or False (post-LN), got {norm_first!r}"
-            )
-        self.norm_first = norm_first
+        self.d_model, self.n_heads = attention.d_model, attention.n_heads
+        self.dropout = float(attention.dropout)
+        self.norm_first = check_bool(norm_first, "norm_first")
 
     def extra_repr(self) -> str:
         placement = "pre-LN" if self.norm_first else "post-LN"
@@ -153,19 +139,28 @@ class _Block(nn.Module):
         return x if self.norm_first else norm(x)
 
 
-def _attend(
-    attention: MultiHeadAttention,
-    x: torch.Tensor,
-    context: torch.Tensor,
-    mask: torch.Tensor | None,
-    is_causal: bool,
-    need_weights: bool,
-    checked: bool,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Queries from ``x``, keys and values from ``context``; checked or on the hot path."""
-    if checked:
-        return attention(x, context, context, mask, need_weights, is_causal=is_causal)
-    return attention._forward_unchecked(x, context, context, mask, is_causal, need_weights)
+def _torch_layer(kind: type[nn.Module], block: _Block) -> nn.Module:
+    """An empty PyTorch encoder or decoder layer shaped like ``block`` (GELU, batch first)."""
+    return kind(
+        block.d_model,
+        block.n_heads,
+        block.ffn.d_ff,
+        block.dropout,
+        activation="gelu",
+        batch_first=True,
+        norm_first=block.norm_first,
+        bias=block.ffn.linear1.bias is not None,
+        device=block.norm1.weight.device,
+        dtype=block.norm1.weight.dtype,
+    )
+
+
+def _copy_rest(block: _Block, layer: nn.Module, norms: tuple[str, ...]) -> None:
+    """Copy the feed-forward network and the LayerNorms of ``block`` into PyTorch's ``layer``."""
+    for name in ("linear1", "linear2"):
+        getattr(layer, name).load_state_dict(getattr(block.ffn, name).state_dict())
+    for name in norms:
+        getattr(layer, name).load_state_dict(getattr(block, name).state_dict())
 
 
 class EncoderBlock(_Block):
@@ -196,6 +191,8 @@ class EncoderBlock(_Block):
             rotary position embeddings of this base (see :mod:`attnbook.positional`).
         n_kv_heads: key/value heads of the attention (grouped-query attention,
             see :class:`~attnbook.multihead.MultiHeadAttention`); ``None`` means ``n_heads``.
+        positional: instead of ``rope_base``, an encoding whose ``rotate`` hook
+            the attention calls (a model passes its own).
     """
 
     def __init__(
@@ -209,18 +206,25 @@ class EncoderBlock(_Block):
         bias: bool = True,
         rope_base: float | None = None,
         n_kv_heads: int | None = None,
+        positional: PositionalEncoding | None = None,
     ) -> None:
-        super().__init__(d_model, n_heads, d_ff, dropout, norm_first)
-        self.self_attn = MultiHeadAttention(
-            d_model, n_heads, dropout, bias, rope_base=rope_base, n_kv_heads=n_kv_heads
-        )
+        attention = AttentionConfig(d_model, n_heads, dropout, bias, n_kv_heads, rope_base)
+        super().__init__(attention, norm_first)
+        self.self_attn = MultiHeadAttention.from_config(attention, positional=positional)
         self.norm1 = nn.LayerNorm(d_model)  # before attention (pre-LN) or after its sum (post-LN)
         self.norm2 = nn.LayerNorm(d_model)  # the same around the feed-forward network
         self.ffn = FeedForward(d_model, d_ff, dropout, bias)
 
     def forward(
-        self, x: torch.Tensor, mask: torch.Tensor | None = None, *, is_causal: bool = False
-    ) -> torch.Tensor:
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        *,
+        is_causal: bool = False,
+        need_weights: bool = False,
+        cache: Any = None,
+        validate: bool = True,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor | None]:
         """Run the block on a batch of sequences.
 
         Args:
@@ -230,52 +234,39 @@ class EncoderBlock(_Block):
                 ``(T, T)`` mask or a key padding mask ``(B, 1, 1, T)``.
             is_causal: if ``True``, position ``t`` may attend only to positions
                 ``<= t`` (ANDed with ``mask``); lets PyTorch use its fused causal kernel.
+            need_weights: also return the attention weights ``(B, H, T, S)``.
+            cache: the attention's key-value cache during generation, see
+                :meth:`MultiHeadAttention.forward` (``x`` then holds only the
+                new positions).
+            validate: ``False`` skips the input checks (a model has checked its own).
 
         Returns:
-            Tensor of shape ``(B, T, D)``.
+            Tensor of shape ``(B, T, D)``; with ``need_weights=True`` the pair
+            ``(output, weights)``.
         """
-        x = _check_sequence(x, "x", self.d_model, "(B, T, d_model)")
-        return self._forward(x, mask, is_causal, False, checked=True)[0]
-
-    def _forward(
-        self,
-        x: torch.Tensor,
-        mask: torch.Tensor | None,
-        is_causal: bool,
-        need_weights: bool,
-        checked: bool = False,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The block without input checks: ``(output (B, T, D), weights (B, H, T, T) or None)``."""
+        if validate:
+            x = _check_sequence(x, "x", self.d_model, "(B, T, d_model)")
         h = self.norm1(x) if self.norm_first else x  # (B, T, D)
-        update, weights = _attend(self.self_attn, h, h, mask, is_causal, need_weights, checked)
+        update, weights = self.self_attn(
+            h, h, h, mask, need_weights, is_causal=is_causal, cache=cache, validate=validate
+        )  # (B, T, D)
         x = self._residual(x, update, self.norm1)  # (B, T, D)
         h = self.norm2(x) if self.norm_first else x
-        x = self._residual(x, self.ffn._forward(h), self.norm2)  # (B, T, D)
-        return x, weights
+        x = self._residual(x, self.ffn(h, validate=False), self.norm2)  # (B, T, D)
+        return (x, weights) if need_weights else x
 
-    def _forward_cached(
-        self,
-        x: torch.Tensor,
-        past_key: torch.Tensor | None,
-        past_value: torch.Tensor | None,
-        mask: torch.Tensor | None,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The causal block for ``T`` new positions after cached ones, no input checks.
+    def to_torch(self) -> nn.TransformerEncoderLayer:
+        """A ``torch.nn.TransformerEncoderLayer`` holding copies of this block's weights.
 
-        Same computation as :meth:`_forward` with ``is_causal=True`` (or ALiBi's
-        ``mask``), the attention reading the cached keys and values
-        ``(B, H_kv, S_past, Dh)`` (see ``MultiHeadAttention._forward_cached``).
-
-        Returns:
-            ``(output (B, T, D), key (B, H_kv, S, Dh), value (B, H_kv, S, Dh))``
-            with ``S = S_past + T``.
+        It computes what this block computes (``batch_first=True``, GELU, the
+        same ``norm_first``), which is how the tests and chapter 9 check the
+        block against PyTorch's. Same device, dtype and training mode.
         """
-        h = self.norm1(x) if self.norm_first else x  # (B, T, D)
-        update, key, value = self.self_attn._forward_cached(h, past_key, past_value, mask)
-        x = self._residual(x, update, self.norm1)  # (B, T, D)
-        h = self.norm2(x) if self.norm_first else x
-        x = self._residual(x, self.ffn._forward(h), self.norm2)  # (B, T, D)
-        return x, key, value
+        layer = _torch_layer(nn.TransformerEncoderLayer, self)
+        with torch.no_grad():
+            self.self_attn.copy_to(layer.self_attn)
+            _copy_rest(self, layer, ("norm1", "norm2"))
+        return layer.train(self.training)
 
 
 class DecoderBlock(_Block):
@@ -310,9 +301,10 @@ class DecoderBlock(_Block):
         norm_first: bool = True,
         bias: bool = True,
     ) -> None:
-        super().__init__(d_model, n_heads, d_ff, dropout, norm_first)
-        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout, bias)
-        self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout, bias)
+        attention = AttentionConfig(d_model, n_heads, dropout, bias)
+        super().__init__(attention, norm_first)
+        self.self_attn = MultiHeadAttention.from_config(attention)
+        self.cross_attn = MultiHeadAttention.from_config(attention)
         self.norm1 = nn.LayerNorm(d_model)  # around the self-attention
         self.norm2 = nn.LayerNorm(d_model)  # around the cross-attention
         self.norm3 = nn.LayerNorm(d_model)  # around the feed-forward network
@@ -326,6 +318,7 @@ class DecoderBlock(_Block):
         context_mask: torch.Tensor | None = None,
         *,
         is_causal: bool = True,
+        validate: bool = True,
     ) -> torch.Tensor:
         """Run the block on a batch of target sequences and their contexts.
 
@@ -338,38 +331,40 @@ class DecoderBlock(_Block):
                 ``(B, H, T, S)``, e.g. a source padding mask ``(B, 1, 1, S)``.
             is_causal: whether the self-attention is causal (default ``True``;
                 ``False`` only for experiments).
+            validate: ``False`` skips the input checks (a model has checked its own).
 
         Returns:
             Tensor of shape ``(B, T, D)``.
         """
-        x = _check_sequence(x, "x", self.d_model, "(B, T, d_model)")
-        context = _check_sequence(context, "context", self.d_model, "(B, S, d_model)")
-        if context.shape[0] != x.shape[0]:
-            raise ValueError(
-                f"context must have shape (B, S, d_model) with B = {x.shape[0]} (x's batch), "
-                f"got {shape_str(context)} for x {shape_str(x)}"
-            )
-        return self._forward(x, context, mask, context_mask, is_causal, False, checked=True)[0]
-
-    def _forward(
-        self,
-        x: torch.Tensor,
-        context: torch.Tensor,
-        mask: torch.Tensor | None,
-        context_mask: torch.Tensor | None,
-        is_causal: bool,
-        need_weights: bool,
-        checked: bool = False,
-    ) -> tuple[torch.Tensor, tuple[torch.Tensor | None, torch.Tensor | None]]:
-        """Without checks: ``(output (B, T, D), (self weights (B, H, T, T), cross weights (B, H, T, S)))``."""
+        if validate:
+            x = _check_sequence(x, "x", self.d_model, "(B, T, d_model)")
+            context = _check_sequence(context, "context", self.d_model, "(B, S, d_model)")
+            if context.shape[0] != x.shape[0]:
+                raise ValueError(
+                    f"context must have shape (B, S, d_model) with B = {x.shape[0]} (x's batch), "
+                    f"got {shape_str(context)} for x {shape_str(x)}"
+                )
         h = self.norm1(x) if self.norm_first else x  # (B, T, D)
-        update, self_weights = _attend(self.self_attn, h, h, mask, is_causal, need_weights, checked)
-        x = self._residual(x, update, self.norm1)
+        update, _ = self.self_attn(h, h, h, mask, is_causal=is_causal, validate=validate)
+        x = self._residual(x, update, self.norm1)  # (B, T, D)
         h = self.norm2(x) if self.norm_first else x  # queries from the target ...
-        update, cross_weights = _attend(
-            self.cross_attn, h, context, context_mask, False, need_weights, checked
+        update, _ = self.cross_attn(
+            h, context, context, context_mask, validate=validate
         )  # ... keys and values from the context: (B, T, D)
         x = self._residual(x, update, self.norm2)
         h = self.norm3(x) if self.norm_first else x
-        x = self._residual(x, self.ffn._forward(h), self.norm3)  # (B, T, D)
-        return x, (self_weights, cross_weights)
+        return self._residual(x, self.ffn(h, validate=False), self.norm3)  # (B, T, D)
+
+    def to_torch(self) -> nn.TransformerDecoderLayer:
+        """A ``torch.nn.TransformerDecoderLayer`` holding copies of this block's weights.
+
+        It computes what this block computes when given a causal ``tgt_mask``
+        (``batch_first=True``, GELU, the same ``norm_first``). Same device,
+        dtype and training mode.
+        """
+        layer = _torch_layer(nn.TransformerDecoderLayer, self)
+        with torch.no_grad():
+            self.self_attn.copy_to(layer.self_attn)
+            self.cross_attn.copy_to(layer.multihead_attn)
+            _copy_rest(self, layer, ("norm1", "norm2", "norm3"))
+        return layer.train(self.training)

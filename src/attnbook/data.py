@@ -44,6 +44,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from attnbook._validation import check_int
+
 __all__ = [
     "IGNORE_INDEX",
     "CharTokenizer",
@@ -59,12 +61,6 @@ __all__ = [
 
 IGNORE_INDEX = -100  # target value that F.cross_entropy skips (its default ignore_index)
 SPLITS = ("train", "test")
-
-
-def _check_int(value: object, name: str, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
-    return int(value)
 
 
 def _check_split(split: object) -> str:
@@ -161,7 +157,7 @@ class SequenceTask:
             ``(inputs, targets)``, both ``(B, L - 1)`` int64, as :meth:`inputs_targets`.
         """
         rows = self.split(split)
-        batch_size = _check_int(batch_size, "batch_size")
+        batch_size = check_int(batch_size, "batch_size")
         pick = torch.randint(0, rows.shape[0], (batch_size,), generator=_check_generator(generator))
         return self.inputs_targets(rows[pick])
 
@@ -241,10 +237,10 @@ def _make_task(
 
 def _check_sizes(length: int, n_symbols: int, n_train: int, n_test: int) -> tuple[int, ...]:
     return (
-        _check_int(length, "length"),
-        _check_int(n_symbols, "n_symbols", 2),
-        _check_int(n_train, "n_train"),
-        _check_int(n_test, "n_test"),
+        check_int(length, "length"),
+        check_int(n_symbols, "n_symbols", minimum=2),
+        check_int(n_train, "n_train"),
+        check_int(n_test, "n_test"),
     )
 
 
@@ -275,7 +271,7 @@ def reverse_task(
         A :class:`SequenceTask` with ``vocab_size = n_symbols + 1`` and ``L = 2 * length + 1``.
     """
     length, n_symbols, n_train, n_test = _check_sizes(length, n_symbols, n_train, n_test)
-    rng = np.random.default_rng(_check_int(seed, "seed", 0))
+    rng = np.random.default_rng(check_int(seed, "seed", minimum=0))
     prompts = _unique_rows(
         _random_strings(length, n_symbols), n_train + n_test, float(n_symbols) ** length, rng
     )
@@ -301,7 +297,7 @@ def sort_task(
         A :class:`SequenceTask` with ``vocab_size = n_symbols + 1`` and ``L = 2 * length + 1``.
     """
     length, n_symbols, n_train, n_test = _check_sizes(length, n_symbols, n_train, n_test)
-    rng = np.random.default_rng(_check_int(seed, "seed", 0))
+    rng = np.random.default_rng(check_int(seed, "seed", minimum=0))
     prompts = _unique_rows(
         _random_strings(length, n_symbols), n_train + n_test, float(n_symbols) ** length, rng
     )
@@ -334,16 +330,16 @@ def associative_recall_task(
     Returns:
         A :class:`SequenceTask` with ``vocab_size = n_keys + n_values + 1`` and ``A = 1``.
     """
-    n_pairs = _check_int(n_pairs, "n_pairs")
-    n_keys = _check_int(n_keys, "n_keys")
-    n_values = _check_int(n_values, "n_values")
-    n_train, n_test = _check_int(n_train, "n_train"), _check_int(n_test, "n_test")
+    n_pairs = check_int(n_pairs, "n_pairs")
+    n_keys = check_int(n_keys, "n_keys")
+    n_values = check_int(n_values, "n_values")
+    n_train, n_test = check_int(n_train, "n_train"), check_int(n_test, "n_test")
     if n_keys < n_pairs:
         raise ValueError(
             f"n_keys must be >= n_pairs (the keys of an example are distinct), got n_keys = "
             f"{n_keys} and n_pairs = {n_pairs}"
         )
-    rng = np.random.default_rng(_check_int(seed, "seed", 0))
+    rng = np.random.default_rng(check_int(seed, "seed", minimum=0))
 
     def make(rng: np.random.Generator, count: int) -> np.ndarray:
         keys = np.argsort(rng.random((count, n_keys)), axis=1)[:, :n_pairs]  # distinct, (count, n)
@@ -485,8 +481,8 @@ def grammar_corpus(n_sentences: int = 2000, seed: int = 0) -> str:
     Returns:
         The text, ``n_sentences`` lines each ending in ``".\\n"``.
     """
-    n_sentences = _check_int(n_sentences, "n_sentences")
-    rng = np.random.default_rng(_check_int(seed, "seed", 0))
+    n_sentences = check_int(n_sentences, "n_sentences")
+    rng = np.random.default_rng(check_int(seed, "seed", minimum=0))
     return "".join(_sentence(rng) + "\n" for _ in range(n_sentences))
 
 
@@ -516,7 +512,7 @@ class TextDataset:
         self.tokenizer = CharTokenizer(text) if tokenizer is None else tokenizer
         if not isinstance(self.tokenizer, CharTokenizer):
             raise ValueError(f"tokenizer must be a CharTokenizer, got {type(tokenizer).__name__}")
-        self.seq_len = _check_int(seq_len, "seq_len")
+        self.seq_len = check_int(seq_len, "seq_len")
         if (
             isinstance(test_fraction, bool)
             or not isinstance(test_fraction, (int, float))
@@ -572,7 +568,7 @@ class TextDataset:
             except at the end, where it is the next character of the text.
         """
         ids = self.train if _check_split(split) == "train" else self.test
-        batch_size = _check_int(batch_size, "batch_size")
+        batch_size = check_int(batch_size, "batch_size")
         high = ids.numel() - self.seq_len
         starts = torch.randint(0, high, (batch_size,), generator=_check_generator(generator))
         return self._windows(ids, starts)
@@ -591,7 +587,7 @@ class TextDataset:
         """
         ids = self.train if _check_split(split) == "train" else self.test
         high = ids.numel() - self.seq_len  # number of possible start positions
-        count = min(_check_int(max_windows, "max_windows"), high)
+        count = min(check_int(max_windows, "max_windows"), high)
         starts = torch.linspace(0, high - 1, count).long()  # (M,)
         return self._windows(ids, starts)
 

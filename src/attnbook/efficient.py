@@ -28,25 +28,12 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import torch
 
-from attnbook._validation import as_float_tensor, shape_str
-from attnbook.attention import _fused_attention
-from attnbook.attention import _validate as _validate_qkv
+from attnbook._validation import as_float_tensor, check_int, shape_str
+from attnbook.attention import attend_fused, check_attention_inputs
 
 __all__ = ["linformer_attention", "tiled_attention"]
-
-
-def _check_block_size(block_size: object) -> int:
-    if isinstance(block_size, bool) or not isinstance(block_size, (int, np.integer)):
-        raise ValueError(
-            f"block_size must be an int >= 1 (keys per block), got {type(block_size).__name__} "
-            f"{block_size!r}"
-        )
-    if block_size < 1:
-        raise ValueError(f"block_size must be an int >= 1 (keys per block), got {block_size}")
-    return int(block_size)
 
 
 def tiled_attention(
@@ -110,8 +97,8 @@ def tiled_attention(
         ``scaled_dot_product_attention(query, key, value, is_causal=causal)[0]``
         up to rounding.
     """
-    query, key, value, _, _, scale = _validate_qkv(query, key, value, None, 0.0, None)
-    block_size = _check_block_size(block_size)
+    query, key, value, _, _, scale = check_attention_inputs(query, key, value, None, 0.0, None)
+    block_size = check_int(block_size, "block_size", meaning="keys per block")
     if not isinstance(causal, bool):
         raise ValueError(f"causal must be True or False, got {causal!r}")
     n_queries, n_keys = query.shape[-2], key.shape[-2]
@@ -194,7 +181,7 @@ def linformer_attention(
         ``output`` of shape ``(..., T, d_v)``, ``...`` the broadcast of the
         inputs' leading dimensions.
     """
-    query, key, value, _, _, scale = _validate_qkv(query, key, value, None, 0.0, None)
+    query, key, value, _, _, scale = check_attention_inputs(query, key, value, None, 0.0, None)
     n_keys = key.shape[-2]
     proj_k = _check_projection(proj_k, "proj_k", n_keys)
     proj_v = proj_k if proj_v is None else _check_projection(proj_v, "proj_v", n_keys)
@@ -210,4 +197,4 @@ def linformer_attention(
         )
     key_proj = proj_k @ key  # (k, S) @ (..., S, d_k) -> (..., k, d_k)
     value_proj = proj_v @ value  # (k, S) @ (..., S, d_v) -> (..., k, d_v)
-    return _fused_attention(query, key_proj, value_proj, None, 0.0, scale)  # (..., T, d_v)
+    return attend_fused(query, key_proj, value_proj, None, 0.0, scale)  # (..., T, d_v)

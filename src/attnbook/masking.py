@@ -37,7 +37,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from attnbook._validation import broadcasts_to, shape_str
+from attnbook._validation import check_int, check_mask, shape_str
 
 __all__ = [
     "apply_mask",
@@ -50,14 +50,6 @@ __all__ = [
     "strided_mask",
     "to_mha_mask",
 ]
-
-
-def _check_size(value: object, name: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"{name} must be an int >= {minimum}, got {type(value).__name__}")
-    if int(value) < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value}")
-    return int(value)
 
 
 def _check_bool_mask(mask: object, name: str = "mask") -> torch.Tensor:
@@ -73,56 +65,6 @@ def _check_bool_mask(mask: object, name: str = "mask") -> torch.Tensor:
             f"(shape {shape_str(mask)}); for a 0/1 tensor use {name}.bool()"
         )
     return mask
-
-
-def _shape_text(shape: tuple[int, ...]) -> str:
-    return "(" + ", ".join(str(int(d)) for d in shape) + ")"
-
-
-def check_mask(mask: object, scores_shape: tuple[int, ...], name: str = "mask") -> torch.Tensor:
-    """Validate a boolean or additive mask against scores of shape ``scores_shape``.
-
-    Used by :func:`apply_mask` and by :mod:`attnbook.attention`; not part of the
-    public API.
-
-    Args:
-        mask: boolean (``True`` = may attend) or floating (additive, ``0`` or
-            ``-inf``) tensor, broadcastable to ``scores_shape``.
-        scores_shape: the shape ``(..., T, S)`` of the scores it will mask.
-        name: the argument's name, for error messages.
-
-    Returns:
-        ``mask`` unchanged.
-    """
-    if not isinstance(mask, torch.Tensor):
-        kind = "a NumPy array" if isinstance(mask, np.ndarray) else type(mask).__name__
-        raise ValueError(
-            f"{name} must be a torch tensor broadcastable to the scores' shape (..., T, S) = "
-            f"{_shape_text(scores_shape)}, got {kind}; this function expects torch tensors"
-        )
-    if mask.dtype != torch.bool and not torch.is_floating_point(mask):
-        raise ValueError(
-            f"{name} must be boolean (True = may attend) or floating-point (additive: 0 keeps, "
-            f"-inf blocks), got dtype {mask.dtype} (shape {shape_str(mask)}); "
-            f"for a 0/1 tensor meaning 'may attend' use {name}.bool()"
-        )
-    if not broadcasts_to(tuple(mask.shape), tuple(scores_shape)):
-        raise ValueError(
-            f"{name} of shape {shape_str(mask)} does not broadcast to the scores' shape "
-            f"(..., T, S) = {_shape_text(scores_shape)}; each of its dimensions, aligned from the right, "
-            "must be 1 or equal the scores' (e.g. (T, S), (B, 1, S) or (B, 1, 1, S) for (B, H, T, S))"
-        )
-    if mask.dtype != torch.bool and not bool((mask < math.inf).all()):  # one pass: NaN, +inf
-        raise ValueError(
-            f"additive {name} must hold finite numbers or -inf, but it contains NaN or +inf"
-        )
-    return mask
-
-
-def _causal_tril(n_queries: int, n_keys: int, device: torch.device | str | None) -> torch.Tensor:
-    """The bottom-right-aligned causal mask ``(T, S)``, unvalidated (for the package's hot paths)."""
-    ones = torch.ones(n_queries, n_keys, dtype=torch.bool, device=device)  # (T, S)
-    return ones.tril(diagonal=n_keys - n_queries)  # True where s <= t + S - T
 
 
 def causal_mask(
@@ -160,9 +102,10 @@ def causal_mask(
         (on and below the diagonal when ``T == S``). It broadcasts against
         scores ``(..., T, S)``.
     """
-    seq_len = _check_size(seq_len, "seq_len", 1)
-    key_len = seq_len if key_len is None else _check_size(key_len, "key_len", 1)
-    return _causal_tril(seq_len, key_len, device)  # (T, S)
+    seq_len = check_int(seq_len, "seq_len")
+    key_len = seq_len if key_len is None else check_int(key_len, "key_len")
+    ones = torch.ones(seq_len, key_len, dtype=torch.bool, device=device)  # (T, S)
+    return ones.tril(diagonal=key_len - seq_len)  # (T, S), True where s <= t + S - T
 
 
 def padding_mask(
@@ -217,7 +160,7 @@ def padding_mask(
         raise ValueError(f"lengths must be >= 0, got {lens.tolist()}")
     if max_len is None:
         max_len = int(lens.max())
-    max_len = _check_size(max_len, "max_len", 1)
+    max_len = check_int(max_len, "max_len")
     if bool((lens > max_len).any()):
         raise ValueError(
             f"every length must be <= max_len = {max_len}, got lengths {lens.tolist()}"
@@ -350,19 +293,51 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None) -> to
         with no allowed key, which are all 0. Blocked pairs get exactly 0.
     """
     scores = apply_mask(scores, mask)  # (..., T, S)
-    empty = scores.amax(dim=-1, keepdim=True) == -math.inf  # (..., T, 1): no allowed key
-    if bool(empty.any()):
-        # Softmax such a row uniformly (no 0 / 0, no NaN gradient), then zero it.
-        weights = _softmax_last(scores.masked_fill(empty, 0.0))  # (..., T, S)
-        return weights.masked_fill(empty, 0.0)
-    return _softmax_last(scores)  # (..., T, S)
+    return softmax_with_mask(scores, scores > -math.inf)  # a key is allowed if its score is finite
 
 
-def _softmax_last(scores: torch.Tensor) -> torch.Tensor:
-    """``torch.softmax`` over the last axis; 16-bit scores computed in float32, rounded once."""
+def empty_rows(mask: torch.Tensor) -> torch.Tensor | None:
+    """``(..., T or 1, 1)``: True where a row of ``mask`` allows no key; ``None`` if none does.
+
+    Unchecked, for the package's own use (:func:`softmax_with_mask`, the fused
+    path of :mod:`attnbook.attention`). One reduction over the mask, not over
+    the scores. Asking whether any row is empty is free on the CPU; on an
+    accelerator it would wait for the device (a sync per call), so there the
+    rows are always returned and the fix-up, cheap and correct either way,
+    always runs.
+    """
+    if mask.dtype == torch.bool:
+        allowed = mask.any(dim=-1, keepdim=True)  # (..., T or 1, 1)
+    else:
+        allowed = mask.amax(dim=-1, keepdim=True) > -math.inf  # (..., T or 1, 1)
+    if allowed.device.type == "cpu" and bool(allowed.all()):
+        return None
+    return ~allowed
+
+
+def softmax_with_mask(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """The package's one masked softmax: blocked keys get weight 0, a row with no key all 0.
+
+    Unchecked, for the package's own use: :func:`masked_softmax` checks its
+    arguments and calls this, and so does attention. ``mask`` is ``None``, a
+    boolean (``True`` = may attend) or an additive mask that broadcasts to
+    ``scores`` ``(..., T, S)``. A row whose mask allows no key would be
+    ``softmax(-inf, ..., -inf) = 0 / 0 = NaN``; its scores are set to 0 first
+    (a uniform softmax, no NaN in the gradients either), then its weights to 0.
+    16-bit scores are softmaxed in float32 and rounded once.
+    """
+    empty = None
+    if mask is not None:
+        empty = empty_rows(mask)  # (..., T or 1, 1), or None
+        boolean = mask.dtype == torch.bool  # else additive: 0 keeps, -inf blocks
+        scores = scores.masked_fill(~mask, -math.inf) if boolean else scores + mask  # (..., T, S)
+        if empty is not None:
+            scores = scores.masked_fill(empty, 0.0)  # no allowed key: a harmless uniform row
     if scores.element_size() < 4:
-        return torch.softmax(scores, dim=-1, dtype=torch.float32).to(scores.dtype)
-    return torch.softmax(scores, dim=-1)
+        weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(scores.dtype)
+    else:
+        weights = torch.softmax(scores, dim=-1)  # (..., T, S), each row sums to 1
+    return weights if empty is None else weights.masked_fill(empty, 0.0)
 
 
 # --------------------------------------------------------------------- sparse patterns (chapter 12)
@@ -405,9 +380,9 @@ def sliding_window_mask(
         Boolean tensor of shape ``(T, S)``, ``True`` where
         ``0 <= t + S - T - s < window``.
     """
-    seq_len = _check_size(seq_len, "seq_len", 1)
-    window = _check_size(window, "window", 1)
-    key_len = seq_len if key_len is None else _check_size(key_len, "key_len", 1)
+    seq_len = check_int(seq_len, "seq_len")
+    window = check_int(window, "window")
+    key_len = seq_len if key_len is None else check_int(key_len, "key_len")
     position = torch.arange(seq_len, device=device)[:, None] + (key_len - seq_len)  # (T, 1)
     distance = position - torch.arange(key_len, device=device)[None, :]  # (T, 1) - (1, S) -> (T, S)
     return (distance >= 0) & (distance < window)  # (T, S)
@@ -444,8 +419,8 @@ def strided_mask(
         Boolean tensor of shape ``(T, T)``, ``True`` where ``s <= t`` and
         (``t - s < stride`` or ``(t - s) % stride == 0``).
     """
-    seq_len = _check_size(seq_len, "seq_len", 1)
-    stride = _check_size(stride, "stride", 1)
+    seq_len = check_int(seq_len, "seq_len")
+    stride = check_int(stride, "stride")
     positions = torch.arange(seq_len, device=device)  # (T,)
     distance = positions[:, None] - positions[None, :]  # (T, 1) - (1, T) -> (T, T)
     local = distance < stride  # (T, T)

@@ -44,30 +44,131 @@ axis, so a per-sequence ``(B, T, S)`` mask (or the ``(B, 1, S)`` of
 
 from __future__ import annotations
 
-import math
+from dataclasses import dataclass
+from typing import Any
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from attnbook._validation import (
     as_float_tensor,
+    check_bool,
+    check_int,
+    check_mask,
     check_positive_number,
     check_probability,
     shape_str,
 )
-from attnbook.attention import _fused_attention, scaled_dot_product_attention
-from attnbook.masking import check_mask
-from attnbook.positional import apply_rope
+from attnbook.attention import attend, attend_fused, with_causal
+from attnbook.positional import PositionalEncoding, RotaryPositions
 
-__all__ = ["MultiHeadAttention"]
+__all__ = ["AttentionConfig", "MultiHeadAttention", "merge_heads", "repeat_kv", "split_heads"]
 
 
-def _check_count(value: object, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-    return int(value)
+def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """Cut the last axis into ``n_heads`` heads and put the heads' axis first: ``(B, T, H * Dh) -> (B, H, T, Dh)``.
+
+    Costs nothing (a view): head ``h`` is features ``h * Dh .. (h + 1) * Dh - 1``
+    of every position, and from here on each head attends on its own.
+
+    Args:
+        x: shape ``(B, T, H * Dh)``, e.g. the output of a query projection.
+        n_heads: ``H``, which must divide the last axis.
+
+    Returns:
+        A view of shape ``(B, H, T, Dh)``.
+    """
+    B, T, width = x.shape
+    return x.view(B, T, n_heads, width // n_heads).transpose(1, 2)  # (B, T, H, Dh) -> (B, H, T, Dh)
+
+
+def merge_heads(x: torch.Tensor) -> torch.Tensor:
+    """Undo :func:`split_heads`: concatenate the heads' outputs, ``(B, H, T, Dh) -> (B, T, H * Dh)``.
+
+    Args:
+        x: shape ``(B, H, T, Dh)``, one output row per head and position.
+
+    Returns:
+        Tensor of shape ``(B, T, H * Dh)``: head ``h``'s features at ``h * Dh .. (h + 1) * Dh - 1``.
+    """
+    B, H, T, Dh = x.shape
+    return x.transpose(1, 2).reshape(B, T, H * Dh)  # (B, T, H, Dh) -> (B, T, H * Dh)
+
+
+def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
+    """Give every query head its key/value head (grouped-query attention): ``(B, H_kv, S, Dh) -> (B, H_kv * G, S, Dh)``.
+
+    Key/value head ``j`` is repeated ``G = n_rep`` times, for query heads
+    ``j * G .. (j + 1) * G - 1``; query head ``h`` thus reads key/value head
+    ``h // G`` (like ``torch.repeat_interleave`` along the heads' axis). A copy,
+    kept simple: the memory grouped-query attention saves is the cache's,
+    which stores only the ``H_kv`` heads.
+
+    Args:
+        x: keys or values, shape ``(B, H_kv, S, Dh)``.
+        n_rep: ``G``, query heads per key/value head (``1`` returns ``x`` itself).
+
+    Returns:
+        Tensor of shape ``(B, H_kv * G, S, Dh)``.
+    """
+    if n_rep == 1:
+        return x
+    B, H_kv, S, Dh = x.shape
+    x = x[:, :, None].expand(B, H_kv, n_rep, S, Dh)  # (B, H_kv, G, S, Dh), a view
+    return x.reshape(B, H_kv * n_rep, S, Dh)  # (B, H, S, Dh)
+
+
+@dataclass(frozen=True)
+class AttentionConfig:
+    """The settings of a :class:`MultiHeadAttention`; frozen, each constraint checked once, here."""
+
+    d_model: int  # D, width of the inputs and the output; a multiple of n_heads
+    n_heads: int  # H, number of query heads, each of width d_head = d_model // n_heads
+    dropout: float = 0.0  # probability of dropping an attention weight (training mode only)
+    bias: bool = True  # whether the four projections have a bias
+    n_kv_heads: int | None = None  # H_kv, key/value heads; must divide n_heads; None -> n_heads
+    rope_base: float | None = None  # base (> 1) of rotary embeddings inside attention, or None
+
+    def __post_init__(self) -> None:
+        check_int(self.d_model, "d_model")
+        check_int(self.n_heads, "n_heads")
+        if self.d_model % self.n_heads != 0:
+            raise ValueError(
+                f"d_model must be a multiple of n_heads (each head gets d_model // n_heads "
+                f"features), got d_model = {self.d_model} and n_heads = {self.n_heads}"
+            )
+        if self.n_kv_heads is not None:
+            check_int(self.n_kv_heads, "n_kv_heads")
+            if self.n_heads % self.n_kv_heads != 0:
+                raise ValueError(
+                    f"n_kv_heads must divide n_heads (each key/value head serves n_heads // "
+                    f"n_kv_heads query heads), got n_heads = {self.n_heads} and n_kv_heads = "
+                    f"{self.n_kv_heads}"
+                )
+        check_probability(self.dropout, "dropout")
+        check_bool(self.bias, "bias")
+        if self.rope_base is not None:
+            if check_positive_number(self.rope_base, "rope_base") <= 1.0:
+                raise ValueError(
+                    f"rope_base must be a number > 1 (rotary frequencies rope_base^(-2i/d_head) "
+                    f"must decrease), got {self.rope_base}"
+                )
+            if self.d_head % 2 != 0:
+                raise ValueError(
+                    "rope_base needs an even head width d_head = d_model // n_heads (rotary "
+                    f"embeddings rotate pairs of features), got d_head = {self.d_head}"
+                )
+
+    @property
+    def d_head(self) -> int:
+        """``Dh = d_model // n_heads``, the width of each head."""
+        return self.d_model // self.n_heads
+
+    @property
+    def kv_heads(self) -> int:
+        """``H_kv``: ``n_kv_heads``, or ``n_heads`` when it is ``None``."""
+        return self.n_heads if self.n_kv_heads is None else int(self.n_kv_heads)
 
 
 class MultiHeadAttention(nn.Module):
@@ -84,8 +185,6 @@ class MultiHeadAttention(nn.Module):
     ``k_proj``, ``v_proj`` and ``out_proj``; ``q_proj.weight`` holds ``W_Qᵀ``
     (``nn.Linear`` computes ``x @ weight.T``), whose rows ``h * Dh`` to
     ``(h + 1) * Dh - 1`` make head ``h``'s queries (likewise for keys and values).
-    In self-attention the three input projections run as one matrix multiply
-    with their weights stacked (same result, fewer passes over ``X``).
 
     With ``n_kv_heads < n_heads`` (grouped-query attention), ``k_proj`` and
     ``v_proj`` are ``nn.Linear(d_model, n_kv_heads * d_head)``: each of the
@@ -119,51 +218,49 @@ class MultiHeadAttention(nn.Module):
         *,
         rope_base: float | None = None,
         n_kv_heads: int | None = None,
+        positional: PositionalEncoding | None = None,
     ) -> None:
         super().__init__()
-        self.d_model = _check_count(d_model, "d_model")
-        self.n_heads = _check_count(n_heads, "n_heads")
-        if self.d_model % self.n_heads != 0:
-            raise ValueError(
-                f"d_model must be a multiple of n_heads (each head gets d_model // n_heads "
-                f"features), got d_model = {self.d_model} and n_heads = {self.n_heads}"
-            )
-        self.d_head = self.d_model // self.n_heads
-        self.n_kv_heads = (
-            self.n_heads if n_kv_heads is None else _check_count(n_kv_heads, "n_kv_heads")
-        )
-        if self.n_heads % self.n_kv_heads != 0:
-            raise ValueError(
-                f"n_kv_heads must divide n_heads (each key/value head serves n_heads // "
-                f"n_kv_heads query heads), got n_heads = {self.n_heads} and n_kv_heads = "
-                f"{self.n_kv_heads}"
-            )
-        self.dropout = check_probability(dropout, "dropout")
-        if not isinstance(bias, bool):
-            raise ValueError(f"bias must be True or False, got {bias!r}")
-        if rope_base is not None and check_positive_number(rope_base, "rope_base") <= 1.0:
-            raise ValueError(
-                f"rope_base must be a number > 1 (rotary frequencies rope_base^(-2i/d_head) must "
-                f"decrease), got {rope_base}"
-            )
-        self.rope_base = None if rope_base is None else float(rope_base)
-        if self.rope_base is not None and self.d_head % 2 != 0:
-            raise ValueError(
-                "rope_base needs an even head width d_head = d_model // n_heads (rotary "
-                f"embeddings rotate pairs of features), got d_head = {self.d_head}"
-            )
-        self.q_proj = nn.Linear(self.d_model, self.d_model, bias=bias)  # weight (D, D) = W_Qᵀ
+        config = AttentionConfig(d_model, n_heads, dropout, bias, n_kv_heads, rope_base)
+        self.config = config
+        self.d_model, self.n_heads, self.d_head = config.d_model, config.n_heads, config.d_head
+        self.n_kv_heads = config.kv_heads
+        self.dropout = float(config.dropout)
+        if positional is None and rope_base is not None:
+            positional = RotaryPositions(float(rope_base))
+        self.positional = positional  # its rotate hook turns queries and keys, or None
         d_kv = self.n_kv_heads * self.d_head  # = D unless grouped-query
+        self.q_proj = nn.Linear(self.d_model, self.d_model, bias=bias)  # weight (D, D) = W_Qᵀ
         self.k_proj = nn.Linear(self.d_model, d_kv, bias=bias)  # weight (H_kv * Dh, D) = W_Kᵀ
         self.v_proj = nn.Linear(self.d_model, d_kv, bias=bias)  # weight (H_kv * Dh, D) = W_Vᵀ
         self.out_proj = nn.Linear(self.d_model, self.d_model, bias=bias)  # weight (D, D) = W_Oᵀ
 
+    @classmethod
+    def from_config(
+        cls, config: AttentionConfig, *, positional: PositionalEncoding | None = None
+    ) -> MultiHeadAttention:
+        """Build the module from an :class:`AttentionConfig` (and, optionally, a rotating encoding)."""
+        c = config
+        return cls(
+            c.d_model,
+            c.n_heads,
+            c.dropout,
+            c.bias,
+            rope_base=c.rope_base,
+            n_kv_heads=c.n_kv_heads,
+            positional=positional,
+        )
+
+    @property
+    def rope_base(self) -> float | None:
+        """The base of the rotary embeddings inside this attention, or ``None``."""
+        return getattr(self.positional, "base", None)
+
     def extra_repr(self) -> str:
-        rope = "" if self.rope_base is None else f", rope_base={self.rope_base}"
         kv = "" if self.n_kv_heads == self.n_heads else f", n_kv_heads={self.n_kv_heads}"
         return (
             f"d_model={self.d_model}, n_heads={self.n_heads}{kv}, d_head={self.d_head}, "
-            f"dropout={self.dropout}{rope}"
+            f"dropout={self.dropout}"
         )
 
     def forward(
@@ -175,6 +272,8 @@ class MultiHeadAttention(nn.Module):
         need_weights: bool = False,
         *,
         is_causal: bool = False,
+        cache: Any = None,
+        validate: bool = True,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attend from ``query`` to ``key``/``value`` with every head; check the inputs first.
 
@@ -194,6 +293,15 @@ class MultiHeadAttention(nn.Module):
             is_causal: apply the causal rule of :func:`attnbook.causal_mask`
                 (ANDed with ``mask``; bottom-right aligned when ``T != S``)
                 without building a mask, which keeps the fastest kernel eligible.
+            cache: ``None``, or for self-attention during generation (chapter 12)
+                an object with attributes ``key`` and ``value``, each ``None``
+                while empty or the keys/values of the ``S_past`` earlier
+                positions, ``(B, H_kv, S_past, Dh)`` (e.g. ``KVCache.layer(i)``).
+                Only the new positions are projected (rotated at positions
+                ``S_past..``); their keys and values are appended to the cache
+                and the queries attend to all ``S_past + T`` of them.
+            validate: ``False`` skips the input checks, for a caller that has
+                checked its own inputs once (a model, on every layer and step).
 
         Returns:
             ``(output, weights)``: ``output`` of shape ``(B, T, d_model)``, and
@@ -202,11 +310,96 @@ class MultiHeadAttention(nn.Module):
             no key gets weights 0 and an attention output of zeros (so its
             ``output`` row is ``out_proj``'s bias), never NaN.
         """
-        query, key, value, mask = self._validate(query, key, value, mask)
-        for flag, name in ((need_weights, "need_weights"), (is_causal, "is_causal")):
-            if not isinstance(flag, bool):
-                raise ValueError(f"{name} must be True or False, got {flag!r}")
-        return self._forward_unchecked(query, key, value, mask, is_causal, need_weights)
+        if validate:
+            query, key, value, mask = self._validate(query, key, value, mask)
+            check_bool(need_weights, "need_weights")
+            check_bool(is_causal, "is_causal")
+        if query is key and key is value:  # self-attention: one multiply for Q, K and V
+            q, k, v = self.project_self(query)  # (B, T, D) each, or (B, T, H_kv Dh) for K, V
+        else:
+            q, k, v = self.q_proj(query), self.k_proj(key), self.v_proj(value)
+        q = split_heads(q, self.n_heads)  # (B, T, D) -> (B, H, T, Dh)
+        k = split_heads(k, self.n_kv_heads)  # (B, S, H_kv Dh) -> (B, H_kv, S, Dh)
+        v = split_heads(v, self.n_kv_heads)  # (B, S, H_kv Dh) -> (B, H_kv, S, Dh)
+        start = 0 if cache is None or cache.key is None else cache.key.shape[-2]  # S_past
+        if self.positional is not None:
+            q, k = self.positional.rotate(q, k, start)  # keys at start.., queries the last T
+        if cache is not None:
+            if start:
+                k = torch.cat([cache.key, k], dim=-2)  # (B, H_kv, S_past + T, Dh)
+                v = torch.cat([cache.value, v], dim=-2)  # (B, H_kv, S_past + T, Dh)
+            cache.key, cache.value = k.contiguous(), v.contiguous()  # own memory for the cache
+        n_rep = self.n_heads // self.n_kv_heads  # G, query heads per key/value head
+        k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)  # (B, H, S, Dh) each
+        if mask is not None and mask.dtype != torch.bool and mask.dtype != q.dtype:
+            mask = mask.to(q.dtype)  # e.g. a float32 bias under bf16 autocast
+        dropout_p = self.dropout if self.training else 0.0
+        if need_weights:
+            if is_causal:
+                mask = with_causal(mask, q.shape[-2], k.shape[-2], q.device)
+            heads, weights = attend(q, k, v, mask, dropout_p)  # (B, H, T, Dh), (B, H, T, S)
+        else:
+            heads = attend_fused(q, k, v, mask, dropout_p, is_causal=is_causal)  # (B, H, T, Dh)
+            weights = None
+        return self.out_proj(merge_heads(heads)), weights  # (B, T, D) @ (D, D) -> (B, T, D)
+
+    def project_self(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``q_proj(x)``, ``k_proj(x)``, ``v_proj(x)`` as one matrix multiply (self-attention).
+
+        The three weights stacked ``(D + 2 H_kv Dh, D)``: one pass over ``x``
+        instead of three. Returns views ``(B, T, D)``, ``(B, T, H_kv Dh)`` x 2.
+        """
+        projections = (self.q_proj, self.k_proj, self.v_proj)
+        weight = torch.cat([p.weight for p in projections])  # (D + 2 H_kv Dh, D)
+        bias = None if self.q_proj.bias is None else torch.cat([p.bias for p in projections])
+        qkv = F.linear(x, weight, bias)  # (B, T, D) @ (D, D + 2 H_kv Dh)
+        d_kv = self.n_kv_heads * self.d_head
+        return qkv.split([self.d_model, d_kv, d_kv], dim=-1)  # views, no copy
+
+    def copy_to(self, theirs: nn.MultiheadAttention) -> None:
+        """Copy this module's weights into ``theirs``, a ``torch.nn.MultiheadAttention`` of our shape.
+
+        ``in_proj_weight`` ``(3 D, D)`` gets ``W_Qᵀ``, ``W_Kᵀ``, ``W_Vᵀ`` stacked
+        (our ``q_proj``, ``k_proj``, ``v_proj`` weights, in that order), likewise
+        the biases; ``out_proj`` is copied as it is. See :meth:`to_torch`.
+        """
+        if self.n_kv_heads != self.n_heads or self.positional is not None:
+            raise ValueError(
+                "to_torch() needs plain multi-head attention: n_kv_heads = n_heads and no "
+                f"positional rotation, got n_kv_heads = {self.n_kv_heads} and "
+                f"positional = {self.positional!r}"
+            )
+        projections = (self.q_proj, self.k_proj, self.v_proj)
+        with torch.no_grad():
+            theirs.in_proj_weight.copy_(torch.cat([p.weight for p in projections]))  # (3 D, D)
+            if self.q_proj.bias is not None:
+                theirs.in_proj_bias.copy_(torch.cat([p.bias for p in projections]))  # (3 D,)
+            theirs.out_proj.load_state_dict(self.out_proj.state_dict())
+
+    def to_torch(self) -> nn.MultiheadAttention:
+        """A ``torch.nn.MultiheadAttention`` holding copies of this module's weights.
+
+        PyTorch keeps the three input projections stacked in one
+        ``in_proj_weight`` ``(3 D, D)`` (queries, then keys, then values) and
+        our ``out_proj`` as its own. ``batch_first=True``; same device, dtype
+        and training mode. Remember that its boolean ``attn_mask`` means
+        *blocked* where ours means *may attend* (:func:`attnbook.to_mha_mask`).
+        Only plain multi-head attention has a PyTorch twin: no grouped-query
+        heads, no rotary embeddings.
+        """
+        bias = self.q_proj.bias is not None
+        weight = self.q_proj.weight
+        theirs = nn.MultiheadAttention(
+            self.d_model,
+            self.n_heads,
+            dropout=self.dropout,
+            bias=bias,
+            batch_first=True,
+            device=weight.device,
+            dtype=weight.dtype,
+        )
+        self.copy_to(theirs)
+        return theirs.train(self.training)
 
     def _validate(
         self, query: object, key: object, value: object, mask: object
@@ -256,163 +449,3 @@ class MultiHeadAttention(nn.Module):
             if mask.dtype != torch.bool:
                 mask = mask.to(query.dtype)
         return query, key, value, mask
-
-    def _project(
-        self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The three input projections, split into heads.
-
-        Returns ``q`` ``(B, H, T, Dh)`` and ``k``, ``v`` ``(B, H_kv, S, Dh)``
-        (``H_kv = H`` unless grouped-query).
-        """
-        B, T, _ = query.shape
-        S = key.shape[1]
-        H, H_kv, Dh = self.n_heads, self.n_kv_heads, self.d_head
-        if query is key and key is value:  # self-attention: one multiply for Q, K and V
-            weight = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight])
-            bias = self.q_proj.bias
-            if bias is not None:
-                bias = torch.cat([bias, self.k_proj.bias, self.v_proj.bias])  # (D + 2 H_kv Dh,)
-            qkv = F.linear(query, weight, bias)  # (B, T, D) @ (D, D + 2 H_kv Dh) -> (B, T, ...)
-            if H_kv == H:
-                qkv = qkv.view(B, T, 3, H, Dh).permute(2, 0, 3, 1, 4)  # (3, B, H, T, Dh), no copy
-                q, k, v = qkv.unbind(0)  # each (B, H, T, Dh)
-                return q, k, v
-            q, k, v = qkv.split([H * Dh, H_kv * Dh, H_kv * Dh], dim=-1)  # views, no copy
-            q = q.view(B, T, H, Dh).transpose(1, 2)  # (B, T, D) -> (B, H, T, Dh)
-            k = k.view(B, T, H_kv, Dh).transpose(1, 2)  # (B, T, H_kv Dh) -> (B, H_kv, T, Dh)
-            v = v.view(B, T, H_kv, Dh).transpose(1, 2)  # (B, T, H_kv Dh) -> (B, H_kv, T, Dh)
-            return q, k, v
-        q = self.q_proj(query).view(B, T, H, Dh).transpose(1, 2)  # (B, T, D) -> (B, H, T, Dh)
-        k = self.k_proj(key).view(B, S, H_kv, Dh).transpose(1, 2)  # (B, S, ...) -> (B, H_kv, S, Dh)
-        v = self.v_proj(value).view(B, S, H_kv, Dh).transpose(1, 2)  # (B, H_kv, S, Dh)
-        return q, k, v
-
-    def _repeat_kv(self, x: torch.Tensor) -> torch.Tensor:
-        """Give each query head its key/value head: ``(B, H_kv, S, Dh)`` -> ``(B, H, S, Dh)``.
-
-        Key/value head ``j`` is repeated for query heads ``j * G .. (j + 1) * G - 1``
-        (``torch.repeat_interleave`` along the heads' axis). A copy, kept simple:
-        the memory that grouped-query attention saves is the cache's, which
-        stores only the ``H_kv`` heads.
-        """
-        if self.n_kv_heads == self.n_heads:
-            return x
-        B, H_kv, S, Dh = x.shape
-        G = self.n_heads // H_kv
-        x = x[:, :, None].expand(B, H_kv, G, S, Dh)  # (B, H_kv, G, S, Dh), a view
-        return x.reshape(B, H_kv * G, S, Dh)  # (B, H, S, Dh): head h reads kv head h // G
-
-    def _rotate(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Rotary embeddings of each head's queries ``(B, H, T, Dh)`` and keys ``(B, H, S, Dh)``.
-
-        Keys sit at positions ``0..S-1``; queries at the *last* ``T`` of them,
-        ``S-T..S-1``, the same bottom-right alignment as the causal rule, so
-        ``T`` new tokens attending to ``S`` keys (the ``S - T`` before them
-        and themselves) rotate exactly as they would inside the full sequence.
-        """
-        n_queries, n_keys = q.shape[-2], k.shape[-2]
-        positions = None  # arange(T) for the queries, as for the keys when T == S
-        if n_queries != n_keys:
-            positions = torch.arange(n_keys - n_queries, n_keys, device=q.device)  # (T,)
-        q = apply_rope(q, positions, self.rope_base)  # (B, H, T, Dh)
-        k = apply_rope(k, None, self.rope_base)  # (B, H, S, Dh), positions 0..S-1
-        return q, k
-
-    def _forward_unchecked(
-        self,
-        query: torch.Tensor,
-        key: torch.Tensor,
-        value: torch.Tensor,
-        mask: torch.Tensor | None,
-        is_causal: bool,
-        need_weights: bool,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """:meth:`forward` without any input check: the hot path of the transformer blocks.
-
-        The caller guarantees what :meth:`forward` checks: 3-D inputs of width
-        ``d_model`` and the module's dtype, one batch size, ``key`` and
-        ``value`` of one length, and ``mask`` ``None``, boolean or additive,
-        broadcastable to ``(B, H, T, S)``. A model validates its own input once
-        and then calls this in every layer, every step.
-        """
-        q, k, v = self._project(query, key, value)  # (B, H, T, Dh), (B, H_kv, S, Dh) x 2
-        if self.rope_base is not None:
-            q, k = self._rotate(q, k)  # (B, H, T, Dh), (B, H_kv, S, Dh)
-        return self._attend(
-            q, self._repeat_kv(k), self._repeat_kv(v), mask, is_causal, need_weights
-        )
-
-    def _forward_cached(
-        self,
-        x: torch.Tensor,
-        past_key: torch.Tensor | None,
-        past_value: torch.Tensor | None,
-        mask: torch.Tensor | None,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Causal self-attention of ``T`` new positions to the cached ones and to themselves.
-
-        The step of generation with a key-value cache (chapter 12): the keys and
-        values of earlier positions never change in a causal model, so they are
-        computed once, kept, and only the new positions are projected. With
-        rotary embeddings the new queries and keys are rotated at their true
-        positions ``S_past..S_past+T-1`` before the keys are stored. No input
-        checks (the model's ``prefill``/``decode`` check theirs).
-
-        Args:
-            x: the new positions' inputs, shape ``(B, T, D)``.
-            past_key: the cached keys ``(B, H_kv, S_past, Dh)`` (already rotated), or
-                ``None`` when nothing is cached yet (then ``S_past = 0``).
-            past_value: the cached values ``(B, H_kv, S_past, Dh)``, or ``None``.
-            mask: ``None`` for the causal rule (bottom-right aligned), or an
-                additive mask broadcastable to ``(B, H, T, S_past + T)`` that
-                already holds it (ALiBi's bias rows).
-
-        Returns:
-            ``(output, key, value)``: ``output`` ``(B, T, D)``, and the keys and
-            values of all ``S = S_past + T`` positions, ``(B, H_kv, S, Dh)`` each,
-            fresh contiguous tensors for the cache.
-        """
-        T = x.shape[1]
-        q, k, v = self._project(x, x, x)  # (B, H, T, Dh), (B, H_kv, T, Dh) x 2
-        n_past = 0 if past_key is None else past_key.shape[-2]
-        if self.rope_base is not None:
-            positions = None  # arange(T) when nothing is cached, as in _rotate
-            if n_past:
-                positions = torch.arange(n_past, n_past + T, device=x.device)  # (T,)
-            q = apply_rope(q, positions, self.rope_base)  # (B, H, T, Dh)
-            k = apply_rope(k, positions, self.rope_base)  # (B, H_kv, T, Dh)
-        if past_key is None or past_value is None:
-            k, v = k.contiguous(), v.contiguous()  # own memory, not views into the QKV product
-        else:
-            k = torch.cat([past_key, k], dim=-2)  # (B, H_kv, S_past + T, Dh)
-            v = torch.cat([past_value, v], dim=-2)  # (B, H_kv, S_past + T, Dh)
-        output, _ = self._attend(
-            q, self._repeat_kv(k), self._repeat_kv(v), mask, mask is None, False
-        )  # (B, T, D)
-        return output, k, v
-
-    def _attend(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        mask: torch.Tensor | None,
-        is_causal: bool,
-        need_weights: bool,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Attention of per-head ``q`` ``(B, H, T, Dh)`` to ``k``, ``v`` ``(B, H, S, Dh)``, then ``W_O``."""
-        B, _, T, _ = q.shape
-        dropout_p = self.dropout if self.training else 0.0
-        if mask is not None and mask.dtype != torch.bool and mask.dtype != q.dtype:
-            mask = mask.to(q.dtype)  # e.g. a float32 bias under bf16 autocast
-        scale = 1.0 / math.sqrt(self.d_head)
-        if need_weights:
-            heads, weights = scaled_dot_product_attention(
-                q, k, v, mask, dropout_p, scale, need_weights=True, is_causal=is_causal
-            )  # (B, H, T, Dh), (B, H, T, S)
-        else:
-            heads = _fused_attention(q, k, v, mask, dropout_p, scale, is_causal)  # (B, H, T, Dh)
-            weights = None
-        heads = heads.transpose(1, 2).reshape(B, T, self.d_model)  # (B, T, H, Dh) -> (B, T, D)
-        return self.out_proj(heads), weights  # (B, T, D) @ (D, D) -> (B, T, D)

@@ -34,18 +34,22 @@ import math
 
 import numpy as np
 import torch
+from torch import nn
 
-from attnbook._validation import as_float_tensor, shape_str
+from attnbook._validation import as_float_tensor, check_int, shape_str
 
-__all__ = ["alibi_bias", "alibi_slopes", "apply_rope", "sinusoidal_positional_encoding"]
-
-
-def _check_size(value: object, name: str, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"{name} must be an int >= {minimum}, got {type(value).__name__}")
-    if int(value) < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value}")
-    return int(value)
+__all__ = [
+    "POSITIONAL_ENCODINGS",
+    "AlibiPositions",
+    "LearnedPositions",
+    "PositionalEncoding",
+    "RotaryPositions",
+    "SinusoidalPositions",
+    "alibi_bias",
+    "alibi_slopes",
+    "apply_rope",
+    "sinusoidal_positional_encoding",
+]
 
 
 def _check_base(base: object) -> float:
@@ -90,8 +94,8 @@ def sinusoidal_positional_encoding(
         The angles are computed in float64 and rounded once, so long sequences
         keep accurate values.
     """
-    seq_len = _check_size(seq_len, "seq_len")
-    d_model = _check_size(d_model, "d_model", 2)
+    seq_len = check_int(seq_len, "seq_len")
+    d_model = check_int(d_model, "d_model", minimum=2)
     if d_model % 2:
         raise ValueError(f"d_model must be even (columns come in (sin, cos) pairs), got {d_model}")
     pos = torch.arange(seq_len, dtype=torch.float64, device=device)  # (T,)
@@ -204,7 +208,7 @@ def alibi_slopes(n_heads: int) -> torch.Tensor:
     Returns:
         Float32 tensor of shape ``(H,)``.
     """
-    n_heads = _check_size(n_heads, "n_heads")
+    n_heads = check_int(n_heads, "n_heads")
 
     def power_of_two(n: int) -> list[float]:
         return [2.0 ** (-8.0 * h / n) for h in range(1, n + 1)]
@@ -252,12 +256,176 @@ def alibi_bias(
         ``s <= t + S - T``, ``-inf`` elsewhere. It broadcasts against scores
         ``(B, H, T, S)``.
     """
-    n_heads = _check_size(n_heads, "n_heads")
-    seq_len = _check_size(seq_len, "seq_len")
-    key_len = seq_len if key_len is None else _check_size(key_len, "key_len")
+    n_heads = check_int(n_heads, "n_heads")
+    seq_len = check_int(seq_len, "seq_len")
+    key_len = seq_len if key_len is None else check_int(key_len, "key_len")
     slopes = alibi_slopes(n_heads).to(device)  # (H,)
     q_pos = torch.arange(key_len - seq_len, key_len, device=device)  # (T,)
     k_pos = torch.arange(key_len, device=device)  # (S,)
     offset = (k_pos[None, :] - q_pos[:, None]).to(torch.float32)  # (1, S) - (T, 1) -> (T, S): s - t
     bias = slopes[:, None, None] * offset  # (H, 1, 1) * (T, S) -> (H, T, S), <= 0 in the past
     return bias.masked_fill(offset > 0, float("-inf"))  # (H, T, S): the future is blocked
+
+
+# ------------------------------------------------------------- encodings a model can plug in
+
+
+class PositionalEncoding(nn.Module):
+    """One way of giving a model positions: up to three hooks, each a no-op unless overridden.
+
+    A model (:class:`attnbook.GPT`) holds one encoding and calls its hooks at
+    the three places where position can enter:
+
+    - :meth:`embed` adds position information to the token embeddings;
+    - :meth:`rotate` turns each head's queries and keys (set ``rotates = True``
+      so that the attention layers call it);
+    - :meth:`bias` returns an additive score mask for every layer's attention.
+
+    Adding an encoding is one subclass and one entry in
+    :data:`POSITIONAL_ENCODINGS` (``CONTRIBUTING.md`` shows how). An encoding
+    is an ``nn.Module``, so a learned one holds its parameters and they move
+    and save with the model (as ``pos_emb.*`` of a GPT).
+    """
+
+    rotates: bool = False  # True if rotate() does something: attention layers then call it
+
+    @classmethod
+    def check_config(cls, config: object) -> None:
+        """Raise ``ValueError`` if ``config`` (e.g. a ``GPTConfig``) cannot use this encoding."""
+
+    @classmethod
+    def from_config(cls, config: object) -> PositionalEncoding:
+        """Build the encoding for a model of ``config`` (``context_length``, ``d_model``, ``n_heads``)."""
+        return cls()
+
+    def embed(self, x: torch.Tensor, start: int) -> torch.Tensor:
+        """Token embeddings ``x`` ``(B, T, D)`` of positions ``start..start+T-1`` -> model input ``(B, T, D)``."""
+        return x
+
+    def rotate(
+        self, q: torch.Tensor, k: torch.Tensor, start: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-head queries ``(B, H, T, Dh)`` and keys ``(B, H_kv, S, Dh)`` -> the same, positioned.
+
+        The keys sit at positions ``start..start+S-1`` and the queries at the
+        last ``T`` of them (bottom-right, as the causal rule aligns them).
+        """
+        return q, k
+
+    def bias(
+        self, n_queries: int, n_keys: int, *, device: torch.device, dtype: torch.dtype
+    ) -> torch.Tensor | None:
+        """An additive mask ``(H, T, S)`` for the scores (queries at the last ``T`` of ``S``), or ``None``.
+
+        A bias replaces the causal rule, so it must hold ``-inf`` above the diagonal.
+        """
+        return None
+
+
+class LearnedPositions(nn.Embedding, PositionalEncoding):
+    """A learned vector per position, added to the token embeddings (GPT-2).
+
+    An ``nn.Embedding(context_length, d_model)`` (initialised as one, and
+    treated as an embedding by the optimiser: no weight decay) whose
+    ``weight`` row ``t`` is added to the token at position ``t``.
+    """
+
+    def __init__(self, context_length: int, d_model: int) -> None:
+        super().__init__(context_length, d_model)  # weight (C, D)
+
+    @classmethod
+    def from_config(cls, config: object) -> LearnedPositions:
+        return cls(config.context_length, config.d_model)
+
+    def embed(self, x: torch.Tensor, start: int) -> torch.Tensor:
+        return x + self.weight[start : start + x.shape[1]]  # (B, T, D) + (T, D)
+
+
+class SinusoidalPositions(PositionalEncoding):
+    """The fixed sinusoids of :func:`sinusoidal_positional_encoding`, added to scaled embeddings.
+
+    Fixed sinusoids have entries of size about 1, while token embeddings start
+    with entries of size 0.02; added as they are, the positions would drown
+    the tokens. As in the original Transformer (Vaswani et al. 2017), token
+    embeddings are multiplied by ``sqrt(d_model)`` first (a tied output head
+    uses them unscaled). The table is a buffer, not saved in ``state_dict``.
+    """
+
+    def __init__(self, context_length: int, d_model: int) -> None:
+        super().__init__()
+        table = sinusoidal_positional_encoding(context_length, d_model)  # (C, D)
+        self.register_buffer("table", table, persistent=False)
+        self.scale = math.sqrt(d_model)
+
+    @classmethod
+    def check_config(cls, config: object) -> None:
+        if config.d_model % 2:
+            raise ValueError(
+                "positional='sinusoidal' pairs a sine and a cosine per frequency, so d_model "
+                f"must be even, got d_model = {config.d_model}"
+            )
+
+    @classmethod
+    def from_config(cls, config: object) -> SinusoidalPositions:
+        return cls(config.context_length, config.d_model)
+
+    def embed(self, x: torch.Tensor, start: int) -> torch.Tensor:
+        table = self.table[start : start + x.shape[1]].to(x.dtype)  # (T, D)
+        return x * self.scale + table  # (B, T, D) + (T, D)
+
+
+class RotaryPositions(PositionalEncoding):
+    """Rotary embeddings (:func:`apply_rope`) of each head's queries and keys, inside attention."""
+
+    rotates = True
+
+    def __init__(self, base: float = 10000.0) -> None:
+        super().__init__()
+        self.base = base  # the base of the rotary frequencies (Su et al. 2021)
+
+    @classmethod
+    def check_config(cls, config: object) -> None:
+        if (config.d_model // config.n_heads) % 2:
+            raise ValueError(
+                "positional='rope' rotates pairs of features, so d_model / n_heads must be "
+                f"even, got d_model = {config.d_model} and n_heads = {config.n_heads}"
+            )
+
+    def extra_repr(self) -> str:
+        return f"base={self.base}"
+
+    def rotate(
+        self, q: torch.Tensor, k: torch.Tensor, start: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        n_queries, n_keys = q.shape[-2], k.shape[-2]
+        if start == 0 and n_queries == n_keys:  # the usual case: positions 0..T-1 for both
+            return apply_rope(q, None, self.base), apply_rope(k, None, self.base)
+        key_positions = torch.arange(start, start + n_keys, device=q.device)  # (S,)
+        q = apply_rope(q, key_positions[n_keys - n_queries :], self.base)  # (B, H, T, Dh)
+        return q, apply_rope(k, key_positions, self.base)  # (B, H_kv, S, Dh)
+
+
+class AlibiPositions(PositionalEncoding):
+    """ALiBi's distance penalty (:func:`alibi_bias`), added to every layer's scores."""
+
+    def __init__(self, n_heads: int) -> None:
+        super().__init__()
+        self.n_heads = n_heads
+
+    @classmethod
+    def from_config(cls, config: object) -> AlibiPositions:
+        return cls(config.n_heads)
+
+    def bias(
+        self, n_queries: int, n_keys: int, *, device: torch.device, dtype: torch.dtype
+    ) -> torch.Tensor:
+        return alibi_bias(self.n_heads, n_queries, n_keys, device=device).to(dtype)  # (H, T, S)
+
+
+POSITIONAL_ENCODINGS: dict[str, type[PositionalEncoding]] = {
+    "learned": LearnedPositions,
+    "sinusoidal": SinusoidalPositions,
+    "rope": RotaryPositions,
+    "alibi": AlibiPositions,
+}
+"""The encodings ``GPTConfig(positional=...)`` accepts, by name; register a new one here."""

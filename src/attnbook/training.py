@@ -34,6 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from attnbook._validation import check_number
 from attnbook.data import IGNORE_INDEX, SequenceTask, TextDataset, check_task_fits, reverse_task
 from attnbook.model import GPT, GPTConfig
 from attnbook.runtime import get_device, set_seed
@@ -84,15 +85,15 @@ class TrainConfig:
             raise ValueError(
                 f"warmup_steps must be an int in [0, steps], got {self.warmup_steps!r}"
             )
-        _check_number(self.lr, "lr", 0.0, math.inf, low_open=True)
-        _check_number(self.min_lr_ratio, "min_lr_ratio", 0.0, 1.0)
-        _check_number(self.weight_decay, "weight_decay", 0.0, math.inf)
-        _check_number(self.beta1, "beta1", 0.0, 1.0, high_open=True)
-        _check_number(self.beta2, "beta2", 0.0, 1.0, high_open=True)
+        check_number(self.lr, "lr", 0.0, math.inf, low_open=True)
+        check_number(self.min_lr_ratio, "min_lr_ratio", 0.0, 1.0)
+        check_number(self.weight_decay, "weight_decay", 0.0, math.inf)
+        check_number(self.beta1, "beta1", 0.0, 1.0, high_open=True)
+        check_number(self.beta2, "beta2", 0.0, 1.0, high_open=True)
         if self.grad_clip is not None:
-            _check_number(self.grad_clip, "grad_clip", 0.0, math.inf, low_open=True)
+            check_number(self.grad_clip, "grad_clip", 0.0, math.inf, low_open=True)
         if self.target_exact_match is not None:
-            _check_number(self.target_exact_match, "target_exact_match", 0.0, 1.0)
+            check_number(self.target_exact_match, "target_exact_match", 0.0, 1.0)
         if (
             isinstance(self.seed, bool)
             or not isinstance(self.seed, int)
@@ -104,27 +105,6 @@ class TrainConfig:
         for name in ("compile", "amp", "progress"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
-
-
-def _check_number(
-    value: object,
-    name: str,
-    low: float,
-    high: float,
-    *,
-    low_open: bool = False,
-    high_open: bool = False,
-) -> float:
-    ok = not isinstance(value, bool) and isinstance(value, (int, float))
-    if ok:
-        value = float(value)
-        ok = (low < value if low_open else low <= value) and (
-            value < high if high_open or high == math.inf else value <= high
-        )
-    if not ok:
-        left, right = "(" if low_open else "[", ")" if high_open or high == math.inf else "]"
-        raise ValueError(f"{name} must be a number in {left}{low}, {high}{right}, got {value!r}")
-    return value  # type: ignore[return-value]
 
 
 def lr_at(step: int, config: TrainConfig) -> float:

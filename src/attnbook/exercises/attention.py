@@ -105,7 +105,8 @@ _SDPA_MISTAKES = [
 _FORBIDDEN_SDPA = {
     "F.scaled_dot_product_attention": F.scaled_dot_product_attention,
     "attnbook.scaled_dot_product_attention": attnbook.attention.scaled_dot_product_attention,
-    "attnbook's fused attention": attnbook.attention._fused_attention,
+    "attnbook's fused attention": attnbook.attention.attend_fused,
+    "attnbook's attention core": attnbook.attention.attend,
     "F.multi_head_attention_forward (nn.MultiheadAttention)": F.multi_head_attention_forward,
 }
 

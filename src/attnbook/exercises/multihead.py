@@ -17,6 +17,7 @@ import torch
 
 from attnbook.attention import scaled_dot_product_attention
 from attnbook.exercises._framework import Case, Verdict, run_cases
+from attnbook.multihead import merge_heads, split_heads
 
 __all__ = ["check_merge_heads", "check_multi_head_attention", "check_split_heads"]
 
@@ -30,16 +31,6 @@ def _randn(seed: int, *shape: int) -> torch.Tensor:
 
 def _she_likes_coffee() -> torch.Tensor:
     return torch.tensor([_SHE_LIKES_COFFEE], dtype=torch.float64)  # (B, T, D) = (1, 3, 4)
-
-
-def _split_reference(x: torch.Tensor, n_heads: int) -> torch.Tensor:
-    B, T, D = x.shape
-    return x.view(B, T, n_heads, D // n_heads).transpose(1, 2)  # (B, T, H, Dh) -> (B, H, T, Dh)
-
-
-def _merge_reference(x: torch.Tensor) -> torch.Tensor:
-    B, H, T, Dh = x.shape
-    return x.transpose(1, 2).reshape(B, T, H * Dh)  # (B, H, T, Dh) -> (B, T, H, Dh) -> (B, T, D)
 
 
 # ------------------------------------------------------------------ split heads
@@ -83,7 +74,7 @@ def check_split_heads(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> Verdic
     Head ``h`` gets the features ``h * d_head`` to ``(h + 1) * d_head - 1`` of every
     position, with ``d_head = d_model // n_heads``.
     """
-    return run_cases("split_heads", fn, _split_reference, _SPLIT_CASES, rtol=0.0, atol=0.0)
+    return run_cases("split_heads", fn, split_heads, _SPLIT_CASES, rtol=0.0, atol=0.0)
 
 
 # ------------------------------------------------------------------ merge heads
@@ -91,7 +82,7 @@ def check_split_heads(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> Verdic
 _MERGE_CASES = [
     Case(
         "B = 1, 2 heads, T = 3, d_head = 2 (back to 'she likes coffee' shapes)",
-        lambda: (_split_reference(_she_likes_coffee(), 2),),
+        lambda: (split_heads(_she_likes_coffee(), 2),),
         "Concatenate the heads along the features: move the head axis next to d_head with "
         ".transpose(1, 2) (giving (B, T, n_heads, d_head)), then reshape to (B, T, d_model). "
         "Reshaping without the transpose mixes positions; averaging the heads loses "
@@ -118,7 +109,7 @@ def check_merge_heads(fn: Callable[[torch.Tensor], torch.Tensor]) -> Verdict:
     The inverse of splitting: position ``t``'s output is the concatenation of the
     heads' outputs at ``t``, head 0 first.
     """
-    return run_cases("merge_heads", fn, _merge_reference, _MERGE_CASES, rtol=0.0, atol=0.0)
+    return run_cases("merge_heads", fn, merge_heads, _MERGE_CASES, rtol=0.0, atol=0.0)
 
 
 # ------------------------------------------------------- multi-head attention
@@ -133,11 +124,11 @@ def _mha_reference(
     w_o: torch.Tensor,
     n_heads: int,
 ) -> torch.Tensor:
-    q = _split_reference(x_query @ w_q, n_heads)  # (B, T, D) @ (D, D) -> (B, H, T, Dh)
-    k = _split_reference(x_context @ w_k, n_heads)  # (B, S, D) @ (D, D) -> (B, H, S, Dh)
-    v = _split_reference(x_context @ w_v, n_heads)  # (B, S, D) @ (D, D) -> (B, H, S, Dh)
+    q = split_heads(x_query @ w_q, n_heads)  # (B, T, D) @ (D, D) -> (B, H, T, Dh)
+    k = split_heads(x_context @ w_k, n_heads)  # (B, S, D) @ (D, D) -> (B, H, S, Dh)
+    v = split_heads(x_context @ w_v, n_heads)  # (B, S, D) @ (D, D) -> (B, H, S, Dh)
     heads, _ = scaled_dot_product_attention(q, k, v)  # (B, H, T, Dh), scaled by 1/sqrt(Dh)
-    return _merge_reference(heads) @ w_o  # (B, T, D) @ (D, D) -> (B, T, D)
+    return merge_heads(heads) @ w_o  # (B, T, D) @ (D, D) -> (B, T, D)
 
 
 def _mha_args(seed: int, B: int, T: int, S: int, D: int, n_heads: int, *, self_attn: bool):

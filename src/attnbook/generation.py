@@ -1,0 +1,320 @@
+"""Generation: a key-value cache, sampling, and the prefill / decode / generate loop of a GPT.
+
+Introduced in chapter 10 (sampling, :func:`generate`) and chapter 12 (the
+cache). :class:`attnbook.GPT`'s methods ``prefill``, ``decode`` and
+``generate`` call the functions here; the model's ``forward`` does the work,
+given a :class:`KVCache` (``model(idx, cache=cache, last_only=True)``).
+
+In a causal model the keys and values of a position never change once
+computed, so generation can keep them (the cache): :func:`prefill` reads the
+prompt once, and :func:`decode` then costs one position per new token.
+
+Shape legend used in this module:
+    ``B`` batch, ``T`` positions, ``S`` cached positions, ``H_kv`` key/value
+    heads, ``Dh`` head width, ``V`` vocabulary size, ``N`` new tokens.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from attnbook._validation import check_int, check_token_ids, shape_str
+
+__all__ = ["KVCache", "LayerCache", "decode", "generate", "prefill", "sample_next"]
+
+
+class KVCache:
+    """The keys and values a GPT has computed so far, per layer: generation's memory.
+
+    In a causal model the keys and values of a position never change once
+    computed (later tokens cannot influence earlier ones), so generation can
+    keep them and, for each new token, project only that token and attend to
+    the stored keys: one position of work per step instead of the whole
+    sequence again. The price is memory, for every layer a key and a value
+    tensor of shape ``(B, H_kv, S, Dh)``::
+
+        nbytes = 2 * n_layers * B * H_kv * S * Dh * bytes_per_element
+
+    (2 for keys and values; ``H_kv = n_kv_heads``, which is why grouped-query
+    and multi-query attention shrink it by ``n_heads / n_kv_heads``). Made by
+    :func:`prefill`, grown in place by :func:`decode` (and the ``GPT`` methods of
+    the same names). Each step
+    concatenates one position onto each tensor, which keeps the code short;
+    serving systems instead preallocate the memory (or allocate it in pages).
+
+    Attributes:
+        keys: one tensor ``(B, H_kv, S, Dh)`` per layer (with rotary positions,
+            already rotated), or ``None`` per layer while empty.
+        values: one tensor ``(B, H_kv, S, Dh)`` per layer, or ``None``.
+    """
+
+    def __init__(self, n_layers: int) -> None:
+        n_layers = check_int(n_layers, "n_layers")
+        self.keys: list[torch.Tensor | None] = [None] * n_layers
+        self.values: list[torch.Tensor | None] = [None] * n_layers
+
+    @property
+    def n_layers(self) -> int:
+        """The number of layers the cache holds keys and values for."""
+        return len(self.keys)
+
+    @property
+    def length(self) -> int:
+        """``S``, the number of positions cached (0 while empty)."""
+        return 0 if self.keys[0] is None else self.keys[0].shape[-2]
+
+    @property
+    def batch_size(self) -> int:
+        """``B``, the number of sequences cached (0 while empty)."""
+        return 0 if self.keys[0] is None else self.keys[0].shape[0]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by all the cached keys and values (the formula in the class docstring)."""
+        tensors = [t for t in (*self.keys, *self.values) if t is not None]
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+    def layer(self, i: int) -> LayerCache:
+        """Layer ``i``'s slot, with attributes ``key`` and ``value``, for that layer's attention.
+
+        Reading or assigning ``slot.key`` reads or assigns ``self.keys[i]`` (and
+        likewise for values), so :meth:`MultiHeadAttention.forward
+        <attnbook.multihead.MultiHeadAttention.forward>` grows the cache in place.
+        """
+        return LayerCache(self, i)
+
+    def __repr__(self) -> str:
+        if self.keys[0] is None:
+            return f"KVCache(n_layers={self.n_layers}, empty)"
+        B, H_kv, S, Dh = self.keys[0].shape
+        return (
+            f"KVCache(n_layers={self.n_layers}, batch_size={B}, n_kv_heads={H_kv}, "
+            f"length={S}, d_head={Dh}, dtype={self.keys[0].dtype}, nbytes={self.nbytes})"
+        )
+
+
+class LayerCache:
+    """One layer's view of a :class:`KVCache`: ``key`` and ``value`` read and write its lists."""
+
+    def __init__(self, cache: KVCache, index: int) -> None:
+        self.cache, self.index = cache, index
+
+    @property
+    def key(self) -> torch.Tensor | None:
+        return self.cache.keys[self.index]
+
+    @key.setter
+    def key(self, tensor: torch.Tensor) -> None:
+        self.cache.keys[self.index] = tensor
+
+    @property
+    def value(self) -> torch.Tensor | None:
+        return self.cache.values[self.index]
+
+    @value.setter
+    def value(self, tensor: torch.Tensor) -> None:
+        self.cache.values[self.index] = tensor
+
+
+def prefill(model: nn.Module, idx: torch.Tensor) -> tuple[torch.Tensor, KVCache]:
+    """Read a prompt once and keep every layer's keys and values: generation's first step.
+
+    Costs one ordinary forward pass over the prompt (all positions at once,
+    in parallel); afterwards each new token costs one :func:`decode` step
+    over a single position. Runs without gradients, in the model's current
+    mode (call ``model.eval()`` first for deterministic output).
+
+    Args:
+        model: a :class:`attnbook.GPT`.
+        idx: the prompts, token ids of shape ``(B, T)``, int64 in
+            ``[0, vocab_size)``, ``1 <= T <= context_length``.
+
+    Returns:
+        ``(logits, cache)``: the logits of the token after each prompt,
+        shape ``(B, V)`` (equal to ``model(idx)[:, -1]`` up to rounding),
+        and a :class:`KVCache` holding ``T`` positions.
+    """
+    c = model.config
+    idx = check_token_ids(idx, "idx", c.vocab_size, c.context_length)
+    cache = KVCache(c.n_layers)
+    with torch.no_grad():
+        logits = model(idx, cache=cache, last_only=True, validate=False)  # (B, V)
+    return logits, cache
+
+
+def decode(model: nn.Module, next_idx: torch.Tensor, cache: KVCache) -> torch.Tensor:
+    """One generation step with the cache: run one new token per sequence, append to ``cache``.
+
+    Only the new position is projected; its query attends to the ``S``
+    cached keys and to itself. ``cache`` grows by one position, in place.
+    The model has no position beyond ``context_length``: a full cache
+    raises ``ValueError`` (:func:`generate` then re-reads the last
+    ``context_length`` tokens with :func:`prefill`).
+
+    Args:
+        model: the :class:`attnbook.GPT` that made ``cache``.
+        next_idx: the new tokens, shape ``(B, 1)``, int64 in ``[0, vocab_size)``,
+            on the cache's device, ``B`` the cache's batch size.
+        cache: a :class:`KVCache` from :func:`prefill` of this model, with
+            ``1 <= cache.length < context_length``.
+
+    Returns:
+        The logits of the token after ``next_idx``, shape ``(B, V)``, equal
+        (up to rounding) to the last row of a full forward pass over all
+        ``cache.length`` tokens (counted after the append).
+    """
+    c = model.config
+    if not isinstance(cache, KVCache):
+        raise ValueError(f"cache must be a KVCache from GPT.prefill, got {type(cache).__name__}")
+    if cache.n_layers != c.n_layers or cache.length == 0:
+        raise ValueError(
+            f"cache must come from this model's prefill: {c.n_layers} layers and at least "
+            f"one position, got {cache!r}"
+        )
+    _, n_kv, _, d_head = cache.keys[0].shape
+    if (n_kv, d_head) != (model.blocks[0].self_attn.n_kv_heads, c.d_model // c.n_heads):
+        raise ValueError(
+            "cache must hold keys of shape (B, H_kv, S, Dh) = (B, "
+            f"{model.blocks[0].self_attn.n_kv_heads}, S, {c.d_model // c.n_heads}) "
+            f"for this model, got {shape_str(cache.keys[0])}"
+        )
+    next_idx = check_token_ids(next_idx, "next_idx", c.vocab_size, c.context_length)
+    if next_idx.shape != (cache.batch_size, 1):
+        raise ValueError(
+            f"next_idx must have shape (B, 1) = ({cache.batch_size}, 1) (one new token per "
+            f"cached sequence), got {shape_str(next_idx)}"
+        )
+    if next_idx.device != cache.keys[0].device:
+        raise ValueError(
+            f"next_idx must be on the cache's device {cache.keys[0].device}, got {next_idx.device}"
+        )
+    if cache.length >= c.context_length:
+        raise ValueError(
+            f"cache is full: it holds {cache.length} positions = context_length, and the "
+            "model has no position beyond its context; re-read the last context_length "
+            "tokens with prefill (as generate does)"
+        )
+    with torch.no_grad():
+        return model(next_idx, cache=cache, last_only=True, validate=False)  # (B, V)
+
+
+def generate(
+    model: nn.Module,
+    idx: torch.Tensor,
+    max_new_tokens: int,
+    *,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    generator: torch.Generator | None = None,
+    use_cache: bool = True,
+) -> torch.Tensor:
+    """Continue token sequences autoregressively: sample a token, append it, repeat.
+
+    Each step feeds the last ``context_length`` tokens (older ones are
+    cropped: the model has no position beyond its context), divides the
+    next-token logits by ``temperature`` and samples from their softmax.
+
+    With ``use_cache=True`` (the default) the prompt is read once
+    (:func:`prefill`) and each new token costs one :func:`decode` step
+    instead of a forward pass over the whole window; the tokens are the
+    same as with ``use_cache=False`` (the logits agree up to rounding).
+    Once the window is full and slides, every cached key is stale: the
+    oldest token leaves, so every position (and every later layer's
+    keys) would be computed differently. To stay identical to
+    ``use_cache=False`` the cache is then rebuilt from the last
+    ``context_length`` tokens, which costs a full forward pass per step:
+    the cache speeds up generation only while the sequence fits the context.
+    ``temperature=0`` is greedy decoding (the argmax), lower temperatures
+    sharpen the distribution, higher ones flatten it; ``top_k`` keeps only
+    the ``k`` most likely tokens before sampling. Runs in ``eval()`` mode
+    without gradients and restores the model's training mode afterwards.
+
+    Args:
+        model: a :class:`attnbook.GPT`.
+        idx: the prompts, token ids of shape ``(B, T)``, int64 in
+            ``[0, vocab_size)``, ``T >= 1`` (longer than ``context_length`` is fine).
+        max_new_tokens: ``N >= 0``, the number of tokens to append.
+        temperature: ``>= 0``; ``0`` means greedy.
+        top_k: ``None`` (all tokens) or an int in ``[1, vocab_size]``.
+        generator: the random number generator of the sampling (``None``:
+            torch's global one); on the model's device.
+        use_cache: keep a :class:`KVCache` between steps (faster, same tokens).
+
+    Returns:
+        Token ids of shape ``(B, T + N)``: the prompts followed by the new tokens.
+    """
+    c = model.config
+    if isinstance(idx, torch.Tensor) and idx.ndim == 2:  # any length: cropped below
+        check_token_ids(idx, "idx", c.vocab_size, max(c.context_length, idx.shape[1]))
+    else:
+        check_token_ids(idx, "idx", c.vocab_size, c.context_length)
+    if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool):
+        raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
+    if max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens}")
+    if (
+        isinstance(temperature, bool)
+        or not isinstance(temperature, (int, float))
+        or not 0.0 <= temperature < math.inf
+    ):
+        raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}")
+    if top_k is not None and (
+        isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= c.vocab_size
+    ):
+        raise ValueError(
+            f"top_k must be None or an int in [1, vocab_size] = [1, {c.vocab_size}], got {top_k!r}"
+        )
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise ValueError(f"generator must be a torch.Generator or None, got {generator!r}")
+    if not isinstance(use_cache, bool):
+        raise ValueError(f"use_cache must be True or False, got {use_cache!r}")
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            out = idx
+            if use_cache and max_new_tokens:
+                cache = KVCache(c.n_layers)
+                logits = _step(model, out[:, -c.context_length :], cache)  # (B, V)
+            for step in range(max_new_tokens):
+                if not use_cache:
+                    logits = _step(model, out[:, -c.context_length :], None)  # (B, V)
+                token = sample_next(logits.float(), temperature, top_k, generator)  # (B, 1)
+                out = torch.cat([out, token], dim=1)
+                if use_cache and step + 1 < max_new_tokens:
+                    if cache.length < c.context_length:
+                        logits = _step(model, token, cache)  # decode one position
+                    else:  # the window slides: rebuild the cache (see the docstring)
+                        cache = KVCache(c.n_layers)
+                        logits = _step(model, out[:, -c.context_length :], cache)
+    finally:
+        model.train(was_training)
+    return out  # (B, T + N)
+
+
+def _step(model: nn.Module, idx: torch.Tensor, cache: KVCache | None) -> torch.Tensor:
+    """The next-token logits ``(B, V)`` after ``idx`` (checked by the caller), growing ``cache``."""
+    return model(idx, cache=cache, last_only=True, validate=False)
+
+
+def sample_next(
+    logits: torch.Tensor, temperature: float, top_k: int | None, generator: torch.Generator | None
+) -> torch.Tensor:
+    """One token per row of ``logits`` ``(B, V)``: greedy, or sampled with temperature / top-k.
+
+    Unchecked (:func:`generate` checks the settings). ``temperature=0`` is the
+    argmax; ``top_k`` keeps the ``k`` largest logits per row before sampling.
+
+    Returns:
+        Token ids of shape ``(B, 1)``.
+    """
+    if top_k is not None:
+        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]  # (B, 1), the k-th largest
+        logits = logits.masked_fill(logits < kth, -math.inf)  # (B, V), the rest cannot be drawn
+    if temperature == 0:
+        return logits.argmax(dim=-1, keepdim=True)  # (B, 1)
+    probs = torch.softmax(logits / temperature, dim=-1)  # (B, V)
+    return torch.multinomial(probs, 1, generator=generator)  # (B, 1)
