@@ -7,8 +7,10 @@ import math
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from checker_asserts import assert_rejects
 
+import attnbook
 from attnbook.exercises import (
     check_causal_mask,
     check_cross_attention,
@@ -143,6 +145,27 @@ def test_self_attention_checker() -> None:
         check_self_attention(lambda x, w_q, w_k, w_v: _sdpa(x @ w_q.T, x @ w_k.T, x @ w_v.T)),
         "worked example",
     )
+
+
+@pytest.mark.parametrize(
+    ("wrong", "name"),
+    [
+        (
+            lambda x, w_q, w_k, w_v: attnbook.scaled_dot_product_attention(
+                x @ w_q, x @ w_k, x @ w_v
+            )[0],
+            "attnbook.scaled_dot_product_attention",
+        ),
+        (
+            lambda x, w_q, w_k, w_v: F.scaled_dot_product_attention(x @ w_q, x @ w_k, x @ w_v),
+            "F.scaled_dot_product_attention",
+        ),
+    ],
+)
+def test_self_attention_that_calls_a_library_fails(wrong, name: str) -> None:
+    verdict = check_self_attention(wrong)
+    assert not verdict, verdict.message
+    assert f"calls {name}" in verdict.message
 
 
 def test_cross_attention_checker() -> None:

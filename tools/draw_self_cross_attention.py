@@ -4,9 +4,9 @@ Usage: python -m tools.draw_self_cross_attention   (set PREVIEW_PNG=some.png to 
 
 Left: self-attention, where queries, keys and values all come from one
 sequence X (the running example "she likes coffee", T = S = 3). Right:
-cross-attention, where the queries come from X (the decoder's "the black cat",
-T = 3) and keys and values from a context C (the encoder's "le chat noir dort .",
-S = 5), as in chapter 5's example. The weight grid of each panel has one row per
+cross-attention, where the queries come from X (the decoder's input "<bos> the
+black", T = 3: the query at position t writes word t + 1) and keys and values from
+a context C (the encoder's "le chat noir dort .", S = 5), as in chapter 5's example. The weight grid of each panel has one row per
 query and one column per key. The SVG is deterministic (no date, fixed ids).
 """
 
@@ -163,7 +163,7 @@ def main() -> None:
     panel(
         ax,
         6.1,
-        ["the", "black", "cat"],
+        ["<bos>", "the", "black"],
         ["le", "chat", "noir", "dort", "."],
         "Cross-attention",
     )

@@ -3,8 +3,8 @@
 Introduced in chapter 1 (``chapters/01_scores.ipynb``). A *score* is one number
 per (query, key) pair; attention turns a row of scores into weights (chapter 2).
 The additive (Bahdanau) score, :func:`additive_scores` and :class:`AdditiveScorer`,
-is introduced next to the dot product in chapter 4 and compared with it (ranking,
-cost) in chapter 5 (``chapters/05_qkv_projections.ipynb``).
+is built in chapter 5 (``chapters/05_qkv_projections.ipynb``) and compared there with
+the dot product (ranking, saturation, cost); chapters 1 and 4 only mention it.
 
 Shape legend used in this module:
     ``T`` query positions, ``S`` key positions, ``d`` vector width (``d_q``,

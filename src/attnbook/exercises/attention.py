@@ -172,9 +172,25 @@ def check_self_attention(
 
     Shapes: ``x`` ``(..., T, d_model)``, ``W_q`` and ``W_k`` ``(d_model, d_k)``,
     ``W_v`` ``(d_model, d_v)``; output ``(..., T, d_v)`` =
-    ``softmax((x W_q)(x W_k)ᵀ / sqrt(d_k)) (x W_v)``.
+    ``softmax((x W_q)(x W_k)ᵀ / sqrt(d_k)) (x W_v)``. The exercise asks for PyTorch
+    operations only: an answer that calls a library attention (PyTorch's, the package's,
+    or a ``SingleHeadAttention``) fails, even though its numbers are right.
     """
-    return run_cases("self_attention", fn, _self_attention_reference, _SELF_CASES)
+    return run_cases(
+        "self_attention",
+        fn,
+        _self_attention_reference,
+        _SELF_CASES,
+        guard=forbid_calls(
+            {
+                **_FORBIDDEN_SDPA,
+                "attnbook.SingleHeadAttention": attnbook.attention.SingleHeadAttention.forward,
+            },
+            "project with @ (Q = x @ W_q, K = x @ W_k, V = x @ W_v), then write the scaled "
+            "dot product yourself: torch.softmax(Q @ K.transpose(-2, -1) / math.sqrt(d_k), "
+            "dim=-1) @ V.",
+        ),
+    )
 
 
 def _cross_attention_reference(
