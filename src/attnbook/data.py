@@ -38,6 +38,7 @@ Shape legend used in this module:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,12 +48,16 @@ import torch
 __all__ = [
     "IGNORE_INDEX",
     "CharTokenizer",
+    "GrammarEntropy",
+    "SentenceParse",
     "SequenceTask",
     "TextDataset",
     "associative_recall_task",
     "check_task_fits",
     "grammar_corpus",
+    "grammar_entropy",
     "load_text",
+    "parse_sentence",
     "reverse_task",
     "sort_task",
 ]
@@ -450,20 +455,21 @@ _ADVERBS = ["", "", " today", " again", " quietly"]
 
 def _noun_phrase(rng: np.random.Generator, plural: bool) -> str:
     noun = _NOUNS[rng.integers(len(_NOUNS))][int(plural)]
-    adjective = _ADJECTIVES[rng.integers(len(_ADJECTIVES))] + " " if rng.random() < 0.4 else ""
+    has_adjective = rng.random() < _P_ADJECTIVE
+    adjective = _ADJECTIVES[rng.integers(len(_ADJECTIVES))] + " " if has_adjective else ""
     return f"the {adjective}{noun}"
 
 
 def _sentence(rng: np.random.Generator) -> str:
-    plural = bool(rng.random() < 0.5)
+    plural = bool(rng.random() < _P_PLURAL)
     subject = _noun_phrase(rng, plural)
-    if rng.random() < 0.3:  # a relative clause between the subject and its verb
-        other = bool(rng.random() < 0.5)
+    if rng.random() < _P_RELATIVE:  # a relative clause between the subject and its verb
+        other = bool(rng.random() < _P_OBJECT_PLURAL)
         verb = _TRANSITIVE[rng.integers(len(_TRANSITIVE))][int(other)]
         subject += f" that {_noun_phrase(rng, other)} {verb}"
-    if rng.random() < 0.5:
+    if rng.random() < _P_TRANSITIVE:
         verb = _TRANSITIVE[rng.integers(len(_TRANSITIVE))][int(plural)]
-        predicate = f"{verb} {_noun_phrase(rng, bool(rng.random() < 0.5))}"
+        predicate = f"{verb} {_noun_phrase(rng, bool(rng.random() < _P_OBJECT_PLURAL))}"
     else:
         predicate = _INTRANSITIVE[rng.integers(len(_INTRANSITIVE))][int(plural)]
     sentence = f"{subject} {predicate}{_ADVERBS[rng.integers(len(_ADVERBS))]}."
@@ -594,3 +600,190 @@ class TextDataset:
         count = min(_check_int(max_windows, "max_windows"), high)
         starts = torch.linspace(0, high - 1, count).long()  # (M,)
         return self._windows(ids, starts)
+
+
+# ----------------------------------------------------------------------------------------
+# The grammar's exact statistics: what a perfect model of grammar_corpus would score.
+# Chapter 10 compares its language model's samples and held-out loss with them.
+
+# The choice probabilities of _sentence and _noun_phrase (which read them when called).
+_P_PLURAL = 0.5  # the subject is plural
+_P_ADJECTIVE = 0.4  # a noun phrase has an adjective
+_P_RELATIVE = 0.3  # the subject has a relative clause
+_P_TRANSITIVE = 0.5  # the main verb is transitive (and takes an object)
+_P_OBJECT_PLURAL = 0.5  # the object of the main verb, or of the relative clause, is plural
+
+
+@dataclass(frozen=True)
+class SentenceParse:
+    """What :func:`parse_sentence` finds in one sentence of the grammar's words.
+
+    The two agreements are checked separately: ``subject_agrees`` is the
+    long-range one (the main verb with the head noun of the subject, across a
+    relative clause), ``clause_agrees`` the one inside the relative clause
+    (True when there is none).
+    """
+
+    subject_agrees: bool  # the main verb has the number of the subject's noun
+    clause_agrees: bool  # the relative clause's verb agrees with its own subject (or no clause)
+    log_prob: float  # ln of the probability grammar_corpus writes this line; -inf if it cannot
+
+    @property
+    def grammatical(self) -> bool:
+        """True if the grammar can produce the sentence (every verb agrees)."""
+        return self.subject_agrees and self.clause_agrees
+
+
+def _forms(pairs: list[tuple[str, str]], plural_index: int) -> dict[str, bool]:
+    """``{word: is_plural}`` for (singular, plural) or (plural, singular) pairs."""
+    return {pair[i]: bool(i == plural_index) for pair in pairs for i in (0, 1)}
+
+
+_NOUN_FORMS = _forms(_NOUNS, 1)  # ("cat", "cats"): the plural second
+_TRANSITIVE_FORMS = _forms(_TRANSITIVE, 1)  # ("sees", "see"): indexed by int(plural)
+_INTRANSITIVE_FORMS = _forms(_INTRANSITIVE, 1)
+_ADVERB_WORDS = {adverb.strip() for adverb in _ADVERBS if adverb}
+
+
+def _log_noun_phrase(has_adjective: bool) -> float:
+    choice = (
+        math.log(_P_ADJECTIVE / len(_ADJECTIVES)) if has_adjective else math.log1p(-_P_ADJECTIVE)
+    )
+    return choice - math.log(len(_NOUNS))
+
+
+def _p_object(plural: bool) -> float:
+    return _P_OBJECT_PLURAL if plural else 1 - _P_OBJECT_PLURAL
+
+
+def parse_sentence(sentence: str) -> SentenceParse | None:
+    """Parse one line of grammar_corpus-like text, ignoring number to find the verbs.
+
+    A sentence is ``The [adjective] noun [that the [adjective] noun verb]
+    (verb the [adjective] noun | verb) [adverb].``; singular and plural forms are
+    both taken everywhere, so a sentence whose only fault is a verb's ending
+    still parses, and the parse says which agreement failed.
+
+    Args:
+        sentence: one line, without its line break (e.g. ``"The cats run."``).
+
+    Returns:
+        A :class:`SentenceParse`, or ``None`` if the words do not fit the
+        grammar's structure at all (an unknown word, a missing verb, ...).
+    """
+    if not isinstance(sentence, str):
+        raise ValueError(f"sentence must be a str, got {type(sentence).__name__}")
+    if not sentence.startswith("The ") or not sentence.endswith("."):
+        return None
+    words = ("t" + sentence[1:-1]).split(" ")
+    at = 0
+
+    def word() -> str:
+        return words[at] if at < len(words) else ""
+
+    def noun_phrase() -> tuple[bool, float] | None:  # (is plural, log-probability)
+        nonlocal at
+        if word() != "the":
+            return None
+        at += 1
+        has_adjective = word() in _ADJECTIVES
+        at += has_adjective
+        if word() not in _NOUN_FORMS:
+            return None
+        at += 1
+        return _NOUN_FORMS[words[at - 1]], _log_noun_phrase(has_adjective)
+
+    subject = noun_phrase()
+    if subject is None:
+        return None
+    plural = subject[0]
+    log_prob = math.log(_P_PLURAL if plural else 1 - _P_PLURAL) + subject[1]
+    clause_agrees = True
+    if word() == "that":
+        at += 1
+        other = noun_phrase()
+        if other is None or word() not in _TRANSITIVE_FORMS:
+            return None
+        clause_agrees = _TRANSITIVE_FORMS[word()] == other[0]
+        at += 1
+        log_prob += math.log(_P_RELATIVE * _p_object(other[0]) / len(_TRANSITIVE)) + other[1]
+    else:
+        log_prob += math.log1p(-_P_RELATIVE)
+    if word() in _TRANSITIVE_FORMS:
+        verb_plural = _TRANSITIVE_FORMS[word()]
+        at += 1
+        obj = noun_phrase()
+        if obj is None:
+            return None
+        log_prob += math.log(_P_TRANSITIVE / len(_TRANSITIVE) * _p_object(obj[0])) + obj[1]
+    elif word() in _INTRANSITIVE_FORMS:
+        verb_plural = _INTRANSITIVE_FORMS[word()]
+        at += 1
+        log_prob += math.log((1 - _P_TRANSITIVE) / len(_INTRANSITIVE))
+    else:
+        return None
+    if word() in _ADVERB_WORDS:
+        at += 1
+        log_prob += math.log(1 / len(_ADVERBS))
+    else:
+        log_prob += math.log(_ADVERBS.count("") / len(_ADVERBS))  # "" is listed twice
+    if at != len(words):
+        return None
+    subject_agrees = verb_plural == plural
+    grammatical = subject_agrees and clause_agrees
+    return SentenceParse(subject_agrees, clause_agrees, log_prob if grammatical else -math.inf)
+
+
+@dataclass(frozen=True)
+class GrammarEntropy:
+    """The entropy of grammar_corpus's text, computed exactly from the grammar's tables."""
+
+    nats_per_sentence: float  # H of one line: the information in its random choices
+    chars_per_sentence: float  # the mean length of a line, its line break included
+
+    @property
+    def nats_per_char(self) -> float:
+        """The entropy rate: the lowest mean loss per character any model can reach."""
+        return self.nats_per_sentence / self.chars_per_sentence
+
+
+def _entropy(probabilities: list[float]) -> float:
+    return -sum(p * math.log(p) for p in probabilities if p > 0)
+
+
+def _mean_length(words: list[str] | list[tuple[str, str]]) -> float:
+    flat = [w for item in words for w in (item if isinstance(item, tuple) else (item,))]
+    return sum(map(len, flat)) / len(flat)
+
+
+def grammar_entropy() -> GrammarEntropy:
+    """The exact entropy of a line of :func:`grammar_corpus`, and the mean line length.
+
+    Lines are independent and every line has one derivation (the adverb ""
+    listed twice counts once, with twice the probability), so the entropy of a
+    line is the sum of the entropies of its choices, and the text's entropy
+    per character is that divided by the mean line length. A character model
+    can do no better on average over long stretches of text: this is the
+    floor under its held-out loss.
+
+    Returns:
+        A :class:`GrammarEntropy`.
+    """
+    adjective = [_P_ADJECTIVE / len(_ADJECTIVES)] * len(_ADJECTIVES) + [1 - _P_ADJECTIVE]
+    h_np = math.log(len(_NOUNS)) + _entropy(adjective)  # number fixed from outside
+    h_choice = _entropy([_P_OBJECT_PLURAL, 1 - _P_OBJECT_PLURAL])
+    h_adverb = _entropy([_ADVERBS.count(a) / len(_ADVERBS) for a in dict.fromkeys(_ADVERBS)])
+    h = _entropy([_P_PLURAL, 1 - _P_PLURAL]) + h_np
+    h += _entropy([_P_RELATIVE, 1 - _P_RELATIVE])
+    h += _P_RELATIVE * (h_choice + h_np + math.log(len(_TRANSITIVE)))
+    h += _entropy([_P_TRANSITIVE, 1 - _P_TRANSITIVE])
+    h += _P_TRANSITIVE * (math.log(len(_TRANSITIVE)) + h_choice + h_np)
+    h += (1 - _P_TRANSITIVE) * math.log(len(_INTRANSITIVE))
+    h += h_adverb
+    # lengths: every word's two forms are equally likely (each number has probability 1/2)
+    noun, tv, iv = _mean_length(_NOUNS), _mean_length(_TRANSITIVE), _mean_length(_INTRANSITIVE)
+    np_len = len("the ") + _P_ADJECTIVE * (_mean_length(_ADJECTIVES) + 1) + noun
+    length = np_len + _P_RELATIVE * (len(" that ") + np_len + 1 + tv)
+    length += 1 + _P_TRANSITIVE * (tv + 1 + np_len) + (1 - _P_TRANSITIVE) * iv
+    length += sum(map(len, _ADVERBS)) / len(_ADVERBS) + len(".\n")
+    return GrammarEntropy(h, length)
