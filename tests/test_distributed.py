@@ -105,3 +105,15 @@ def test_the_command_line_needs_a_command() -> None:
     )
     assert done.returncode == 2
     assert "train" in done.stderr
+
+
+def test_fewer_steps_than_the_default_warmup_run(tmp_path: object) -> None:
+    """--steps 3 with the default --warmup-steps 30: the warmup is cut to the 3 steps."""
+    from attnbook.__main__ import main
+
+    out = tmp_path / "history.json"
+    args = ["train", "--task", "reverse", "--length", "6", "--steps", "3", "--d-model", "16"]
+    args += ["--n-layers", "1", "--batch-size", "8", "--no-progress", "--device", "cpu"]
+    assert main([*args, "--history-json", str(out)]) == 0
+    lrs = json.loads(out.read_text())["lr"]
+    assert lrs == pytest.approx([1e-3, 2e-3, 3e-3])  # a 3-step warmup up to --lr 3e-3

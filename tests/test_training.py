@@ -22,6 +22,7 @@ from attnbook import GPT, GPTConfig, set_seed
 from attnbook.data import TextDataset, grammar_corpus, reverse_task
 from attnbook.training import (
     TrainConfig,
+    amp_dtype,
     evaluate,
     exact_match,
     lr_at,
@@ -69,6 +70,58 @@ def test_lr_warmup_then_cosine() -> None:
     middle = 10 + (89 // 2)  # half way through the decay: cos = 0
     assert lrs[middle] == pytest.approx(0.55, abs=0.01)
     assert lr_at(0, TrainConfig(steps=5, lr=2.0, warmup_steps=0)) == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize("warmup", [0, 1, 7])
+def test_lr_one_step_after_the_warmup_is_the_minimum(warmup: int) -> None:
+    config = TrainConfig(steps=warmup + 1, lr=2.0, warmup_steps=warmup, min_lr_ratio=0.1)
+    lrs = [lr_at(s, config) for s in range(config.steps)]
+    assert lrs[-1] == pytest.approx(0.2)  # the last step reaches min_lr_ratio * lr
+    assert lrs[:warmup] == pytest.approx([2.0 * (s + 1) / warmup for s in range(warmup)])
+    two = TrainConfig(steps=warmup + 2, lr=2.0, warmup_steps=warmup, min_lr_ratio=0.1)
+    assert [lr_at(s, two) for s in range(warmup, warmup + 2)] == pytest.approx([2.0, 0.2])
+
+
+def test_the_exercise_checker_agrees_with_lr_at() -> None:
+    from attnbook.exercises.training import _schedule
+
+    for steps, warmup in [(1, 0), (2, 1), (5, 4), (9, 3), (100, 10), (20, 0)]:
+        config = TrainConfig(steps=steps, lr=1.5, warmup_steps=warmup, min_lr_ratio=0.2)
+        for step in range(steps):
+            assert _schedule(step, 1.5, 0.3, warmup, steps) == pytest.approx(lr_at(step, config))
+
+
+@pytest.mark.parametrize(
+    ("capability", "expected"),
+    [
+        ((7, 5), torch.float16),
+        ((7, 0), torch.float16),
+        ((8, 0), torch.bfloat16),
+        ((9, 0), torch.bfloat16),
+    ],
+)
+def test_amp_dtype_is_bf16_only_where_it_is_native(
+    monkeypatch: pytest.MonkeyPatch, capability: tuple[int, int], expected: torch.dtype
+) -> None:
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    assert amp_dtype("cuda") == expected  # a T4 (7.5) or V100 (7.0): fp16; an A100 (8.0): bf16
+    assert amp_dtype("cpu") is None
+    assert amp_dtype(torch.device("mps")) is None
+
+
+def test_the_scaler_runs_only_with_fp16(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a CPU the loop still goes through the (disabled) scaler: the same numbers as plain AdamW."""
+    made = []
+    real = torch.amp.GradScaler
+
+    def spy(*args: object, **kwargs: object) -> object:
+        made.append(kwargs.get("enabled"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(torch.amp, "GradScaler", spy)
+    history = train(_model(), TASK, _config(steps=3, warmup_steps=1))
+    assert made == [False]
+    assert len(history.train_loss) == 3
 
 
 @pytest.mark.parametrize("step", [-1, 100, 1.5, True])

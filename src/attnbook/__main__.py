@@ -72,7 +72,9 @@ def _train_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--batch-size", type=int, default=64, help="the global batch")
     p.add_argument("--lr", type=float, default=3e-3)
-    p.add_argument("--warmup-steps", type=int, default=30)
+    p.add_argument(
+        "--warmup-steps", type=int, default=30, help="linear warmup (cut to --steps if longer)"
+    )
     p.add_argument("--eval-every", type=int, default=25)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default=None, help="cpu, cuda, mps (default: the fastest)")
@@ -147,7 +149,7 @@ def _train(args: argparse.Namespace) -> int:
             steps=args.steps,
             batch_size=args.batch_size,
             lr=args.lr,
-            warmup_steps=args.warmup_steps,
+            warmup_steps=min(args.warmup_steps, args.steps),  # --steps 20: a 20-step warmup
             eval_every=args.eval_every,
             seed=args.seed,
             device=device,

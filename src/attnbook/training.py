@@ -7,7 +7,9 @@ Introduced in chapter 10 (``chapters/10_training.ipynb``). One compact loop,
   only (:func:`make_optimizer`);
 - a learning rate that rises linearly for ``warmup_steps`` and then follows a
   cosine down to ``min_lr_ratio * lr`` (:func:`lr_at`);
-- gradient clipping, bf16 autocast on CUDA, an optional ``torch.compile``;
+- gradient clipping, mixed precision on CUDA (bf16 where the GPU has native
+  bf16, compute capability 8.0 and up; fp16 with a gradient scaler on older
+  GPUs: :func:`amp_dtype`), an optional ``torch.compile``;
 - held-out evaluation every ``eval_every`` steps (loss, and exact-match for
   sequence tasks: :func:`exact_match`);
 - a ``tqdm`` progress bar (a widget in Jupyter);
@@ -42,6 +44,7 @@ from attnbook.runtime import get_device, set_seed
 __all__ = [
     "History",
     "TrainConfig",
+    "amp_dtype",
     "evaluate",
     "exact_match",
     "lr_at",
@@ -69,7 +72,7 @@ class TrainConfig:
     seed: int = 0  # seeds the weights' dropout, the batches, everything random in train()
     device: str | None = None  # "cpu", "cuda", "mps"; None: get_device()
     compile: bool = False  # torch.compile the model (faster on GPUs after a slow first step)
-    amp: bool = True  # bf16 autocast on CUDA (ignored on other devices)
+    amp: bool = True  # mixed precision on CUDA: bf16 on sm_80+, else fp16 + GradScaler
     progress: bool = True  # show a tqdm progress bar (on the first process only)
 
     def __post_init__(self) -> None:
@@ -115,7 +118,8 @@ def lr_at(step: int, config: TrainConfig) -> float:
     large steps then can throw a freshly initialised transformer into a bad
     region. Afterwards it follows half a cosine from ``lr`` down to
     ``min_lr_ratio * lr`` at the last step: large steps while far from a
-    minimum, small ones to settle into it.
+    minimum, small ones to settle into it. The last step always gets the
+    minimum, also when a single step follows the warmup.
 
     Args:
         step: in ``[0, config.steps)``.
@@ -129,7 +133,8 @@ def lr_at(step: int, config: TrainConfig) -> float:
     if step < config.warmup_steps:
         return config.lr * (step + 1) / config.warmup_steps
     decay_steps = config.steps - config.warmup_steps
-    progress = (step - config.warmup_steps) / max(1, decay_steps - 1)  # 0 ... 1
+    # 0 ... 1; a single step after the warmup is the last one and gets min_lr
+    progress = 1.0 if decay_steps == 1 else (step - config.warmup_steps) / (decay_steps - 1)
     min_lr = config.min_lr_ratio * config.lr
     return min_lr + 0.5 * (config.lr - min_lr) * (1.0 + math.cos(math.pi * progress))
 
@@ -193,10 +198,32 @@ class History:
         return self.eval_metrics[name][-1]
 
 
-def _autocast(device: torch.device, amp: bool) -> contextlib.AbstractContextManager:
-    if amp and device.type == "cuda":
-        return torch.autocast("cuda", dtype=torch.bfloat16)
-    return contextlib.nullcontext()
+def amp_dtype(device: torch.device | str) -> torch.dtype | None:
+    """The autocast dtype :func:`train` uses on ``device``: bf16, fp16 or None (no autocast).
+
+    bfloat16 keeps float32's exponent range, so it needs no loss scaling, but
+    only GPUs of compute capability 8.0 and up (A100, RTX 30xx and later) run
+    it natively; older ones (a T4 or V100) emulate it slowly. There float16
+    runs on the tensor cores instead, with a ``torch.amp.GradScaler`` against
+    gradients too small for its range. CPUs and MPS get no autocast.
+
+    Args:
+        device: the training device.
+
+    Returns:
+        ``torch.bfloat16``, ``torch.float16`` or ``None``.
+    """
+    device = torch.device(device)
+    if device.type != "cuda":
+        return None
+    major, _ = torch.cuda.get_device_capability(device)
+    return torch.bfloat16 if major >= 8 else torch.float16
+
+
+def _autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.AbstractContextManager:
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=dtype)
 
 
 def _loss(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -339,6 +366,9 @@ def train(model: GPT, data: SequenceTask | TextDataset, config: TrainConfig) -> 
     batches = torch.Generator().manual_seed(config.seed)  # the data order, on the CPU
     model.to(device).train()
     optimizer = make_optimizer(model, config)
+    dtype = amp_dtype(device) if config.amp else None
+    # fp16 needs loss scaling; with bf16 or float32 the scaler is disabled and changes nothing
+    scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
     net: nn.Module = model
     if world > 1:
         ids = [device.index] if device.type == "cuda" else None
@@ -359,13 +389,15 @@ def train(model: GPT, data: SequenceTask | TextDataset, config: TrainConfig) -> 
             group["lr"] = lr
         inputs, targets = data.batch("train", config.batch_size, batches)  # (B, T) each
         inputs, targets = inputs[shard].to(device), targets[shard].to(device)
-        with _autocast(device, config.amp):
+        with _autocast(device, dtype):
             loss = _loss(net, inputs, targets)
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()  # under DDP: gradients averaged over the processes here
+        scaler.scale(loss).backward()  # under DDP: gradients averaged over the processes here
         if config.grad_clip is not None:
+            scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
             nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
-        optimizer.step()
+        scaler.step(optimizer)  # skips the step if a scaled gradient overflowed
+        scaler.update()
         loss = loss.detach()
         if world > 1:  # the global batch's mean (each slice has the same number of targets)
             torch.distributed.all_reduce(loss)

@@ -32,7 +32,9 @@ def _schedule(step: int, max_lr: float, min_lr: float, warmup_steps: int, total_
     """The reference, as :func:`attnbook.training.lr_at`: warmup, then cosine to ``min_lr``."""
     if step < warmup_steps:
         return max_lr * (step + 1) / warmup_steps  # steps 0 .. warmup - 1 reach max_lr
-    progress = (step - warmup_steps) / max(1, total_steps - warmup_steps - 1)  # 0 -> 1
+    decay_steps = total_steps - warmup_steps
+    # 0 -> 1; a single step after the warmup is the last one and gets min_lr
+    progress = 1.0 if decay_steps == 1 else (step - warmup_steps) / (decay_steps - 1)
     return min_lr + 0.5 * (max_lr - min_lr) * (1.0 + math.cos(math.pi * progress))
 
 
