@@ -32,9 +32,14 @@ $(STAMP): requirements.txt pyproject.toml
 	$(PY) -m ipykernel install --sys-prefix --name $(KERNEL) --display-name "$(KERNEL_DISPLAY)" >/dev/null
 	@touch $@
 
-lab: venv ## open the chapters in JupyterLab, running them with the kernel of .venv
+# More options for JupyterLab: on a machine without a desktop or a browser (a server, a
+# container), `make lab LAB_ARGS="--no-browser --ip=127.0.0.1"` and open the URL it prints.
+# As root (a container), --allow-root is added: JupyterLab refuses to start as root without it.
+LAB_ARGS ?=
+LAB_ROOT = $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
+lab: venv ## open the chapters in JupyterLab (LAB_ARGS="--no-browser --ip=127.0.0.1" on a server)
 	$(BIN)/jupyter lab --KernelSpecManager.allowed_kernelspecs=$(KERNEL) \
-		--MultiKernelManager.default_kernel_name=$(KERNEL)
+		--MultiKernelManager.default_kernel_name=$(KERNEL) $(LAB_ROOT) $(LAB_ARGS)
 
 assets: $(VENDOR)/.stamp ## install MathJax, require.js, d3, jQuery (offline pages) and axe-core (tests) from npm
 
@@ -53,11 +58,15 @@ $(VENDOR)/.stamp: package.json package-lock.json
 	fi
 
 book: venv assets ## build the HTML book (warnings are errors) and print where it is
+	@$(PY) -m tools.sync_repo_url --notice
 	$(BIN)/jupyter-book build . --warningiserror --nitpick --keep-going
 	@echo "The book: file://$(CURDIR)/$(BOOK_HTML)"
 
+# `make student` refuses to build while _config.yml has the placeholder URL (owner your-org);
+# `make student ALLOW_PLACEHOLDER_URL=1` builds anyway (the tests and CI of this repository).
+ALLOW_PLACEHOLDER_URL ?= 0
 student: venv assets ## the student edition in _build/student/: notebooks without solutions, a zip, the book
-	$(PY) -m tools.make_student
+	$(PY) -m tools.make_student $(if $(filter 1,$(ALLOW_PLACEHOLDER_URL)),--allow-placeholder-url)
 
 pdf: venv assets ## the book as one PDF, printed by Chromium (no TeX), checked: _build/pdf/
 	$(BIN)/jupyter-book build . --builder singlehtml --warningiserror --nitpick --keep-going

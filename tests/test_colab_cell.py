@@ -1,20 +1,24 @@
 """The Colab cell of every chapter does what CONTRIBUTING.md promises.
 
 The first code cell of a chapter (`colab_cell_source` of tools/sync_repo_url.py) must
-do nothing outside Colab and, on Colab, run exactly one `%pip install` of `attnbook`
-(or `attnbook[extra]` for a chapter with a `colab_extra` in course.yml) from the repository URL of
-`_config.yml`. The cell is run here the way IPython runs it: through IPython's input
-transformer (which turns `%pip ...` into `get_ipython().run_line_magic("pip", ...)`),
-then `exec` with a fake `get_ipython()` that records every magic or shell command it is
-asked to run, once without and once with a fake `google.colab` module.
+do nothing outside Colab and, on Colab, run pip exactly once, as `sys.executable -m pip
+install`, for `attnbook` (or `attnbook[extra]` for a chapter with a `colab_extra` in
+course.yml) from the repository URL of `_config.yml` at its `package_ref`; and when pip
+fails, it must stop the notebook with a `RuntimeError` that quotes pip. The cell is run
+here the way IPython runs it: through IPython's input transformer (which would turn a
+`%pip ...` into `get_ipython().run_line_magic(...)`), then `exec` with a fake
+`get_ipython()` that records every magic or shell command, and with `subprocess.run`
+replaced by a fake pip that records its command and succeeds or fails as told; once
+without and once with a fake `google.colab` module.
 
 That the requirement really installs and imports (with its URL pointed at a local clone,
-`git+file://`) is proven by tools/learner_path.py, the step "learner" of `make test`.
+`git+file://`, tagged with the ref) is proven by tools/learner_path.py, the step "learner"
+of `make test`.
 """
 
 from __future__ import annotations
 
-import shlex
+import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -34,9 +38,11 @@ PACKAGE = "attnbook"
 
 
 URL = sync_repo_url.repository_url(ROOT)
+REF = sync_repo_url.package_ref(ROOT)
 # Every chapter stem: the chapters present and those course.yml gives an extra (chapter 11 may
 # come later than its entry there).
 STEMS = sorted({path.stem for path in CHAPTERS} | set(course.load().colab_extras))
+PIP_ERROR = "ERROR: Could not find a version that satisfies the requirement (simulated)"
 
 
 class RecordingShell:
@@ -73,37 +79,66 @@ def on_colab(colab: bool) -> Iterator[None]:
             sys.modules["google.colab"] = saved
 
 
-def run_cell(source: str, *, colab: bool) -> list[tuple[str, str]]:
-    """Run `source` as IPython would, on Colab or not; return the (magic, line) calls it made."""
+@contextmanager
+def fake_pip(returncode: int, commands: list[list[str]]) -> Iterator[None]:
+    """Replace `subprocess.run` by a pip that records its command and exits with `returncode`."""
+
+    def run(command, *args, **kwargs) -> subprocess.CompletedProcess:
+        commands.append([str(part) for part in command])
+        stderr = PIP_ERROR if returncode else ""
+        return subprocess.CompletedProcess(command, returncode, stdout="", stderr=stderr)
+
+    real = subprocess.run
+    subprocess.run = run
+    try:
+        yield
+    finally:
+        subprocess.run = real
+
+
+def run_cell(
+    source: str, *, colab: bool, pip_returncode: int = 0
+) -> tuple[list[tuple[str, str]], list[list[str]]]:
+    """Run `source` as IPython would, on Colab or not.
+
+    Returns the (magic, line) calls it made to the shell and the commands it gave
+    `subprocess.run` (whose fake pip exits with `pip_returncode`).
+    """
     shell = RecordingShell()
+    commands: list[list[str]] = []
     python = TransformerManager().transform_cell(source)
-    with on_colab(colab):
+    with on_colab(colab), fake_pip(pip_returncode, commands):
         exec(compile(python, "<colab cell>", "exec"), {"get_ipython": lambda: shell})
-    return shell.calls
+    return shell.calls, commands
 
 
-def colab_cell_problems(source: str, url: str, extra: str | None) -> list[str]:
+def colab_cell_problems(source: str, url: str, extra: str | None, ref: str = REF) -> list[str]:
     """What is wrong with a Colab cell (empty: nothing) that should install attnbook[extra].
 
     Args:
         source: the cell's text, with IPython's `%` syntax.
         url: the repository URL of `_config.yml` (`https://github.com/OWNER/REPO`).
         extra: the extra of pyproject.toml the chapter needs, or None.
+        ref: the tag or commit it should install (`package_ref` of `_config.yml`).
     """
     problems = []
     try:
         outside, inside = run_cell(source, colab=False), run_cell(source, colab=True)
     except Exception as error:
         return [f"the cell raises {type(error).__name__}: {error}"]
-    if outside:
+    if outside != ([], []):
         problems.append(f"outside Colab it runs {outside}; it must do nothing there")
-    pips = [line for magic, line in inside if magic == "%pip"]
-    if len(inside) != 1 or len(pips) != 1:
-        return [*problems, f"on Colab it runs {inside}; it must run exactly one %pip"]
-    words = shlex.split(pips[0])
-    positional = [word for word in words[1:] if not word.startswith("-")]
-    if words[:1] != ["install"] or len(positional) != 1:
-        return [*problems, f"%pip {pips[0]}: expected `install [options] REQUIREMENT`"]
+    shell_calls, commands = inside
+    if shell_calls:
+        problems.append(f"on Colab it asks IPython to run {shell_calls}: pip's status is lost")
+    if len(commands) != 1:
+        return [*problems, f"on Colab it runs {commands}; it must run pip exactly once"]
+    (command,) = commands
+    if command[:4] != [sys.executable, "-m", "pip", "install"]:
+        return [*problems, f"it runs {command}: expected `sys.executable -m pip install ...`"]
+    positional = [word for word in command[4:] if not word.startswith("-")]
+    if len(positional) != 1:
+        return [*problems, f"it installs {positional}: expected one requirement"]
     try:
         requirement = Requirement(positional[0])
     except InvalidRequirement as error:
@@ -113,10 +148,19 @@ def colab_cell_problems(source: str, url: str, extra: str | None) -> list[str]:
     wanted_extras = {extra} if extra else set()
     if requirement.extras != wanted_extras:
         problems.append(f"extras {sorted(requirement.extras)}, expected {sorted(wanted_extras)}")
-    if requirement.url != f"git+{url}":
-        problems.append(f"it installs from {requirement.url!r}, not 'git+{url}'")
+    if requirement.url != f"git+{url}@{ref}":
+        problems.append(f"it installs from {requirement.url!r}, not 'git+{url}@{ref}'")
     if requirement.specifier or requirement.marker:
         problems.append(f"{requirement}: no version specifier or marker expected")
+    try:
+        run_cell(source, colab=True, pip_returncode=1)
+    except RuntimeError as error:
+        if PIP_ERROR not in str(error) or positional[0] not in str(error):
+            problems.append(f"a failed install raises {error!r}: name the requirement, quote pip")
+    except BaseException as error:  # SystemExit too
+        problems.append(f"a failed install raises {type(error).__name__}, not RuntimeError")
+    else:
+        problems.append("a failed install does not stop the notebook")
     return problems
 
 
@@ -140,53 +184,103 @@ def test_stored_colab_cell_runs_as_promised(path: Path) -> None:
 
 
 def test_chapter_11_installs_the_pretrained_extra() -> None:
-    calls = run_cell(sync_repo_url.colab_cell_source(URL, "11_inside_attention"), colab=True)
-    (requirement,) = [Requirement(shlex.split(line)[-1]) for _, line in calls]
+    _, commands = run_cell(sync_repo_url.colab_cell_source(URL, "11_inside_attention"), colab=True)
+    (requirement,) = [Requirement(command[-1]) for command in commands]
     assert (requirement.name, requirement.extras) == (PACKAGE, {"pretrained"})
-    assert requirement.url == f"git+{URL}"
+    assert requirement.url == f"git+{URL}@{REF}"
 
 
-def test_the_cell_is_run_through_ipythons_transformer() -> None:
+def test_a_failed_install_stops_the_notebook_and_says_why() -> None:
+    source = sync_repo_url.colab_cell_source(URL, None)
+    with pytest.raises(RuntimeError, match="Could not install attnbook @ git") as raised:
+        run_cell(source, colab=True, pip_returncode=1)
+    message = str(raised.value)
+    assert PIP_ERROR in message, "pip's own words are quoted"
+    assert "exit status 1" in message
+    assert "attnbook-*.whl" in message, "it says what to do instead"
+    # Outside Colab nothing runs, so nothing can fail.
+    assert run_cell(source, colab=False, pip_returncode=1) == ([], [])
+
+
+def test_the_ref_is_the_one_of_config_and_can_be_a_commit(tmp_path: Path) -> None:
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    source = sync_repo_url.colab_cell_source(URL, None, ref=commit)
+    assert colab_cell_problems(source, URL, None, ref=commit) == []
+    assert colab_cell_problems(source, URL, None) != [], "a cell pinned elsewhere is out of date"
+    for config in (
+        "repository:\n  url: https://example.org/x\n",
+        "repository:\n  package_ref: a b\n",
+    ):
+        (tmp_path / "_config.yml").write_text(config, encoding="utf-8")
+        with pytest.raises(ValueError, match="package_ref"):
+            sync_repo_url.package_ref(tmp_path)
+
+
+def test_the_cell_runs_no_ipython_magic() -> None:
     python = TransformerManager().transform_cell(sync_repo_url.colab_cell_source(URL, None))
-    assert "%pip" not in python
-    assert "get_ipython().run_line_magic('pip'" in python
+    assert "get_ipython()" not in python, "a magic's failure would not stop the notebook"
 
 
-def test_fake_colab_module_is_restored() -> None:
+def test_fake_colab_module_and_subprocess_are_restored() -> None:
     before = "google.colab" in sys.modules
+    run = subprocess.run
     run_cell(sync_repo_url.colab_cell_source(URL, None), colab=True)
+    with pytest.raises(RuntimeError):
+        run_cell(sync_repo_url.colab_cell_source(URL, None), colab=True, pip_returncode=2)
     assert ("google.colab" in sys.modules) == before
+    assert subprocess.run is run
 
 
 # --- the checker rejects wrong cells ----------------------------------------------------
 
 GOOD = sync_repo_url.colab_cell_source(URL, None)
 GOOD_11 = sync_repo_url.colab_cell_source(URL, "11_inside_attention")
+OLD_MAGIC = f'import sys\nif "google.colab" in sys.modules:\n    %pip install --quiet "attnbook @ git+{URL}@{REF}"'
 WRONG_CELLS = {
     "wrong package": (GOOD.replace('"attnbook @', '"attnbok @'), None, "not 'attnbook'"),
-    "no guard": (f'%pip install --quiet "attnbook @ git+{URL}"', None, "outside Colab"),
+    "no guard": (GOOD.replace('if "google.colab" in sys.modules:', "if True:"), None, "outside"),
     "inverted guard": (GOOD.replace(" in sys.modules", " not in sys.modules"), None, "outside"),
-    "two installs": (GOOD + "\n    %pip install --quiet numpy", None, "exactly one %pip"),
-    "shell pip": (GOOD.replace("%pip", "!pip"), None, "exactly one %pip"),
+    "two installs": (
+        GOOD + '\n    subprocess.run([sys.executable, "-m", "pip", "install", "numpy"])',
+        None,
+        "exactly once",
+    ),
+    "%pip magic": (OLD_MAGIC, None, "pip's status is lost"),
+    "shell pip": (OLD_MAGIC.replace("%pip", "!pip"), None, "pip's status is lost"),
+    "other python": (GOOD.replace("[sys.executable,", '["python3",'), None, "sys.executable"),
     "other repository": (
         GOOD.replace(URL, "https://github.com/someone/else"),
         None,
         "not 'git+",
     ),
+    "not pinned": (GOOD.replace(f"@{REF}", ""), None, "not 'git+"),
+    "other ref": (GOOD.replace(f"@{REF}", "@main"), None, "not 'git+"),
     "not git": (GOOD.replace("git+", ""), None, "not 'git+"),
-    "not PEP 508": (GOOD.replace(" @ ", " "), None, "not a PEP 508"),
+    "not PEP 508": (GOOD.replace(" @ git", " git"), None, "not a PEP 508"),
     "broken requirement": (GOOD.replace(" @ git+", " @@ git+"), None, "not a PEP 508"),
     "pinned version": (GOOD.replace("attnbook @", "attnbook==0.1 @"), None, "not a PEP 508"),
     "extra missing": (GOOD, "pretrained", "extras []"),
     "extra not wanted": (GOOD_11, None, "extras ['pretrained']"),
-    "uninstall": (GOOD.replace("install --quiet", "uninstall -y"), None, "expected `install"),
+    "uninstall": (GOOD.replace('"install", ', '"uninstall", "-y", '), None, "pip install"),
     "raises": (GOOD.replace("import sys", "import sys_"), None, "raises ModuleNotFoundError"),
+    "failure ignored": (GOOD.replace("_pip.returncode != 0", "False"), None, "does not stop"),
+    "failure silent": (
+        GOOD.replace("+ (_pip.stdout + _pip.stderr)[-3000:]", ""),
+        None,
+        "quote pip",
+    ),
+    "failure exits": (
+        GOOD.replace("raise RuntimeError(", "raise SystemExit("),
+        None,
+        "not RuntimeError",
+    ),
 }
 
 
 @pytest.mark.parametrize("case", WRONG_CELLS, ids=str)
 def test_checker_rejects_a_wrong_cell(case: str) -> None:
     source, extra, expected = WRONG_CELLS[case]
+    assert source != GOOD or extra, f"{case}: the replacement changed nothing"
     problems = colab_cell_problems(source, URL, extra)
     assert problems, f"{case}: the checker accepted\n{source}"
     assert any(expected in problem for problem in problems), problems

@@ -16,7 +16,10 @@ Notebook checks are parametrized by chapter, so a failure names the chapter.
 from __future__ import annotations
 
 import itertools
+import os
 import re
+import shutil
+import subprocess
 from pathlib import Path
 from types import ModuleType
 
@@ -54,6 +57,89 @@ def test_repository_url_is_in_sync() -> None:
     assert not found, f"these files disagree with repository.url of _config.yml:\n{listing}\n" + (
         "run `make sync-url`"
     )
+
+
+def test_the_placeholder_url_is_recognised() -> None:
+    placeholder = "https://github.com/your-org/attention-from-scratch"
+    assert sync_repo_url.is_placeholder(placeholder)
+    assert sync_repo_url.is_placeholder(placeholder + "/")
+    notice = sync_repo_url.placeholder_notice(placeholder)
+    assert notice
+    assert "_config.yml" in notice
+    assert "make sync-url" in notice
+    for real in (
+        "https://github.com/someone/attention-from-scratch",
+        "https://github.com/your-org-2/attention-from-scratch",
+        "https://gitlab.com/teach/your-org",
+    ):
+        assert not sync_repo_url.is_placeholder(real), real
+        assert sync_repo_url.placeholder_notice(real) is None
+
+
+# --- the Makefile's logic, read with `make -n` (nothing is run) ---------------------------------
+
+MAKE = shutil.which("make")
+needs_make = pytest.mark.skipif(MAKE is None, reason="make is not installed")
+
+
+def _make_n(tmp_path: Path, *args: str, uid: int = 1000) -> str:
+    """What `make -n ARGS` would run, as a user whose `id -u` says `uid` (a fake `id`)."""
+    bin_dir = tmp_path / f"bin-{uid}"
+    bin_dir.mkdir(exist_ok=True)
+    fake_id = bin_dir / "id"
+    fake_id.write_text(f"#!/bin/sh\necho {uid}\n", encoding="utf-8")
+    fake_id.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    env.pop("MAKEFLAGS", None)
+    result = subprocess.run(
+        [MAKE, "-n", "--no-print-directory", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def _lab_command(output: str) -> str:
+    joined = output.replace("\\\n", " ")
+    (line,) = [line for line in joined.splitlines() if "jupyter lab" in line]
+    return line
+
+
+@needs_make
+def test_make_lab_allows_root_only_as_root_and_passes_lab_args(tmp_path: Path) -> None:
+    as_root = _lab_command(_make_n(tmp_path, "lab", uid=0))
+    as_user = _lab_command(_make_n(tmp_path, "lab", uid=1000))
+    assert "--allow-root" in as_root.split()
+    assert "--allow-root" not in as_user.split()
+    headless = _lab_command(_make_n(tmp_path, "lab", "LAB_ARGS=--no-browser --ip=127.0.0.1"))
+    assert headless.split()[-2:] == ["--no-browser", "--ip=127.0.0.1"]
+
+
+@needs_make
+def test_make_student_refuses_the_placeholder_unless_allowed(tmp_path: Path) -> None:
+    def student(output: str) -> list[str]:
+        return next(line.split() for line in output.splitlines() if "tools.make_student" in line)
+
+    assert "--allow-placeholder-url" not in student(_make_n(tmp_path, "student"))
+    allowed = student(_make_n(tmp_path, "student", "ALLOW_PLACEHOLDER_URL=1"))
+    assert allowed[-1] == "--allow-placeholder-url"
+    # The test runner builds the student edition of this repository, which has the placeholder.
+    (step,) = [step for step in run_tests.steps() if step.key == "student"]
+    assert "--allow-placeholder-url" in step.command
+
+
+@needs_make
+def test_make_book_prints_the_placeholder_notice_first(tmp_path: Path) -> None:
+    lines = _make_n(tmp_path, "book").splitlines()
+    book = [i for i, line in enumerate(lines) if "jupyter-book build" in line]
+    notice = [i for i, line in enumerate(lines) if "tools.sync_repo_url --notice" in line]
+    assert notice
+    assert book
+    assert notice[0] < book[0]
 
 
 def test_torch_is_pinned() -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import html
 import json
 import re
+import shutil
 import zipfile
 from pathlib import Path
 
@@ -276,27 +277,86 @@ def test_the_student_book_is_staged_without_solutions_or_launch_buttons(tmp_path
     assert "student edition" in next(stage.glob("intro.md")).read_text()
 
 
-def test_the_zip_holds_a_readme_and_every_student_notebook(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """attnbook's wheel, built as `make student` builds it (a few seconds)."""
+    return make_student.build_wheel(tmp_path_factory.mktemp("dist"))
+
+
+def test_the_wheel_is_the_same_bytes_every_build(wheel: Path, tmp_path: Path) -> None:
+    again = make_student.build_wheel(tmp_path / "dist")
+    assert again.name == wheel.name
+    assert again.read_bytes() == wheel.read_bytes(), (
+        "SOURCE_DATE_EPOCH makes the wheel reproducible"
+    )
+
+
+def test_the_wheel_holds_the_package_only(wheel: Path, tmp_path: Path) -> None:
+    assert make_student.wheel_problems(wheel) == []
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+    assert "attnbook/__init__.py" in names
+    assert not [name for name in names if "chapters" in name or name.endswith(".ipynb")]
+    # The check catches a wheel that would carry a chapter (and its solutions) to learners.
+    bad = tmp_path / wheel.name
+    shutil.copy(wheel, bad)
+    with zipfile.ZipFile(bad, "a") as archive:
+        archive.writestr("chapters/02_softmax.ipynb", "{}")
+        archive.writestr("attnbook/02_softmax.ipynb", "{}")
+    assert make_student.wheel_problems(bad) == [
+        f"{wheel.name}: chapters/02_softmax.ipynb",
+        f"{wheel.name}: attnbook/02_softmax.ipynb",
+    ]
+
+
+def test_the_zip_holds_a_readme_the_wheel_and_every_student_notebook(
+    tmp_path: Path, wheel: Path
+) -> None:
     notebooks = tmp_path / "notebooks"
     assert make_student.write_notebooks(CHAPTERS, notebooks) == []
     target = tmp_path / "student.zip"
     paths = sorted(notebooks.glob("*.ipynb"))
-    make_student.write_zip(paths, target, "https://example.org/attnbook")
+    make_student.write_zip(paths, target, "https://example.org/attnbook", wheel, "v9.9")
     first = target.read_bytes()
-    make_student.write_zip(paths, target, "https://example.org/attnbook")
+    make_student.write_zip(paths, target, "https://example.org/attnbook", wheel, "v9.9")
     assert target.read_bytes() == first, "the same notebooks give the same zip"
     with zipfile.ZipFile(target) as archive:
         names = archive.namelist()
         readme = archive.read("attnbook-student/README.txt").decode()
-        assert names == ["attnbook-student/README.txt"] + [
-            f"attnbook-student/{path.name}" for path in CHAPTERS
+        assert names == [
+            "attnbook-student/README.txt",
+            f"attnbook-student/{wheel.name}",
+            *[f"attnbook-student/{path.name}" for path in CHAPTERS],
         ]
+        assert archive.read(f"attnbook-student/{wheel.name}") == wheel.read_bytes()
         for path in CHAPTERS:
             packed = nbformat.reads(archive.read(f"attnbook-student/{path.name}").decode(), 4)
             assert packed == make_student.student_notebook(_read(path))
     assert "Colab" in readme
-    assert "https://example.org/attnbook" in readme
+    assert "git+https://example.org/attnbook@v9.9" in readme, "the pinned ref"
+    assert f"pip install --no-deps ./{wheel.name}" in readme, "the offline install"
     assert STUB in readme
+
+
+def test_make_student_refuses_the_placeholder_url(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "student"
+    monkeypatch.setattr(make_student, "OUT", out)
+    placeholder = "https://github.com/your-org/attention-from-scratch"
+    monkeypatch.setattr(make_student, "repository_url", lambda: placeholder)
+    assert make_student.main(["--no-book"]) == 2
+    err = capsys.readouterr().err
+    assert placeholder in err
+    assert "_config.yml" in err
+    assert "make sync-url" in err
+    assert "ALLOW_PLACEHOLDER_URL=1" in err
+    assert not out.exists(), "nothing is built"
+    # `make student ALLOW_PLACEHOLDER_URL=1` (the tests, CI) builds, and says it is not for learners.
+    assert make_student.main(["--no-book", "--allow-placeholder-url"]) == 0
+    assert "placeholder" in capsys.readouterr().out
+    with zipfile.ZipFile(out / make_student.ZIP_NAME) as archive:
+        assert any(name.endswith(".whl") for name in archive.namelist())
 
 
 def test_a_student_notebook_runs_top_to_bottom_in_an_empty_folder(tmp_path: Path) -> None:

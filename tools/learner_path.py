@@ -18,7 +18,8 @@ it) and open one notebook. So, in a temporary folder outside the repository:
    executed there, top to bottom, in that environment's kernel.
 5. The Colab form: attnbook is reinstalled with the requirement of a chapter's
    own Colab cell (`attnbook[extra] @ git+https://...` from tools/sync_repo_url.py),
-   its URL pointed at the snapshot (`git+file://`), the way Colab's pip installs it,
+   its URL pointed at the snapshot (`git+file://...@package_ref`, the snapshot's commit
+   tagged with the ref of _config.yml), the way Colab's pip installs it,
    extra and all. Then the chapters with a `colab_extra` in course.yml run, alone in empty folders.
    Without such a chapter, plain `attnbook @ git+file://...` is installed and imported.
 
@@ -37,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -125,8 +127,13 @@ def run(command: Sequence[str | Path], **kwargs) -> None:
         )
 
 
-def snapshot(root: Path, dest: Path) -> Path:
-    """Copy the working tree's files (tracked + untracked, not ignored) into a one-commit repo."""
+def snapshot(root: Path, dest: Path, ref: str | None = None) -> Path:
+    """Copy the working tree's files (tracked + untracked, not ignored) into a one-commit repo.
+
+    With `ref`, the commit is tagged `ref` (the `package_ref` the Colab cells install); a ref
+    that is a commit hash cannot be made, so the commit gets a tag of that name instead, which
+    pip resolves the same way.
+    """
     listed = subprocess.run(
         ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
         cwd=root,
@@ -142,6 +149,8 @@ def snapshot(root: Path, dest: Path) -> Path:
     run([*git, "-c", "init.defaultBranch=main", "init", "-q", "."], cwd=dest)
     run([*git, "add", "-A"], cwd=dest)
     run([*git, "-c", "commit.gpgsign=false", "commit", "-q", "-m", "snapshot"], cwd=dest)
+    if ref:
+        run([*git, "tag", ref], cwd=dest)
     return dest
 
 
@@ -179,23 +188,27 @@ def pip_install(python: Path, requirements: Iterable[str]) -> None:
 
 
 def colab_requirement(cell_source: str) -> str:
-    """The requirement that a Colab cell's single `%pip install --quiet "REQ"` installs."""
-    lines = [line.strip() for line in cell_source.splitlines() if "%pip install" in line]
-    if len(lines) != 1 or lines[0].count('"') != 2:
+    """The requirement that a Colab cell installs: its one quoted `attnbook... @ git+...`."""
+    found = re.findall(r'"(attnbook(?:\[[\w,]+\])? @ git\+[^"]+)"', cell_source)
+    if len(found) != 1:
         raise ValueError(
-            f"cell_source: expected one %pip install line quoting its requirement, got {cell_source!r}"
+            f"cell_source: expected one quoted requirement 'attnbook @ git+...', got {cell_source!r}"
         )
-    return lines[0].split('"')[1]
+    return found[0]
 
 
-def local_requirement(requirement: str, url: str, local: Path) -> str:
-    """`requirement` with `git+URL` (the public repository) replaced by `git+file://local`."""
-    public = f"git+{url}"
+def local_requirement(requirement: str, url: str, local: Path, ref: str | None = None) -> str:
+    """`requirement` with `git+URL[@ref]` (the public repository) replaced by the local clone's.
+
+    The clone must have `ref` (`snapshot(..., ref=...)` tags its commit with it).
+    """
+    public = f"git+{url}" + (f"@{ref}" if ref else "")
     if not requirement.endswith(f" @ {public}"):
         raise ValueError(f"requirement: expected 'NAME[extra] @ {public}', got {requirement!r}")
     # `file://localhost/...`, not `file:///...`: the pip that `python -m venv` brings (23.x)
     # rejects a URL without a host in a requirement; git reads both the same way.
-    return requirement[: -len(public)] + f"git+file://localhost{quote(local.resolve().as_posix())}"
+    local_url = f"git+file://localhost{quote(local.resolve().as_posix())}"
+    return requirement[: -len(public)] + local_url + (f"@{ref}" if ref else "")
 
 
 def kernel_env(python: Path, hf_home: Path) -> dict[str, str]:
@@ -337,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
     chapters = sorted(args.chapters or (ROOT / "chapters").glob("*.ipynb"))
     base = [chapter for chapter in chapters if extra_of(chapter) is None]
     extras = sorted({extra for chapter in chapters if (extra := extra_of(chapter))})
-    url = sync_repo_url.repository_url(ROOT)
+    url, ref = sync_repo_url.repository_url(ROOT), sync_repo_url.package_ref(ROOT)
 
     times: list[tuple[str, float]] = []
     results: list[ChapterResult] = []
@@ -350,7 +363,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="attnbook-learner-") as tmp:
         work = Path(tmp)
         start = time.perf_counter()
-        repo = snapshot(ROOT, work / "repo")
+        repo = snapshot(ROOT, work / "repo", ref)
         wheel = build_wheel(repo, work / "dist")
         missing = missing_from_wheel(wheel, repo / "src" / PACKAGE)
         if missing:
@@ -373,7 +386,7 @@ def main(argv: list[str] | None = None) -> int:
             users = [chapter for chapter in chapters if extra and extra_of(chapter) == extra]
             stem = users[0].stem if users else None
             requirement = colab_requirement(sync_repo_url.colab_cell_source(url, stem))
-            local = local_requirement(requirement, url, repo)
+            local = local_requirement(requirement, url, repo, ref)
             start = time.perf_counter()
             run([python, "-m", "pip", "uninstall", "--quiet", "--yes", PACKAGE])
             pip_install(python, [local])

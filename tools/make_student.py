@@ -3,12 +3,23 @@
 Usage:
     python -m tools.make_student            # `make student`: notebooks, zip and book
     python -m tools.make_student --no-book  # the notebooks and the zip only (seconds)
+    python -m tools.make_student --allow-placeholder-url   # build even with `your-org`
 
 It writes only under `_build/student/` (never `_build/html`, the main book):
 
   notebooks/NN_name.ipynb   every chapter of chapters/, solutions removed
-  attnbook-student.zip      those notebooks and a README.txt for learners
+  attnbook-student.zip      those notebooks, the package's wheel and a README.txt for learners
   html/                     the book built from the student notebooks
+
+While `repository: url:` of `_config.yml` is the placeholder (owner `your-org`), it
+refuses to build (exit status 2, nothing written): every Colab cell and the README would
+send learners to a repository that does not exist. `--allow-placeholder-url` (`make student
+ALLOW_PLACEHOLDER_URL=1`) builds anyway, for the tests and CI of this repository.
+
+The zip holds the wheel of attnbook (`attnbook-VERSION-py3-none-any.whl`, built from this
+working tree with SOURCE_DATE_EPOCH fixed, so it is the same bytes every run), so a learner
+without GitHub installs the package with `pip install attnbook-*.whl`. The wheel must hold
+the package and its metadata only (no chapter, no solution): `wheel_problems` checks it.
 
 A student notebook (`student_notebook`) is the chapter with every `{solution}`
 directive cut out of its markdown cells, as `tools.notebooks` finds them (a cell
@@ -59,7 +70,7 @@ import yaml
 
 from tools import course
 from tools.notebooks import strip_solutions as _strip
-from tools.sync_repo_url import repository_url
+from tools.sync_repo_url import is_placeholder, package_ref, repository_url
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -69,6 +80,8 @@ ZIP_FOLDER = "attnbook-student"  # the zip unpacks into one folder of this name
 MIN_CHARS = 20  # shorter solution lines or sentences are too generic to count as a leak
 SHINGLE = 8  # a run of this many words of a solution, found in a page, is a leak
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # fixed timestamps: the same sources give the same zip
+_WHEEL_EPOCH = "315532800"  # 1980-01-01 (UTC): SOURCE_DATE_EPOCH of the wheel's build
+PACKAGE = "attnbook"
 
 _ANY_SOLUTION = re.compile(r"\{solution\}")
 _CODE_FENCE = re.compile(r"^\s*(`{3,}|~{3,})")
@@ -306,17 +319,35 @@ On Google Colab (nothing to install)
 
 On your own machine (Python 3.10 or newer)
   python -m venv .venv
-  .venv/bin/pip install "{requirement} @ git+{url}" jupyterlab
+  .venv/bin/pip install "{requirement} @ git+{url}@{ref}" jupyterlab
   .venv/bin/jupyter lab
   (on Windows: .venv\\Scripts\\pip and .venv\\Scripts\\jupyter){extras}
-
+{wheel_note}
 Hand in the notebooks the way your instructor asks, with your code in the
 exercise cells.
 """
 
 
-def readme(url: str) -> str:
-    """The README.txt of the zip: how to run the notebooks, with the package's URL."""
+WHEEL_NOTE = """
+Without GitHub (a machine that cannot reach it)
+  This folder holds the course package itself:
+    {wheel}
+  Install it from that file instead of from GitHub, in this folder:
+  .venv/bin/pip install "./{wheel}{extras}" jupyterlab
+  pip still fetches what attnbook needs (NumPy, PyTorch, Matplotlib, ...) from
+  PyPI. On a machine with no network at all, install those first from where
+  your instructor says, then  .venv/bin/pip install --no-deps ./{wheel}
+  On Colab, if the first cell cannot install the package, upload the wheel
+  (the Files pane on the left) and run, in a new cell:
+    %pip install ./{wheel}
+"""
+
+
+def readme(url: str, ref: str | None = None, wheel: str | None = None) -> str:
+    """The README.txt of the zip: how to run the notebooks, with the package's URL and ref.
+
+    `wheel` is the file name of the package's wheel in the zip (None: no wheel, no note).
+    """
     colab_extras = course.load().colab_extras
     extras = sorted(set(colab_extras.values()))
     requirement = f"attnbook[{','.join(extras)}]" if extras else "attnbook"
@@ -326,13 +357,72 @@ def readme(url: str) -> str:
         if extras
         else ""
     )
-    return README.format(url=url, requirement=requirement, extras=note)
+    wheel_note = WHEEL_NOTE.format(wheel=wheel, extras=f"[{','.join(extras)}]" if extras else "")
+    wheel_note = wheel_note if wheel else ""
+    return README.format(
+        url=url,
+        ref=ref or package_ref(),
+        requirement=requirement,
+        extras=note,
+        wheel_note=wheel_note,
+    )
 
 
-def write_zip(notebooks: list[Path], target: Path, url: str) -> None:
-    """Zip the notebooks and a README.txt into `target`, byte for byte the same for the same input."""
+def build_wheel(dist: Path, root: Path = ROOT) -> Path:
+    """Build attnbook's wheel from `root` into the empty folder `dist`; return its path.
+
+    The build uses the hatchling of the running Python (no build isolation, no network) with
+    SOURCE_DATE_EPOCH fixed, so the same sources give the same bytes.
+    """
+    shutil.rmtree(dist, ignore_errors=True)
+    dist.mkdir(parents=True)
+    command = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps"]
+    command += ["--no-build-isolation", "-w", str(dist), str(root)]
+    environment = {**os.environ, "SOURCE_DATE_EPOCH": _WHEEL_EPOCH}
+    result = subprocess.run(command, env=environment, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise RuntimeError(f"building the wheel failed:\n{result.stdout}{result.stderr}")
+    (wheel,) = dist.glob(f"{PACKAGE}-*.whl")
+    return wheel
+
+
+def wheel_problems(wheel: Path) -> list[str]:
+    """What the wheel holds besides the package and its metadata (should be []).
+
+    A chapter, a notebook or anything outside `attnbook/` and `attnbook-*.dist-info/` would
+    reach learners through the zip.
+    """
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+    found = [
+        f"{wheel.name}: {name}"
+        for name in names
+        if not (
+            name.startswith(f"{PACKAGE}/")
+            or (name.split("/")[0].startswith(f"{PACKAGE}-") and ".dist-info/" in name)
+        )
+        or name.endswith(".ipynb")
+    ]
+    if f"{PACKAGE}/__init__.py" not in names:
+        found.append(f"{wheel.name}: no {PACKAGE}/__init__.py")
+    return found
+
+
+def write_zip(
+    notebooks: list[Path],
+    target: Path,
+    url: str,
+    wheel: Path | None = None,
+    ref: str | None = None,
+) -> None:
+    """Zip the notebooks, the wheel and a README.txt into `target`.
+
+    Byte for byte the same for the same input.
+    """
     target.unlink(missing_ok=True)
-    entries = [("README.txt", readme(url).encode())]
+    entries = [("README.txt", readme(url, ref, wheel.name if wheel else None).encode())]
+    if wheel:
+        entries.append((wheel.name, wheel.read_bytes()))
     entries += [(path.name, path.read_bytes()) for path in sorted(notebooks)]
     with zipfile.ZipFile(target, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         for name, data in entries:
@@ -449,14 +539,38 @@ def build_book(root: Path, out: Path, notebooks: Path) -> bool:
     return True
 
 
+PLACEHOLDER_REFUSAL = """\
+make student: refusing to build the student edition: the repository URL in _config.yml
+is still the placeholder
+    {url}
+Every notebook's Colab cell and the zip's README would tell learners to install the
+course package from there, which fails.
+Set `repository: url:` (and `package_ref:`, the tag or commit learners install) in
+_config.yml to your repository, run `make sync-url`, then `make student` again.
+To build anyway (tests, CI, a look at the result): make student ALLOW_PLACEHOLDER_URL=1"""
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-book", action="store_true", help="notebooks and zip only")
+    parser.add_argument(
+        "--allow-placeholder-url",
+        action="store_true",
+        help="build even though _config.yml has the placeholder URL (tests, CI)",
+    )
     args = parser.parse_args(argv)
     start = time.perf_counter()
+    url = repository_url()
+    if is_placeholder(url):
+        if not args.allow_placeholder_url:
+            print(PLACEHOLDER_REFUSAL.format(url=url), file=sys.stderr)
+            return 2
+        print(f"warning: building with the placeholder URL {url}; not for learners")
     paths = chapter_paths()
     leaks = write_notebooks(paths, OUT / "notebooks")
-    write_zip(sorted((OUT / "notebooks").glob("*.ipynb")), OUT / ZIP_NAME, repository_url())
+    wheel = build_wheel(OUT / "dist")
+    leaks += wheel_problems(wheel)
+    write_zip(sorted((OUT / "notebooks").glob("*.ipynb")), OUT / ZIP_NAME, url, wheel)
     print(f"student notebooks: {len(paths)} in {OUT / 'notebooks'}; zip: {OUT / ZIP_NAME}")
     if not args.no_book:
         if not build_book(ROOT, OUT, OUT / "notebooks"):

@@ -11,6 +11,7 @@ too.
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import zipfile
 from pathlib import Path
@@ -25,24 +26,40 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 URL = sync_repo_url.repository_url(ROOT)
+REF = sync_repo_url.package_ref(ROOT)
 
 
 def test_colab_requirement_pointed_at_a_local_clone(tmp_path: Path) -> None:
     cell = sync_repo_url.colab_cell_source(URL, "11_inside_attention")
     requirement = learner_path.colab_requirement(cell)
-    assert requirement == f"attnbook[pretrained] @ git+{URL}"
-    local = Requirement(learner_path.local_requirement(requirement, URL, tmp_path))
+    assert requirement == f"attnbook[pretrained] @ git+{URL}@{REF}"
+    local = Requirement(learner_path.local_requirement(requirement, URL, tmp_path, REF))
     assert (local.name, local.extras) == ("attnbook", {"pretrained"})
-    assert local.url == f"git+file://localhost{tmp_path.resolve().as_posix()}"
+    assert local.url == f"git+file://localhost{tmp_path.resolve().as_posix()}@{REF}"
 
 
-def test_local_requirement_refuses_another_url(tmp_path: Path) -> None:
+def test_local_requirement_refuses_another_url_or_ref(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="requirement"):
         learner_path.local_requirement(
-            "attnbook @ git+https://github.com/someone/else", URL, tmp_path
+            f"attnbook @ git+https://github.com/someone/else@{REF}", URL, tmp_path, REF
         )
+    with pytest.raises(ValueError, match="requirement"):
+        learner_path.local_requirement(f"attnbook @ git+{URL}@main", URL, tmp_path, REF)
     with pytest.raises(ValueError, match="cell_source"):
         learner_path.colab_requirement("import sys\n")
+
+
+def test_the_snapshot_is_tagged_with_the_ref(tmp_path: Path) -> None:
+    source = tmp_path / "source"
+    source.mkdir()
+    subprocess.run(["git", "init", "-q", "."], cwd=source, check=True)
+    (source / "a.txt").write_text("a\n", encoding="utf-8")
+    repo = learner_path.snapshot(source, tmp_path / "repo", "v9.9.9")
+    tags = subprocess.run(
+        ["git", "tag", "--points-at", "HEAD"], cwd=repo, capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert tags == ["v9.9.9"]
+    assert (repo / "a.txt").read_text(encoding="utf-8") == "a\n"
 
 
 def test_missing_from_wheel_names_a_left_out_file(tmp_path: Path) -> None:
