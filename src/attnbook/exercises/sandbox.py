@@ -18,8 +18,9 @@ private folder that holds a fresh copy of the submission and nothing else:
 
 The sandbox is bubblewrap (``bwrap``, Debian package ``bubblewrap``):
 
-- a new user, PID, network, IPC and UTS namespace (``--unshare-all``): no
-  network at all, and the sandbox sees only its own processes in ``/proc``;
+- a new user, PID, network, IPC and UTS namespace (``--unshare-all``) and no
+  capabilities (``--cap-drop ALL``): no network at all, and the sandbox sees
+  only its own processes in ``/proc``;
 - a file system of the system's read-only program folders (``/usr``, ``/lib``,
   ...), the Python installation and the ``attnbook`` package read-only, an
   empty ``/tmp``, and the private folder, the only place it can write: no
@@ -32,6 +33,9 @@ The sandbox is bubblewrap (``bwrap``, Debian package ``bubblewrap``):
   with it (the PID namespace ends with its first process);
 - limits set before it starts (``setrlimit``): address space (``--memory``),
   CPU seconds, file size, no core files; and a wall-clock limit per task.
+  There is no limit on the number of processes (``RLIMIT_NPROC`` counts a
+  user's processes machine-wide): a fork bomb is stopped by the time limit,
+  when the PID namespace ends.
 
 Without ``bwrap`` the grader refuses to run (:class:`SandboxUnavailable`);
 ``unsafe=True`` (``--unsafe-no-sandbox``) runs the same programs as plain
@@ -148,7 +152,7 @@ def _environment(inside: str) -> dict[str, str]:
 
 
 def _bwrap_argv(folder: Path, argv: list[str], env: dict[str, str]) -> list[str]:
-    cmd = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session"]
+    cmd = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
     cmd += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
     for path in _SYSTEM:
         if os.path.exists(path):
