@@ -89,6 +89,7 @@ import pickle
 import secrets
 import sys
 import tempfile
+import zipfile
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -278,8 +279,22 @@ def _cases(spec: CheckSpec, seed: int) -> tuple[list[tuple], list[Any], list[int
     return args, sent, seeds
 
 
+def _readable(path: Path, folder: Path) -> bool:
+    """Whether a file the sandbox wrote may be read: a plain file inside its folder (not a
+    link to a file of the grader's), of a sane size."""
+    try:
+        return (
+            not path.is_symlink()
+            and path.is_file()
+            and path.resolve().is_relative_to(folder.resolve())
+            and path.stat().st_size <= _MAX_READ
+        )
+    except OSError:
+        return False
+
+
 def _read_json(path: Path) -> Any:
-    if not path.is_file() or path.stat().st_size > _MAX_READ:
+    if not _readable(path, path.parent):
         return None
     try:
         return json.loads(path.read_text(encoding="utf-8"))
@@ -294,7 +309,7 @@ def _judge(name: str, spec: CheckSpec, args: list[tuple], folder: Path) -> tuple
     n = len(spec.cases)
     report = _read_json(folder / "out" / f"{name}.json")
     npz = folder / "out" / f"{name}.npz"
-    if not isinstance(report, dict) or not npz.is_file() or npz.stat().st_size > _MAX_READ:
+    if not isinstance(report, dict) or not _readable(npz, folder):
         return "error", (
             f"⚠️ {name}: the answer gave no result: it ran past the grader's time limit, "
             "ran out of memory, or ended its own process"
@@ -314,6 +329,9 @@ def _judge(name: str, spec: CheckSpec, args: list[tuple], folder: Path) -> tuple
             "which it asks you to write yourself"
         )
     try:
+        with zipfile.ZipFile(npz) as archive:  # no zip bomb: the arrays' unpacked size first
+            if sum(info.file_size for info in archive.infolist()) > _MAX_READ:
+                raise ValueError("too large")
         with np.load(npz, allow_pickle=False) as data:
             arrays = {key: data[key] for key in data.files}
     except Exception as exc:
@@ -368,7 +386,7 @@ def _run_errors(folder: Path) -> tuple[dict[int, str], str]:
     """From the executed notebook (untrusted): cell index -> the error's name, and why the
     run stopped early. Used only to explain a failure."""
     path = folder / "executed.ipynb"
-    if not path.is_file() or path.stat().st_size > _MAX_READ:
+    if not _readable(path, folder):
         return {}, "the notebook run did not finish (time limit, or the kernel died)"
     try:
         import nbformat
