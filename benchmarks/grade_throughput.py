@@ -12,7 +12,9 @@ exercise must pass (the script exits 1 otherwise: a grader that fails the
 book's solutions is broken). It prints the machine, then one line per
 chapter: exercises, seconds for the whole notebook, and the seconds without
 the notebook run (the evaluation alone), measured in a second grading with
-``--skip-run``'s setting. A benchmark, not a test.
+``--skip-run``'s setting, and how the notebook run ended (it must run every
+cell without an error, or the figure would not be the chapter's: exit 1). A
+benchmark, not a test.
 """
 
 from __future__ import annotations
@@ -54,6 +56,20 @@ def solution_notebook(path: Path) -> nbformat.NotebookNode:
     return nb
 
 
+def _watch_runs(seen: list[str]) -> None:
+    """Record how each notebook run ended (the grader reads it only to explain failures, so
+    a run cut short by the per-cell limit would not show in the grades): wraps the reader."""
+    read = grade._run_errors
+
+    def watched(folder: Path) -> tuple[dict[int, str], str]:
+        errors, stopped = read(folder)
+        problems = [f"cell {i + 1} raised {name}" for i, name in sorted(errors.items())]
+        seen.append("; ".join(problems + ([stopped] if stopped else [])) or "ok")
+        return errors, stopped
+
+    grade._run_errors = watched
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--chapters", nargs="+", default=["01", "02", "06", "09", "12"])
@@ -63,6 +79,8 @@ def main() -> int:
     if not args.unsafe_no_sandbox and not sandbox.bwrap_available():
         print("bubblewrap is missing: install it, or pass --unsafe-no-sandbox", file=sys.stderr)
         return 1
+    runs: list[str] = []
+    _watch_runs(runs)
     print(_common.describe(torch.device("cpu")))
     print(f"sandbox: {'none (unsafe)' if args.unsafe_no_sandbox else 'bubblewrap'}")
     print(f"{'chapter':<34} {'exercises':>9} {'s/notebook':>11} {'s, evaluation only':>19}")
@@ -86,6 +104,9 @@ def main() -> int:
                     print(f"  NOT PASSED {r.exercise}: {r.status}: {r.message}")
         full = f"{timings[0]:.1f}" if not args.skip_run else "-"
         print(f"{path.stem:<34} {len(records):>9} {full:>11} {timings[-1]:>19.1f}")
+        if not args.skip_run:
+            print(f"  notebook run: {runs[-1]}")
+            ok = ok and runs[-1] == "ok"
     print(f"load average (1, 5, 15 min) after: {_common.load_average()}")
     return 0 if ok else 1
 

@@ -24,7 +24,9 @@ The sandbox is bubblewrap (``bwrap``, Debian package ``bubblewrap``):
 - a file system of the system's read-only program folders (``/usr``, ``/lib``,
   ...), the Python installation and the ``attnbook`` package read-only, an
   empty ``/tmp``, and the private folder, the only place it can write: no
-  other submission, no output file of the grader, no home folder;
+  other submission, no output file of the grader, no home folder (only the
+  Hugging Face model cache, ``hub/``, read-only when there is one, for
+  chapter 11's model; never the token beside it);
 - an environment built from nothing (``--clearenv``): ``PATH``, ``HOME``,
   ``LANG``, ``MPLBACKEND``, ``HF_HUB_OFFLINE`` and a few more, so no variable
   of the grader (a token, a password) reaches the submission;
