@@ -359,13 +359,16 @@ def _judge(name: str, spec: CheckSpec, args: list[tuple], folder: Path) -> tuple
             got: Any = None
         elif kind in ("value", "tuple"):
             count = entry.get("n")
-            keys = [f"c{i}_{j}" for j in range(count if isinstance(count, int) else -1)]
-            if not keys or any(key not in arrays for key in keys):
+            keys = [f"c{i}_{j}" for j in range(count if isinstance(count, int) else 0)]
+            if (
+                not isinstance(count, int)
+                or any(key not in arrays for key in keys)
+                or (kind == "value" and count != 1)
+            ):
                 return "error", f"⚠️ {name}: {where}: the answer's result is incomplete"
             parts = [arrays[key] for key in keys]
             got = parts[0] if kind == "value" else tuple(parts)
         else:
-            got = object()  # not an array: _compare says what came back
             kind_name = kind.removeprefix("other:")[:40]
             return "failed", (
                 f"❌ {name}: {where} returned a {kind_name}, expected an array of numbers\n"
