@@ -143,7 +143,9 @@ def test_masked_attention_accepts_minus_infinity_written_several_ways() -> None:
             torch.softmax(_scores(q, k) + attnbook.mask_to_additive(m, q.dtype), -1) @ v
         )
     )
-    assert check_masked_attention(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, m))
+    library = check_masked_attention(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, m))
+    assert not library  # the library's answer is forbidden, in the notebook as in the grader
+    assert "calls torch.nn.functional.scaled_dot_product_attention" in library.message
 
 
 # ------------------------------------------------ scaled dot-product attention
@@ -328,7 +330,6 @@ def test_score_matrix_mistakes(wrong: Callable, mistake: str) -> None:
     "right",
     [
         lambda lengths, max_len: (torch.arange(max_len)[None, :] < lengths[:, None])[:, None, :],
-        lambda lengths, max_len: attnbook.padding_mask(lengths, max_len),
         lambda lengths, max_len: torch.stack(
             [torch.arange(max_len) < n for n in lengths]
         ).unsqueeze(1),
@@ -337,6 +338,12 @@ def test_score_matrix_mistakes(wrong: Callable, mistake: str) -> None:
 def test_padding_mask_checker_accepts_correct_answers(right: Callable) -> None:
     verdict = check_padding_mask(right)
     assert verdict, verdict.message
+
+
+def test_padding_mask_checker_rejects_the_packages_own_function() -> None:
+    verdict = check_padding_mask(lambda lengths, max_len: attnbook.padding_mask(lengths, max_len))
+    assert not verdict
+    assert "calls attnbook" in verdict.message
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,10 @@ compared with what each mistake returns on the same inputs; a match names the
 mistake, says what it looks like and where to look. Only when no known mistake
 matches does the case's own hint show. A *guard* checks *how* the answer
 computes (e.g. no Python loop, no call to the library function the exercise
-asks you to write), since such answers return the right numbers.
+asks you to write), since such answers return the right numbers. A checker
+without a guard of its own gets :func:`library_guard`: no call to the
+exercise's library equivalent (its list is the grader's,
+``attnbook.exercises.extract.LIBRARY_EQUIVALENTS``).
 
 For graders: :func:`checker_spec` hands over what a checker passes to
 :func:`run_cases` (reference, cases, tolerances, mistakes, guard) without
@@ -45,6 +48,7 @@ __all__ = [
     "Verdict",
     "checker_spec",
     "forbid_calls",
+    "library_guard",
     "no_python_loops",
     "run_cases",
     "seeded_args",
@@ -197,6 +201,45 @@ def forbid_calls(forbidden: dict[str, object], hint: str) -> Guard:
     return guard
 
 
+def library_guard(exercise: str) -> Guard | None:
+    """A :func:`forbid_calls` guard against the exercise's library equivalents, if it has any.
+
+    The names are those of :data:`attnbook.exercises.extract.LIBRARY_EQUIVALENTS`
+    (any ``softmax`` for the softmax exercise...), looked up as functions in
+    the modules of torch, NumPy, SciPy and attnbook loaded at that moment.
+    :func:`run_cases` uses it for every checker without a guard of its own,
+    so the notebook forbids what the grader forbids (the grader also reads the
+    source, which catches a method such as ``tensor.softmax()`` that a
+    profile hook cannot tell apart).
+    """
+    from attnbook.exercises.extract import LIBRARY_EQUIVALENTS
+
+    names = LIBRARY_EQUIVALENTS.get(exercise, frozenset()) | {exercise}
+    found: dict[str, object] = {}
+    for module_name, module in list(sys.modules.items()):
+        root = module_name.split(".")[0]
+        if module is None or root not in {"torch", "numpy", "scipy", "attnbook"}:
+            continue
+        if module_name.startswith("attnbook.exercises"):
+            continue
+        space = getattr(module, "__dict__", {})
+        for name in names:
+            value = space.get(name)
+            if callable(value) and not isinstance(value, type):
+                found[f"{module_name}.{name}"] = value
+    if not found:
+        return None
+
+    def public_and_short(item: tuple[str, object]) -> tuple[bool, int]:
+        return not any(part.startswith("_") for part in item[0].split(".")), -len(item[0])
+
+    # forbid_calls names a function by its last entry: the shortest public name
+    return forbid_calls(
+        dict(sorted(found.items(), key=public_and_short)),
+        "this is the library's answer to the exercise; build it from array operations.",
+    )
+
+
 _LIBRARY_DIRS = tuple(
     str(Path(p).resolve())
     for p in {sys.prefix, sys.base_prefix, sys.exec_prefix, Path(__file__).parents[1]}
@@ -329,6 +372,8 @@ def run_cases(
     Returns:
         A :class:`Verdict`; displaying it shows the learner what happened.
     """
+    if guard is None:  # no guard of its own: at least its library equivalents are off limits
+        guard = library_guard(exercise)
     if _CAPTURE.get():  # checker_spec: hand the checker's settings over instead of running
         spec = CheckSpec(exercise, learner_fn, reference_fn, tuple(cases), rtol, atol)
         raise _Captured(dataclasses.replace(spec, mistakes=tuple(mistakes), guard=guard))

@@ -30,7 +30,8 @@ A correct answer needs none of these (the book's solutions are checked
 against this list by the tests). The same equivalents are also replaced by
 tripwires in the process that runs the answer
 (:mod:`attnbook.exercises.sandbox`), which catches what a static reading
-misses.
+misses, and every checker without a guard of its own refuses them in the
+learner's notebook (:func:`attnbook.exercises._framework.library_guard`).
 """
 
 from __future__ import annotations
@@ -92,7 +93,7 @@ LIBRARY_EQUIVALENTS: dict[str, frozenset[str]] = {
     "answer_loss": frozenset({"answer_loss"}),
     "head_entropy": frozenset({"head_entropy", "entropy", "Categorical"}),
     "attention_rollout": frozenset({"attention_rollout"}),
-    "online_softmax_update": _SOFTMAX | _ATTENTION | {"online_softmax_update", "tiled_attention"},
+    "online_softmax_update": _ATTENTION | {"online_softmax_update", "tiled_attention"},
     "sliding_window_mask": frozenset({"sliding_window_mask"}),
     "kv_cache_bytes": frozenset({"kv_cache_bytes", "KVCache"}),
 }
