@@ -342,6 +342,12 @@ def test_padding_mask_checker_accepts_correct_answers(right: Callable) -> None:
     assert verdict, verdict.message
 
 
+def test_padding_mask_checker_rejects_the_packages_own_function() -> None:
+    verdict = check_padding_mask(lambda lengths, max_len: attnbook.padding_mask(lengths, max_len))
+    assert not verdict
+    assert "calls attnbook" in verdict.message
+
+
 @pytest.mark.parametrize(
     ("wrong", "mistake"),
     [

@@ -396,8 +396,9 @@ def strided_mask(
     Query ``t`` may attend to key ``s <= t`` when ``t - s < stride`` (the
     previous ``stride`` positions, itself included) or when ``(t - s)`` is a
     multiple of ``stride`` (one key per stride, back to the start). With
-    ``stride`` near ``sqrt(T)`` each query scores about ``2 sqrt(T)`` keys
-    instead of ``T``, and two layers suffice for any position to reach any
+    ``stride`` near ``sqrt(T)`` query ``t`` scores about ``sqrt(T) + t / sqrt(T)``
+    keys (up to ``2 sqrt(T)`` for the last one), about ``1.5 T sqrt(T)`` pairs in
+    all instead of ``T (T + 1) / 2``, and two layers suffice for any position to reach any
     earlier one: a strided hop lands within ``stride`` of the target, a local
     hop covers the rest.
 

@@ -13,19 +13,24 @@ compared with what each mistake returns on the same inputs; a match names the
 mistake, says what it looks like and where to look. Only when no known mistake
 matches does the case's own hint show. A *guard* checks *how* the answer
 computes (e.g. no Python loop, no call to the library function the exercise
-asks you to write), since such answers return the right numbers.
+asks you to write), since such answers return the right numbers. A checker
+without a guard of its own gets :func:`library_guard`: no call to the
+exercise's library equivalent (its list is the grader's,
+``attnbook.exercises.extract.LIBRARY_EQUIVALENTS``).
 
-For graders: when the environment variable ``ATTNBOOK_VERDICTS`` names a
-file, every :class:`Verdict` a checker returns is also appended to that file
-as one line of JSON by :func:`run_cases` (a :class:`Verdict` itself is a
-plain value and writes nothing) (``python -m attnbook.grade`` sets it for the kernel that runs a
-submission). Without the variable nothing is written anywhere.
+For graders: :func:`checker_spec` hands over what a checker passes to
+:func:`run_cases` (reference, cases, tolerances, mistakes, guard) without
+running it, and :func:`seeded_args` draws new values for a case;
+``python -m attnbook.grade`` runs learners' answers on those in a sandbox and
+compares the results itself. A :class:`Verdict` is a plain value: nothing a
+checker says in a learner's kernel is read by the grader.
 """
 
 from __future__ import annotations
 
-import json
-import os
+import contextvars
+import copy
+import dataclasses
 import sys
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -38,18 +43,20 @@ import torch
 
 __all__ = [
     "Case",
+    "CheckSpec",
     "Mistake",
     "Verdict",
     "all_of",
+    "checker_spec",
     "forbid_calls",
+    "library_guard",
     "library_softmaxes",
     "no_python_loops",
-    "record_for_grader",
     "run_cases",
+    "seeded_args",
 ]
 
 _MAX_SHOWN = 24  # arrays with more entries are summarised, not printed
-VERDICTS_ENV = "ATTNBOOK_VERDICTS"  # names the JSON-lines file a grader reads; unset: no file
 
 
 @dataclass(frozen=True)
@@ -95,40 +102,6 @@ class Verdict:
     __str__ = __repr__
 
 
-def record_for_grader(verdict: Verdict) -> Verdict:
-    """Append ``verdict`` as one JSON line to the file named by ``$ATTNBOOK_VERDICTS``, if set.
-
-    This is how ``python -m attnbook.grade`` learns what each checker said
-    inside the kernel that runs a submission, without parsing displayed text.
-    :func:`run_cases` calls it on every verdict it returns; a checker that
-    refines a verdict afterwards (``dataclasses.replace``) records the refined
-    one too, and the grader keeps the last verdict of an exercise in a cell,
-    the one returned.
-
-    Args:
-        verdict: what a checker is about to return.
-
-    Returns:
-        ``verdict`` itself, so that a checker can ``return record_for_grader(v)``.
-    """
-    path = os.environ.get(VERDICTS_ENV)
-    if not path:
-        return verdict
-    line = json.dumps(
-        {
-            "exercise": verdict.exercise,
-            "passed": bool(verdict.passed),
-            "attempted": bool(verdict.attempted),
-            "n_cases": int(verdict.n_cases),
-            "message": str(verdict.message),
-        },
-        ensure_ascii=False,
-    )
-    with open(path, "a", encoding="utf-8") as file:
-        file.write(line + "\n")
-    return verdict
-
-
 def _to_numpy(x: object) -> np.ndarray:
     if isinstance(x, torch.Tensor):
         return x.detach().to("cpu").double().numpy()
@@ -172,6 +145,8 @@ def _compare_bool(got: object, expected: object) -> str | None:
 
 def _compare(got: object, expected: object, rtol: float, atol: float) -> str | None:
     """Return ``None`` if ``got`` matches ``expected``, else a short description of the difference."""
+    if got is None:
+        return "returned None: did you forget `return`?"
     if _is_bool(expected):
         return _compare_bool(got, expected)
     try:
@@ -293,6 +268,45 @@ def all_of(*guards: Guard) -> Guard:
         return result, (problems[-1] if problems else None)
 
     return guard
+
+
+def library_guard(exercise: str) -> Guard | None:
+    """A :func:`forbid_calls` guard against the exercise's library equivalents, if it has any.
+
+    The names are those of :data:`attnbook.exercises.extract.LIBRARY_EQUIVALENTS`
+    (any ``softmax`` for the softmax exercise...), looked up as functions in
+    the modules of torch, NumPy, SciPy and attnbook loaded at that moment.
+    :func:`run_cases` uses it for every checker without a guard of its own,
+    so the notebook forbids what the grader forbids (the grader also reads the
+    source, which catches a method such as ``tensor.softmax()`` that a
+    profile hook cannot tell apart).
+    """
+    from attnbook.exercises.extract import LIBRARY_EQUIVALENTS
+
+    names = LIBRARY_EQUIVALENTS.get(exercise, frozenset()) | {exercise}
+    found: dict[str, object] = {}
+    for module_name, module in list(sys.modules.items()):
+        root = module_name.split(".")[0]
+        if module is None or root not in {"torch", "numpy", "scipy", "attnbook"}:
+            continue
+        if module_name.startswith("attnbook.exercises"):
+            continue
+        space = getattr(module, "__dict__", {})
+        for name in names:
+            value = space.get(name)
+            if callable(value) and not isinstance(value, type):
+                found[f"{module_name}.{name}"] = value
+    if not found:
+        return None
+
+    def public_and_short(item: tuple[str, object]) -> tuple[bool, int]:
+        return not any(part.startswith("_") for part in item[0].split(".")), -len(item[0])
+
+    # forbid_calls names a function by its last entry: the shortest public name
+    return forbid_calls(
+        dict(sorted(found.items(), key=public_and_short)),
+        "this is the library's answer to the exercise; build it from array operations.",
+    )
 
 
 _LIBRARY_DIRS = tuple(
@@ -425,11 +439,14 @@ def run_cases(
             even when the numbers are right.
 
     Returns:
-        A :class:`Verdict`; displaying it shows the learner what happened. It
-        is also recorded for a grader (:func:`record_for_grader`).
+        A :class:`Verdict`; displaying it shows the learner what happened.
     """
-    verdict = _judge(exercise, learner_fn, reference_fn, cases, rtol, atol, mistakes, guard)
-    return record_for_grader(verdict)
+    if guard is None:  # no guard of its own: at least its library equivalents are off limits
+        guard = library_guard(exercise)
+    if _CAPTURE.get():  # checker_spec: hand the checker's settings over instead of running
+        spec = CheckSpec(exercise, learner_fn, reference_fn, tuple(cases), rtol, atol)
+        raise _Captured(dataclasses.replace(spec, mistakes=tuple(mistakes), guard=guard))
+    return _judge(exercise, learner_fn, reference_fn, cases, rtol, atol, mistakes, guard)
 
 
 def _judge(
@@ -442,7 +459,7 @@ def _judge(
     mistakes: Sequence[Mistake],
     guard: Guard | None,
 ) -> Verdict:
-    """:func:`run_cases` without the recording: the first failing case's verdict, or a pass."""
+    """The first failing case's verdict, or a pass."""
     if not callable(learner_fn):
         raise ValueError(
             f"check_{exercise} needs your function itself, got {type(learner_fn).__name__}; "
@@ -502,3 +519,107 @@ def _judge(
         len(cases),
         f"✅ {exercise}: all {len(cases)} hidden cases pass.",
     )
+
+
+# ------------------------------------------------------------------ for the grader
+
+
+@dataclass(frozen=True)
+class CheckSpec:
+    """Everything a checker hands to :func:`run_cases`: what ``python -m attnbook.grade`` needs
+    to run the same exercise itself, on its own cases, outside the learner's kernel."""
+
+    exercise: str  # the exercise's name, e.g. "softmax"
+    learner_fn: Callable  # the learner's function as the checker wraps it (e.g. under no_grad)
+    reference_fn: Callable  # the package's answer
+    cases: tuple[Case, ...]  # the hidden cases
+    rtol: float  # the comparison's tolerances
+    atol: float
+    mistakes: tuple[Mistake, ...] = ()  # the known wrong answers, for hints
+    guard: Guard | None = None  # how the answer must not compute (loops, forbidden calls)
+
+
+class _Captured(Exception):
+    """Raised by :func:`run_cases` under :func:`checker_spec`, carrying the checker's settings."""
+
+    def __init__(self, spec: CheckSpec) -> None:
+        super().__init__(spec.exercise)
+        self.spec = spec
+
+
+_CAPTURE = contextvars.ContextVar("attnbook_checker_spec", default=False)
+
+
+def checker_spec(checker: Callable[[Callable], object], fn: Callable) -> CheckSpec:
+    """What ``checker(fn)`` would pass to :func:`run_cases`, without running a single case.
+
+    Every checker ends in :func:`run_cases`; called here, it stops there and
+    hands over its exercise name, reference, cases, tolerances, mistakes and
+    guard, with ``fn`` wrapped as the checker wraps it. The grader uses this
+    to evaluate a learner's function on cases of its own in another process,
+    and to compare the results itself.
+
+    Args:
+        checker: a ``check_<name>`` function of :mod:`attnbook.exercises`.
+        fn: the function to check (any callable: the settings do not depend on it).
+
+    Raises:
+        ValueError: ``checker`` does not end in :func:`run_cases`.
+    """
+    token = _CAPTURE.set(True)
+    try:
+        checker(fn)
+    except _Captured as captured:
+        return captured.spec
+    finally:
+        _CAPTURE.reset(token)
+    raise ValueError(f"{getattr(checker, '__name__', checker)!r} never calls run_cases")
+
+
+def _perturb(value: object, rng: np.random.Generator) -> object:
+    """``value`` with every floating-point array (also inside tuples, lists, dicts and a
+    module's parameters) multiplied entrywise by ``1 + 0.1 * N(0, 1)``: signs, zeros, shapes,
+    dtypes, masks and integers stay as they are, so the case keeps its point."""
+    if isinstance(value, np.ndarray) and np.issubdtype(value.dtype, np.floating):
+        return value * (1 + 0.1 * rng.standard_normal(value.shape)).astype(value.dtype)
+    if isinstance(value, torch.Tensor) and value.is_floating_point():
+        noise = torch.from_numpy(1 + 0.1 * rng.standard_normal(tuple(value.shape)))
+        with torch.no_grad():
+            out = value.detach() * noise.to(value.dtype)
+        return out.requires_grad_(value.requires_grad)
+    if isinstance(value, torch.nn.Module):
+        module = copy.deepcopy(value)
+        with torch.no_grad():
+            for parameter in module.parameters():
+                parameter.mul_(
+                    torch.from_numpy(1 + 0.1 * rng.standard_normal(parameter.shape)).to(
+                        parameter.dtype
+                    )
+                )
+        return module
+    if isinstance(value, tuple):
+        return tuple(_perturb(v, rng) for v in value)
+    if isinstance(value, list):
+        return [_perturb(v, rng) for v in value]
+    if isinstance(value, dict):
+        return {k: _perturb(v, rng) for k, v in value.items()}
+    return value
+
+
+def seeded_args(case: Case, seed: int) -> tuple:
+    """A fresh variant of ``case``'s inputs, drawn from ``seed``: the values move, the case's
+    kind (shapes, signs, zeros, masks, integer settings) stays.
+
+    The hidden cases ship inside the package, so their answers can be read and
+    memorised; a grader that keeps ``seed`` to itself asks for values no
+    submission has seen. The expected output is the reference's on the same
+    variant.
+
+    Args:
+        case: a hidden case.
+        seed: the grader's secret seed, combined with the case by the caller.
+
+    Returns:
+        The case's arguments, perturbed.
+    """
+    return _perturb(case.make_args(), np.random.default_rng(seed))

@@ -84,6 +84,8 @@ def _stacked(fn: UpdateFn) -> Callable[..., torch.Tensor]:
 
     def run(*args: torch.Tensor) -> torch.Tensor:
         result = fn(*args)
+        if result is None:
+            return None  # the framework asks "did you forget `return`?"
         if not isinstance(result, (tuple, list)) or len(result) != 3:
             raise ValueError(
                 f"return the new state as a tuple (m, ell, acc), got {type(result).__name__}"

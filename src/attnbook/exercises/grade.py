@@ -1,97 +1,163 @@
 """Grade submitted exercise notebooks: ``python -m attnbook.grade SUBMISSION...``.
 
-It lives beside the checkers whose verdicts it collects;
-``python -m attnbook.exercises.grade`` is the same command.
+It lives beside the checkers whose cases it uses;
+``python -m attnbook.exercises.grade`` is the same command. An instructor
+collects the learners' notebooks (the student edition of any chapter, with the
+stubs filled in), one folder per student or one file each, and runs::
 
-An instructor collects the learners' notebooks (the student edition of any
-chapter, with the stubs filled in) and runs::
+    python -m attnbook.grade submissions/ --course course.yml \\
+        --json grades.json --csv grades.csv --gradebook gradebook.csv
 
-    python -m attnbook.grade submissions/ --json grades.json --csv grades.csv
+What it trusts, and what it does not
+------------------------------------
+A submission is code written by someone who may want free marks. Nothing
+its own process says decides a grade. For each notebook, in order:
 
-Each notebook runs top to bottom in a fresh Jupyter kernel, as "Restart and
-run all" would, with a time limit per cell. Every ``check_<name>`` call a cell
-makes returns a :class:`~attnbook.exercises.Verdict`; the kernel runs with
-``$ATTNBOOK_VERDICTS`` set, so each verdict is also written to a file that
-this module reads after each cell. The result is one record per notebook and
-exercise, with a ``status``:
+1. A private temporary folder receives a fresh copy of the submission, and
+   the notebook runs there top to bottom in a fresh kernel inside a sandbox
+   (:mod:`attnbook.exercises.sandbox`: bubblewrap, no network, no view of
+   other files or processes, a cleared environment, memory, CPU and time
+   limits, every process it started killed at the end). This is the
+   learner's "Restart and run all"; the grader reads back only which cells
+   raised, to explain a failure (``--skip-run`` leaves it out).
+2. The answers are read from the notebook's *source*
+   (:mod:`attnbook.exercises.extract`): for every ``check_<name>(answer)``
+   call, the function handed to the checker (a name or a ``lambda``) and the
+   imports and top-level definitions it needs from the cells before. That
+   program is read statically for forbidden uses (the package's own
+   answers, the library's equivalent such as any ``softmax`` for the softmax
+   exercise, private library names, ``torch.ops``, ``importlib``,
+   ``getattr`` with a computed name, threads...): one is a ``failed``.
+3. The programs run in a second, clean sandbox, one forked process per
+   exercise with the library equivalents replaced by tripwires, on inputs
+   the grader draws for this submission from a seed it keeps
+   (:func:`attnbook.exercises._framework.seeded_args`: the checker's hidden
+   cases with new values, so memorised answers to the cases that ship in the
+   package fail). Only plain arrays come back; the grader compares them with
+   the package's reference, with the checker's tolerances and hints.
 
-- ``passed``: the checker accepted the learner's function on every hidden case;
-- ``failed``: the checker rejected it (its message says on which case, and why);
+A record has a ``status``:
+
+- ``passed``: every case matched the reference (full points);
+- ``failed``: a case did not match, raised, or the answer uses something the
+  exercise forbids (the message says which case and why, with a hint);
 - ``not_attempted``: the stub still raises ``NotImplementedError``;
-- ``error``: no verdict, because the cell raised before its checker returned
-  (a ``SyntaxError``, a ``NameError``...), ran past the time limit, or never
-  ran (the kernel died, or could not be started), or the notebook could not
-  be read. The message says which.
+- ``error``: the answer could not be run: its cell does not parse, its
+  definitions raise, or it ran past the time limit;
+- ``missing``: the chapter has this exercise but the notebook no longer
+  calls its checker (the cell or the call was deleted): 0 points, listed.
 
-The exercises a notebook *should* report are the ``check_*(...)`` calls in its
-code cells, so an exercise whose cell breaks still gets a record. A learner's
-error in one exercise does not stop the others: like a person who reads past
-an error message, the grader runs every cell (``allow_errors``), and a cell
-past the time limit is interrupted, as the stop button would, before the next
-one runs. One broken notebook never stops the grading of the next one.
+The exercises a chapter should have come from
+:data:`attnbook.exercises.catalog.CHAPTERS` (checked against the chapters by
+the tests), found by the notebook's title, else its file name's ``NN_``
+prefix, else the checkers it calls. Exercises without a checker (pen and
+paper, open questions) are not graded.
 
-This is deliberately much smaller than nbgrader or otter-grader: no database,
-no cell metadata, no point values, no containers. The checkers already hold
-the hidden tests; this module only runs notebooks and collects what they say.
-Like any autograder that executes submitted code, it trusts that code: a
-submission can do anything the grader's user can (including writing fake
-verdicts), so grade untrusted work inside a container or a throwaway machine.
+Outputs, and a killed grader
+----------------------------
+Each notebook's records are appended, as soon as it is graded, to a state
+file beside the outputs (``--state``, default ``<--json or --csv>.state.jsonl``:
+one JSON line per notebook, keyed by the SHA-256 of the submitted file, after
+a first line holding the grading seed). A second run with the same state
+skips every notebook already graded; a killed grader loses at most the
+notebook it was grading. ``--json`` (a list of records: ``student``,
+``notebook``, ``chapter``, ``exercise``, ``label``, ``status``, ``points``,
+``max_points``, ``message``), ``--csv`` (the same rows) and ``--gradebook``
+(one row per student: points per exercise and the total) are rewritten after
+every notebook. The student is the first folder under a folder given on the
+command line (``submissions/alice/02_softmax.ipynb`` -> ``alice``), or the
+file's name without suffix for a file given directly or lying at the top.
+Points come from ``--course course.yml`` (``points: default`` and per
+exercise label), else 1 per exercise.
 
 The exit status is 0 when grading completed, whatever the learners' results;
-2 for a usage error (no notebook found, an unknown ``--kernel``, a bad
-option), 1 when the grading tools are missing: they are an optional extra,
-``pip install "attnbook[grade]"`` (nbclient, nbformat, ipykernel).
+2 for a usage error; 1 when the grading tools are missing (``pip install
+"attnbook[grade]"``: nbclient, nbformat, ipykernel, PyYAML) or bubblewrap
+is (``--unsafe-no-sandbox`` runs without it, with a warning).
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import csv
 import dataclasses
+import hashlib
 import json
 import os
-import subprocess
+import pickle
+import secrets
 import sys
 import tempfile
+import zipfile
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from attnbook.exercises import notebooks
-from attnbook.exercises._framework import VERDICTS_ENV
+from attnbook.exercises import catalog, extract, notebooks, sandbox
+from attnbook.exercises._framework import (
+    CheckSpec,
+    _compare,
+    _diagnose,
+    checker_spec,
+    seeded_args,
+)
 
 __all__ = [
     "FIELDS",
     "STATUSES",
     "GradeRecord",
+    "Settings",
     "checker_calls",
     "find_notebooks",
     "format_table",
     "grade",
     "grade_notebook",
+    "load_points",
     "main",
     "write_csv",
+    "write_gradebook",
     "write_json",
 ]
 
-STATUSES = ("passed", "failed", "not_attempted", "error")
-DEFAULT_TIMEOUT_S = 120.0  # per cell; chapter 10's training cell needs about 30 s on 2 cores
-_PROBE_TIMEOUT_S = 15.0  # after an interrupt, how long the kernel may take to answer again
-_INSTALL_HINT = 'pip install "attnbook[grade]"'
+STATUSES = ("passed", "failed", "not_attempted", "error", "missing")
+DEFAULT_TIMEOUT_S = 120.0  # per cell of the notebook run; chapter 10's training cell needs ~30 s
+_INSTALL_HINT = (  # the name is not on PyPI: from the repository at the course's tag, or the wheel
+    'pip install "attnbook[grade] @ git+<repository URL>@<tag>" (or the wheel of the student zip)'
+)
+_MAX_READ = 50 * 2**20  # the most bytes read back from a sandbox's file
 
 
 @dataclasses.dataclass(frozen=True)
 class GradeRecord:
-    """The grade of one exercise in one submitted notebook (one row of the JSON/CSV output)."""
+    """The grade of one exercise of one submitted notebook (one row of the JSON/CSV output)."""
 
+    student: str  # from the folder or file name
     notebook: str  # the notebook's path, as found on the command line or in a folder
-    chapter: str  # the notebook's title (its first "# " heading), "" if it has none
+    chapter: str  # the chapter's title ("" when unknown)
     exercise: str  # the checker's name without "check_", e.g. "softmax"; "" for the notebook
+    label: str  # the exercise's label in the book, e.g. "ex-ch02-stable-softmax" ("" if none)
     status: str  # one of STATUSES
-    message: str  # the checker's message, or what went wrong
+    points: float  # what it earned
+    max_points: float  # what it is worth
+    message: str  # what the grader found, with a hint
 
 
 FIELDS = tuple(field.name for field in dataclasses.fields(GradeRecord))
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """How to grade (the command line's options)."""
+
+    cell_timeout: float = DEFAULT_TIMEOUT_S  # seconds per cell of the notebook run
+    exercise_timeout: float = 60.0  # seconds for all cases of one exercise
+    memory_bytes: int = 6 * 2**30  # address space per sandboxed process
+    run_notebook: bool = True  # run the notebook itself first ("Restart and run all")
+    unsafe: bool = False  # run without bubblewrap
+    seed: int = 0  # the grader's secret: the cases' values derive from it
+    points: dict[str, float] = dataclasses.field(default_factory=dict)  # label -> points
+    default_points: float = 1.0
 
 
 # ------------------------------------------------------------------ finding the work
@@ -114,20 +180,23 @@ def find_notebooks(paths: Iterable[str | Path]) -> list[Path]:
     Raises:
         ValueError: a path does not exist, or no notebook was found at all.
     """
-    found: list[Path] = []
+    return [path for path, _ in _find(paths)]
+
+
+def _find(paths: Iterable[str | Path]) -> list[tuple[Path, str]]:
+    """Notebooks with their student's name."""
+    found: list[tuple[Path, str]] = []
     for entry in map(Path, paths):
         if entry.is_dir():
-            found += sorted(
-                p
-                for p in entry.rglob("*.ipynb")
-                if p.is_file()
-                and not any(part.startswith(".") for part in p.relative_to(entry).parts)
-            )
+            for p in sorted(entry.rglob("*.ipynb")):
+                parts = p.relative_to(entry).parts
+                if p.is_file() and not any(part.startswith(".") for part in parts):
+                    found.append((p, parts[0] if len(parts) > 1 else p.stem))
         elif entry.exists():
-            found.append(entry)
+            found.append((entry, entry.stem))
         else:
             raise ValueError(f"submission {str(entry)!r} does not exist")
-    unique = list(dict.fromkeys(found))
+    unique = list(dict((p, (p, s)) for p, s in found).values())
     if not unique:
         raise ValueError("no notebook (*.ipynb) found in the submissions given")
     return unique
@@ -136,23 +205,17 @@ def find_notebooks(paths: Iterable[str | Path]) -> list[Path]:
 def checker_calls(source: str) -> list[str]:
     """Names of the exercises a code cell checks: ``check_softmax(f)`` -> ``"softmax"``.
 
-    The book's one parser (:func:`attnbook.exercises.notebooks.checker_calls`)
-    finds the calls: a checker named only in a comment, a string or an import
-    does not count, and a cell that does not parse (a learner's syntax error)
-    is scanned as text, which is exactly when the grader must still know what
-    the cell was meant to check.
-
     Args:
         source: the cell's code.
 
     Returns:
-        Exercise names in order of first call, each once.
+        Exercise names in order of first call, each once (see
+        :func:`attnbook.exercises.notebooks.checker_calls`).
     """
     return [name.removeprefix("check_") for name in notebooks.checker_calls(source)]
 
 
 def _title(nb: Any) -> str:
-    """The notebook's first level-1 heading, which names the chapter even if the file is renamed."""
     for cell in nb.cells:
         if cell.cell_type == "markdown":
             for line in cell.source.splitlines():
@@ -161,11 +224,7 @@ def _title(nb: Any) -> str:
     return ""
 
 
-# ------------------------------------------------------------------ running one notebook
-
-
 def _require_grading_tools() -> None:
-    """Fail with an install hint when the optional grading dependencies are missing."""
     import importlib.util
 
     missing = [m for m in ("nbformat", "nbclient", "ipykernel") if not importlib.util.find_spec(m)]
@@ -176,258 +235,396 @@ def _require_grading_tools() -> None:
         )
 
 
-def _kernel_manager(kernel: str | None) -> Any:
-    """A manager for a fresh kernel: ``kernel`` by name, or else this very interpreter.
+def load_points(course: str | Path) -> tuple[float, dict[str, float]]:
+    """The ``points:`` of a course registry (``course.yml``): the default and per-label values.
 
-    The default runs ``sys.executable -m ipykernel_launcher``, so the kernel
-    imports the same ``attnbook`` (and torch) as the grader, whatever kernels
-    happen to be registered on the machine.
+    Raises:
+        ValueError: the file has no ``points: default`` number.
     """
-    from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
-    from jupyter_client.manager import AsyncKernelManager
+    import yaml
 
-    if kernel is not None:
-        return AsyncKernelManager(kernel_name=kernel)
-
-    class ThisInterpreter(KernelSpecManager):
-        def get_kernel_spec(self, kernel_name: str) -> KernelSpec:
-            return KernelSpec(
-                argv=[sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-                display_name="Python (the grader's interpreter)",
-                language="python",
-            )
-
-    return AsyncKernelManager(kernel_name="python3", kernel_spec_manager=ThisInterpreter())
+    data = yaml.safe_load(Path(course).read_text(encoding="utf-8")) or {}
+    points = data.get("points") or {}
+    default = points.get("default", 1)
+    overrides = points.get("exercises") or {}
+    if not isinstance(default, int | float) or not isinstance(overrides, dict):
+        raise ValueError(f"{course}: expected `points: default: N` and `exercises: label: N`")
+    return float(default), {str(k): float(v) for k, v in overrides.items()}
 
 
-def _new_verdicts(path: Path, offset: int) -> tuple[list[dict], int]:
-    """The verdicts appended to ``path`` since byte ``offset``, and the new offset."""
-    if not path.exists():
-        return [], offset
-    with path.open("rb") as file:
-        file.seek(offset)
-        data = file.read()
-    verdicts = []
-    for line in data.decode("utf-8", errors="replace").splitlines():
+# ------------------------------------------------------------------ one notebook
+
+
+def _derive(seed: int, *parts: object) -> int:
+    digest = hashlib.sha256(":".join(map(str, (seed, *parts))).encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 1
+
+
+def _cases(spec: CheckSpec, seed: int) -> tuple[list[tuple], list[Any], list[int]]:
+    """The grader's inputs for each case: drawn from ``seed``, or the case's own where the
+    reference rejects the drawn ones. Also what is sent to the sandbox (``None`` for inputs
+    that cannot be pickled: the sandbox then draws them itself from the same seed)."""
+    args, sent, seeds = [], [], []
+    for i, case in enumerate(spec.cases):
+        case_seed = _derive(seed, spec.exercise, i)
+        drawn = seeded_args(case, case_seed)
         try:
-            verdict = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(verdict, dict) and isinstance(verdict.get("exercise"), str):
-            verdicts.append(verdict)
-    return verdicts, offset + len(data)
+            spec.reference_fn(*copy.deepcopy(drawn))
+        except Exception:  # the reference's own precondition: keep the case as it is
+            drawn = case.make_args()
+        args.append(drawn)
+        seeds.append(case_seed)
+        try:
+            sent.append(pickle.dumps(drawn) and drawn)
+        except Exception:  # closures (e.g. a block's sub-layers): drawn again inside
+            sent.append(None)
+    return args, sent, seeds
 
 
-def _status(verdict: dict) -> str:
-    if verdict.get("passed"):
-        return "passed"
-    return "failed" if verdict.get("attempted", True) else "not_attempted"
+def _readable(path: Path, folder: Path) -> bool:
+    """Whether a file the sandbox wrote may be read: a plain file inside its folder (not a
+    link to a file of the grader's), of a sane size."""
+    try:
+        return (
+            not path.is_symlink()
+            and path.is_file()
+            and path.resolve().is_relative_to(folder.resolve())
+            and path.stat().st_size <= _MAX_READ
+        )
+    except OSError:
+        return False
 
 
-def _cell_error(cell: Any) -> str | None:
-    """``"NameError: name 'x' is not defined"`` for a cell that raised, else ``None``."""
-    for output in cell.get("outputs", []):
-        if output.get("output_type") == "error":
-            return f"{output.get('ename', 'Error')}: {output.get('evalue', '')}".rstrip(": ")
-    return None
+def _read_json(path: Path) -> Any:
+    if not _readable(path, path.parent):
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
+def _judge(name: str, spec: CheckSpec, args: list[tuple], folder: Path) -> tuple[str, str]:
+    """(status, message) of one exercise from what the sandbox wrote, compared here."""
+    import numpy as np
+
+    n = len(spec.cases)
+    report = _read_json(folder / "out" / f"{name}.json")
+    npz = folder / "out" / f"{name}.npz"
+    if not isinstance(report, dict) or not _readable(npz, folder):
+        return "error", (
+            f"⚠️ {name}: the answer gave no result: it ran past the grader's time limit, "
+            "ran out of memory, or ended its own process"
+        )
+    setup = report.get("setup")
+    if setup == "not_attempted":
+        return (
+            "not_attempted",
+            f"⏳ {name}: not attempted yet (the stub raises NotImplementedError)",
+        )
+    if setup:
+        return "error", f"⚠️ {name}: defining the answer raised {str(setup)[:300]}"
+    tripped = report.get("tripped") or []
+    if tripped:
+        return "failed", (
+            f"❌ {name}: calls {str(tripped[0])[:100]}, the library's answer to this exercise, "
+            "which it asks you to write yourself"
+        )
+    try:
+        with zipfile.ZipFile(npz) as archive:  # no zip bomb: the arrays' unpacked size first
+            if sum(info.file_size for info in archive.infolist()) > _MAX_READ:
+                raise ValueError("too large")
+        with np.load(npz, allow_pickle=False) as data:
+            arrays = {key: data[key] for key in data.files}
+    except Exception as exc:
+        return "error", f"⚠️ {name}: the answer's results cannot be read ({type(exc).__name__})"
+    entries = report.get("cases")
+    if not isinstance(entries, list):
+        return "error", f"⚠️ {name}: the answer's results cannot be read"
+    for i, case in enumerate(spec.cases):
+        where = f"case {i + 1}/{n} ({case.name})"
+        entry = entries[i] if i < len(entries) and isinstance(entries[i], dict) else None
+        if entry is None:
+            return "error", f"⚠️ {name}: {where} gave no result (time or memory limit)"
+        kind = str(entry.get("kind"))
+        if kind == "not_attempted":
+            return (
+                "not_attempted",
+                f"⏳ {name}: not attempted yet (the stub raises NotImplementedError)",
+            )
+        if kind == "raised":
+            message = str(entry.get("message"))[:300]
+            return "failed", f"❌ {name}: {where} raised {message}\n   Hint: {case.hint}"
+        if entry.get("misuse"):
+            return "failed", f"❌ {name}: {where} {str(entry['misuse'])[:600]}"
+        if kind == "none":
+            got: Any = None
+        elif kind in ("value", "tuple"):
+            count = entry.get("n")
+            keys = [f"c{i}_{j}" for j in range(count if isinstance(count, int) else 0)]
+            if (
+                not isinstance(count, int)
+                or any(key not in arrays for key in keys)
+                or (kind == "value" and count != 1)
+            ):
+                return "error", f"⚠️ {name}: {where}: the answer's result is incomplete"
+            parts = [arrays[key] for key in keys]
+            got = parts[0] if kind == "value" else tuple(parts)
+        else:
+            kind_name = kind.removeprefix("other:")[:40]
+            return "failed", (
+                f"❌ {name}: {where} returned a {kind_name}, expected an array of numbers\n"
+                f"   Hint: {case.hint}"
+            )
+        expected = spec.reference_fn(*copy.deepcopy(args[i]))
+        problem = _compare(got, expected, spec.rtol, spec.atol)
+        if problem is not None:
+            found = _diagnose(
+                got, expected, copy.deepcopy(args[i]), spec.mistakes, spec.rtol, spec.atol
+            )
+            hint = case.hint if found is None else f"this looks like {found.name}. {found.hint}"
+            return "failed", f"❌ {name}: {where} {problem}\n   Hint: {hint}"
+    return "passed", f"✅ {name}: all {n} cases pass (inputs drawn by the grader)."
+
+
+def _run_errors(folder: Path) -> tuple[dict[int, str], str]:
+    """From the executed notebook (untrusted): cell index -> the error's name, and why the
+    run stopped early. Used only to explain a failure."""
+    path = folder / "executed.ipynb"
+    if not _readable(path, folder):
+        return {}, "the notebook run did not finish (time limit, or the kernel died)"
+    try:
+        import nbformat
+
+        nb = nbformat.reads(path.read_text(encoding="utf-8"), as_version=4)
+        errors = {}
+        for index, cell in enumerate(nb.cells):
+            for output in cell.get("outputs", []) if cell.cell_type == "code" else []:
+                if output.get("output_type") == "error":
+                    errors[index] = str(output.get("ename", "Error"))[:60]
+        stopped = str(nb.metadata.get("attnbook_run", {}).get("stopped", ""))[:200]
+        return errors, stopped
+    except Exception:
+        return {}, "the executed notebook cannot be read"
 
 
 def grade_notebook(
-    path: str | Path, *, timeout: float = DEFAULT_TIMEOUT_S, kernel: str | None = None
+    path: str | Path, *, student: str | None = None, settings: Settings | None = None
 ) -> list[GradeRecord]:
-    """Run one notebook in a fresh kernel and grade each exercise it checks.
+    """Grade one notebook in its own sandboxes (see the module's docstring).
 
     Never raises for a problem of the notebook: an unreadable file, a cell
-    that errors, hangs or kills the kernel all become ``error`` records.
+    that errors, hangs or kills its process all become records.
 
     Args:
         path: the submitted notebook.
-        timeout: seconds each cell may run before it is interrupted (> 0).
-        kernel: name of a registered Jupyter kernel; ``None`` (the default)
-            runs a kernel on the interpreter that runs the grader.
+        student: the student's name (default: the file's name without suffix).
+        settings: how to grade (default: :class:`Settings()`, with a fresh seed).
 
     Returns:
-        One record per exercise, in the order the notebook first checks them
-        (exercises whose verdict came from an unexpected place last), or one
-        ``error`` record with ``exercise=""`` for a notebook that cannot be
-        read or checks no exercise.
+        One record per exercise of its chapter (``missing`` ones included),
+        then any other exercise it checks; or one ``error`` record with
+        ``exercise=""`` for a notebook that cannot be read or checks nothing.
 
     Raises:
-        ValueError: ``timeout`` is not positive.
-        ImportError: nbclient, nbformat or ipykernel is not installed.
+        ImportError: nbformat is not installed.
+        attnbook.exercises.sandbox.SandboxUnavailable: no bubblewrap, and not ``unsafe``.
     """
-    if not timeout > 0:
-        raise ValueError(f"timeout must be a positive number of seconds, got {timeout}")
-    _require_grading_tools()
     import nbformat
 
+    import attnbook.exercises as checkers
+
+    settings = settings or Settings(seed=secrets.randbits(63))
     path = Path(path)
+    who = student if student is not None else path.stem
+
+    def record(chapter: str, name: str, label: str, status: str, message: str) -> GradeRecord:
+        worth = settings.points.get(label, settings.default_points) if name else 0.0
+        earned = worth if status == "passed" else 0.0
+        return GradeRecord(who, str(path), chapter, name, label, status, earned, worth, message)
+
     try:
-        nb = nbformat.read(path, as_version=4)
-        chapter = _title(nb)
-        expected = {  # cell index -> the exercises it checks
-            i: checker_calls(cell.source)
-            for i, cell in enumerate(nb.cells)
-            if cell.cell_type == "code"
-        }
+        data = path.read_bytes()
+        nb = nbformat.reads(data.decode("utf-8"), as_version=4)
+        answers = extract.extract(nb)
     except Exception as exc:  # not JSON, not a notebook, unreadable: report it, go on
-        message = f"cannot read this notebook: {type(exc).__name__}: {exc}"
-        return [GradeRecord(str(path), "", "", "error", message)]
-    results: dict[str, tuple[str, str]] = {
-        name: ("", "") for names in expected.values() for name in names
-    }
-    reason = _run_cells(nb, path, expected, results, timeout, kernel)
-    if not results:
-        message = "no exercise found: this notebook calls no check_* function"
-        return [GradeRecord(str(path), chapter, "", "error", reason or message)]
+        return [
+            record("", "", "", "error", f"cannot read this notebook: {type(exc).__name__}: {exc}")
+        ]
+    found = {answer.exercise: answer for answer in answers}
+    chapter = catalog.chapter_for(_title(nb), path.name, set(found))
+    expected = list(chapter.exercises) if chapter else []
+    labels = dict(expected)
+    names = [name for name, _ in expected] + [n for n in found if n not in labels]
+    title = chapter.title if chapter else _title(nb)
+    if not names:
+        return [
+            record(
+                title, "", "", "error", "no exercise found: this notebook calls no check_* function"
+            )
+        ]
+    seed = _derive(settings.seed, hashlib.sha256(data).hexdigest())
+    results: dict[str, tuple[str, str]] = {}
+    jobs, specs = [], {}
+    for name in names:
+        answer = found.get(name)
+        checker = getattr(checkers, f"check_{name}", None)
+        if answer is None:
+            results[name] = (
+                "missing",
+                (
+                    f"❔ {name}: the notebook no longer calls check_{name}(...): its cell or the "
+                    "checker call was deleted"
+                ),
+            )
+        elif checker is None:
+            results[name] = ("error", f"⚠️ {name}: there is no checker check_{name}")
+        elif answer.error:
+            results[name] = ("error", f"⚠️ {name}: {answer.error}")
+        elif answer.problems:
+            results[name] = ("failed", f"❌ {name}: the answer {answer.problems[0]}.")
+        else:
+            spec = checker_spec(checker, lambda *args: None)
+            args, sent, seeds = _cases(spec, _derive(seed, name))
+            specs[name] = (spec, args)
+            jobs.append({"exercise": name, "program": answer.program, "args": sent, "seeds": seeds})
+    with tempfile.TemporaryDirectory(prefix="attnbook-grade-") as tmp:
+        errors: dict[int, str] = {}
+        stopped = ""
+        limits = sandbox.Limits(memory_bytes=settings.memory_bytes)
+        timeouts = {
+            "cell_timeout": settings.cell_timeout,
+            "exercise_timeout": settings.exercise_timeout,
+        }
+        if settings.run_notebook:
+            run_dir = Path(tmp) / "run"
+            run_dir.mkdir()
+            (run_dir / "submission.ipynb").write_bytes(data)
+            (run_dir / "settings.json").write_text(json.dumps(timeouts))
+            wall = settings.cell_timeout * max(1, len(nb.cells)) + 60
+            sandbox.run_sandboxed(
+                "execute", run_dir, dataclasses.replace(limits, wall_s=wall), unsafe=settings.unsafe
+            )
+            errors, stopped = _run_errors(run_dir)
+        if jobs:
+            eval_dir = Path(tmp) / "eval"
+            eval_dir.mkdir()
+            (eval_dir / "job.pkl").write_bytes(pickle.dumps(jobs))
+            (eval_dir / "settings.json").write_text(json.dumps(timeouts))
+            wall = settings.exercise_timeout * len(jobs) + 120
+            sandbox.run_sandboxed(
+                "evaluate",
+                eval_dir,
+                dataclasses.replace(limits, wall_s=wall),
+                unsafe=settings.unsafe,
+            )
+            for job in jobs:
+                spec, args = specs[job["exercise"]]
+                results[job["exercise"]] = _judge(job["exercise"], spec, args, eval_dir)
     records = []
-    for name, (status, message) in results.items():
-        if not status:  # its cell never ran
-            status, message = "error", f"not graded: {reason or 'its cell never ran'}"
-        records.append(GradeRecord(str(path), chapter, name, status, message))
+    for name in names:
+        status, message = results[name]
+        answer = found.get(name)
+        if status not in ("passed", "missing") and answer is not None:
+            if answer.cell in errors:
+                message += f"\n   (In the notebook run, cell {answer.cell + 1} raised {errors[answer.cell]}.)"
+            elif stopped:
+                message += f"\n   (The notebook run stopped early: {stopped})"
+        records.append(record(title, name, labels.get(name, ""), status, message))
     return records
 
 
-def _run_cells(
-    nb: Any,
-    path: Path,
-    expected: dict[int, list[str]],
-    results: dict[str, tuple[str, str]],
-    timeout: float,
-    kernel: str | None,
-) -> str | None:
-    """Execute ``nb`` cell by cell, filling ``results``; return why it stopped early, if it did."""
-    from nbclient.exceptions import CellTimeoutError, DeadKernelError
-
-    client = notebooks.notebook_client(
-        nb,
-        timeout=timeout,
-        cwd=path.resolve().parent,
-        km=_kernel_manager(kernel),
-        allow_errors=True,  # a learner's error in one exercise must not stop the others
-        interrupt_on_timeout=False,  # we interrupt ourselves, to know which cell hung
-    )
-    with tempfile.TemporaryDirectory(prefix="attnbook-grade-") as tmp:
-        verdicts_file = Path(tmp) / "verdicts.jsonl"
-        env = dict(os.environ)
-        env |= {VERDICTS_ENV: str(verdicts_file), "PYDEVD_DISABLE_FILE_VALIDATION": "1"}
-        env.setdefault("HF_HUB_OFFLINE", "1")
-        env.setdefault("MPLBACKEND", "Agg")
-        offset = 0
-        try:
-            with client.setup_kernel(
-                env=env, cleanup_kc=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-            ):
-                for index, cell in enumerate(nb.cells):
-                    if cell.cell_type != "code":
-                        continue
-                    where = f"cell {index + 1}"
-                    stop = None
-                    try:
-                        client.execute_cell(cell, index)
-                        error = _cell_error(cell)
-                        problem = (
-                            f"{where} raised {error} before its checker returned" if error else ""
-                        )
-                    except DeadKernelError:
-                        problem = f"the kernel died while running {where}"
-                        stop = (
-                            f"the kernel died in {where} (out of memory, or the code ended "
-                            "the process), so the cells after it never ran"
-                        )
-                    except CellTimeoutError:
-                        problem = (
-                            f"{where} ran longer than the {timeout:g} s limit per cell "
-                            "(an endless loop?) and was interrupted"
-                        )
-                        stop = _interrupt(client, index, timeout, where)
-                    verdicts, offset = _new_verdicts(verdicts_file, offset)
-                    _record(results, expected[index], verdicts, where, problem)
-                    if stop:
-                        return stop
-        except Exception as exc:  # the kernel could not start, or the client broke down
-            return f"the notebook could not be run: {type(exc).__name__}: {exc}"
-    return None
+# ------------------------------------------------------------------ many notebooks, state
 
 
-def _interrupt(client: Any, index: int, timeout: float, where: str) -> str | None:
-    """Interrupt a cell past its time limit, as the stop button would; ``None`` if the kernel
-    answers again (the next cell may run), else why the rest of the notebook cannot run."""
-    from nbclient.exceptions import CellTimeoutError, DeadKernelError
-    from nbclient.util import run_sync
-    from nbformat.v4 import new_code_cell
-
-    run_sync(client.km.interrupt_kernel)()
-    client.timeout = _PROBE_TIMEOUT_S
-    try:
-        client.execute_cell(new_code_cell("pass"), index)  # answered once the kernel is free
-    except (CellTimeoutError, DeadKernelError):
-        return (
-            f"{where} ran past the {timeout:g} s limit and the kernel did not stop when "
-            "interrupted, so the cells after it never ran"
-        )
-    finally:
-        client.timeout = timeout
-    return None
+def _read_state(path: Path) -> tuple[int | None, dict[str, list[dict]]]:
+    """The seed and the graded notebooks (hash -> records) of a state file; a torn last
+    line (a grader killed while writing) is ignored."""
+    seed, done = None, {}
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if entry.get("kind") == "seed":
+                seed = int(entry["seed"])
+            elif entry.get("kind") == "notebook":
+                done[entry["sha256"]] = entry["records"]
+    return seed, done
 
 
-def _record(
-    results: dict[str, tuple[str, str]],
-    names: list[str],
-    verdicts: list[dict],
-    where: str,
-    problem: str,
-) -> None:
-    """Store a cell's verdicts, and an ``error`` for each exercise it should have checked but did not.
-
-    ``problem`` says what went wrong in the cell, ``""`` if it ran to the end.
-    """
-    for verdict in verdicts:  # the last verdict of an exercise wins
-        results[verdict["exercise"]] = (_status(verdict), str(verdict["message"]))
-    answered = {verdict["exercise"] for verdict in verdicts}
-    for name in names:
-        if name not in answered:
-            message = problem or f"{where} ran, but check_{name} returned no verdict"
-            results[name] = ("error", message)
-
-
-# ------------------------------------------------------------------ many notebooks, reports
+def _append(path: Path, entry: dict) -> None:
+    with path.open("a", encoding="utf-8") as file:
+        file.write(json.dumps(entry, ensure_ascii=False) + "\n")
+        file.flush()
+        os.fsync(file.fileno())
 
 
 def grade(
     paths: Iterable[str | Path],
     *,
-    timeout: float = DEFAULT_TIMEOUT_S,
-    kernel: str | None = None,
+    settings: Settings | None = None,
+    state: str | Path | None = None,
     progress: Callable[[str], None] | None = None,
+    on_notebook: Callable[[list[GradeRecord]], None] | None = None,
 ) -> list[GradeRecord]:
-    """Grade every notebook in ``paths`` (files or folders), one fresh kernel each.
+    """Grade every notebook in ``paths`` (files or folders), each in its own sandboxes.
 
     Args:
         paths: submitted notebooks and folders of notebooks.
-        timeout: seconds each cell may run (> 0).
-        kernel: a registered Jupyter kernel's name, or ``None`` for this interpreter.
+        settings: how to grade; its ``seed`` is replaced by the state file's, if it has one.
+        state: the append-only state file: notebooks graded before (same
+            content, same path) are taken from it, not graded again; each
+            notebook graded now is added as soon as it is done.
         progress: called with a line of text before each notebook (e.g. ``print``).
+        on_notebook: called with all records so far after each notebook.
 
     Returns:
         All records, notebook after notebook.
 
     Raises:
-        ValueError: a path does not exist, no notebook was found, or ``timeout`` <= 0.
+        ValueError: a path does not exist, or no notebook was found.
+        attnbook.exercises.sandbox.SandboxUnavailable: no bubblewrap, and not ``unsafe``.
     """
-    if not timeout > 0:
-        raise ValueError(f"timeout must be a positive number of seconds, got {timeout}")
-    notebooks = find_notebooks(paths)
+    settings = settings or Settings(seed=secrets.randbits(63))
+    found = _find(paths)
+    done: dict[str, list[dict]] = {}
+    if state is not None:
+        state = Path(state)
+        seed, done = _read_state(state)
+        if seed is None:
+            _append(state, {"kind": "seed", "seed": settings.seed})
+        else:
+            settings = dataclasses.replace(settings, seed=seed)
     records: list[GradeRecord] = []
-    for i, notebook in enumerate(notebooks, start=1):
-        if progress is not None:
-            progress(f"[{i}/{len(notebooks)}] grading {notebook}")
-        records += grade_notebook(notebook, timeout=timeout, kernel=kernel)
+    for i, (notebook, student) in enumerate(found, start=1):
+        try:
+            digest = hashlib.sha256(notebook.read_bytes()).hexdigest()
+        except OSError:
+            digest = ""
+        key = hashlib.sha256(f"{digest}:{notebook}:{student}".encode()).hexdigest()
+        if key in done:
+            if progress is not None:
+                progress(f"[{i}/{len(found)}] {notebook}: graded before (state file)")
+            records += [GradeRecord(**r) for r in done[key]]
+        else:
+            if progress is not None:
+                progress(f"[{i}/{len(found)}] grading {notebook}")
+            graded = grade_notebook(notebook, student=student, settings=settings)
+            if state is not None:
+                rows = [dataclasses.asdict(r) for r in graded]
+                _append(state, {"kind": "notebook", "sha256": key, "records": rows})
+            records += graded
+        if on_notebook is not None:
+            on_notebook(records)
     return records
 
 
-def _short(record: GradeRecord, width: int = 64) -> str:
-    """The message's first line, without the checker's "✅ softmax: " prefix, cut to ``width``."""
+# ------------------------------------------------------------------ reports
+
+
+def _short(record: GradeRecord, width: int = 60) -> str:
     lines = record.message.strip().splitlines()
     text = lines[0] if lines else ""
     prefix = f"{record.exercise}: "
@@ -437,21 +634,28 @@ def _short(record: GradeRecord, width: int = 64) -> str:
 
 
 def format_table(records: Sequence[GradeRecord]) -> str:
-    """A plain-text table (notebook, exercise, status, short message) and a one-line summary.
+    """The records as a plain-text table, then per-student totals and a one-line summary.
 
     Args:
         records: what :func:`grade` returned.
 
     Returns:
-        The table as one string, ready to print.
+        The text, ready to print.
     """
-    rows = [("notebook", "exercise", "status", "message")]
-    rows += [(r.notebook, r.exercise or "-", r.status, _short(r)) for r in records]
-    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    rows = [("student", "exercise", "status", "points", "message")]
+    rows += [
+        (r.student, r.exercise or "-", r.status, f"{r.points:g}/{r.max_points:g}", _short(r))
+        for r in records
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
     lines = [
-        "  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[3] for row in rows
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[4] for row in rows
     ]
     lines.insert(1, "  ".join("-" * w for w in widths) + "  " + "-" * 7)
+    lines.append("")
+    lines.append("student totals:")
+    for student, (earned, worth, _) in _totals(records).items():
+        lines.append(f"  {student}: {earned:g} / {worth:g}")
     counts = {status: sum(r.status == status for r in records) for status in STATUSES}
     n_notebooks = len({r.notebook for r in records})
     summary = ", ".join(f"{n} {status.replace('_', ' ')}" for status, n in counts.items())
@@ -459,18 +663,54 @@ def format_table(records: Sequence[GradeRecord]) -> str:
     return "\n".join(line.rstrip() for line in lines)
 
 
+def _totals(records: Sequence[GradeRecord]) -> dict[str, tuple[float, float, dict[str, float]]]:
+    totals: dict[str, tuple[float, float, dict[str, float]]] = {}
+    for r in records:
+        earned, worth, per = totals.get(r.student, (0.0, 0.0, {}))
+        if r.exercise:
+            per[r.exercise] = r.points
+        totals[r.student] = (earned + r.points, worth + r.max_points, per)
+    return totals
+
+
+def _atomic_write(path: str | Path, text: str) -> None:
+    """Write a whole file or nothing (a killed grader leaves the previous version)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8", newline="")
+    os.replace(tmp, path)
+
+
 def write_json(records: Sequence[GradeRecord], path: str | Path) -> None:
     """Write the records as a JSON list of objects with the keys :data:`FIELDS` (UTF-8)."""
     data = [dataclasses.asdict(r) for r in records]
-    Path(path).write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    _atomic_write(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
 
 
 def write_csv(records: Sequence[GradeRecord], path: str | Path) -> None:
     """Write the records as CSV with a header row :data:`FIELDS` (UTF-8; messages may span lines)."""
-    with Path(path).open("w", newline="", encoding="utf-8") as file:
-        writer = csv.DictWriter(file, fieldnames=FIELDS)
-        writer.writeheader()
-        writer.writerows(dataclasses.asdict(r) for r in records)
+    import io
+
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=FIELDS)
+    writer.writeheader()
+    writer.writerows(dataclasses.asdict(r) for r in records)
+    _atomic_write(path, buffer.getvalue())
+
+
+def write_gradebook(records: Sequence[GradeRecord], path: str | Path) -> None:
+    """Write one CSV row per student: the points of each exercise, the total and the maximum."""
+    import io
+
+    exercises = list(dict.fromkeys(r.exercise for r in records if r.exercise))
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    writer.writerow(["student", *exercises, "total", "max_points"])
+    for student, (earned, worth, per) in _totals(records).items():
+        writer.writerow(
+            [student, *(f"{per.get(e, 0):g}" for e in exercises), f"{earned:g}", f"{worth:g}"]
+        )
+    _atomic_write(path, buffer.getvalue())
 
 
 # ------------------------------------------------------------------ command line
@@ -480,70 +720,130 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m attnbook.grade",
         description=(
-            "Run each submitted notebook in a fresh kernel and grade its exercises: one record "
-            "per notebook and exercise, status passed, failed, not_attempted or error."
+            "Grade submitted notebooks, each in its own sandbox: one record per student, "
+            "notebook and exercise, status passed, failed, not_attempted, error or missing."
         ),
         epilog="Exit status: 0 when grading completed (whatever the grades), 2 for a usage "
-        f"error, 1 when the grading tools are missing ({_INSTALL_HINT}).",
+        f"error, 1 when the grading tools ({_INSTALL_HINT}) or bubblewrap are missing.",
     )
     parser.add_argument("submissions", nargs="+", help="notebooks, or folders searched for *.ipynb")
     parser.add_argument("--json", metavar="FILE", help="write the records as a JSON list")
     parser.add_argument("--csv", metavar="FILE", help="write the records as CSV")
+    parser.add_argument("--gradebook", metavar="FILE", help="write one CSV row per student")
+    parser.add_argument("--course", metavar="YAML", help="course.yml: points per exercise label")
+    parser.add_argument(
+        "--state",
+        metavar="FILE",
+        help="append-only state file (default: beside --json or --csv, .state.jsonl)",
+    )
     parser.add_argument(
         "--timeout",
         type=float,
         default=DEFAULT_TIMEOUT_S,
         metavar="SECONDS",
-        help=f"time limit per cell (default {DEFAULT_TIMEOUT_S:g})",
+        help=f"time limit per cell of the notebook run (default {DEFAULT_TIMEOUT_S:g})",
     )
     parser.add_argument(
-        "--kernel",
-        metavar="NAME",
-        help="a registered Jupyter kernel (default: a kernel on this Python interpreter)",
+        "--exercise-timeout",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="time limit for all cases of one exercise (default 60)",
+    )
+    parser.add_argument(
+        "--memory", type=float, default=6.0, metavar="GIB", help="memory per process (default 6)"
+    )
+    parser.add_argument(
+        "--skip-run",
+        action="store_true",
+        help="do not run the notebooks themselves (grades do not depend on it; faster)",
+    )
+    parser.add_argument(
+        "--unsafe-no-sandbox",
+        action="store_true",
+        help="run submissions without bubblewrap, as plain processes of your user",
+    )
+    parser.add_argument(
+        "--seed", type=int, help="the cases' seed (default: random, kept in the state)"
     )
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """The command line: grade, print the table, write ``--json``/``--csv``; return the exit status.
+    """The command line: grade, print the table, write the outputs; return the exit status.
 
     Args:
         argv: the arguments (``None``: ``sys.argv[1:]``).
 
     Returns:
-        0 when grading completed, 2 for a usage error, 1 without the grading tools.
+        0 when grading completed, 2 for a usage error, 1 without the grading tools or bubblewrap.
     """
     parser = _parser()
     args = parser.parse_args(argv)
-    if not args.timeout > 0:
-        parser.error(f"--timeout must be positive, got {args.timeout:g}")
+    for option in ("timeout", "exercise_timeout", "memory"):
+        if not getattr(args, option) > 0:
+            parser.error(
+                f"--{option.replace('_', '-')} must be positive, got {getattr(args, option):g}"
+            )
     try:
         _require_grading_tools()
     except ImportError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    if args.kernel is not None:
-        from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
-
-        try:
-            KernelSpecManager().get_kernel_spec(args.kernel)
-        except NoSuchKernel:
-            parser.error(f"no Jupyter kernel named {args.kernel!r} (see `jupyter kernelspec list`)")
     try:
-        notebooks = find_notebooks(args.submissions)
+        _find(args.submissions)  # a usage error before anything runs
     except ValueError as exc:
         parser.error(str(exc))
+    default_points, points = 1.0, {}
+    if args.course:
+        try:
+            default_points, points = load_points(args.course)
+        except (OSError, ValueError) as exc:
+            parser.error(f"--course: {exc}")
+    if args.unsafe_no_sandbox:
+        print(
+            "warning: --unsafe-no-sandbox: submissions run as plain processes of your user, "
+            "with your files, processes and network in reach",
+            file=sys.stderr,
+        )
+    elif not sandbox.bwrap_available():
+        print(
+            "error: bubblewrap (bwrap) is missing or cannot create a sandbox here; the grader "
+            "runs submissions only inside it. Install it (Debian/Ubuntu: apt-get install "
+            "bubblewrap) or pass --unsafe-no-sandbox.",
+            file=sys.stderr,
+        )
+        return 1
+    settings = Settings(
+        cell_timeout=args.timeout,
+        exercise_timeout=args.exercise_timeout,
+        memory_bytes=int(args.memory * 2**30),
+        run_notebook=not args.skip_run,
+        unsafe=args.unsafe_no_sandbox,
+        seed=args.seed if args.seed is not None else secrets.randbits(63),
+        points=points,
+        default_points=default_points,
+    )
+    output = args.json or args.csv or args.gradebook
+    state = args.state or (Path(output).with_suffix(".state.jsonl") if output else None)
+
+    def write(records: list[GradeRecord]) -> None:
+        if args.json:
+            write_json(records, args.json)
+        if args.csv:
+            write_csv(records, args.csv)
+        if args.gradebook:
+            write_gradebook(records, args.gradebook)
+
     records = grade(
-        notebooks,
-        timeout=args.timeout,
-        kernel=args.kernel,
+        args.submissions,
+        settings=settings,
+        state=state,
         progress=lambda line: print(line, file=sys.stderr, flush=True),
+        on_notebook=write,
     )
     print(format_table(records))
-    if args.json:
-        write_json(records, args.json)
-    if args.csv:
-        write_csv(records, args.csv)
+    write(records)
     return 0
 
 

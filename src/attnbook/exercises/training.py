@@ -84,12 +84,10 @@ def _curve(fn: Callable) -> Callable:
     """Turn ``fn(step, max_lr, min_lr, warmup_steps, total_steps)`` into the whole curve."""
 
     def curve(max_lr, min_lr, warmup_steps, total_steps):
-        return np.array(
-            [
-                float(fn(step, max_lr, min_lr, warmup_steps, total_steps))
-                for step in range(total_steps)
-            ]
-        )
+        rates = [fn(step, max_lr, min_lr, warmup_steps, total_steps) for step in range(total_steps)]
+        if any(rate is None for rate in rates):
+            return None  # the framework asks "did you forget `return`?"
+        return np.array([float(rate) for rate in rates])
 
     return curve
 

@@ -1,0 +1,115 @@
+"""Seconds per notebook for ``python -m attnbook.grade``, chapter by chapter.
+
+Usage:
+    python benchmarks/grade_throughput.py [--chapters 02 06 10] [--skip-run] [--unsafe-no-sandbox]
+
+For each chapter, a submission that answers every auto-checked exercise with
+the book's own solution (the chapter notebook, each exercise's code cell
+replaced by the code of its ``{solution}`` block) is graded as an instructor
+would: the notebook run in its sandbox (skipped with ``--skip-run``), then
+the answers evaluated in a second sandbox on the grader's own cases. Every
+exercise must pass (the script exits 1 otherwise: a grader that fails the
+book's solutions is broken). It prints the machine, then one line per
+chapter: exercises, seconds for the whole notebook, and the seconds without
+the notebook run (the evaluation alone), measured in a second grading with
+``--skip-run``'s setting, and how the notebook run ended (it must run every
+cell without an error, or the figure would not be the chapter's: exit 1). A
+benchmark, not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import _common
+import nbformat
+import torch
+
+from attnbook.exercises import grade, notebooks, sandbox
+
+ROOT = Path(__file__).resolve().parent.parent
+_CODE = re.compile(r"^```(?:python|\{code-cell\}[^\n]*)\n(?P<code>.*?)^```", re.M | re.S)
+
+
+def solution_notebook(path: Path) -> nbformat.NotebookNode:
+    """The chapter with each checked exercise's code cell replaced by its solution's code."""
+    nb = nbformat.read(path, as_version=4)
+    codes = {}
+    for block in notebooks.solutions(nb):
+        for match in _CODE.finditer(block.body + "\n"):
+            if "check_" in match["code"]:
+                codes[block.label] = match["code"]
+    for exercise in notebooks.exercises(nb):
+        if not exercise.checkers or exercise.label not in codes:
+            continue
+        for cell in nb.cells[exercise.block.cell + 1 :]:
+            if cell.cell_type == "code" and set(exercise.checkers) <= set(
+                notebooks.checker_calls(cell.source)
+            ):
+                cell.source = codes[exercise.label]
+                break
+    return nb
+
+
+def _watch_runs(seen: list[str]) -> None:
+    """Record how each notebook run ended (the grader reads it only to explain failures, so
+    a run cut short by the per-cell limit would not show in the grades): wraps the reader."""
+    read = grade._run_errors
+
+    def watched(folder: Path) -> tuple[dict[int, str], str]:
+        errors, stopped = read(folder)
+        problems = [f"cell {i + 1} raised {name}" for i, name in sorted(errors.items())]
+        seen.append("; ".join(problems + ([stopped] if stopped else [])) or "ok")
+        return errors, stopped
+
+    grade._run_errors = watched
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--chapters", nargs="+", default=["01", "02", "06", "09", "12"])
+    parser.add_argument("--skip-run", action="store_true", help="time the evaluation only")
+    parser.add_argument("--unsafe-no-sandbox", action="store_true")
+    args = parser.parse_args()
+    if not args.unsafe_no_sandbox and not sandbox.bwrap_available():
+        print("bubblewrap is missing: install it, or pass --unsafe-no-sandbox", file=sys.stderr)
+        return 1
+    runs: list[str] = []
+    _watch_runs(runs)
+    print(_common.describe(torch.device("cpu")))
+    print(f"sandbox: {'none (unsafe)' if args.unsafe_no_sandbox else 'bubblewrap'}")
+    print(f"{'chapter':<34} {'exercises':>9} {'s/notebook':>11} {'s, evaluation only':>19}")
+    ok = True
+    for prefix in args.chapters:
+        (path,) = sorted((ROOT / "chapters").glob(f"{prefix}_*.ipynb"))
+        with tempfile.TemporaryDirectory() as tmp:
+            submission = Path(tmp) / path.name
+            nbformat.write(solution_notebook(path), submission)
+            timings = []
+            for run in ([] if args.skip_run else [True]) + [False]:
+                settings = grade.Settings(
+                    run_notebook=run, unsafe=args.unsafe_no_sandbox, seed=12345
+                )
+                start = time.perf_counter()
+                records = grade.grade_notebook(submission, settings=settings)
+                timings.append(time.perf_counter() - start)
+                bad = [r for r in records if r.status != "passed"]
+                for r in bad:
+                    ok = False
+                    print(f"  NOT PASSED {r.exercise}: {r.status}: {r.message}")
+        full = f"{timings[0]:.1f}" if not args.skip_run else "-"
+        print(f"{path.stem:<34} {len(records):>9} {full:>11} {timings[-1]:>19.1f}")
+        if not args.skip_run:
+            print(f"  notebook run: {runs[-1]}")
+            ok = ok and runs[-1] == "ok"
+    print(f"load average (1, 5, 15 min) after: {_common.load_average()}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,367 @@
+"""Take a learner's answer out of a submitted notebook, and read how it computes.
+
+The grader does not trust what a submission's kernel says. It reads the
+notebook's *source* instead: for each ``check_<name>(answer)`` call, the
+function handed to the checker (a name, a ``lambda``, any expression), and
+the definitions that expression needs, gathered from the cells before the
+call: imports, and top-level ``def``, ``class`` and assignments, each the last
+one before the call, following names from definition to definition
+(:mod:`symtable` tells a function's own variables from the globals it reads).
+Nothing else of the notebook is taken: prints, plots, training runs and any
+statement that calls a checker stay out. :func:`extract` returns that
+program, which the grader runs in a clean sandbox.
+
+The same program is read statically, before it runs (:func:`forbidden_uses`).
+It may not use
+
+- the package itself (``attnbook``: its functions are the answers);
+- the exercise's library equivalents (:data:`LIBRARY_EQUIVALENTS`, e.g. any
+  ``softmax``, ``log_softmax`` or ``logsumexp`` for the softmax exercise,
+  however imported or aliased: the attribute or imported name is what counts);
+- a private name of a library (``torch._C``, ``F._softmax``), ``torch.ops``;
+- the ways around a static reading: ``__import__``, ``importlib``, ``eval``,
+  ``exec``, ``compile``, ``getattr``/``setattr`` with a computed name,
+  ``globals``, ``vars``, ``__dict__`` and other dunder attributes,
+  ``operator.attrgetter``, ``sys``/``os``/``builtins``/``gc``/``inspect``;
+- threads and processes (``threading``, ``multiprocessing``, ``subprocess``,
+  ``concurrent``, ``signal``, ``ctypes``).
+
+A correct answer needs none of these (the book's solutions are checked
+against this list by the tests). The same equivalents are also replaced by
+tripwires in the process that runs the answer
+(:mod:`attnbook.exercises.sandbox`), which catches what a static reading
+misses, and every checker without a guard of its own refuses them in the
+learner's notebook (:func:`attnbook.exercises._framework.library_guard`).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import symtable
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from attnbook.exercises import notebooks
+
+__all__ = ["LIBRARY_EQUIVALENTS", "Extracted", "extract", "forbidden_uses"]
+
+_SOFTMAX = frozenset(
+    {"softmax", "log_softmax", "softmin", "Softmax", "LogSoftmax", "Softmin", "logsumexp"}
+)
+_ATTENTION = frozenset(
+    {
+        "scaled_dot_product_attention",
+        "MultiheadAttention",
+        "multi_head_attention_forward",
+        "TransformerEncoderLayer",
+        "TransformerDecoderLayer",
+        "TransformerEncoder",
+        "TransformerDecoder",
+        "Transformer",
+    }
+)
+
+# exercise -> the names (a library function's, a method's, a class's) that compute its answer
+LIBRARY_EQUIVALENTS: dict[str, frozenset[str]] = {
+    "score_matrix": frozenset({"score_matrix"}),
+    "cosine_similarity": frozenset({"cosine_similarity", "CosineSimilarity", "cosine"}),
+    "softmax": _SOFTMAX,
+    "softmax_temperature": _SOFTMAX,
+    "soft_lookup": _ATTENTION | {"soft_lookup"},
+    "hard_lookup": frozenset({"hard_lookup"}),
+    "scaled_dot_product_attention": _ATTENTION,
+    "self_attention": _ATTENTION | {"self_attention"},
+    "cross_attention": _ATTENTION | {"cross_attention"},
+    "causal_mask": frozenset({"causal_mask", "generate_square_subsequent_mask"}),
+    "padding_mask": frozenset({"padding_mask"}),
+    "masked_attention": _ATTENTION | {"masked_attention"},
+    "masked_softmax": _ATTENTION | {"masked_softmax"},
+    "split_heads": frozenset({"split_heads"}),
+    "merge_heads": frozenset({"merge_heads"}),
+    "multi_head_attention": _ATTENTION | {"multi_head_attention", "MultiHeadAttention"},
+    "sinusoidal_positional_encoding": frozenset({"sinusoidal_positional_encoding"}),
+    "apply_rope": frozenset({"apply_rope", "apply_rotary_pos_emb"}),
+    "feed_forward": _ATTENTION | {"feed_forward", "FeedForward"},
+    "pre_ln_block": frozenset(
+        {"pre_ln_block", "TransformerEncoderLayer", "TransformerDecoderLayer"}
+    ),
+    "gpt_num_parameters": _ATTENTION | {"gpt_num_parameters", "parameters", "GPT"},
+    "lr_schedule": frozenset(
+        {"lr_at", "LambdaLR", "CosineAnnealingLR", "OneCycleLR", "LinearLR", "SequentialLR"}
+    ),
+    "answer_loss": frozenset({"answer_loss"}),
+    "head_entropy": frozenset({"head_entropy", "entropy", "Categorical"}),
+    "attention_rollout": frozenset({"attention_rollout"}),
+    "online_softmax_update": _ATTENTION | {"online_softmax_update", "tiled_attention"},
+    "sliding_window_mask": frozenset({"sliding_window_mask"}),
+    "kv_cache_bytes": frozenset({"kv_cache_bytes", "KVCache"}),
+}
+
+_BANNED_MODULES = frozenset(
+    {
+        "attnbook",
+        "importlib",
+        "builtins",
+        "sys",
+        "os",
+        "gc",
+        "inspect",
+        "ctypes",
+        "threading",
+        "_thread",
+        "multiprocessing",
+        "concurrent",
+        "subprocess",
+        "signal",
+        "socket",
+        "pickle",
+        "marshal",
+        "operator",
+        "code",
+        "runpy",
+        "shutil",
+        "pathlib",
+        "io",
+    }
+)
+_BANNED_CALLS = frozenset(
+    {
+        "__import__",
+        "eval",
+        "exec",
+        "compile",
+        "globals",
+        "locals",
+        "vars",
+        "open",
+        "breakpoint",
+        "input",
+        "setattr",
+        "delattr",
+        "exit",
+        "quit",
+        "memoryview",
+        "get_ipython",
+    }
+)
+_ALLOWED_DUNDERS = frozenset({"__name__", "__doc__", "__init__", "__call__"})
+_ANSWER = "__attnbook_answer__"  # the name the extracted program binds the answer to
+_MAGIC = re.compile(r"^\s*[%!]")
+
+
+@dataclass(frozen=True)
+class Extracted:
+    """The answer to one exercise, taken from a notebook's source."""
+
+    exercise: str  # "softmax"
+    cell: int  # index of the cell that calls the checker
+    program: str  # the definitions it needs, then `__attnbook_answer__ = <the expression>`
+    problems: tuple[str, ...]  # forbidden uses found statically ("" program if it cannot run)
+    error: str = ""  # why no program could be taken ("" when it could)
+
+
+def _parse(source: str) -> ast.Module:
+    """A cell's code, IPython magics (``%``, ``!`` lines) blanked out."""
+    return ast.parse("\n".join("" if _MAGIC.match(line) else line for line in source.splitlines()))
+
+
+def _globals_read(node: ast.AST) -> set[str]:
+    """The global names a statement or expression reads (its functions' locals left out)."""
+    source = ast.unparse(node)
+    try:
+        table = symtable.symtable(source, "<answer>", "exec")
+    except SyntaxError:  # e.g. a bare `return` would be caught earlier by ast.parse
+        return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+    names: set[str] = set()
+
+    def visit(t: symtable.SymbolTable, top: bool) -> None:
+        for symbol in t.get_symbols():
+            if symbol.is_referenced() and (top or symbol.is_global()):
+                names.add(symbol.get_name())
+        for child in t.get_children():
+            visit(child, False)
+
+    visit(table, True)
+    return names
+
+
+def _binds(statement: ast.stmt) -> set[str]:
+    """The top-level names a definition statement binds; empty for any other statement."""
+    if isinstance(statement, ast.Import | ast.ImportFrom):
+        return {
+            (alias.asname or alias.name).split(".")[0]
+            for alias in statement.names
+            if alias.name != "*"
+        }
+    if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        return {statement.name}
+    if isinstance(statement, ast.Assign | ast.AnnAssign | ast.AugAssign):
+        targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+        return {name for target in targets for name in _target_names(target)}
+    return set()
+
+
+def _target_names(target: ast.expr) -> set[str]:
+    """Names an assignment target binds: ``x``, ``x, (y, *z)``; not ``np.x`` or ``d[k]``."""
+    if isinstance(target, ast.Name):
+        return {target.id}
+    if isinstance(target, ast.Tuple | ast.List):
+        return {name for element in target.elts for name in _target_names(element)}
+    if isinstance(target, ast.Starred):
+        return _target_names(target.value)
+    return set()
+
+
+def _calls_a_checker(node: ast.AST) -> bool:
+    return any(
+        isinstance(n, ast.Call)
+        and (getattr(n.func, "id", "") or getattr(n.func, "attr", "")).startswith("check_")
+        for n in ast.walk(node)
+    )
+
+
+def extract(nb: object) -> list[Extracted]:
+    """The answer of every ``check_<name>(answer)`` call of a notebook, in order.
+
+    An exercise checked twice is taken from its last call (the one a learner
+    sees last). An answer whose cell does not parse, or whose checker is
+    called without an argument, comes back with an ``error`` and no program.
+
+    Args:
+        nb: a notebook as nbformat reads it.
+
+    Returns:
+        One :class:`Extracted` per exercise.
+    """
+    statements: list[ast.stmt] = []  # every top-level statement of the cells that parse
+    found: dict[str, Extracted] = {}
+    for index, cell in enumerate(nb.cells):  # type: ignore[attr-defined]
+        if cell.cell_type != "code":
+            continue
+        names = [c.removeprefix("check_") for c in notebooks.checker_calls(cell.source)]
+        try:
+            tree = _parse(cell.source)
+        except SyntaxError as exc:
+            for name in names:
+                message = (
+                    f"cell {index + 1} does not parse: SyntaxError: {exc.msg} (line {exc.lineno})"
+                )
+                found[name] = Extracted(name, index, "", (), message)
+            continue
+        for statement in tree.body:
+            for call in (n for n in ast.walk(statement) if isinstance(n, ast.Call)):
+                func = call.func
+                checker = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
+                if not checker.startswith("check_") or len(checker) == len("check_"):
+                    continue
+                name = checker.removeprefix("check_")
+                if not call.args:
+                    found[name] = Extracted(
+                        name,
+                        index,
+                        "",
+                        (),
+                        f"cell {index + 1} calls {checker}() without a function",
+                    )
+                    continue
+                found[name] = _program(name, index, call.args[0], statements)
+            statements.append(statement)
+    return list(found.values())
+
+
+def _program(name: str, cell: int, answer: ast.expr, before: list[ast.stmt]) -> Extracted:
+    """The definitions ``answer`` needs among the statements ``before`` it, and the answer."""
+    chosen: set[int] = set()
+    wanted = list(_globals_read(answer))
+    seen: set[str] = set()
+    while wanted:
+        needed = wanted.pop()
+        if needed in seen:
+            continue
+        seen.add(needed)
+        for i in range(len(before) - 1, -1, -1):  # the last definition before the call
+            statement = before[i]
+            if needed in _binds(statement) and not _calls_a_checker(statement):
+                if i not in chosen:
+                    chosen.add(i)
+                    wanted += _globals_read(statement)
+                break
+        else:  # a builtin, or a name a star import may bind: take those imports along
+            chosen |= {
+                i
+                for i, statement in enumerate(before)
+                if isinstance(statement, ast.ImportFrom)
+                and any(alias.name == "*" for alias in statement.names)
+            }
+    body = [before[i] for i in sorted(chosen)]
+    assign = ast.Assign([ast.Name(_ANSWER, ast.Store())], answer, lineno=0)
+    module = ast.Module([*body, assign], type_ignores=[])
+    program = ast.unparse(ast.fix_missing_locations(module))
+    return Extracted(name, cell, program, tuple(forbidden_uses(module, name)))
+
+
+def _root(node: ast.expr) -> str | None:
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def forbidden_uses(tree: ast.AST, exercise: str) -> list[str]:
+    """What ``tree`` (an extracted program) uses that the exercise forbids, each once, in order.
+
+    Args:
+        tree: the program's syntax tree.
+        exercise: its exercise's name (a key of :data:`LIBRARY_EQUIVALENTS`; another name
+            forbids only the general list).
+
+    Returns:
+        Short descriptions, e.g. ``"calls softmax (torch.softmax), the library's answer"``.
+    """
+    equivalents = LIBRARY_EQUIVALENTS.get(exercise, frozenset()) | {exercise}
+    modules: set[str] = set()  # names bound to an imported module or library object
+    found: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            base = node.module or "" if isinstance(node, ast.ImportFrom) else ""
+            for alias in node.names:
+                full = f"{base}.{alias.name}".strip(".") if base else alias.name
+                modules.add((alias.asname or alias.name).split(".")[0])
+                found += _import_problems(full, alias.name, equivalents, node)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id in _BANNED_CALLS | {"__builtins__"}:
+            found.append(f"uses {node.id}, which the grader does not allow in an answer")
+        elif isinstance(node, ast.Attribute):
+            dotted = _dotted(node)
+            if node.attr in equivalents:
+                found.append(f"calls {node.attr} ({dotted}), the library's answer to this exercise")
+            elif node.attr.startswith("__") and node.attr not in _ALLOWED_DUNDERS:
+                found.append(f"uses {dotted}, a dunder attribute the grader does not allow")
+            elif node.attr == "ops" or (node.attr.startswith("_") and _root(node) in modules):
+                found.append(f"uses {dotted}, a library's private or low-level name")
+        elif isinstance(node, ast.Call) and getattr(node.func, "id", "") in {"getattr", "hasattr"}:
+            if len(node.args) < 2 or not isinstance(node.args[1], ast.Constant):
+                found.append(f"calls {node.func.id} with a computed name")  # type: ignore[attr-defined]
+            elif str(node.args[1].value) in equivalents or str(node.args[1].value).startswith("_"):
+                found.append(f"calls {node.func.id}(..., {node.args[1].value!r})")  # type: ignore[attr-defined]
+    return list(dict.fromkeys(found))
+
+
+def _dotted(node: ast.expr) -> str:
+    try:
+        return ast.unparse(node)
+    except Exception:  # pragma: no cover - ast.unparse handles every expression
+        return getattr(node, "attr", "?")
+
+
+def _import_problems(full: str, name: str, equivalents: Iterable[str], node: ast.stmt) -> list[str]:
+    parts = full.split(".")
+    if parts[0] in _BANNED_MODULES:
+        return [f"imports {full}, which the grader does not allow in an answer"]
+    if name == "*":
+        return [f"imports * from {full.rsplit('.', 1)[0]}: name what you import"]
+    if any(p.startswith("_") for p in parts) or "ops" in parts:
+        return [f"imports {full}, a library's private or low-level name"]
+    if set(parts) & set(equivalents):
+        return [f"imports {full}, the library's answer to this exercise"]
+    return []

@@ -1,0 +1,437 @@
+"""Run a submission's code in a sandbox: bubblewrap, limits, and the two programs run inside.
+
+The grader (:mod:`attnbook.exercises.grade`) starts two sandboxed processes
+per notebook, each ``python -m attnbook.exercises.sandbox <task>`` in a
+private folder that holds a fresh copy of the submission and nothing else:
+
+1. ``execute``: runs the notebook top to bottom in a fresh Jupyter kernel, as
+   "Restart and run all" would (every cell, a time limit per cell), and writes
+   the executed notebook back into the private folder. The grader reads only
+   which cells raised, for its messages: nothing in it decides a grade.
+2. ``evaluate``: for each exercise, in a child process of its own (``fork``),
+   runs the answer's extracted program (:mod:`attnbook.exercises.extract`),
+   replaces the exercise's library equivalents by *tripwires* (functions that
+   record that they were called and raise), runs the answer on the cases the
+   grader wrote (``job.pkl``), and writes what came back as plain arrays
+   (``<exercise>.npz``, read with ``allow_pickle=False``) and a small JSON
+   file. The grader compares them with the package's reference itself.
+
+The sandbox is bubblewrap (``bwrap``, Debian package ``bubblewrap``):
+
+- a new user, PID, network, IPC and UTS namespace (``--unshare-all``) and no
+  capabilities (``--cap-drop ALL``): no network at all, and the sandbox sees
+  only its own processes in ``/proc``;
+- a file system of the system's read-only program folders (``/usr``, ``/lib``,
+  ...), the Python installation and the ``attnbook`` package read-only, an
+  empty ``/tmp``, and the private folder, the only place it can write: no
+  other submission, no output file of the grader, no home folder (only the
+  Hugging Face model cache, ``hub/``, read-only when there is one, for
+  chapter 11's model; never the token beside it);
+- an environment built from nothing (``--clearenv``): ``PATH``, ``HOME``,
+  ``LANG``, ``MPLBACKEND``, ``HF_HUB_OFFLINE`` and a few more, so no variable
+  of the grader (a token, a password) reaches the submission;
+- ``--die-with-parent`` and ``--new-session``: when the grader stops the
+  sandbox (time limit) or dies, every process the submission started dies
+  with it (the PID namespace ends with its first process);
+- limits set before it starts (``setrlimit``): address space (``--memory``),
+  CPU seconds, file size, no core files; and a wall-clock limit per task.
+  There is no limit on the number of processes (``RLIMIT_NPROC`` counts a
+  user's processes machine-wide): a fork bomb is stopped by the time limit,
+  when the PID namespace ends.
+
+Without ``bwrap`` the grader refuses to run (:class:`SandboxUnavailable`);
+``unsafe=True`` (``--unsafe-no-sandbox``) runs the same programs as plain
+processes with the cleared environment, the limits and the private folder,
+but with the grader's view of files, processes and network.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pickle
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Limits", "SandboxResult", "SandboxUnavailable", "bwrap_available", "run_sandboxed"]
+
+INSIDE = "/sandbox"  # where the private folder appears inside the sandbox
+_ETC = ("ld.so.cache", "alternatives", "localtime", "fonts", "mime.types", "nsswitch.conf")
+_SYSTEM = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin")
+
+
+class SandboxUnavailable(RuntimeError):
+    """bubblewrap is not installed, and running without a sandbox was not asked for."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one sandboxed task may use."""
+
+    wall_s: float = 600.0  # wall-clock seconds, then every process of the sandbox is killed
+    memory_bytes: int = 6 * 2**30  # address space per process (torch alone maps about 2 GiB)
+    file_bytes: int = 256 * 2**20  # the largest file it may write
+
+
+@dataclass(frozen=True)
+class SandboxResult:
+    """How a sandboxed task ended (its files are in the private folder)."""
+
+    returncode: int | None  # None: killed at the wall-clock limit
+    seconds: float
+    log: str  # the last lines of its stdout and stderr (the submission's own text: untrusted)
+
+
+def bwrap_available() -> bool:
+    """Whether bubblewrap is installed and can make a sandbox here (user namespaces allowed)."""
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return False
+    probe = [bwrap, "--unshare-all", "--ro-bind", "/", "/", "--", "true"]
+    try:
+        return subprocess.run(probe, capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def _python_dirs() -> list[str]:
+    """The folders the sandboxed Python needs, read-only: its installation, its packages."""
+    import attnbook
+
+    dirs = {
+        sys.prefix,
+        sys.base_prefix,
+        sys.exec_prefix,
+        str(Path(sys.executable).resolve().parents[1]),
+    }
+    dirs |= {p for p in sys.path if p and ("site-packages" in p or "dist-packages" in p)}
+    dirs.add(str(Path(attnbook.__file__).resolve().parent))
+    found = sorted(d for d in dirs if Path(d).is_dir())
+    return [d for d in found if not any(d != o and d.startswith(o + os.sep) for o in found)]
+
+
+def _hf_cache() -> str | None:
+    """The Hugging Face cache (chapter 11's model), shared read-only when there is one."""
+    cache = os.environ.get("HF_HUB_CACHE") or os.path.join(
+        os.environ.get("HF_HOME", os.path.expanduser("~/.cache/huggingface")), "hub"
+    )
+    return cache if os.path.isdir(cache) else None
+
+
+def _environment(inside: str) -> dict[str, str]:
+    import attnbook
+
+    package_parent = str(Path(attnbook.__file__).resolve().parents[1])
+    env = {
+        "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
+        "HOME": f"{inside}/home",
+        "TMPDIR": "/tmp" if inside == INSIDE else f"{inside}/tmp",
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "MPLBACKEND": "Agg",
+        "MPLCONFIGDIR": f"{inside}/home/.matplotlib",
+        "PYTHONPATH": package_parent,
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONNOUSERSITE": "1",
+        "HF_HUB_OFFLINE": "1",
+        "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+        "PYDEVD_DISABLE_FILE_VALIDATION": "1",
+        "JUPYTER_PLATFORM_DIRS": "1",
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(min(4, os.cpu_count() or 1))),
+    }
+    if _hf_cache():
+        env["HF_HUB_CACHE"] = _hf_cache() or ""
+    return env
+
+
+def _bwrap_argv(folder: Path, argv: list[str], env: dict[str, str]) -> list[str]:
+    cmd = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+    cmd += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    for path in _SYSTEM:
+        if os.path.exists(path):
+            cmd += ["--ro-bind", path, path]
+    for name in _ETC:
+        cmd += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+    for path in _python_dirs():
+        cmd += ["--ro-bind", path, path]
+    if _hf_cache():
+        cmd += ["--ro-bind", _hf_cache() or "", _hf_cache() or ""]
+    cmd += ["--bind", str(folder), INSIDE, "--chdir", INSIDE, "--clearenv"]
+    for key, value in env.items():
+        cmd += ["--setenv", key, value]
+    return [*cmd, "--", *argv]
+
+
+def _limit(limits: Limits) -> Any:
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
+        cpu = int(limits.wall_s * (os.cpu_count() or 1)) + 1
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_bytes, limits.file_bytes))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+    return apply
+
+
+def run_sandboxed(
+    task: str, folder: Path, limits: Limits, *, unsafe: bool = False
+) -> SandboxResult:
+    """Run ``python -m attnbook.exercises.sandbox <task>`` on ``folder``, sandboxed.
+
+    Args:
+        task: ``"execute"`` or ``"evaluate"``.
+        folder: the private folder (it must hold what the task reads).
+        limits: time, memory and file-size limits.
+        unsafe: run without bubblewrap (a plain process, same environment rules).
+
+    Raises:
+        SandboxUnavailable: bwrap is missing and ``unsafe`` is false.
+    """
+    (folder / "home").mkdir(exist_ok=True)
+    (folder / "tmp").mkdir(exist_ok=True)
+    if unsafe:
+        env = _environment(str(folder))
+        argv = [sys.executable, "-m", "attnbook.exercises.sandbox", task, str(folder)]
+        cwd = str(folder)
+    else:
+        if shutil.which("bwrap") is None:
+            raise SandboxUnavailable(
+                "bubblewrap (bwrap) is not installed, and the grader runs submissions only "
+                "inside it: install it (Debian/Ubuntu: apt-get install bubblewrap), or pass "
+                "--unsafe-no-sandbox to run them as plain processes of your user"
+            )
+        env = _environment(INSIDE)
+        inner = [sys.executable, "-m", "attnbook.exercises.sandbox", task, INSIDE]
+        argv, cwd = _bwrap_argv(folder, inner, env), None
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}  # bwrap's own: it clears it
+    log_path = folder / f"{task}.log"
+    start = time.perf_counter()
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            preexec_fn=_limit(limits),
+            start_new_session=True,
+        )
+        try:
+            code: int | None = process.wait(timeout=limits.wall_s)
+        except subprocess.TimeoutExpired:
+            code = None
+        finally:
+            with contextlib.suppress(ProcessLookupError):  # the sandbox, and all it started
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    tail = log_path.read_bytes()[-4000:].decode("utf-8", errors="replace")
+    return SandboxResult(code, time.perf_counter() - start, tail)
+
+
+# ------------------------------------------------------------------ inside the sandbox
+
+
+def _execute(folder: Path, timeout: float) -> None:
+    """Run ``submission.ipynb`` in a fresh kernel on this interpreter; write ``executed.ipynb``."""
+    import nbformat
+    from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
+    from jupyter_client.manager import AsyncKernelManager
+
+    from attnbook.exercises import notebooks
+
+    class ThisInterpreter(KernelSpecManager):
+        def get_kernel_spec(self, kernel_name: str) -> KernelSpec:
+            return KernelSpec(
+                argv=[sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                display_name="Python (sandboxed)",
+                language="python",
+            )
+
+    nb = nbformat.read(folder / "submission.ipynb", as_version=4)
+    client = notebooks.notebook_client(
+        nb,
+        timeout=timeout,
+        cwd=folder,
+        km=AsyncKernelManager(kernel_name="python3", kernel_spec_manager=ThisInterpreter()),
+        allow_errors=True,
+        interrupt_on_timeout=True,
+    )
+    stopped = ""
+    try:
+        client.execute(cleanup_kc=True, env=dict(os.environ))
+    except Exception as exc:  # a dead kernel, a cell that ignored the interrupt
+        stopped = f"{type(exc).__name__}: {str(exc)[:300]}"
+    nb.metadata["attnbook_run"] = {"stopped": stopped}
+    nbformat.write(nb, folder / "executed.ipynb")
+
+
+def _to_arrays(value: object) -> tuple[str, list[Any]]:
+    """A returned value as ``(kind, arrays)``: kind "value" or "tuple" with plain arrays,
+    "none" for ``None``, or ``"other:<type>"``."""
+    import numpy as np
+    import torch
+
+    def one(x: object) -> Any:
+        if isinstance(x, torch.Tensor):
+            x = x.detach().to("cpu")
+            return x.numpy() if x.dtype != torch.bfloat16 else x.float().numpy()
+        array = np.asarray(x)
+        if array.dtype == object:
+            raise TypeError(type(x).__name__)
+        return array
+
+    if value is None:
+        return "none", []
+    try:
+        if isinstance(value, tuple | list):
+            return "tuple", [one(x) for x in value]
+        return "value", [one(value)]
+    except (TypeError, ValueError, RuntimeError):
+        return f"other:{type(value).__name__}", []
+
+
+class ForbiddenCall(Exception):
+    """Raised by a tripwire: the answer called its exercise's library equivalent."""
+
+
+def _install_tripwires(exercise: str, tripped: list[str]) -> None:
+    """Replace every library equivalent of ``exercise`` (a function, method or class of that
+    name in torch, NumPy, SciPy, scikit-learn, math or attnbook, loaded by then) and starting
+    a thread by a tripwire. The rest of the package stays: a case's inputs may be package
+    objects (chapter 9's block gets attnbook's attention as its sub-layer); the answer's own
+    code may not import attnbook at all (:mod:`attnbook.exercises.extract`)."""
+    import threading
+
+    from attnbook.exercises.extract import LIBRARY_EQUIVALENTS
+
+    names = LIBRARY_EQUIVALENTS.get(exercise, frozenset()) | {exercise}
+
+    def tripwire(label: str) -> Any:
+        def wire(*args: object, **kwargs: object) -> object:
+            tripped.append(label)
+            raise ForbiddenCall(f"{label} is not allowed in this exercise")
+
+        return wire
+
+    roots = ("torch", "numpy", "scipy", "sklearn", "attnbook", "math")
+    for module_name, module in list(sys.modules.items()):
+        if module is None or module_name.split(".")[0] not in roots:
+            continue
+        for attr in [a for a in vars(module) if a in names]:
+            with contextlib.suppress(AttributeError, TypeError):
+                setattr(module, attr, tripwire(f"{module_name}.{attr}"))
+    import torch
+
+    for attr in names:
+        if hasattr(torch.Tensor, attr):
+            setattr(torch.Tensor, attr, tripwire(f"torch.Tensor.{attr}"))
+    threading.Thread.start = tripwire("threading.Thread.start")  # type: ignore[method-assign]
+
+
+def _evaluate_one(folder: Path, job: dict) -> None:
+    """In a forked child: run one exercise's program and cases, write its results."""
+    import numpy as np
+
+    import attnbook.exercises as checkers
+    from attnbook.exercises._framework import checker_spec, seeded_args
+
+    name = job["exercise"]
+    report: dict[str, Any] = {"exercise": name, "cases": [], "tripped": []}
+    arrays: dict[str, Any] = {}
+
+    def write() -> None:
+        np.savez(folder / "out" / f"{name}.npz", **arrays)
+        (folder / "out" / f"{name}.json").write_text(json.dumps(report), encoding="utf-8")
+
+    namespace: dict[str, Any] = {"__name__": "__main__"}
+    try:
+        exec(compile(job["program"], f"<{name}>", "exec"), namespace)
+        answer = namespace["__attnbook_answer__"]
+        spec = checker_spec(getattr(checkers, f"check_{name}"), answer)
+    except NotImplementedError:
+        report["setup"] = "not_attempted"
+        return write()
+    except BaseException as exc:
+        report["setup"] = f"{type(exc).__name__}: {str(exc)[:500]}"
+        return write()
+    cases = [
+        args if args is not None else seeded_args(spec.cases[i], job["seeds"][i])
+        for i, args in enumerate(job["args"])
+    ]
+    tripped: list[str] = report["tripped"]
+    _install_tripwires(name, tripped)
+    for i, args in enumerate(cases):
+        entry: dict[str, Any] = {}
+        try:
+            with np.errstate(all="ignore"):
+                if spec.guard is None:
+                    got, misuse = spec.learner_fn(*args), None
+                else:
+                    got, misuse = spec.guard(lambda a=args: spec.learner_fn(*a))
+            kind, parts = _to_arrays(got)
+            entry |= {"kind": kind, "n": len(parts), "misuse": misuse}
+            for j, part in enumerate(parts):
+                arrays[f"c{i}_{j}"] = part
+        except NotImplementedError:
+            entry = {"kind": "not_attempted"}
+        except BaseException as exc:
+            entry = {"kind": "raised", "message": f"{type(exc).__name__}: {str(exc)[:500]}"}
+        report["cases"].append(entry)
+        if (entry["kind"] != "value" and entry["kind"] != "tuple") or entry.get("misuse"):
+            break
+    return write()
+
+
+def _evaluate(folder: Path, timeout: float) -> None:
+    """Run every job of ``job.pkl``, each in a forked child with ``timeout`` seconds."""
+    import attnbook.exercises  # noqa: F401 - import torch and the checkers once, before forking
+
+    jobs = pickle.loads((folder / "job.pkl").read_bytes())  # written by the grader, trusted
+    (folder / "out").mkdir(exist_ok=True)
+    for job in jobs:
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                _evaluate_one(folder, job)
+            except BaseException:
+                code = 1
+            os._exit(code)
+        deadline = time.monotonic() + timeout
+        while True:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                break
+            time.sleep(0.02)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m attnbook.exercises.sandbox execute|evaluate FOLDER``: what runs inside."""
+    task, folder = (argv or sys.argv[1:])[:2]
+    settings = json.loads((Path(folder) / "settings.json").read_text(encoding="utf-8"))
+    if task == "execute":
+        _execute(Path(folder), float(settings["cell_timeout"]))
+    elif task == "evaluate":
+        _evaluate(Path(folder), float(settings["exercise_timeout"]))
+    else:
+        print(f"unknown task {task!r}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,176 @@
+"""Taking answers out of a notebook's source, the static check, and the grader's catalog.
+
+No sandbox here: these are the pieces the grader runs in its own process.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import nbformat
+import pytest
+import yaml
+from nbformat.v4 import new_code_cell, new_notebook
+from test_notebook_solutions import solution_blocks
+
+import attnbook.exercises as exercises
+from attnbook.exercises import catalog, extract, notebooks
+
+ROOT = Path(__file__).resolve().parent.parent
+CHAPTERS = sorted((ROOT / "chapters").glob("[0-9][0-9]_*.ipynb"))
+IMPORTS = (
+    "import math\n\nimport numpy as np\nimport torch\nimport torch.nn.functional as F\n"
+    "from torch import nn\n"
+)
+
+
+def _nb(*cells: str) -> nbformat.NotebookNode:
+    return new_notebook(cells=[new_code_cell(c) for c in cells])
+
+
+def _one(*cells: str) -> extract.Extracted:
+    (found,) = extract.extract(_nb(*cells))
+    return found
+
+
+def test_the_answer_takes_only_what_it_needs_from_the_cells_before() -> None:
+    found = _one(
+        "import numpy as np\nimport matplotlib.pyplot as plt",
+        "SCALE = 2.0\nx = np.ones(3)\nplt.plot(x)\nprint('hello')",
+        "def helper(z):\n    return z * SCALE\n\ndef unused():\n    return 1",
+        "def my_softmax(x):\n    y = helper(x)  # its own x, not the global one\n    return np.exp(y)\n"
+        "\ncheck_softmax(my_softmax)",
+    )
+    program = found.program
+    assert "SCALE = 2.0" in program
+    assert "def helper" in program
+    assert "import numpy as np" in program
+    for left_out in ("plt", "print", "unused", "x = np.ones", "check_softmax"):
+        assert left_out not in program, left_out
+    assert program.endswith("__attnbook_answer__ = my_softmax")
+    assert found.problems == ()
+
+
+def test_the_last_definition_before_the_call_counts() -> None:
+    found = _one(
+        "def f(x):\n    return 1",
+        "def f(x):\n    return 2\n\ncheck_softmax(f)\n\ndef f(x):\n    return 3",
+    )
+    assert "return 2" in found.program
+    assert "return 1" not in found.program
+    assert "return 3" not in found.program
+
+
+def test_a_lambda_and_magics_are_handled() -> None:
+    found = _one("%matplotlib inline\nimport numpy as np", "check_softmax(lambda x: np.exp(x))")
+    assert "import numpy as np" in found.program
+    assert "__attnbook_answer__ = lambda x: np.exp(x)" in found.program
+
+
+def test_a_cell_that_does_not_parse_is_an_error() -> None:
+    found = _one("def f(x)\n    return x\ncheck_softmax(f)")
+    assert found.program == ""
+    assert "does not parse" in found.error
+
+
+@pytest.mark.parametrize(
+    ("code", "problem"),
+    [
+        ("from attnbook import softmax\nf = lambda x: softmax(x)", "imports attnbook"),
+        ("import attnbook as a\nf = lambda x: a.softmax(x)", "imports attnbook"),
+        ("f = lambda x: torch.softmax(x, -1)", "calls softmax"),
+        ("f = lambda x: F.log_softmax(x, -1).exp()", "calls log_softmax"),
+        ("from torch.nn.functional import softmax as s\nf = lambda x: s(x, -1)", "imports torch"),
+        ("import scipy.special as sp\nf = lambda x: sp.softmax(x)", "calls softmax"),
+        ("f = lambda x: torch.logsumexp(x, -1)", "calls logsumexp"),
+        ("f = lambda x: torch._softmax(x, -1, False)", "private"),
+        ("f = lambda x: torch.ops.aten.exp(x)", "torch.ops"),
+        ("import importlib\nf = lambda x: importlib.import_module('torch')", "importlib"),
+        ("f = lambda x: getattr(torch, 'soft' + 'max')(x, -1)", "computed name"),
+        ("f = lambda x: getattr(torch, 'softmax')(x, -1)", "getattr"),
+        ("f = lambda x: __import__('torch').softmax(x, -1)", "__import__"),
+        ("f = lambda x: eval('torch.exp(x)')", "eval"),
+        ("f = lambda x: vars(torch)['exp'](x)", "vars"),
+        ("f = lambda x: torch.__dict__['exp'](x)", "__dict__"),
+        ("import threading\nf = lambda x: threading.Thread(target=print)", "threading"),
+        (
+            "from concurrent.futures import ThreadPoolExecutor as P\nf = lambda x: P().submit(abs, x)",
+            "concurrent",
+        ),
+        ("import os\nf = lambda x: os.system('true')", "imports os"),
+        ("import sys\nf = lambda x: sys.modules['attnbook']", "imports sys"),
+        ("from torch import *\nf = lambda x: exp(x)", "imports *"),
+    ],
+)
+def test_every_route_to_a_forbidden_call_is_found(code: str, problem: str) -> None:
+    found = _one(
+        "import numpy as np\nimport torch\nimport torch.nn.functional as F",
+        code,
+        "check_softmax(f)",
+    )
+    assert found.problems, code
+    assert problem in found.problems[0], found.problems
+
+
+def test_an_equivalent_is_forbidden_only_in_its_own_exercise() -> None:
+    tree = ast.parse("import torch\nf = lambda q, k, v: torch.softmax(q @ k.T, -1) @ v")
+    assert extract.forbidden_uses(tree, "scaled_dot_product_attention") == []
+    assert extract.forbidden_uses(tree, "softmax") != []
+    sdpa = ast.parse("import torch.nn.functional as F\nf = F.scaled_dot_product_attention")
+    assert extract.forbidden_uses(sdpa, "scaled_dot_product_attention") != []
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_the_books_solutions_use_nothing_forbidden(path: Path) -> None:
+    codes = [code for _, code in solution_blocks(path) if "check_" in code]
+    answers = extract.extract(_nb(IMPORTS, *codes))
+    assert answers, path
+    for answer in answers:
+        assert answer.error == ""
+        assert answer.problems == (), (answer.exercise, answer.problems)
+
+
+# ------------------------------------------------------------------ the catalog
+
+
+def test_the_catalog_lists_every_chapters_checked_exercises() -> None:
+    assert [c.stem for c in catalog.CHAPTERS] == [p.stem for p in CHAPTERS]
+    for chapter, path in zip(catalog.CHAPTERS, CHAPTERS, strict=True):
+        book = [
+            (checker.removeprefix("check_"), exercise.label)
+            for exercise in notebooks.exercises(path)
+            for checker in exercise.checkers
+        ]
+        assert list(chapter.exercises) == book, path.stem
+
+
+def test_the_catalogs_titles_are_the_course_registrys() -> None:
+    course = yaml.safe_load((ROOT / "course.yml").read_text(encoding="utf-8"))
+    titles = {c["file"].rsplit("/", 1)[-1]: c["title"] for c in course["chapters"]}
+    assert {c.stem: c.title for c in catalog.CHAPTERS} == titles
+
+
+def test_every_exercise_has_a_checker_and_a_list_of_equivalents() -> None:
+    for chapter in catalog.CHAPTERS:
+        for name, _ in chapter.exercises:
+            assert callable(getattr(exercises, f"check_{name}", None)), name
+            assert name in extract.LIBRARY_EQUIVALENTS, name
+
+
+def test_a_chapter_is_found_by_title_then_file_name_then_checkers() -> None:
+    softmax = catalog.CHAPTERS[1]
+    assert catalog.chapter_for(softmax.title, "x.ipynb", set()) is softmax
+    assert catalog.chapter_for("", "02_mine.ipynb", set()) is softmax
+    assert catalog.chapter_for("", "homework.ipynb", {"softmax_temperature"}) is softmax
+    assert catalog.chapter_for("", "homework.ipynb", set()) is None
+
+
+def test_patching_a_module_does_not_hide_its_import() -> None:
+    found = _one(
+        "import numpy as np",
+        "np.allclose = lambda *a, **k: True\nx, (y, *z) = 1, (2, 3)",
+        "check_softmax(lambda v: np.exp(v) + x + y)",
+    )
+    assert "import numpy as np" in found.program
+    assert "x, (y, *z) = (1, (2, 3))" in found.program  # as ast.unparse writes it
