@@ -42,8 +42,23 @@ def _mha(
 # ------------------------------------------------------------------ split heads
 
 
+def _learner_split(x, h):  # a learner's own answer: the package's function is forbidden
+    B, T, width = x.shape
+    return x.view(B, T, h, width // h).transpose(1, 2)
+
+
+def _learner_merge(x):
+    B, H, T, Dh = x.shape
+    return x.transpose(1, 2).reshape(B, T, H * Dh)
+
+
+def test_split_and_merge_checkers_reject_the_package_functions() -> None:
+    assert_rejects(check_split_heads(split_heads), "split_heads")
+    assert_rejects(check_merge_heads(merge_heads), "merge_heads")
+
+
 def test_split_heads_checker_accepts_correct_answers() -> None:
-    verdict = check_split_heads(split_heads)
+    verdict = check_split_heads(_learner_split)
     assert verdict, verdict.message
     assert "all 4 hidden cases pass" in verdict.message
     # reshape + permute, and einops-style unflatten, are just as right
@@ -78,7 +93,7 @@ def test_split_heads_square_case_catches_what_hides_in_the_shape() -> None:
     def sneaky(x, h):
         if x.shape[1] == h == x.shape[2] // h:
             return x.view(*x.shape[:2], x.shape[2] // h, h).permute(0, 3, 1, 2)
-        return split_heads(x, h)
+        return _learner_split(x, h)
 
     assert_rejects(check_split_heads(sneaky), "square")
 
@@ -87,7 +102,7 @@ def test_split_heads_square_case_catches_what_hides_in_the_shape() -> None:
 
 
 def test_merge_heads_checker_accepts_correct_answers() -> None:
-    verdict = check_merge_heads(merge_heads)
+    verdict = check_merge_heads(_learner_merge)
     assert verdict, verdict.message
     assert check_merge_heads(lambda x: x.permute(0, 2, 1, 3).flatten(2))
     assert check_merge_heads(lambda x: torch.cat(list(x.unbind(1)), dim=-1))
@@ -117,7 +132,7 @@ def test_merge_heads_square_case() -> None:
     def sneaky(x):
         if x.shape[1] == x.shape[2] == x.shape[3]:
             return x.reshape(x.shape[0], x.shape[2], -1)
-        return merge_heads(x)
+        return _learner_merge(x)
 
     assert_rejects(check_merge_heads(sneaky), "square")
 

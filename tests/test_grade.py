@@ -132,7 +132,7 @@ ATTACKS = {
     ),
     "patch_comparison": (
         "import attnbook.exercises._framework as fw\n"
-        "fw._compare = lambda *args: None\nfw.run_cases = lambda *a, **k: True\n"
+        "fw.compare_outputs = lambda *args: None\nfw.run_cases = lambda *a, **k: True\n"
         "np.allclose = lambda *a, **k: True\n\n"
         "def my_softmax(x):\n    np.allclose = lambda *a, **k: True\n    return x\n\n\n"
         "check_softmax(my_softmax)",

@@ -143,7 +143,7 @@ def _compare_bool(got: object, expected: object) -> str | None:
     return None
 
 
-def _compare(got: object, expected: object, rtol: float, atol: float) -> str | None:
+def compare_outputs(got: object, expected: object, rtol: float, atol: float) -> str | None:
     """Return ``None`` if ``got`` matches ``expected``, else a short description of the difference."""
     if got is None:
         return "returned None: did you forget `return`?"
@@ -387,7 +387,7 @@ def no_python_loops(hint: str, max_calls: int = 4) -> Guard:
     return guard
 
 
-def _diagnose(
+def diagnose_mistake(
     got: object,
     expected: object,
     args: tuple,
@@ -402,9 +402,9 @@ def _diagnose(
                 wrong = mistake.answer(*args)
         except Exception:  # a mistake that raises on these inputs simply does not match
             continue
-        if _compare(wrong, expected, rtol, atol) is None:
+        if compare_outputs(wrong, expected, rtol, atol) is None:
             continue  # this case cannot tell the mistake from the right answer
-        if _compare(got, wrong, rtol, atol) is None:
+        if compare_outputs(got, wrong, rtol, atol) is None:
             return mistake
     return None
 
@@ -501,9 +501,9 @@ def _judge(
                 len(cases),
                 f"❌ {exercise}: case {i}/{len(cases)} ({case.name}) {misuse}",
             )
-        problem = _compare(got, expected, rtol, atol)
+        problem = compare_outputs(got, expected, rtol, atol)
         if problem is not None:
-            found = _diagnose(got, expected, case.make_args(), mistakes, rtol, atol)
+            found = diagnose_mistake(got, expected, case.make_args(), mistakes, rtol, atol)
             hint = case.hint if found is None else f"this looks like {found.name}. {found.hint}"
             return Verdict(
                 exercise,

@@ -97,9 +97,9 @@ from typing import Any
 from attnbook.exercises import catalog, extract, notebooks, sandbox
 from attnbook.exercises._framework import (
     CheckSpec,
-    _compare,
-    _diagnose,
     checker_spec,
+    compare_outputs,
+    diagnose_mistake,
     seeded_args,
 )
 
@@ -377,9 +377,9 @@ def _judge(name: str, spec: CheckSpec, args: list[tuple], folder: Path) -> tuple
                 f"   Hint: {case.hint}"
             )
         expected = spec.reference_fn(*copy.deepcopy(args[i]))
-        problem = _compare(got, expected, spec.rtol, spec.atol)
+        problem = compare_outputs(got, expected, spec.rtol, spec.atol)
         if problem is not None:
-            found = _diagnose(
+            found = diagnose_mistake(
                 got, expected, copy.deepcopy(args[i]), spec.mistakes, spec.rtol, spec.atol
             )
             hint = case.hint if found is None else f"this looks like {found.name}. {found.hint}"
