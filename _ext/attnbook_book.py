@@ -127,13 +127,26 @@ def _drop_duplicate_inline_scripts(
     context["script_files"][:] = unique
 
 
+# MyST-NB's toggle of a `hide-cell`/`hide-input` cell: its aria-label ("Toggle hidden content")
+# hides the visible "Show code cell content" from assistive technology (axe-core reports the
+# mismatch as serious); without the label, the visible text is the button's name.
+HIDDEN_CELL_TOGGLE = '<summary aria-label="Toggle hidden content">'
+
+
+def named_toggles(html: str) -> str:
+    """Let the visible text of each hidden-cell toggle in `html` be its accessible name."""
+    return html.replace(HIDDEN_CELL_TOGGLE, "<summary>")
+
+
 def _page_assets(
     app: Sphinx, pagename: str, templatename: str, context: dict, doctree: object
 ) -> None:
-    """Make bertviz views offline on this page; link the favicon's PNG fallback."""
+    """Make bertviz views offline on this page; name cell toggles; link the favicon's PNG."""
     pathto = context.get("pathto")
     if pathto is None:
         return
+    if "body" in context:
+        context["body"] = named_toggles(context["body"])
     if _vendored() and "body" in context:
         context["body"] = offline_bertviz(context["body"], pathto("_static/", 1))
     if FAVICON_PNG.is_file():

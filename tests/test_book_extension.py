@@ -219,3 +219,14 @@ def test_the_favicon_is_what_its_script_draws(tmp_path: Path) -> None:
     png = tmp_path / "favicon.png"
     draw_favicon.draw_png(png)
     assert png.read_bytes() == (ROOT / "images" / "favicon.png").read_bytes()
+
+
+def test_hidden_cell_toggles_are_named_by_their_visible_text() -> None:
+    toggle = (
+        '<details class="admonition hide above-input">\n<summary aria-label="Toggle hidden content">'
+        '\n<p class="collapsed admonition-title">Show code cell content</p>\n</summary>'
+    )
+    html = _extension().named_toggles(toggle)
+    assert "aria-label" not in html
+    assert "<summary>\n<p" in html
+    assert _extension().named_toggles(html) == html  # idempotent
