@@ -3,7 +3,7 @@
 `load()` reads and checks it: a missing field, a field it does not know, a chapter
 named somewhere that the registry does not list, or a wrong type is a `CourseError`
 (a `ValueError`) that says where. Whether it agrees with `_toc.yml` and with the
-chapters on disk is `tests/test_course.py`'s job. The format is described at the
+chapters on disk is `tests/book/test_course.py`'s job. The format is described at the
 top of `course.yml`.
 """
 

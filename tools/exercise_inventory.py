@@ -40,7 +40,7 @@ Run times are measured by `--measure` (`--repeat N`: the best of N runs): each c
 top to bottom in a fresh kernel, nothing is written back to the notebook, and the CPU time of
 its kernel and the wall-clock time are kept in a comment of the generated part, so that
 `--write` and `--check` reuse them without running anything. `--chapters DIR` reads the
-chapters from another folder. `tests/test_instructor_guide.py` calls `find_out_of_sync()`.
+chapters from another folder. `tests/book/test_instructor_guide.py` calls `find_out_of_sync()`.
 """
 
 from __future__ import annotations

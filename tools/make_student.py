@@ -45,7 +45,7 @@ each non-trivial code line and prose sentence of every solution (one that does
 not also appear elsewhere in the chapter) in the student notebook, its outputs
 included; `page_leaks` looks for runs of eight consecutive words of any solution
 in every page and `_sources` file of the built book, and for words that only
-solutions use in its search index. `tests/test_student_edition.py` tests both,
+solutions use in its search index. `tests/book/test_student_edition.py` tests both,
 including that they catch a solution left in.
 """
 

@@ -18,7 +18,7 @@ default). This script writes them to:
 - CITATION.cff, the `repository-code:` line;
 - pyproject.toml, the `Homepage` line of `[project.urls]`.
 
-A file or marker that is absent is skipped. `tests/test_project_files.py` calls
+A file or marker that is absent is skipped. `tests/book/test_project_files.py` calls
 `find_out_of_sync()` so that a URL edited by hand in one place fails the tests.
 
 While the URL's owner is the placeholder `your-org`, `make student` refuses to build a

@@ -4,7 +4,7 @@ A submission is graded against this table, not against its own cells: an
 exercise whose cell or ``check_*`` call a learner deleted is still expected,
 and is reported ``missing`` (0 points) instead of silently vanishing. The
 table is written from the chapters (each ``{exercise}`` block with its label
-and the checker of the code cell after it); ``tests/test_grade_catalog.py``
+and the checker of the code cell after it); ``tests/exercises/test_grade_extract.py``
 reads every chapter with :func:`attnbook.exercises.notebooks.exercises` and
 fails when the two disagree, so it cannot drift from the book.
 

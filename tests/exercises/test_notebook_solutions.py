@@ -26,7 +26,7 @@ from torch import nn
 import attnbook.exercises as exercises
 from tools.notebooks import solutions
 
-CHAPTERS = sorted((Path(__file__).resolve().parent.parent / "chapters").glob("*.ipynb"))
+CHAPTERS = sorted((Path(__file__).resolve().parents[2] / "chapters").glob("*.ipynb"))
 _CODE = re.compile(r"```(?:python|ipython3?)\n(?P<code>.*?)```", re.DOTALL)
 
 

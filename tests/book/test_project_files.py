@@ -31,7 +31,7 @@ from packaging.utils import canonicalize_name
 
 from tools import run_tests, sync_repo_url
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CHAPTERS = sorted((ROOT / "chapters").glob("*.ipynb"))
 TORCH_PIN = "torch==2.13.0"
 IGNORE_LIMIT = 0.05  # share of code cells whose output nbval may skip

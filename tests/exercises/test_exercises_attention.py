@@ -202,7 +202,7 @@ def test_masked_attention_checker() -> None:
     verdict = check_masked_attention(_masked)
     assert verdict, verdict.message
     assert "all 5 hidden cases pass" in verdict.message
-    # A large negative number is NOT as good as -inf (tests/test_exercises_mistakes.py).
+    # A large negative number is NOT as good as -inf (tests/exercises/test_exercises_mistakes.py).
     assert not check_masked_attention(
         lambda q, k, v, m: (
             torch.softmax(

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tools import build_pdf
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _pdf(pages: int, titles: list[str]) -> bytes:

@@ -18,7 +18,7 @@ import yaml
 
 from tools import course
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CHAPTERS = sorted((ROOT / "chapters").glob("*.ipynb"))
 REGISTRY = course.load()
 

@@ -45,7 +45,7 @@ from attnbook.exercises import _framework, catalog, grade, sandbox
 from attnbook.exercises.softmax import _SOFTMAX_CASES
 from tools import make_student
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CHAPTER = ROOT / "chapters" / "02_softmax.ipynb"
 TITLE = "# Softmax: from scores to weights"
 EXERCISES = ["softmax", "softmax_temperature"]

@@ -18,7 +18,7 @@ from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
 
 from tools import execute_notebooks
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CHAPTER = ROOT / "chapters" / "01_scores.ipynb"
 
 

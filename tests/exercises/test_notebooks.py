@@ -16,7 +16,7 @@ import pytest
 from attnbook.exercises import notebooks
 from attnbook.exercises.notebooks import checker_calls, directive_blocks, exercises, solutions
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CHAPTERS = sorted((ROOT / "chapters").glob("*.ipynb"))
 
 # What the book holds today: solutions per chapter (one per exercise), and the checkers of

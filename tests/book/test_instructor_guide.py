@@ -23,7 +23,7 @@ import pytest
 from tools import course
 from tools import exercise_inventory as inventory
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 GUIDE = ROOT / "instructors.md"
 CHAPTERS = ROOT / "chapters"
 

@@ -32,7 +32,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 
 from tools import course, sync_repo_url
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CHAPTERS = sorted((ROOT / "chapters").glob("*.ipynb"))
 PACKAGE = "attnbook"
 

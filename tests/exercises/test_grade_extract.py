@@ -17,7 +17,7 @@ from test_notebook_solutions import solution_blocks
 import attnbook.exercises as exercises
 from attnbook.exercises import catalog, extract, notebooks
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CHAPTERS = sorted((ROOT / "chapters").glob("[0-9][0-9]_*.ipynb"))
 IMPORTS = (
     "import math\n\nimport numpy as np\nimport torch\nimport torch.nn.functional as F\n"

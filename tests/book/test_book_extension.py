@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from sphinx.application import Sphinx
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 PAGE = """\
 Demo

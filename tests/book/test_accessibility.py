@@ -21,7 +21,7 @@ import pytest
 
 import attnbook.viz as viz
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 SEQUENTIAL_SAFE = {
     # perceptually uniform, lightness rises monotonically (matplotlib's viridis family)

@@ -27,7 +27,7 @@ import pytest
 from tools import make_student
 from tools.notebooks import notebook_blocks, run_notebook, strip_solutions
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CHAPTERS = sorted((ROOT / "chapters").glob("*.ipynb"))
 STUB = "raise NotImplementedError"
 NOT_ATTEMPTED = "not attempted yet"
