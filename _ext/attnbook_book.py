@@ -3,7 +3,7 @@
 - If ``make assets`` has copied MathJax, require.js, d3 and jQuery into
   ``assets/vendor/``, serve them from the book itself so every page renders
   without a network; otherwise keep the CDN defaults and say so in one line.
-- bertviz's views (chapter 11) load require.js, d3 and jQuery from cdnjs; on the
+- bertviz's views (chapter 13) load require.js, d3 and jQuery from cdnjs; on the
   pages that hold one, those URLs are rewritten to the vendored copies
   (``offline_bertviz``), page-relative, so the views draw offline too.
 - ``static/attnbook.css`` and ``static/attnbook.js``: code fits the column, link
@@ -56,7 +56,7 @@ def offline_bertviz(html: str, static: str) -> str:
     Args:
         html: the body of one page.
         static: the page-relative URL of the built book's ``_static/`` folder, ending in
-            "/" (``"../_static/"`` for ``chapters/11_inside_attention.html``).
+            "/" (``"../_static/"`` for ``chapters/13_inside_attention.html``).
 
     Returns:
         `html` with require.js's <script src> and the d3 and jQuery require paths

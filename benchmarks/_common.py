@@ -3,7 +3,7 @@
 A figure means little without its machine: each script in `benchmarks/` prints
 the CPU model, torch's version and threads, and the load average (how busy the
 machine was with other work). How they time and what they allocate is measured
-with the package's own helpers, the ones chapter 12 uses:
+with the package's own helpers, the ones chapter 14 uses:
 `attnbook.runtime.seconds_per_call`, `synchronize` and `largest_allocation`.
 The scripts import this file as `_common` (the folder of a script run as
 `python benchmarks/x.py` is on `sys.path`).

@@ -1,10 +1,10 @@
-"""Where attention's cost goes: memory and time against the sequence length (chapter 12).
+"""Where attention's cost goes: memory and time against the sequence length (chapter 14).
 
 Usage:
     python benchmarks/attention_scaling.py [--threads 1] [--repeats 3] [--device auto]
         [--lengths 128 256 512 1024] [--out DIR]
 
-Two measurements, the two figures of chapter 12's first sections:
+Two measurements, the two figures of chapter 14's first sections:
 
 1. For ``T = S`` in ``--lengths`` (one sequence, 4 heads of width 64): the
    bytes of the weights ``A`` and of the output ``O`` (exact: number of
@@ -13,11 +13,11 @@ Two measurements, the two figures of chapter 12's first sections:
    ``need_weights=True``, with ``need_weights=False`` (PyTorch's fused
    kernel) and of ``attnbook.tiled_attention`` (the online-softmax loop).
    Times are the fastest of ``--repeats`` calls after one warm-up.
-   (Figure ``fig-ch12-quadratic``.)
+   (Figure ``fig-ch14-quadratic``.)
 2. For 256 queries and ``S`` from 256 to 4096 keys: the largest block of
    memory any single PyTorch operation allocates for its result, watched
    with a ``TorchDispatchMode`` (exact, not a timing): the weights path
-   grows with ``S``, the tiled loop does not. (Figure ``fig-ch12-tiled-memory``.)
+   grows with ``S``, the tiled loop does not. (Figure ``fig-ch14-tiled-memory``.)
 
 The machine (CPU model, torch version, threads, device) is printed first.
 With ``--out DIR`` both figures are written there as PNG files. Timings depend
@@ -138,7 +138,7 @@ def _plot(out, lengths, weights_bytes, output_bytes, timings, key_lengths, large
             ax.xaxis.set_minor_locator(plt.NullLocator())
             ax.legend()
         fig.tight_layout()
-        fig.savefig(out / "fig-ch12-quadratic.png", dpi=100)
+        fig.savefig(out / "fig-ch14-quadratic.png", dpi=100)
 
         fig, ax = plt.subplots(figsize=(6, 4))
         for (name, sizes), marker in zip(largest.items(), "o^s"):
@@ -148,7 +148,7 @@ def _plot(out, lengths, weights_bytes, output_bytes, timings, key_lengths, large
         ax.set(xlabel="number of keys S (T = 256 queries)", ylabel="largest tensor (MiB)")
         ax.legend()
         fig.tight_layout()
-        fig.savefig(out / "fig-ch12-tiled-memory.png", dpi=100)
+        fig.savefig(out / "fig-ch14-tiled-memory.png", dpi=100)
     print(f"\nfigures written to {out}")
 
 

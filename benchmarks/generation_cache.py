@@ -1,4 +1,4 @@
-"""Generation with and without the key-value cache; the cache of grouped-query attention (chapter 12).
+"""Generation with and without the key-value cache; the cache of grouped-query attention (chapter 14).
 
 Usage:
     python benchmarks/generation_cache.py [--threads 1] [--repeats 2] [--device auto]
@@ -9,7 +9,7 @@ Usage:
    prompt: the time of the whole call (fastest of ``--repeats`` after one
    warm-up), the measured speed-up, and the ratio of the positions the model
    reads without and with the cache (``sum(P + i)`` against ``P + N - 1``),
-   which bounds it. (Figure ``fig-ch12-kv-cache``.)
+   which bounds it. (Figure ``fig-ch14-kv-cache``.)
 2. The cache of the same model shape with 8, 4, 2 and 1 key/value heads
    after a 64-token prompt: ``KVCache.nbytes`` and the formula
    ``2 * n_layers * B * n_kv_heads * S * d_head * 4`` (exact, not a timing).
@@ -117,7 +117,7 @@ def main() -> None:
                 ax.set_xticks(lengths, [str(N) for N in lengths])
                 ax.xaxis.set_minor_locator(plt.NullLocator())
             fig.tight_layout()
-            fig.savefig(args.out / "fig-ch12-kv-cache.png", dpi=100)
+            fig.savefig(args.out / "fig-ch14-kv-cache.png", dpi=100)
         print(f"\nfigure written to {args.out}")
 
 

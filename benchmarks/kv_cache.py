@@ -1,4 +1,4 @@
-"""Generation with and without the key-value cache, and the cache's memory (chapter 12).
+"""Generation with and without the key-value cache, and the cache's memory (chapter 14).
 
 Usage:
     python benchmarks/kv_cache.py [--new-tokens 32 128 256 480] [--rounds 3]

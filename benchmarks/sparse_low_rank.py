@@ -1,22 +1,22 @@
-"""Sparse patterns and low rank: the figures of chapter 12's last sections, with the machine printed.
+"""Sparse patterns and low rank: the figures of chapter 14's last sections, with the machine printed.
 
 Usage:
     python benchmarks/sparse_low_rank.py [--threads 1] [--device auto] [--out DIR]
 
-Exact figures (counts and errors, not timings), as chapter 12 computes them:
+Exact figures (counts and errors, not timings), as chapter 14 computes them:
 
 1. Sliding-window (``w = 4``), strided (``stride = 4``) and causal masks for
    16 positions and the number of pairs each scores; the share of the causal
    pairs a window of 256 and a stride of ``sqrt(T)`` score up to 65,536 tokens.
-   (Figure ``fig-ch12-sparse-masks``.)
+   (Figure ``fig-ch14-sparse-masks``.)
 2. The receptive field: how many inputs the last of 64 tokens can depend on
-   after 1 to 8 layers of each pattern. (Figure ``fig-ch12-receptive-field``.)
+   after 1 to 8 layers of each pattern. (Figure ``fig-ch14-receptive-field``.)
 3. Linformer with pooling projections: the relative error against full
    attention as ``k`` grows, for random and for smooth keys and values.
-   (Figure ``fig-ch12-linformer``.)
+   (Figure ``fig-ch14-linformer``.)
 4. The reverse model of chapter 10, retrained with ``reverse_recipe("cpu")``:
    the singular values of its attention matrices on 64 held-out sequences,
-   trained and untrained. (Figure ``fig-ch12-spectrum``.) Training takes
+   trained and untrained. (Figure ``fig-ch14-spectrum``.) Training takes
    seconds to a minute on two CPU cores.
 
 With ``--out DIR`` the four figures are written there as PNG files.
@@ -186,7 +186,7 @@ def _plot(out, masks, layers, reachable, ranks, errors, spectra) -> None:
             ax.set_xticks(ticks, [str(i) for i in ticks])
             ax.set_yticks(ticks, [str(i) for i in ticks])
         fig.tight_layout()
-        fig.savefig(out / "fig-ch12-sparse-masks.png", dpi=100)
+        fig.savefig(out / "fig-ch14-sparse-masks.png", dpi=100)
 
         fig, axes = plt.subplots(1, 3, figsize=(14, 4.2), gridspec_kw={"width_ratios": [1, 1, 1.3]})
         small = strided_mask(24, 4)
@@ -200,7 +200,7 @@ def _plot(out, masks, layers, reachable, ranks, errors, spectra) -> None:
         axes[2].set(xlabel="layers", ylabel="inputs the last of 64 tokens can reach")
         axes[2].legend()
         fig.tight_layout()
-        fig.savefig(out / "fig-ch12-receptive-field.png", dpi=100)
+        fig.savefig(out / "fig-ch14-receptive-field.png", dpi=100)
 
         fig, ax = plt.subplots(figsize=(6.5, 4))
         for (name, errs), marker in zip(errors.items(), "os"):
@@ -210,7 +210,7 @@ def _plot(out, masks, layers, reachable, ranks, errors, spectra) -> None:
         ax.set(xlabel="k (of S = 256)", ylabel="relative error of the output")
         ax.legend()
         fig.tight_layout()
-        fig.savefig(out / "fig-ch12-linformer.png", dpi=100)
+        fig.savefig(out / "fig-ch14-linformer.png", dpi=100)
 
         fig, ax = plt.subplots(figsize=(7, 4))
         for (name, sigma), style in zip(spectra.items(), ["o-", "o--", "s-", "s--"]):
@@ -218,7 +218,7 @@ def _plot(out, masks, layers, reachable, ranks, errors, spectra) -> None:
         ax.set(xlabel="index i of the singular value", ylabel="sigma_i / sigma_1 (mean)")
         ax.legend()
         fig.tight_layout()
-        fig.savefig(out / "fig-ch12-spectrum.png", dpi=100)
+        fig.savefig(out / "fig-ch14-spectrum.png", dpi=100)
     print(f"\nfigures written to {out}")
 
 

@@ -1,4 +1,4 @@
-"""Peak memory and time of tiled attention against the naive path and PyTorch's kernel (chapter 12).
+"""Peak memory and time of tiled attention against the naive path and PyTorch's kernel (chapter 14).
 
 Usage:
     python benchmarks/tiled_attention.py [--lengths 256 512 1024 2048] [--rounds 5]

@@ -63,7 +63,7 @@ def save_checkpoint(path: str | Path, model: GPT, extra: dict | None = None) -> 
     path.mkdir(parents=True, exist_ok=True)
     config = asdict(model.config)
     if config.get("n_kv_heads") is None:  # the default (one key/value head per head): left out,
-        del config["n_kv_heads"]  # so checkpoints of plain models read as before chapter 12
+        del config["n_kv_heads"]  # so checkpoints of plain models read as before chapter 14
     document = {"gpt_config": config, "extra": extra or {}}
     text = json.dumps(document, indent=2, sort_keys=True)  # fails early if extra is not JSON
     save_file(_unique_state(model), str(path / WEIGHTS_FILE))

@@ -1,6 +1,6 @@
 """Attention that costs less: tiled (FlashAttention-style) and low-rank (Linformer) attention.
 
-Introduced in chapter 12 (``chapters/12_efficient_attention.ipynb``).
+Introduced in chapter 14 (``chapters/14_efficient_attention.ipynb``).
 
 Plain attention builds the ``T x S`` matrix of scores and then of weights, so
 its memory grows like ``T * S``: quadratic in the sequence length for

@@ -1,6 +1,6 @@
 """Generation: a key-value cache, sampling, and the prefill / decode / generate loop of a GPT.
 
-Introduced in chapter 10 (sampling, :func:`generate`) and chapter 12 (the
+Introduced in chapter 10 (sampling, :func:`generate`) and chapter 14 (the
 cache). :class:`attnbook.GPT`'s methods ``prefill``, ``decode`` and
 ``generate`` call the functions here; the model's ``forward`` does the work,
 given a :class:`KVCache` (``model(idx, cache=cache, last_only=True)``).

@@ -1,6 +1,6 @@
 """Reading attention weights: bertviz's input, attention rollout and per-head statistics.
 
-Introduced in chapter 11 (``chapters/11_inside_attention.ipynb``). A picture of
+Introduced in chapter 13 (``chapters/13_inside_attention.ipynb``). A picture of
 attention invites stories ("this head looks at the verb"); the functions here
 turn such a story into a number that a cell can compute and assert:
 

@@ -340,7 +340,7 @@ def softmax_with_mask(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.
     return weights if empty is None else weights.masked_fill(empty, 0.0)
 
 
-# --------------------------------------------------------------------- sparse patterns (chapter 12)
+# --------------------------------------------------------------------- sparse patterns (chapter 14)
 
 
 def sliding_window_mask(
@@ -356,7 +356,7 @@ def sliding_window_mask(
     ``T * window``, linear in the length (Longformer's local attention,
     Mistral's sliding window). Information from further back still arrives,
     through the layers: after ``L`` layers a position can depend on the
-    ``L * (window - 1)`` positions before it (chapter 12 draws it).
+    ``L * (window - 1)`` positions before it (chapter 14 draws it).
 
     Aligned bottom-right like :func:`causal_mask`: with ``key_len = S``, query
     ``t`` sits at position ``p = t + S - T`` and may attend to keys

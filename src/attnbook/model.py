@@ -15,7 +15,7 @@ Inputs are checked once, at the model's boundary (:meth:`GPT.forward`);
 inside, the blocks run with ``validate=False`` and ``is_causal=True``, so
 that PyTorch's fused causal kernel applies.
 
-Generation (:meth:`GPT.generate`, with a key-value cache, chapter 12) lives
+Generation (:meth:`GPT.generate`, with a key-value cache, chapter 14) lives
 in :mod:`attnbook.generation`, the encoder-decoder in
 :mod:`attnbook.encoder_decoder` (both re-exported from ``attnbook``).
 Position information is one pluggable object (:mod:`attnbook.positional`'s
@@ -79,7 +79,7 @@ class GPTConfig:
     positional: str = (
         "learned"  # a key of POSITIONAL_ENCODINGS: "learned", "sinusoidal", "rope", "alibi"
     )
-    # Key/value heads per layer (grouped-query attention, chapter 12): must divide n_heads;
+    # Key/value heads per layer (grouped-query attention, chapter 14): must divide n_heads;
     # None -> n_heads (ordinary multi-head attention), 1 -> multi-query attention.
     n_kv_heads: int | None = None
 
@@ -191,7 +191,7 @@ class GPT(nn.Module):
             idx: token ids, shape ``(B, T)``, dtype ``torch.int64``, values in
                 ``[0, vocab_size)``, with ``1 <= T <= context_length``.
             cache: a :class:`~attnbook.generation.KVCache` of earlier positions
-                (generation, chapter 12): ``idx`` then holds the ``T`` new tokens,
+                (generation, chapter 14): ``idx`` then holds the ``T`` new tokens,
                 at positions ``cache.length..``, and their keys and values are
                 appended to ``cache``.
             last_only: return only the last position's logits ``(B, V)`` (what

@@ -17,7 +17,7 @@ are concatenated and mixed by an output projection ``W_O``::
 The split costs nothing: the parameters and multiply-adds are those of one
 full-width head (plus ``W_O``); only the softmax is taken per head.
 
-Grouped-query attention (chapter 12, Ainslie et al. 2023) lets groups of query
+Grouped-query attention (chapter 14, Ainslie et al. 2023) lets groups of query
 heads share one key/value head: with ``n_kv_heads = H_kv`` dividing ``H``, the
 key and value projections produce only ``H_kv`` heads, and query head ``h``
 reads key/value head ``h // (H / H_kv)``. ``H_kv = H`` is ordinary multi-head
@@ -293,7 +293,7 @@ class MultiHeadAttention(nn.Module):
             is_causal: apply the causal rule of :func:`attnbook.causal_mask`
                 (ANDed with ``mask``; bottom-right aligned when ``T != S``)
                 without building a mask, which keeps the fastest kernel eligible.
-            cache: ``None``, or for self-attention during generation (chapter 12)
+            cache: ``None``, or for self-attention during generation (chapter 14)
                 an object with attributes ``key`` and ``value``, each ``None``
                 while empty or the keys/values of the ``S_past`` earlier
                 positions, ``(B, H_kv, S_past, Dh)`` (e.g. ``KVCache.layer(i)``).

@@ -1,8 +1,8 @@
 """Reproducibility, hardware and measuring helpers.
 
 Introduced in the introduction (``intro.md``) and used from chapter 1 on
-(``set_seed``, ``get_device``, ``set_print_options``). Chapter 12
-(``chapters/12_efficient_attention.ipynb``) and the scripts in
+(``set_seed``, ``get_device``, ``set_print_options``). Chapter 14
+(``chapters/14_efficient_attention.ipynb``) and the scripts in
 ``benchmarks/`` measure with the same helpers: :func:`seconds_per_call` for
 time, :class:`OpRecorder` and :func:`largest_allocation` for the operations a
 call runs and the largest tensor it makes.

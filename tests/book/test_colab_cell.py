@@ -39,7 +39,7 @@ PACKAGE = "attnbook"
 
 URL = sync_repo_url.repository_url(ROOT)
 REF = sync_repo_url.package_ref(ROOT)
-# Every chapter stem: the chapters present and those course.yml gives an extra (chapter 11 may
+# Every chapter stem: the chapters present and those course.yml gives an extra (chapter 13 may
 # come later than its entry there).
 STEMS = sorted({path.stem for path in CHAPTERS} | set(course.load().colab_extras))
 PIP_ERROR = "ERROR: Could not find a version that satisfies the requirement (simulated)"
@@ -184,7 +184,7 @@ def test_stored_colab_cell_runs_as_promised(path: Path) -> None:
 
 
 def test_chapter_11_installs_the_pretrained_extra() -> None:
-    _, commands = run_cell(sync_repo_url.colab_cell_source(URL, "11_inside_attention"), colab=True)
+    _, commands = run_cell(sync_repo_url.colab_cell_source(URL, "13_inside_attention"), colab=True)
     (requirement,) = [Requirement(command[-1]) for command in commands]
     assert (requirement.name, requirement.extras) == (PACKAGE, {"pretrained"})
     assert requirement.url == f"git+{URL}@{REF}"
@@ -234,7 +234,7 @@ def test_fake_colab_module_and_subprocess_are_restored() -> None:
 # --- the checker rejects wrong cells ----------------------------------------------------
 
 GOOD = sync_repo_url.colab_cell_source(URL, None)
-GOOD_11 = sync_repo_url.colab_cell_source(URL, "11_inside_attention")
+GOOD_11 = sync_repo_url.colab_cell_source(URL, "13_inside_attention")
 OLD_MAGIC = f'import sys\nif "google.colab" in sys.modules:\n    %pip install --quiet "attnbook @ git+{URL}@{REF}"'
 WRONG_CELLS = {
     "wrong package": (GOOD.replace('"attnbook @', '"attnbok @'), None, "not 'attnbook'"),

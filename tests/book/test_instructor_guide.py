@@ -235,7 +235,7 @@ def test_assignment_sets_name_real_exercises() -> None:
     sets = [
         ("ok", [("Week", ("01_scores",), ("ex-ch01-cosine",))]),
         ("lost label", [("Week", ("01_scores",), ("ex-ch01-gone",))]),
-        ("not written yet", [("Week", ("12_efficient_attention",), ("ex-ch12-x",))]),
+        ("not written yet", [("Week", ("14_efficient_attention",), ("ex-ch14-x",))]),
     ]
     registry = dataclasses.replace(
         course.load(),

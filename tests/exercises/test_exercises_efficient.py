@@ -1,4 +1,4 @@
-"""The checkers of chapter 12 accept correct answers and reject, and name, typical wrong ones."""
+"""The checkers of chapter 14 accept correct answers and reject, and name, typical wrong ones."""
 
 from __future__ import annotations
 

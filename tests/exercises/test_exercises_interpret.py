@@ -1,4 +1,4 @@
-"""The checkers of chapter 11 accept correct answers and reject, and name, typical wrong ones."""
+"""The checkers of chapter 13 accept correct answers and reject, and name, typical wrong ones."""
 
 from __future__ import annotations
 

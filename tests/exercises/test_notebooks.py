@@ -32,8 +32,8 @@ SOLUTIONS = {
     "08_positional_encoding": 5,
     "09_transformer_block": 5,
     "10_training": 5,
-    "11_inside_attention": 4,
-    "12_efficient_attention": 4,
+    "13_inside_attention": 4,
+    "14_efficient_attention": 4,
 }
 CHECKERS = {
     "ex-ch01-score-matrix": ("check_score_matrix",),
@@ -59,11 +59,11 @@ CHECKERS = {
     "ex-ch09-count": ("check_gpt_num_parameters",),
     "ex-ch10-lr": ("check_lr_schedule",),
     "ex-ch10-answer-loss": ("check_answer_loss",),
-    "ex-ch11-entropy": ("check_head_entropy",),
-    "ex-ch11-rollout": ("check_attention_rollout",),
-    "ex-ch12-online-softmax": ("check_online_softmax_update",),
-    "ex-ch12-window": ("check_sliding_window_mask",),
-    "ex-ch12-kv-memory": ("check_kv_cache_bytes",),
+    "ex-ch13-entropy": ("check_head_entropy",),
+    "ex-ch13-rollout": ("check_attention_rollout",),
+    "ex-ch14-online-softmax": ("check_online_softmax_update",),
+    "ex-ch14-window": ("check_sliding_window_mask",),
+    "ex-ch14-kv-memory": ("check_kv_cache_bytes",),
 }
 
 

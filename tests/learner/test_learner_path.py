@@ -30,7 +30,7 @@ REF = sync_repo_url.package_ref(ROOT)
 
 
 def test_colab_requirement_pointed_at_a_local_clone(tmp_path: Path) -> None:
-    cell = sync_repo_url.colab_cell_source(URL, "11_inside_attention")
+    cell = sync_repo_url.colab_cell_source(URL, "13_inside_attention")
     requirement = learner_path.colab_requirement(cell)
     assert requirement == f"attnbook[pretrained] @ git+{URL}@{REF}"
     local = Requirement(learner_path.local_requirement(requirement, URL, tmp_path, REF))

@@ -1,4 +1,4 @@
-"""Sparse attention patterns as masks (chapter 12): sliding window and strided."""
+"""Sparse attention patterns as masks (chapter 14): sliding window and strided."""
 
 from __future__ import annotations
 

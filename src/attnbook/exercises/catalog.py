@@ -96,17 +96,17 @@ CHAPTERS: tuple[ChapterExercises, ...] = (
         (("lr_schedule", "ex-ch10-lr"), ("answer_loss", "ex-ch10-answer-loss")),
     ),
     ChapterExercises(
-        "11_inside_attention",
+        "13_inside_attention",
         "Looking inside attention",
-        (("head_entropy", "ex-ch11-entropy"), ("attention_rollout", "ex-ch11-rollout")),
+        (("head_entropy", "ex-ch13-entropy"), ("attention_rollout", "ex-ch13-rollout")),
     ),
     ChapterExercises(
-        "12_efficient_attention",
+        "14_efficient_attention",
         "Efficient attention, measured",
         (
-            ("online_softmax_update", "ex-ch12-online-softmax"),
-            ("sliding_window_mask", "ex-ch12-window"),
-            ("kv_cache_bytes", "ex-ch12-kv-memory"),
+            ("online_softmax_update", "ex-ch14-online-softmax"),
+            ("sliding_window_mask", "ex-ch14-window"),
+            ("kv_cache_bytes", "ex-ch14-kv-memory"),
         ),
     ),
 )

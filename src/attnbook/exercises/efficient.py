@@ -1,4 +1,4 @@
-"""Checkers for the exercises of chapter 12 (efficient attention).
+"""Checkers for the exercises of chapter 14 (efficient attention).
 
 - :func:`check_online_softmax_update`: one step of FlashAttention's online
   softmax (the recurrence inside :func:`attnbook.tiled_attention`);

@@ -1,4 +1,4 @@
-"""Checkers for the exercises of chapter 11 (looking inside attention).
+"""Checkers for the exercises of chapter 13 (looking inside attention).
 
 Two exercises, each with the typical wrong answers it recognises and names:
 

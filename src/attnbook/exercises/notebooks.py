@@ -63,7 +63,7 @@ _OPTION = re.compile(r"^\s*:(?P<key>[\w-]+):[ \t]*(?P<value>.*?)\s*$")
 _CHECK_CALL = re.compile(r"\b(check_\w+)\s*\(")
 
 # Set in the kernel's environment unless the caller's environment says otherwise: no
-# downloads from the Hugging Face hub (chapter 11's model is cached), no progress bars,
+# downloads from the Hugging Face hub (chapter 13's model is cached), no progress bars,
 # no debugger warning about frozen modules.
 KERNEL_ENV = {
     "HF_HUB_OFFLINE": "1",

@@ -26,7 +26,7 @@ The sandbox is bubblewrap (``bwrap``, Debian package ``bubblewrap``):
   empty ``/tmp``, and the private folder, the only place it can write: no
   other submission, no output file of the grader, no home folder (only the
   Hugging Face model cache, ``hub/``, read-only when there is one, for
-  chapter 11's model; never the token beside it);
+  chapter 13's model; never the token beside it);
 - an environment built from nothing (``--clearenv``): ``PATH``, ``HOME``,
   ``LANG``, ``MPLBACKEND``, ``HF_HUB_OFFLINE`` and a few more, so no variable
   of the grader (a token, a password) reaches the submission;
@@ -119,7 +119,7 @@ def _python_dirs() -> list[str]:
 
 
 def _hf_cache() -> str | None:
-    """The Hugging Face cache (chapter 11's model), shared read-only when there is one."""
+    """The Hugging Face cache (chapter 13's model), shared read-only when there is one."""
     cache = os.environ.get("HF_HUB_CACHE") or os.path.join(
         os.environ.get("HF_HOME", os.path.expanduser("~/.cache/huggingface")), "hub"
     )
