@@ -21,7 +21,9 @@ issue's: 4 layers, 4 heads, width 128, context 64, batch 64, vocabulary 65,
 dropout 0.
 
 One step is what :func:`attnbook.training.train` does: forward,
-cross-entropy, backward, gradient clipping, an AdamW step. For each thread
+cross-entropy, backward, gradient clipping, an AdamW step; on a GPU under
+autocast, as ``train`` does (bf16 where the GPU runs it natively, else fp16
+with a gradient scaler), one pass instead of one per thread count. For each thread
 count the three models run in interleaved rounds (one step of each per
 round, the order rotating, after warm-up steps), so a burst of load from
 another program slows all alike; the table reports each model's median step
@@ -46,6 +48,7 @@ from torch import nn
 
 import attnbook
 from attnbook import GPT, GPTConfig
+from attnbook.training import amp_dtype
 
 CONFIG = GPTConfig(vocab_size=65, context_length=64, d_model=128, n_heads=4, n_layers=4)
 BATCH = 64
@@ -156,18 +159,23 @@ def make_step(model: nn.Module, device: torch.device) -> Callable[[], None]:
     """One training step of ``model`` on a fresh random batch, as a function of no arguments."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1)
     generator = torch.Generator().manual_seed(0)
+    dtype = amp_dtype(device)  # bf16 autocast on GPUs that run it natively, fp16 on older ones
+    scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
 
     def step() -> None:
         idx = torch.randint(
             0, CONFIG.vocab_size, (BATCH, CONFIG.context_length + 1), generator=generator
         )
         idx = idx.to(device)
-        logits = model(idx[:, :-1])  # (B, T, V)
-        loss = F.cross_entropy(logits.flatten(0, 1), idx[:, 1:].flatten())
+        with torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
+            logits = model(idx[:, :-1])  # (B, T, V)
+            loss = F.cross_entropy(logits.flatten(0, 1).float(), idx[:, 1:].flatten())
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
         nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
+        scaler.step(optimizer)
+        scaler.update()
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
@@ -205,7 +213,9 @@ def main() -> None:
     print("parameters: " + ", ".join(f"{name} {n:,}" for name, n in counts.items()))
     assert len(set(counts.values())) == 1, "the three models must have the same parameters"
     ours, peers = "attnbook.GPT", [name for name in models if name != "attnbook.GPT"]
-    for threads in args.threads:
+    # On a GPU the CPU thread count hardly matters: one pass with the default.
+    thread_counts = args.threads if device.type == "cpu" else [torch.get_num_threads()]
+    for threads in thread_counts:
         torch.set_num_threads(threads)
         steps = {}
         for name, cls in models.items():
