@@ -45,10 +45,11 @@ import heapq
 import json
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
+from functools import cache
 from itertools import pairwise
 from pathlib import Path
-
-import regex
+from types import ModuleType
+from typing import Any
 
 __all__ = ["GPT2_PATTERN", "BPETokenizer"]
 
@@ -61,7 +62,25 @@ space followed by other symbols; whitespace not followed by a non-space (so that
 the last space before a word stays with the word); any other whitespace.
 """
 
-_WORD = regex.compile(GPT2_PATTERN)
+
+@cache
+def _regex() -> ModuleType:
+    """The ``regex`` module (Unicode classes such as ``\\p{L}``, which ``re`` lacks).
+
+    Imported on first use, so that ``import attnbook`` works, and every model
+    trains, where the package ``regex`` is missing (only the tokenizer needs it).
+    """
+    import regex
+
+    return regex
+
+
+@cache
+def _word_pattern() -> Any:  # a compiled regex.Pattern
+    """GPT-2's pre-tokenizer, compiled once."""
+    return _regex().compile(GPT2_PATTERN)
+
+
 FORMAT = "attnbook.BPETokenizer"  # the "format" field of the JSON files that save() writes
 FORMAT_VERSION = 1
 
@@ -190,7 +209,7 @@ class BPETokenizer:
         # Special tokens are matched first, the longest first when one contains another.
         by_length = sorted(special_tokens, key=len, reverse=True)
         self._special_split = (
-            regex.compile("(" + "|".join(regex.escape(t) for t in by_length) + ")")
+            _regex().compile("(" + "|".join(_regex().escape(t) for t in by_length) + ")")
             if by_length
             else None
         )
@@ -243,11 +262,11 @@ class BPETokenizer:
         # 1. Distinct words and their counts (special tokens cut out first).
         chunks = [text]
         if specials:
-            pattern = "|".join(regex.escape(t) for t in sorted(specials, key=len, reverse=True))
-            chunks = regex.split(pattern, text)
+            pattern = "|".join(_regex().escape(t) for t in sorted(specials, key=len, reverse=True))
+            chunks = _regex().split(pattern, text)
         word_counts: Counter[str] = Counter()
         for chunk in chunks:
-            word_counts.update(_WORD.findall(chunk))
+            word_counts.update(_word_pattern().findall(chunk))
         words = [list(word.encode("utf-8")) for word in word_counts]  # each word as byte ids
         counts = list(word_counts.values())
 
@@ -357,7 +376,7 @@ class BPETokenizer:
                 if k % 2:  # the odd pieces of a split on a (captured) pattern are the matches
                     ids.append(self.special_tokens[piece])
                     continue
-                for word in _WORD.findall(piece):
+                for word in _word_pattern().findall(piece):
                     ids.extend(self._encode_word(word))
         except UnicodeEncodeError as error:
             raise ValueError(
