@@ -325,3 +325,43 @@ def test_encoder_decoder_bad_input() -> None:
         model(src, tgt, torch.ones(2, 7, dtype=torch.bool))
     with pytest.raises(ValueError, match="n_decoder_layers"):
         _ed_config(n_decoder_layers=0)
+
+
+@pytest.mark.parametrize("d_model", [32, 64, 512])
+def test_sinusoidal_tokens_start_at_the_size_of_the_positions(d_model: int) -> None:
+    """Vaswani's sqrt(d) scale goes with embeddings of std d^(-1/2): scaled tokens of size 1,
+    next to sinusoids of root-mean-square 1/sqrt(2); GPT-2's 0.02 would leave the positions
+    0.71 / (0.02 sqrt(d)) times larger (6.2x at d = 32)."""
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(1000, 64, d_model, 4, 1, positional="sinusoidal"))
+    tokens = model.tok_emb.weight * model.pos_emb.scale  # (V, D), as they enter the model
+    positions = model.pos_emb.table  # (C, D)
+    ratio = positions.pow(2).mean().sqrt() / tokens.pow(2).mean().sqrt()
+    assert 0.65 < ratio.item() < 0.77  # 1/sqrt(2), not 35 / sqrt(d)
+    assert model.lm_head.weight is model.tok_emb.weight  # still tied
+    learned = GPT(GPTConfig(1000, 64, d_model, 4, 1))  # the other encodings keep GPT-2's 0.02
+    assert abs(learned.tok_emb.weight.std().item() - 0.02) < 0.001
+
+
+def test_encoder_decoder_initialisation() -> None:
+    """Decoder blocks write three times into the residual stream, encoder blocks twice."""
+    torch.manual_seed(0)
+    c = _ed_config(d_model=64, n_encoder_layers=2, n_decoder_layers=6, src_vocab_size=500)
+    model = EncoderDecoder(c)
+
+    def std(weights: list[torch.Tensor]) -> float:
+        return torch.cat([w.flatten() for w in weights]).std().item()
+
+    encoder_writes = [
+        w for b in model.encoder for w in (b.self_attn.out_proj.weight, b.ffn.linear2.weight)
+    ]
+    decoder_writes = [
+        w
+        for b in model.decoder
+        for w in (b.self_attn.out_proj.weight, b.cross_attn.out_proj.weight, b.ffn.linear2.weight)
+    ]
+    assert abs(std(encoder_writes) / (0.02 / math.sqrt(2 * 2)) - 1) < 0.05
+    assert abs(std(decoder_writes) / (0.02 / math.sqrt(3 * 6)) - 1) < 0.05
+    assert abs(std([model.decoder[0].ffn.linear1.weight]) - 0.02) < 0.001
+    assert abs(model.src_emb.weight.std().item() * math.sqrt(64) - 1) < 0.05
+    assert model.lm_head.weight is model.tgt_emb.weight
