@@ -63,13 +63,14 @@ class EncoderDecoder(nn.Module):
     cross-attention. Positions are the fixed sinusoids of the original paper;
     each side has its own token embedding, the decoder's tied to its output head.
 
-    Initialisation: GPT-2's (:func:`~attnbook.model.init_gpt2`), with two
-    changes. The token embeddings are drawn with standard deviation
-    ``d_model^(-1/2)`` and scaled by ``sqrt(d_model)`` as they enter, so that
-    they start at the size of the sinusoids (as in the original Transformer).
-    The maps that write into the residual stream get ``0.02 / sqrt(2 L_enc)``
-    in the encoder and ``0.02 / sqrt(3 L_dec)`` in the decoder, whose blocks
-    write three times (self-attention, cross-attention, feed-forward).
+    Initialisation: GPT-2's (:func:`~attnbook.model.init_gpt2`), whose maps
+    into the residual stream get ``0.02 / sqrt(2 L_enc)`` in the encoder and
+    ``0.02 / sqrt(3 L_dec)`` in the decoder, whose blocks write three times
+    (self-attention, cross-attention, feed-forward). The token embeddings
+    (N(0, 0.02)) are scaled by ``sqrt(d_model)`` as they enter, as in the
+    original Transformer; the sinusoids then start ``35 / sqrt(d_model)``
+    times larger than the tokens (6.2x at ``d_model = 32``), for the reason
+    :class:`~attnbook.positional.SinusoidalPositions` gives.
 
     Args:
         config: an :class:`EncoderDecoderConfig`.
@@ -100,8 +101,6 @@ class EncoderDecoder(nn.Module):
         for name, p in self.decoder.named_parameters():
             if name.endswith(("out_proj.weight", "linear2.weight")):  # incl. cross_attn.out_proj
                 nn.init.normal_(p, mean=0.0, std=residual_std)
-        for table in (self.src_emb, self.tgt_emb):  # scaled by sqrt(D) in _embed: entries of size 1
-            nn.init.normal_(table.weight, mean=0.0, std=c.d_model**-0.5)
         self.lm_head.weight = self.tgt_emb.weight  # tied
 
     def num_parameters(self) -> int:

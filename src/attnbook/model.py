@@ -129,10 +129,10 @@ class GPT(nn.Module):
     token. Architecture (pre-LN, as GPT-2): token embedding (+ learned or
     sinusoidal position vectors), dropout, ``n_layers`` :class:`~attnbook.block.EncoderBlock`
     run causally, a final LayerNorm, and a linear head tied to the token
-    embedding. Sinusoidal positions are added to token embeddings drawn with
-    standard deviation ``d_model^(-1/2)`` and scaled by ``sqrt(d_model)`` (as
-    in the original Transformer), so that tokens and the fixed sinusoids start
-    at the same size. With ``positional="rope"`` the blocks rotate queries and keys;
+    embedding. Sinusoidal positions are added to token embeddings scaled by
+    ``sqrt(d_model)`` (as in the original Transformer); with GPT-2's
+    initialisation the positions still start larger than the tokens (see
+    :class:`~attnbook.positional.SinusoidalPositions`). With ``positional="rope"`` the blocks rotate queries and keys;
     with ``"alibi"`` a per-head distance penalty is added to the scores (built
     once per forward pass and shared by every layer). The encoding is one
     object, ``pos_emb`` (see :class:`~attnbook.positional.PositionalEncoding`),
@@ -160,7 +160,6 @@ class GPT(nn.Module):
         self.norm = nn.LayerNorm(c.d_model)
         self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)  # weight (V, D)
         init_gpt2(self, c.n_layers)
-        self.pos_emb.init_token_embedding(self.tok_emb.weight)  # sinusoidal: std d^(-1/2)
         self.lm_head.weight = self.tok_emb.weight  # tied: one (V, D) matrix, in and out
 
     def num_parameters(self, *, include_embeddings: bool = True) -> int:
