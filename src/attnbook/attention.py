@@ -131,7 +131,9 @@ def with_causal(
 ) -> torch.Tensor | None:
     """AND the bottom-right causal rule into ``mask`` (``None``, boolean or additive); unchecked."""
     if n_queries == 1:
-        return mask  # the single query sits at the last position and sees every key
+        # The single query (a decode step) sits at the last position and sees every key: no
+        # (1, S) all-True mask, which would rule out the flash kernel on CUDA.
+        return mask
     causal = causal_mask(n_queries, n_keys, device=device)  # (T, S), True = may attend
     if mask is None:
         return causal

@@ -63,6 +63,15 @@ class EncoderDecoder(nn.Module):
     cross-attention. Positions are the fixed sinusoids of the original paper;
     each side has its own token embedding, the decoder's tied to its output head.
 
+    Initialisation: GPT-2's (:func:`~attnbook.model.init_gpt2`), whose maps
+    into the residual stream get ``0.02 / sqrt(2 L_enc)`` in the encoder and
+    ``0.02 / sqrt(3 L_dec)`` in the decoder, whose blocks write three times
+    (self-attention, cross-attention, feed-forward). The token embeddings
+    (N(0, 0.02)) are scaled by ``sqrt(d_model)`` as they enter, as in the
+    original Transformer; the sinusoids then start ``35 / sqrt(d_model)``
+    times larger than the tokens (6.2x at ``d_model = 32``), for the reason
+    :class:`~attnbook.positional.SinusoidalPositions` gives.
+
     Args:
         config: an :class:`EncoderDecoderConfig`.
     """
@@ -87,7 +96,11 @@ class EncoderDecoder(nn.Module):
         )
         self.decoder_norm = nn.LayerNorm(c.d_model)
         self.lm_head = nn.Linear(c.d_model, c.tgt_vocab_size, bias=False)  # (V_tgt, D)
-        init_gpt2(self, max(c.n_encoder_layers, c.n_decoder_layers))
+        init_gpt2(self, c.n_encoder_layers)  # encoder blocks: 2 writes each, 0.02 / sqrt(2 L_enc)
+        residual_std = 0.02 / math.sqrt(3 * c.n_decoder_layers)  # 3 writes per decoder block
+        for name, p in self.decoder.named_parameters():
+            if name.endswith(("out_proj.weight", "linear2.weight")):  # incl. cross_attn.out_proj
+                nn.init.normal_(p, mean=0.0, std=residual_std)
         self.lm_head.weight = self.tgt_emb.weight  # tied
 
     def num_parameters(self) -> int:

@@ -244,8 +244,9 @@ class GPT(nn.Module):
     sinusoidal position vectors), dropout, ``n_layers`` :class:`~attnbook.block.EncoderBlock`
     run causally, a final LayerNorm, and a linear head tied to the token
     embedding. Sinusoidal positions are added to token embeddings scaled by
-    ``sqrt(d_model)`` (as in the original Transformer), so that the fixed
-    unit-size sinusoids do not drown them. With ``positional="rope"`` the blocks rotate queries and keys;
+    ``sqrt(d_model)`` (as in the original Transformer); with GPT-2's
+    initialisation the positions still start larger than the tokens (see
+    :class:`~attnbook.positional.SinusoidalPositions`). With ``positional="rope"`` the blocks rotate queries and keys;
     with ``"alibi"`` a per-head distance penalty is added to the scores (built
     once per forward pass and shared by every layer). The encoding is one
     object, ``pos_emb`` (see :class:`~attnbook.positional.PositionalEncoding`),

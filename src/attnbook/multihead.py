@@ -204,6 +204,8 @@ class MultiHeadAttention(nn.Module):
             before the scores; needs an even ``d_head``. Keys get positions
             ``0..S-1`` and queries the last ``T`` of them, ``S-T..S-1`` (as
             the causal rule aligns them), which is ``0..T-1`` in self-attention.
+            Self-attention only: :meth:`forward` raises ``ValueError`` when
+            ``key`` is not ``query`` (cross-attention).
         n_kv_heads: ``H_kv``, the number of key/value heads, which must divide
             ``n_heads``: ``None`` (default) means ``n_heads`` (multi-head
             attention), ``1`` multi-query attention, in between grouped-query.
@@ -323,6 +325,12 @@ class MultiHeadAttention(nn.Module):
         v = split_heads(v, self.n_kv_heads)  # (B, S, H_kv Dh) -> (B, H_kv, S, Dh)
         start = 0 if cache is None or cache.key is None else cache.key.shape[-2]  # S_past
         if self.positional is not None:
+            if query is not key:  # cross-attention: the two sides' positions are unrelated
+                raise ValueError(
+                    f"rope_base (positional={self.positional!r}) rotates queries and keys by "
+                    "their positions, which holds only in self-attention (query is key); got "
+                    "a separate key tensor (cross-attention): build this attention without it"
+                )
             q, k = self.positional.rotate(q, k, start)  # keys at start.., queries the last T
         if cache is not None:
             if start:

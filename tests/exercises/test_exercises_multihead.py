@@ -10,7 +10,7 @@ from checker_asserts import assert_rejects, stub
 
 from attnbook import merge_heads, scaled_dot_product_attention, split_heads
 from attnbook.exercises import check_merge_heads, check_multi_head_attention, check_split_heads
-from attnbook.exercises.multihead import _MHA_CASES, _mha_reference
+from attnbook.exercises.multihead import _MHA_CASES, _MHA_MISTAKES, _mha_reference
 
 # ------------------------------------------------------- learners' answers
 
@@ -158,29 +158,75 @@ def test_multi_head_attention_checker_accepts_correct_answers() -> None:
     assert not check_multi_head_attention(stub).attempted
 
 
+def _softmax_axis(dim: int):
+    def attend(q, k, v, d):
+        return torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(d), dim=dim) @ v
+
+    return attend
+
+
+def _mha_with(attend, xq, xc, w_q, w_k, w_v, w_o, n_heads):
+    """A learner's multi-head attention around their own attention step ``attend(q, k, v, d)``."""
+    d_head = xq.shape[-1] // n_heads
+    q, k, v = (_learner_split(t, n_heads) for t in (xq @ w_q, xc @ w_k, xc @ w_v))
+    return _learner_merge(attend(q, k, v, d_head)) @ w_o
+
+
+_no_view = lambda x, h: x.view(x.shape[0], h, x.shape[1], -1)  # noqa: E731
+_no_view_merge = lambda x: x.reshape(x.shape[0], x.shape[2], -1)  # noqa: E731
+
+
+@pytest.mark.parametrize(
+    ("wrong", "failing_case", "mistake"),
+    [
+        # forgetting the output projection
+        (lambda *a: _mha(*a, out=False), "one head", "forgetting the output projection W_O"),
+        # no 1 / sqrt(d_head) at all
+        (lambda *a: _mha_with(lambda q, k, v, d: torch.softmax(q @ k.transpose(-2, -1), -1) @ v, *a), "one head", "scores without the 1 / sqrt(d_head) scale"),
+        # scaling by sqrt(d_model) instead of sqrt(d_head)
+        (lambda *a: _mha(*a, scale_width=a[0].shape[-1]), "she likes coffee", "scaling by sqrt(d_model) instead of sqrt(d_head)"),
+        # the softmax over the queries' axis
+        (lambda *a: _mha_with(_softmax_axis(-2), *a), "one head", "the softmax over the wrong axis"),
+        # splitting with a plain view, no transpose (and merging back the same way)
+        (lambda *a: _mha(*a, split=_no_view, merge=_no_view_merge), "she likes coffee", "splitting (and merging) the heads without a transpose"),
+        # keys and values from the queries' input
+        (lambda xq, xc, *rest: _mha(xq, xq, *rest), "cross-attention", "keys and values from x_query instead of x_context"),
+    ],
+)  # fmt: skip
+def test_multi_head_attention_checker_names_each_known_mistake(
+    wrong, failing_case: str, mistake: str
+) -> None:
+    verdict = check_multi_head_attention(wrong)
+    assert_rejects(verdict, failing_case, mistake)
+    assert "Did you forget W_O" not in verdict.message  # the old catch-all hint is gone
+
+
 @pytest.mark.parametrize(
     ("wrong", "failing_case", "hint"),
     [
-        # forgetting the output projection
-        (lambda *a: _mha(*a, out=False), "one head", "forget W_O"),
-        # scaling by sqrt(d_model) instead of sqrt(d_head)
-        (lambda *a: _mha(*a, scale_width=a[0].shape[-1]), "she likes coffee", "not sqrt(d_model)"),
         # averaging the heads instead of concatenating them (then W_O does not fit: an error)
         (lambda *a: _mha(*a, merge=lambda x: x.mean(dim=1)), "she likes coffee", "instead of averaging"),
-        # splitting with a plain view, no transpose (and merging back the same way)
-        (lambda *a: _mha(*a, split=lambda x, h: x.view(x.shape[0], h, x.shape[1], -1), merge=lambda x: x.reshape(x.shape[0], x.shape[2], -1)), "she likes coffee", ".transpose(1, 2)"),
-        # keys and values from the queries' input
-        (lambda xq, xc, *rest: _mha(xq, xq, *rest), "cross-attention", "x_context"),
         # values from x_query (T != S: the shapes do not fit, an error with the hint)
         (lambda xq, xc, w_q, w_k, w_v, w_o, h: merge_heads(_attend(split_heads(xq @ w_q, h), split_heads(xc @ w_k, h), split_heads(xq @ w_v, h), xq.shape[-1] // h)) @ w_o, "cross-attention", "keys and values both"),
     ],
 )  # fmt: skip
-def test_multi_head_attention_checker_rejects_typical_mistakes(
+def test_multi_head_attention_checker_rejects_answers_that_raise(
     wrong, failing_case: str, hint: str
 ) -> None:
     verdict = check_multi_head_attention(wrong)
     assert_rejects(verdict, failing_case)
     assert hint in verdict.message
+
+
+def test_each_known_mistake_differs_from_the_answer_on_some_case() -> None:
+    # A mistake that equals the reference on every case could never be named.
+    for mistake in _MHA_MISTAKES:
+        differs = False
+        for case in _MHA_CASES:
+            args = case.make_args()
+            if not torch.allclose(mistake.answer(*args), _mha_reference(*args)):
+                differs = True
+        assert differs, mistake.name
 
 
 def test_scale_mistake_is_caught_on_the_wide_case_too() -> None:

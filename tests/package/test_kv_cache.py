@@ -66,6 +66,44 @@ def test_prefill_and_decode_give_full_forward_logits(positional: str, n_kv_heads
         model.decode(idx[:, :1], cache)
 
 
+@pytest.mark.parametrize("positional", ["learned", "sinusoidal", "rope"])
+def test_a_one_token_decode_step_builds_no_mask(
+    positional: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One new query sees every cached key: no (1, S) all-True mask, so that PyTorch's flash
+    kernel (which takes no mask) stays eligible on CUDA; the logits are unchanged."""
+    import torch.nn.functional as F
+
+    import attnbook.attention
+
+    model = _model(positional)
+    idx = _ids(2, 6)
+    full = model(idx)  # (B, T, V)
+    _, cache = model.prefill(idx[:, :3])
+    masks, built = [], []
+    sdpa, causal = F.scaled_dot_product_attention, attnbook.attention.causal_mask
+
+    def spy_sdpa(*args: object, **kwargs: object) -> torch.Tensor:
+        masks.append(kwargs.get("attn_mask", args[3] if len(args) > 3 else None))
+        return sdpa(*args, **kwargs)
+
+    def spy_causal(*args: object, **kwargs: object) -> torch.Tensor:
+        built.append(args)
+        return causal(*args, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", spy_sdpa)
+    monkeypatch.setattr(attnbook.attention, "causal_mask", spy_causal)
+    for t in range(3, 6):
+        torch.testing.assert_close(model.decode(idx[:, t : t + 1], cache), full[:, t])
+    assert len(masks) == 3 * model.config.n_layers  # the spy saw every layer's attention
+    assert all(m is None for m in masks), [None if m is None else m.shape for m in masks]
+    assert built == []
+    # the spy can tell: a two-token step after the cache does need the causal mask
+    model(idx[:, 3:5], cache=cache)
+    assert masks[-1] is not None
+    assert len(built) == model.config.n_layers
+
+
 def test_a_corrupted_cache_gives_other_logits() -> None:
     """The comparison above can fail: stale or shifted keys change the logits."""
     model = _model("rope")

@@ -325,3 +325,59 @@ def test_encoder_decoder_bad_input() -> None:
         model(src, tgt, torch.ones(2, 7, dtype=torch.bool))
     with pytest.raises(ValueError, match="n_decoder_layers"):
         _ed_config(n_decoder_layers=0)
+
+
+@pytest.mark.parametrize("d_model", [32, 64, 512])
+def test_sinusoidal_positions_start_larger_than_the_scaled_tokens(d_model: int) -> None:
+    """What SinusoidalPositions documents: with GPT-2's 0.02 kept, the sqrt(d) scale leaves the
+    sinusoids (rms 1/sqrt(2)) 0.71 / (0.02 sqrt(d)) times larger: 6.2x at d = 32, 1.6x at 512."""
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(1000, 64, d_model, 4, 1, positional="sinusoidal"))
+    tokens = model.tok_emb.weight * model.pos_emb.scale  # (V, D), as they enter the model
+    positions = model.pos_emb.table  # (C, D)
+    ratio = (positions.pow(2).mean().sqrt() / tokens.pow(2).mean().sqrt()).item()
+    expected = math.sqrt(0.5) / (0.02 * math.sqrt(d_model))
+    assert abs(ratio / expected - 1) < 0.05
+    assert round(expected, 1) == {32: 6.2, 64: 4.4, 512: 1.6}[d_model]
+    assert model.lm_head.weight is model.tok_emb.weight  # tied
+
+
+def test_a_larger_embedding_init_would_copy_the_input_token() -> None:
+    """Why SinusoidalPositions keeps 0.02: std d^(-1/2) with a tied head gives each position a
+    logit of about sqrt(d) / 1.2 for its own input token, far above the rest."""
+    for d_model, low, high in ((32, 4.0, 5.5), (512, 17.0, 21.0)):
+        torch.manual_seed(0)
+        model = GPT(GPTConfig(1000, 64, d_model, 4, 2, positional="sinusoidal")).eval()
+        idx = torch.randint(0, 1000, (4, 64))
+        with torch.no_grad():
+            kept = model(idx).gather(-1, idx[..., None]).mean().item()
+            nn.init.normal_(model.tok_emb.weight, std=d_model**-0.5)
+            logits = model(idx)  # (B, T, V)
+        own = logits.gather(-1, idx[..., None]).mean().item()
+        assert low < own < high, own
+        assert own > kept + 3.0  # with 0.02: 0.1 at d = 32, 6 at d = 512
+        assert 0.8 < logits.std().item() < 1.3  # the other logits are of size 1
+
+
+def test_encoder_decoder_initialisation() -> None:
+    """Decoder blocks write three times into the residual stream, encoder blocks twice."""
+    torch.manual_seed(0)
+    c = _ed_config(d_model=64, n_encoder_layers=2, n_decoder_layers=6, src_vocab_size=500)
+    model = EncoderDecoder(c)
+
+    def std(weights: list[torch.Tensor]) -> float:
+        return torch.cat([w.flatten() for w in weights]).std().item()
+
+    encoder_writes = [
+        w for b in model.encoder for w in (b.self_attn.out_proj.weight, b.ffn.linear2.weight)
+    ]
+    decoder_writes = [
+        w
+        for b in model.decoder
+        for w in (b.self_attn.out_proj.weight, b.cross_attn.out_proj.weight, b.ffn.linear2.weight)
+    ]
+    assert abs(std(encoder_writes) / (0.02 / math.sqrt(2 * 2)) - 1) < 0.05
+    assert abs(std(decoder_writes) / (0.02 / math.sqrt(3 * 6)) - 1) < 0.05
+    assert abs(std([model.decoder[0].ffn.linear1.weight]) - 0.02) < 0.001
+    assert abs(model.src_emb.weight.std().item() - 0.02) < 0.001
+    assert model.lm_head.weight is model.tgt_emb.weight

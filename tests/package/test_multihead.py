@@ -10,6 +10,8 @@ zeros); and every input error.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import torch
@@ -334,13 +336,43 @@ def test_the_last_t_queries_attend_as_inside_the_full_sequence(
     x = _randn(0, 2, 7, 16)
     full, w_full = attn(x, x, x, need_weights=need_weights, is_causal=True)
     for n_new in (1, 3):
-        tail, w_tail = attn(x[:, -n_new:], x, x, need_weights=need_weights, is_causal=True)
+        tail, w_tail = _last_queries(attn, x, n_new, need_weights=need_weights, is_causal=True)
         torch.testing.assert_close(tail, full[:, -n_new:])
         if need_weights:
             torch.testing.assert_close(w_tail, w_full[:, :, -n_new:])
 
 
+def _last_queries(attn: MultiHeadAttention, x: torch.Tensor, n_new: int, **kwargs: object) -> tuple:
+    """The last ``n_new`` positions of ``x`` as queries over all of ``x``'s keys.
+
+    Without rotation, a shorter query tensor does it (bottom-right aligned); with
+    rotation, attention refuses a key tensor other than the query, so the earlier
+    positions go through a cache first, as in generation.
+    """
+    if n_new == x.shape[1]:
+        return attn(x, x, x, **kwargs)
+    if attn.positional is None:
+        return attn(x[:, -n_new:], x, x, **kwargs)
+    cache = SimpleNamespace(key=None, value=None)
+    head, tail = x[:, :-n_new], x[:, -n_new:]
+    attn(head, head, head, cache=cache)  # fills the cache with positions 0..S-T-1
+    return attn(tail, tail, tail, cache=cache, **kwargs)
+
+
 # ------------------------------------------------------------------------- RoPE
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_rope_refuses_cross_attention(need_weights: bool) -> None:
+    """The two sides of cross-attention have unrelated positions: rotating them is an error."""
+    attn = _module(16, 2, 0, rope_base=10000.0)
+    x, c = _randn(0, 2, 3, 16), _randn(1, 2, 5, 16)
+    with pytest.raises(ValueError, match=r"rope_base .*self-attention \(query is key\)"):
+        attn(x, c, c, need_weights=need_weights)
+    with pytest.raises(ValueError, match=r"rope_base"):  # the same length does not make it self
+        attn(x, x.clone(), x.clone(), need_weights=need_weights)
+    # without rotation, cross-attention is fine
+    assert _module(16, 2, 0)(x, c, c, need_weights=need_weights)[0].shape == (2, 3, 16)
 
 
 @pytest.mark.parametrize(("seq_len", "context_len"), [(5, 5), (3, 6)])
@@ -349,9 +381,8 @@ def test_rope_rotates_each_heads_queries_and_keys(
     seed: int, seq_len: int, context_len: int
 ) -> None:
     attn = _module(16, 2, seed, rope_base=500.0)
-    x, c = _randn(seed, 2, seq_len, 16), _randn(seed + 1, 2, context_len, 16)
-    if seq_len == context_len:
-        c = x  # self-attention
+    c = _randn(seed + 1, 2, context_len, 16)  # the whole sequence
+    x = c[:, context_len - seq_len :]  # its last T positions: the queries
     q = attn.q_proj(x).view(2, seq_len, 2, 8).transpose(1, 2)  # (B, H, T, Dh)
     k = attn.k_proj(c).view(2, context_len, 2, 8).transpose(1, 2)  # (B, H, S, Dh)
     v = attn.v_proj(c).view(2, context_len, 2, 8).transpose(1, 2)  # (B, H, S, Dh)
@@ -360,7 +391,7 @@ def test_rope_rotates_each_heads_queries_and_keys(
     out, weights = scaled_dot_product_attention(q, k, v, causal_mask(seq_len, context_len))
     expected = attn.out_proj(out.transpose(1, 2).reshape(2, seq_len, 16))  # (B, T, D)
     for need_weights in (False, True):
-        ours, w_ours = attn(x, c, c, need_weights=need_weights, is_causal=True)
+        ours, w_ours = _last_queries(attn, c, seq_len, need_weights=need_weights, is_causal=True)
         torch.testing.assert_close(ours, expected)
     torch.testing.assert_close(w_ours, weights)
     plain = _module(16, 2, seed)  # the same weights without RoPE: a different answer
@@ -373,7 +404,7 @@ def test_rope_scores_depend_on_the_offset_only() -> None:
     x = _randn(3, 1, 6, 8)
     _, weights = attn(x, x, x, need_weights=True)  # positions 0..5 for queries and keys
     c = torch.cat([_randn(4, 1, 4, 8), x], dim=1)  # 4 extra keys in front: x sits at 4..9
-    _, shifted = attn(x, c, c, need_weights=True)  # queries at 4..9, keys at 0..9
+    _, shifted = _last_queries(attn, c, 6, need_weights=True)  # queries at 4..9, keys at 0..9
     # Among x's own keys, the weights are proportional to the unshifted ones.
     renormalised = shifted[..., 4:] / shifted[..., 4:].sum(-1, keepdim=True)
     torch.testing.assert_close(renormalised, weights)

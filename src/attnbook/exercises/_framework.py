@@ -294,7 +294,16 @@ def library_guard(exercise: str) -> Guard | None:
         space = getattr(module, "__dict__", {})
         for name in names:
             value = space.get(name)
-            if callable(value) and not isinstance(value, type):
+            if isinstance(value, type):
+                # A class (attnbook.FeedForward, torch.distributions.Categorical): building it
+                # or running it is the library's answer. Only what the class itself defines,
+                # so that nn.Module.__init__ and object.__init__ stay allowed.
+                for method in ("__init__", "forward", *sorted(names)):
+                    f = value.__dict__.get(method)
+                    if hasattr(f, "__code__"):
+                        label = "" if method == "__init__" else f".{method}"
+                        found[f"{module_name}.{name}{label}"] = f
+            elif callable(value):
                 found[f"{module_name}.{name}"] = value
     if not found:
         return None

@@ -54,6 +54,8 @@ _ATTENTION = frozenset(
         "scaled_dot_product_attention",
         "MultiheadAttention",
         "multi_head_attention_forward",
+        "attend",  # attnbook.attention's unchecked core, and its fused twin
+        "attend_fused",
         "TransformerEncoderLayer",
         "TransformerDecoderLayer",
         "TransformerEncoder",
@@ -91,7 +93,7 @@ LIBRARY_EQUIVALENTS: dict[str, frozenset[str]] = {
         {"lr_at", "LambdaLR", "CosineAnnealingLR", "OneCycleLR", "LinearLR", "SequentialLR"}
     ),
     "answer_loss": frozenset({"answer_loss"}),
-    "head_entropy": frozenset({"head_entropy", "entropy", "Categorical"}),
+    "head_entropy": frozenset({"head_entropy", "entropy", "entr", "Categorical"}),
     "attention_rollout": frozenset({"attention_rollout"}),
     "online_softmax_update": _ATTENTION | {"online_softmax_update", "tiled_attention"},
     "sliding_window_mask": frozenset({"sliding_window_mask"}),

@@ -11,12 +11,13 @@ heads, ``D`` model width (``d_model``), ``Dh`` head width (``d_head = D / H``).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
 
 from attnbook.attention import scaled_dot_product_attention
-from attnbook.exercises._framework import Case, Verdict, run_cases
+from attnbook.exercises._framework import Case, Mistake, Verdict, run_cases
 from attnbook.multihead import merge_heads, split_heads
 
 __all__ = ["check_merge_heads", "check_multi_head_attention", "check_split_heads"]
@@ -149,7 +150,7 @@ _MHA_CASES = [
         "one head (n_heads = 1): chapter 5's attention, then W_O",
         lambda: _mha_args(730, 1, 3, 3, 4, 1, self_attn=True),
         "With one head this is scaled dot-product attention of x @ W_Q, x @ W_K and x @ W_V, "
-        "followed by the output projection: output = heads @ W_O. Did you forget W_O?",
+        "followed by the output projection: output = heads @ W_O.",
     ),
     Case(
         "'she likes coffee', self-attention, d_model = 4, 2 heads",
@@ -172,6 +173,82 @@ _MHA_CASES = [
 ]
 
 
+def _mha_variant(
+    x_query: torch.Tensor,
+    x_context: torch.Tensor,
+    w_q: torch.Tensor,
+    w_k: torch.Tensor,
+    w_v: torch.Tensor,
+    w_o: torch.Tensor,
+    n_heads: int,
+    *,
+    scale_width: str = "d_head",
+    softmax_dim: int = -1,
+    transpose: bool = True,
+    out: bool = True,
+    kv_from_query: bool = False,
+) -> torch.Tensor:
+    """Multi-head attention written out, with one step optionally done wrong (for the hints)."""
+    B, T, D = x_query.shape
+    context = x_query if kv_from_query else x_context
+    Dh = D // n_heads
+
+    def split(x: torch.Tensor) -> torch.Tensor:
+        if transpose:
+            return x.view(B, x.shape[1], n_heads, Dh).transpose(1, 2)  # (B, H, T or S, Dh)
+        return x.reshape(B, n_heads, x.shape[1], Dh)  # memory order: positions mixed up
+
+    q, k, v = split(x_query @ w_q), split(context @ w_k), split(context @ w_v)
+    scores = q @ k.transpose(-2, -1)  # (B, H, T, Dh) @ (B, H, Dh, S) -> (B, H, T, S)
+    width = {"d_head": Dh, "d_model": D, "none": 1}[scale_width]
+    weights = torch.softmax(scores / math.sqrt(width), dim=softmax_dim)  # (B, H, T, S)
+    heads = weights @ v  # (B, H, T, Dh)
+    # (B, H, T, Dh) -> (B, T, H * Dh); without the transpose, memory order again
+    merged = heads.transpose(1, 2).reshape(B, T, D) if transpose else heads.reshape(B, T, D)
+    return merged @ w_o if out else merged  # (B, T, D)
+
+
+_MHA_MISTAKES = [
+    Mistake(
+        "forgetting the output projection W_O",
+        lambda *a: _mha_variant(*a, out=False),
+        "After concatenating the heads, multiply by W_O: output = concat(heads) @ W_O. W_O is "
+        "what lets the heads' outputs mix.",
+    ),
+    Mistake(
+        "scores without the 1 / sqrt(d_head) scale",
+        lambda *a: _mha_variant(*a, scale_width="none"),
+        "Divide each head's scores q @ kᵀ by sqrt(d_head) before the softmax, as in chapter 4; "
+        "unscaled scores make the softmax too peaked.",
+    ),
+    Mistake(
+        "scaling by sqrt(d_model) instead of sqrt(d_head)",
+        lambda *a: _mha_variant(*a, scale_width="d_model"),
+        "Each head's queries and keys have d_head = d_model / n_heads features, so scale by "
+        "sqrt(d_head), not sqrt(d_model).",
+    ),
+    Mistake(
+        "the softmax over the wrong axis (over the queries, not the keys)",
+        lambda *a: _mha_variant(*a, softmax_dim=-2),
+        "Each query's weights over the keys sum to 1: take the softmax over the last axis of "
+        "the (B, n_heads, T, S) scores, dim=-1.",
+    ),
+    Mistake(
+        "splitting (and merging) the heads without a transpose",
+        lambda *a: _mha_variant(*a, transpose=False),
+        "Split with .view(B, T, n_heads, d_head).transpose(1, 2); a plain .view(B, n_heads, T, "
+        "d_head) keeps memory order and mixes positions across heads. Merge back with the "
+        "transpose too.",
+    ),
+    Mistake(
+        "keys and values from x_query instead of x_context",
+        lambda *a: _mha_variant(*a, kv_from_query=True),
+        "Queries come from x_query; keys and values both come from x_context (in "
+        "cross-attention they differ).",
+    ),
+]
+
+
 def check_multi_head_attention(
     fn: Callable[..., torch.Tensor],
 ) -> Verdict:
@@ -185,4 +262,4 @@ def check_multi_head_attention(
     Shapes: ``x_query`` ``(B, T, d_model)``, ``x_context`` ``(B, S, d_model)``,
     each ``W`` ``(d_model, d_model)``; output ``(B, T, d_model)``.
     """
-    return run_cases("multi_head_attention", fn, _mha_reference, _MHA_CASES)
+    return run_cases("multi_head_attention", fn, _mha_reference, _MHA_CASES, mistakes=_MHA_MISTAKES)
