@@ -45,10 +45,10 @@ import heapq
 import json
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
+from functools import cache
 from itertools import pairwise
 from pathlib import Path
-
-import regex
+from types import ModuleType
 
 __all__ = ["GPT2_PATTERN", "BPETokenizer"]
 
@@ -61,7 +61,29 @@ space followed by other symbols; whitespace not followed by a non-space (so that
 the last space before a word stays with the word); any other whitespace.
 """
 
-_WORD = regex.compile(GPT2_PATTERN)
+
+@cache
+def _regex() -> ModuleType:
+    """The third-party ``regex`` module (GPT-2's pattern needs its ``\\p{L}`` classes).
+
+    Imported on first use, so that ``import attnbook`` works where it is missing
+    (e.g. a GPU machine that trains on ids encoded elsewhere).
+    """
+    try:
+        import regex
+    except ImportError as error:
+        raise ImportError(
+            "BPETokenizer needs the `regex` package (a dependency of attnbook): pip install regex"
+        ) from error
+    return regex
+
+
+@cache
+def _word_pattern() -> object:
+    """:data:`GPT2_PATTERN`, compiled once."""
+    return _regex().compile(GPT2_PATTERN)
+
+
 FORMAT = "attnbook.BPETokenizer"  # the "format" field of the JSON files that save() writes
 FORMAT_VERSION = 1
 
@@ -190,7 +212,7 @@ class BPETokenizer:
         # Special tokens are matched first, the longest first when one contains another.
         by_length = sorted(special_tokens, key=len, reverse=True)
         self._special_split = (
-            regex.compile("(" + "|".join(regex.escape(t) for t in by_length) + ")")
+            _regex().compile("(" + "|".join(_regex().escape(t) for t in by_length) + ")")
             if by_length
             else None
         )
@@ -243,11 +265,11 @@ class BPETokenizer:
         # 1. Distinct words and their counts (special tokens cut out first).
         chunks = [text]
         if specials:
-            pattern = "|".join(regex.escape(t) for t in sorted(specials, key=len, reverse=True))
-            chunks = regex.split(pattern, text)
+            by_length = sorted(specials, key=len, reverse=True)
+            chunks = _regex().split("|".join(_regex().escape(t) for t in by_length), text)
         word_counts: Counter[str] = Counter()
         for chunk in chunks:
-            word_counts.update(_WORD.findall(chunk))
+            word_counts.update(_word_pattern().findall(chunk))
         words = [list(word.encode("utf-8")) for word in word_counts]  # each word as byte ids
         counts = list(word_counts.values())
 
@@ -357,7 +379,7 @@ class BPETokenizer:
                 if k % 2:  # the odd pieces of a split on a (captured) pattern are the matches
                     ids.append(self.special_tokens[piece])
                     continue
-                for word in _WORD.findall(piece):
+                for word in _word_pattern().findall(piece):
                     ids.extend(self._encode_word(word))
         except UnicodeEncodeError as error:
             raise ValueError(
