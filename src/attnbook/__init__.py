@@ -20,9 +20,11 @@ is in its docstring):
   ``split_heads``, ``merge_heads``, ``repeat_kv``)
 - :mod:`attnbook.efficient`: attention that costs less: tiled (FlashAttention's
   online softmax) and low-rank (Linformer) attention
-- :mod:`attnbook.block`: the transformer block (feed-forward network, encoder
-  and decoder blocks, pre-LN or post-LN)
-- :mod:`attnbook.model`: the decoder-only model ``GPT``
+- :mod:`attnbook.block`: the transformer block (feed-forward networks: GELU and
+  ``SwiGLU``; norms: LayerNorm and ``RMSNorm``; encoder and decoder blocks, pre-LN or post-LN)
+- :mod:`attnbook.model`: the decoder-only model ``GPT`` (with GPT-2 and Llama presets)
+- :mod:`attnbook.pretrained`: Hugging Face GPT-2 and Llama models copied into a ``GPT``
+  (``GPT.from_hf``, ``GPT.from_pretrained``; imports ``transformers`` only when asked to download)
 - :mod:`attnbook.generation`: ``KVCache``, sampling, prefill / decode / generate
 - :mod:`attnbook.encoder_decoder`: ``EncoderDecoder``, the original architecture
 - :mod:`attnbook.data`: generated training data: reverse, sort and associative-recall
@@ -42,7 +44,7 @@ is in its docstring):
 from importlib.metadata import version as _version
 
 from attnbook.attention import SingleHeadAttention, scaled_dot_product_attention
-from attnbook.block import DecoderBlock, EncoderBlock, FeedForward
+from attnbook.block import DecoderBlock, EncoderBlock, FeedForward, RMSNorm, SwiGLU
 from attnbook.checkpoint import load_checkpoint, save_checkpoint
 from attnbook.data import (
     CharTokenizer,
@@ -128,8 +130,10 @@ __all__ = [
     "History",
     "KVCache",
     "MultiHeadAttention",
+    "RMSNorm",
     "SequenceTask",
     "SingleHeadAttention",
+    "SwiGLU",
     "TextDataset",
     "TrainConfig",
     "additive_scores",

@@ -11,7 +11,7 @@ tokenizer's characters, the training config).
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, fields
+from dataclasses import fields
 from pathlib import Path
 
 import torch
@@ -61,9 +61,8 @@ def save_checkpoint(path: str | Path, model: GPT, extra: dict | None = None) -> 
         raise ValueError(f"extra must be None or a dict, got {type(extra).__name__}")
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    config = asdict(model.config)
-    if config.get("n_kv_heads") is None:  # the default (one key/value head per head): left out,
-        del config["n_kv_heads"]  # so checkpoints of plain models read as before chapter 12
+    config = model.config.to_dict()  # leaves out n_kv_heads and later fields at their defaults,
+    # so checkpoints of plain models read as they did before those fields existed
     document = {"gpt_config": config, "extra": extra or {}}
     text = json.dumps(document, indent=2, sort_keys=True)  # fails early if extra is not JSON
     save_file(_unique_state(model), str(path / WEIGHTS_FILE))

@@ -11,6 +11,13 @@ in chapter 10. Both models are the same few parts:
   matrix (weight tying: the same vector represents a token going in and
   scores it coming out, which saves ``vocab_size * d_model`` parameters).
 
+The defaults are GPT-2's block with exact GELU; ``GPTConfig`` also chooses the
+norm (``norm="rms"``), the feed-forward network (``ffn="gelu_tanh"``,
+``"swiglu"``), biases, tying and grouped-query attention, and its presets
+:meth:`GPTConfig.gpt2` and :meth:`GPTConfig.llama` name the two families.
+:meth:`GPT.from_hf` copies a Hugging Face GPT-2 or Llama model into a ``GPT``
+(see :mod:`attnbook.pretrained`).
+
 Inputs are checked once, at the model's boundary (:meth:`GPT.forward`);
 inside, the blocks run with ``validate=False`` and ``is_causal=True``, so
 that PyTorch's fused causal kernel applies.
@@ -30,14 +37,21 @@ Shape legend used in this module:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
+from typing import Any
 
 import torch
 from torch import nn
 
 from attnbook import generation
-from attnbook._validation import check_int, check_probability, check_token_ids
-from attnbook.block import EncoderBlock
+from attnbook._validation import (
+    check_bool,
+    check_int,
+    check_positive_number,
+    check_probability,
+    check_token_ids,
+)
+from attnbook.block import BlockConfig, EncoderBlock, SwiGLU
 from attnbook.generation import KVCache
 from attnbook.multihead import AttentionConfig
 from attnbook.positional import POSITIONAL_ENCODINGS
@@ -66,7 +80,10 @@ class GPTConfig:
 
     Example: ``GPTConfig(vocab_size=65, context_length=64, d_model=128,
     n_heads=4, n_layers=4)``. Invalid values raise ``ValueError`` naming the field.
-    The printed form leaves out ``n_kv_heads`` while it is ``None`` (the default).
+    The defaults are the book's GPT (pre-LN, exact GELU, learned positions,
+    biases, tied embeddings); :meth:`gpt2` and :meth:`llama` name two families.
+    The printed form (and :meth:`to_dict`) leaves out ``n_kv_heads`` and the
+    fields after it while they hold their defaults.
     """
 
     vocab_size: int  # V, number of distinct token ids (ids are 0 .. V - 1)
@@ -82,29 +99,126 @@ class GPTConfig:
     # Key/value heads per layer (grouped-query attention, chapter 12): must divide n_heads;
     # None -> n_heads (ordinary multi-head attention), 1 -> multi-query attention.
     n_kv_heads: int | None = None
+    norm: str = "layer"  # a key of attnbook.block.NORMS: "layer" (LayerNorm) or "rms" (RMSNorm)
+    ffn: str = "gelu"  # a key of attnbook.block.FEED_FORWARDS: "gelu", "gelu_tanh", "swiglu"
+    bias: bool = True  # biases in every Linear (not the head) and every LayerNorm
+    tie_embeddings: bool = True  # the head's weight is the token embedding matrix
+    norm_eps: float = 1e-5  # eps of every norm
+    rope_base: float = 10000.0  # base of the rotary frequencies (positional="rope" only)
 
     def __post_init__(self) -> None:
         check_int(self.vocab_size, "vocab_size")
         check_int(self.n_layers, "n_layers")
+        if self.ffn == "swiglu" and self.d_ff is None:  # 8/3 d_model: a GELU network's parameters
+            object.__setattr__(self, "d_ff", SwiGLU.default_d_ff(self.d_model))
         check_model_widths(self, n_kv_heads=self.n_kv_heads)
-        if self.positional not in POSITIONAL_ENCODINGS:
+        check_bool(self.bias, "bias")
+        check_bool(self.tie_embeddings, "tie_embeddings")
+        if check_positive_number(self.rope_base, "rope_base") <= 1.0:
+            raise ValueError(f"rope_base must be a number > 1, got {self.rope_base}")
+        self.block_config()  # checks norm, ffn and norm_eps
+        if not isinstance(self.positional, str) or self.positional not in POSITIONAL_ENCODINGS:
             raise ValueError(
                 f"positional must be one of {tuple(POSITIONAL_ENCODINGS)}, got {self.positional!r}"
             )
         POSITIONAL_ENCODINGS[self.positional].check_config(self)
 
+    def block_config(self) -> BlockConfig:
+        """The settings every block of the model shares (pre-LN; rotary positions come apart)."""
+        attention = AttentionConfig(
+            self.d_model, self.n_heads, self.dropout, self.bias, n_kv_heads=self.n_kv_heads
+        )
+        return BlockConfig(attention, self.d_ff, True, self.norm, self.ffn, self.norm_eps)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as a dict, leaving out ``n_kv_heads`` and later fields at their defaults.
+
+        So the printed form and saved checkpoints of a model built without
+        them read as they did before they existed.
+        """
+        values = asdict(self)
+        names = [f.name for f in fields(self)]
+        for f in fields(self)[names.index("n_kv_heads") :]:
+            if values[f.name] == f.default:
+                del values[f.name]
+        return values
+
     def __repr__(self) -> str:
-        shown = [
-            f for f in fields(self) if not (f.name == "n_kv_heads" and self.n_kv_heads is None)
-        ]
-        return f"GPTConfig({', '.join(f'{f.name}={getattr(self, f.name)!r}' for f in shown)})"
+        shown = ", ".join(f"{name}={value!r}" for name, value in self.to_dict().items())
+        return f"GPTConfig({shown})"
+
+    @classmethod
+    def gpt2(
+        cls,
+        vocab_size: int,
+        context_length: int,
+        d_model: int,
+        n_heads: int,
+        n_layers: int,
+        **overrides: Any,
+    ) -> GPTConfig:
+        """A GPT-2-style model (Radford et al. 2019), as OpenAI's released checkpoints are built.
+
+        - pre-LN blocks with LayerNorm (eps ``1e-5``), as GPT-2 moved the norm
+          in front of each sub-layer (GPT-1 and the original Transformer had it after);
+        - GELU with the tanh approximation (``ffn="gelu_tanh"``, GPT-2's
+          ``gelu_new``), hidden width ``4 * d_model``;
+        - learned absolute positions (``positional="learned"``), so no position
+          beyond ``context_length`` (1024 in GPT-2);
+        - biases in every linear map and norm (``bias=True``);
+        - the head tied to the token embedding (``tie_embeddings=True``).
+
+        GPT-2 small is ``GPTConfig.gpt2(50257, 1024, 768, 12, 12)``.
+        ``overrides`` replace any field, e.g. ``dropout=0.1``.
+        """
+        settings = dict(
+            positional="learned", norm="layer", ffn="gelu_tanh", bias=True, tie_embeddings=True
+        )
+        settings.update(overrides)
+        return cls(vocab_size, context_length, d_model, n_heads, n_layers, **settings)
+
+    @classmethod
+    def llama(
+        cls,
+        vocab_size: int,
+        context_length: int,
+        d_model: int,
+        n_heads: int,
+        n_layers: int,
+        n_kv_heads: int | None = None,
+        **overrides: Any,
+    ) -> GPTConfig:
+        """A Llama-style model (Touvron et al. 2023): the block most open models use today.
+
+        - pre-norm blocks with :class:`~attnbook.block.RMSNorm` (``norm="rms"``,
+          eps ``1e-5`` as Llama 2 and 3; Llama 1 used ``1e-6``, pass ``norm_eps``);
+        - the gated :class:`~attnbook.block.SwiGLU` feed-forward network
+          (``ffn="swiglu"``), hidden width about ``8/3 * d_model`` unless ``d_ff`` is given;
+        - rotary positions inside attention (``positional="rope"``, base
+          ``rope_base=10000``; Llama 3 uses 500000), nothing added to the embeddings;
+        - no biases anywhere (``bias=False``);
+        - a head separate from the token embedding (``tie_embeddings=False``);
+        - grouped-query attention when ``n_kv_heads`` < ``n_heads`` (Llama 2 70B, Llama 3).
+
+        ``overrides`` replace any field, e.g. ``rope_base=500000.0``.
+        """
+        settings = dict(
+            positional="rope",
+            norm="rms",
+            ffn="swiglu",
+            bias=False,
+            tie_embeddings=False,
+            n_kv_heads=n_kv_heads,
+        )
+        settings.update(overrides)
+        return cls(vocab_size, context_length, d_model, n_heads, n_layers, **settings)
 
 
 def init_gpt2(module: nn.Module, n_layers: int) -> None:
     """GPT-2's initialisation: N(0, 0.02) weights, zero biases, residual outputs scaled down.
 
     The two linear maps that write into the residual stream in each block
-    (attention's ``out_proj`` and the feed-forward ``linear2``) get standard
+    (attention's ``out_proj`` and the feed-forward ``linear2`` or ``down``) get standard
     deviation ``0.02 / sqrt(2 * n_layers)``: the stream is a sum of ``2 *
     n_layers`` such writes, so its variance at initialisation stays near that
     of the embeddings, whatever the depth (Radford et al. 2019).
@@ -113,7 +227,7 @@ def init_gpt2(module: nn.Module, n_layers: int) -> None:
         if p.ndim == 1:
             continue  # LayerNorm weights stay 1, biases are zeroed below
         std = 0.02
-        if name.endswith(("out_proj.weight", "linear2.weight")):
+        if name.endswith(("out_proj.weight", "linear2.weight", "down.weight")):
             std = 0.02 / math.sqrt(2 * n_layers)
         nn.init.normal_(p, mean=0.0, std=std)
     for name, p in module.named_parameters():
@@ -150,16 +264,52 @@ class GPT(nn.Module):
         self.pos_emb = POSITIONAL_ENCODINGS[c.positional].from_config(c)  # the position hooks
         self.dropout = nn.Dropout(c.dropout)
         rotary = self.pos_emb if self.pos_emb.rotates else None  # turns q and k in attention
+        blocks = c.block_config()  # norm, feed-forward kind, biases: the same in every block
         self.blocks = nn.ModuleList(
-            EncoderBlock(
-                c.d_model, c.n_heads, c.d_ff, c.dropout, n_kv_heads=c.n_kv_heads, positional=rotary
-            )
-            for _ in range(c.n_layers)
+            EncoderBlock.from_config(blocks, positional=rotary) for _ in range(c.n_layers)
         )
-        self.norm = nn.LayerNorm(c.d_model)
+        self.norm = blocks.make_norm()  # the final norm, before the head
         self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)  # weight (V, D)
         init_gpt2(self, c.n_layers)
-        self.lm_head.weight = self.tok_emb.weight  # tied: one (V, D) matrix, in and out
+        if c.tie_embeddings:
+            self.lm_head.weight = self.tok_emb.weight  # tied: one (V, D) matrix, in and out
+
+    @classmethod
+    def from_hf(cls, model: Any) -> GPT:
+        """A ``GPT`` computing what a Hugging Face ``GPT2LMHeadModel`` or ``LlamaForCausalLM`` computes.
+
+        The weights are copied (the two models share nothing); the result is in
+        ``eval()`` mode, in the dtype of ``model``'s weights. See
+        :func:`attnbook.pretrained.from_hf` for how each weight maps and what is
+        not supported (``ValueError`` naming the setting).
+
+        Args:
+            model: a ``transformers`` ``GPT2LMHeadModel`` or ``LlamaForCausalLM``, any size.
+
+        Returns:
+            The :class:`GPT`.
+        """
+        from attnbook.pretrained import from_hf
+
+        return from_hf(model)
+
+    @classmethod
+    def from_pretrained(cls, name: str) -> GPT:
+        """Download a GPT-2 or Llama checkpoint from the Hugging Face Hub and copy it into a ``GPT``.
+
+        Needs ``transformers`` and a network (or a filled Hugging Face cache),
+        e.g. ``GPT.from_pretrained("gpt2")`` for GPT-2 small (124M
+        parameters, about 500 MB). See :func:`attnbook.pretrained.from_pretrained`.
+
+        Args:
+            name: a model id on the Hub (``"gpt2"``, ``"gpt2-medium"``, ...) or a local folder.
+
+        Returns:
+            The :class:`GPT`, in ``eval()`` mode.
+        """
+        from attnbook.pretrained import from_pretrained
+
+        return from_pretrained(name)
 
     def num_parameters(self, *, include_embeddings: bool = True) -> int:
         """Count the trainable parameters once each (the tied head is not counted twice).

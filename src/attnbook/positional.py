@@ -391,6 +391,10 @@ class RotaryPositions(PositionalEncoding):
                 f"even, got d_model = {config.d_model} and n_heads = {config.n_heads}"
             )
 
+    @classmethod
+    def from_config(cls, config: object) -> RotaryPositions:
+        return cls(float(getattr(config, "rope_base", 10000.0)))  # GPTConfig.rope_base
+
     def extra_repr(self) -> str:
         return f"base={self.base}"
 

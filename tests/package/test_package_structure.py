@@ -43,7 +43,7 @@ LAYERS: list[set[str]] = [
     {"lookup", "attention"},
     {"multihead", "efficient"},
     {"block", "generation"},
-    {"model"},
+    {"model", "pretrained"},
     {"encoder_decoder"},
     {"training", "checkpoint"},
     {"distributed", "__main__", "grade"},
