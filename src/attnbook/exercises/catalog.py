@@ -101,6 +101,11 @@ CHAPTERS: tuple[ChapterExercises, ...] = (
         (("head_entropy", "ex-ch11-entropy"), ("attention_rollout", "ex-ch11-rollout")),
     ),
     ChapterExercises(
+        "11_language_model",
+        "A language model on real text",
+        (("rms_norm", "ex-ch11-rmsnorm"), ("bpe_merge", "ex-ch11-bpe-merge")),
+    ),
+    ChapterExercises(
         "12_efficient_attention",
         "Efficient attention, measured",
         (
