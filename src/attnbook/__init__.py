@@ -41,6 +41,7 @@ is in its docstring):
 - :mod:`attnbook.exercises`: checkers for the chapters' code exercises
 """
 
+from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
 from importlib.metadata import version as _version
 
 from attnbook.attention import SingleHeadAttention, scaled_dot_product_attention
@@ -104,7 +105,10 @@ from attnbook.training import (
     train,
 )
 
-__version__ = _version("attnbook")
+try:
+    __version__ = _version("attnbook")
+except _PackageNotFoundError:  # run from a source tree (PYTHONPATH=src) without installing it
+    __version__ = "0+unknown"
 
 
 def __getattr__(name: str) -> object:

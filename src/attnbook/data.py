@@ -30,7 +30,8 @@ within a split, so held-out accuracy measures generalisation, not memory.
 Character-level text: :class:`CharTokenizer` (one token per character),
 :func:`load_text` for any local text file, :func:`grammar_corpus` for the
 default corpus, and :class:`TextDataset`, random windows for next-character
-prediction with the last part of the text held out.
+prediction with the last part of the text held out. :class:`TokenDataset` does
+the same for the ids of any tokenizer, with a held-out sequence of its own.
 
 Shape legend used in this module:
     ``N`` training examples, ``M`` test examples, ``B`` batch, ``L`` sequence
@@ -56,6 +57,7 @@ __all__ = [
     "SentenceParse",
     "SequenceTask",
     "TextDataset",
+    "TokenDataset",
     "associative_recall_task",
     "check_task_fits",
     "grammar_corpus",
@@ -173,19 +175,22 @@ class SequenceTask:
         return self.inputs_targets(self.split(split))
 
 
-def check_task_fits(task: SequenceTask | TextDataset, config: object) -> None:
+def check_task_fits(task: SequenceTask | TokenDataset, config: object) -> None:
     """Raise ``ValueError`` unless a model with ``config`` can be trained on ``task``.
 
     A model reads ``task.input_len`` tokens at once, which must fit its
     ``context_length``; every token id must be below its ``vocab_size``.
 
     Args:
-        task: a :class:`SequenceTask` or a :class:`TextDataset`.
+        task: a :class:`SequenceTask` or a :class:`TokenDataset` (e.g. a :class:`TextDataset`).
         config: a :class:`~attnbook.GPTConfig` (anything with ``context_length`` and
             ``vocab_size``).
     """
-    if not isinstance(task, (SequenceTask, TextDataset)):
-        raise ValueError(f"task must be a SequenceTask or a TextDataset, got {type(task).__name__}")
+    if not isinstance(task, (SequenceTask, TokenDataset)):
+        raise ValueError(
+            f"task must be a SequenceTask or a TokenDataset (e.g. a TextDataset), "
+            f"got {type(task).__name__}"
+        )
     context, vocab = getattr(config, "context_length", None), getattr(config, "vocab_size", None)
     if not isinstance(context, int) or not isinstance(vocab, int):
         raise ValueError(
@@ -494,54 +499,67 @@ def grammar_corpus(n_sentences: int = 2000, seed: int = 0) -> str:
     return "".join(_sentence(rng) + "\n" for _ in range(n_sentences))
 
 
-class TextDataset:
-    """Random windows of a text for next-character prediction; the text's tail is held out.
+class TokenDataset:
+    """Random windows of a token sequence for next-token prediction, with a held-out sequence.
 
-    The first ``1 - test_fraction`` of the text is the training split, the rest
-    the test split (a contiguous tail, so no test window overlaps a training
-    window except at the one boundary). A window of ``seq_len + 1`` characters
-    gives ``seq_len`` inputs and the same characters shifted by one as targets:
-    every position is a prediction.
+    The ids of any tokenizer go in: two 1-D sequences, one to train on and one
+    held out (for real text, whole documents that training never sees, e.g.
+    the held-out plays of :func:`shakespeare` encoded with a
+    :class:`~attnbook.BPETokenizer`). A window of ``seq_len + 1`` tokens gives
+    ``seq_len`` inputs and the same tokens shifted by one as targets: every
+    position is a prediction. :func:`attnbook.training.train` trains on it.
 
     Args:
-        text: the text (non-empty).
+        train: the training token ids, a 1-D int tensor or a sequence of ints ``(N,)``.
+        test: the held-out token ids ``(M,)``.
         seq_len: ``T``, the model's input length per window.
-        test_fraction: the fraction of the text held out, in ``(0, 1)``.
-        tokenizer: a :class:`CharTokenizer` (default: one built from ``text``).
+        vocab_size: ``V``, the tokenizer's vocabulary size (every id must be below it).
     """
 
     def __init__(
         self,
-        text: str,
+        train: torch.Tensor | list[int],
+        test: torch.Tensor | list[int],
         seq_len: int,
-        test_fraction: float = 0.1,
-        tokenizer: CharTokenizer | None = None,
+        vocab_size: int,
     ) -> None:
-        self.tokenizer = CharTokenizer(text) if tokenizer is None else tokenizer
-        if not isinstance(self.tokenizer, CharTokenizer):
-            raise ValueError(f"tokenizer must be a CharTokenizer, got {type(tokenizer).__name__}")
         self.seq_len = check_int(seq_len, "seq_len")
-        if (
-            isinstance(test_fraction, bool)
-            or not isinstance(test_fraction, (int, float))
-            or not 0.0 < test_fraction < 1.0
-        ):
-            raise ValueError(f"test_fraction must be a number in (0, 1), got {test_fraction!r}")
-        ids = self.tokenizer.encode(text)  # (len(text),)
-        n_train = round(len(ids) * (1.0 - test_fraction))
-        self.train, self.test = ids[:n_train], ids[n_train:]  # (N,), (M,)
-        for split, part in (("train", self.train), ("test", self.test)):
-            if part.numel() < self.seq_len + 1:
-                raise ValueError(
-                    f"the {split} split has {part.numel()} characters, fewer than seq_len + 1 = "
-                    f"{self.seq_len + 1}: use a longer text, a shorter seq_len or another "
-                    "test_fraction"
-                )
+        self._vocab_size = check_int(vocab_size, "vocab_size")
+        self.train = self._ids(train, "train")  # (N,)
+        self.test = self._ids(test, "test")  # (M,)
+
+    def _ids(self, ids: object, split: str) -> torch.Tensor:
+        """``ids`` as a 1-D int64 tensor, checked: ids in ``[0, V)``, longer than a window."""
+        if not isinstance(ids, torch.Tensor):
+            try:
+                ids = torch.as_tensor(ids, dtype=torch.int64)
+            except (TypeError, ValueError, RuntimeError) as error:
+                raise ValueError(f"{split} must be a 1-D sequence of token ids: {error}") from None
+        if ids.ndim != 1 or ids.is_floating_point() or ids.dtype == torch.bool:
+            raise ValueError(
+                f"{split} must be a 1-D integer tensor of token ids (N,), got dtype {ids.dtype} "
+                f"and shape {tuple(ids.shape)}"
+            )
+        ids = ids.to(torch.int64)
+        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self._vocab_size):
+            raise ValueError(
+                f"{split} must hold ids in [0, vocab_size) = [0, {self._vocab_size}), got "
+                f"ids from {int(ids.min())} to {int(ids.max())}"
+            )
+        if ids.numel() < self.seq_len + 1:
+            raise ValueError(
+                f"the {split} split has {ids.numel()} {self._unit}, fewer than seq_len + 1 = "
+                f"{self.seq_len + 1}: {self._too_short}"
+            )
+        return ids
+
+    _unit = "tokens"  # what one id stands for, in messages
+    _too_short = "use more text or a shorter seq_len"
 
     @property
     def vocab_size(self) -> int:
-        """The tokenizer's vocabulary size ``V``."""
-        return self.tokenizer.vocab_size
+        """The vocabulary size ``V`` (ids are ``0 .. V - 1``)."""
+        return self._vocab_size
 
     @property
     def input_len(self) -> int:
@@ -550,8 +568,8 @@ class TextDataset:
 
     def __repr__(self) -> str:
         return (
-            f"TextDataset(vocab_size={self.vocab_size}, seq_len={self.seq_len}, "
-            f"train={self.train.numel()} chars, test={self.test.numel()} chars)"
+            f"{type(self).__name__}(vocab_size={self.vocab_size}, seq_len={self.seq_len}, "
+            f"train={self.train.numel()} {self._unit}, test={self.test.numel()} {self._unit})"
         )
 
     def _windows(
@@ -573,7 +591,7 @@ class TextDataset:
 
         Returns:
             ``(inputs, targets)``, both ``(B, T)`` int64, ``targets[:, t] = inputs[:, t + 1]``
-            except at the end, where it is the next character of the text.
+            except at the end, where it is the next token of the sequence.
         """
         ids = self.train if _check_split(split) == "train" else self.test
         batch_size = check_int(batch_size, "batch_size")
@@ -598,6 +616,59 @@ class TextDataset:
         count = min(check_int(max_windows, "max_windows"), high)
         starts = torch.linspace(0, high - 1, count).long()  # (M,)
         return self._windows(ids, starts)
+
+
+class TextDataset(TokenDataset):
+    """Random windows of a text for next-character prediction; the text's tail is held out.
+
+    The first ``1 - test_fraction`` of the text is the training split, the rest
+    the test split (a contiguous tail, so no test window overlaps a training
+    window except at the one boundary). A window of ``seq_len + 1`` characters
+    gives ``seq_len`` inputs and the same characters shifted by one as targets:
+    every position is a prediction. (A :class:`TokenDataset` with a
+    :class:`CharTokenizer`'s ids.)
+
+    Args:
+        text: the text (non-empty).
+        seq_len: ``T``, the model's input length per window.
+        test_fraction: the fraction of the text held out, in ``(0, 1)``.
+        tokenizer: a :class:`CharTokenizer` (default: one built from ``text``).
+    """
+
+    _unit = "characters"
+    _too_short = "use a longer text, a shorter seq_len or another test_fraction"
+
+    def __init__(
+        self,
+        text: str,
+        seq_len: int,
+        test_fraction: float = 0.1,
+        tokenizer: CharTokenizer | None = None,
+    ) -> None:
+        self.tokenizer = CharTokenizer(text) if tokenizer is None else tokenizer
+        if not isinstance(self.tokenizer, CharTokenizer):
+            raise ValueError(f"tokenizer must be a CharTokenizer, got {type(tokenizer).__name__}")
+        check_int(seq_len, "seq_len")
+        if (
+            isinstance(test_fraction, bool)
+            or not isinstance(test_fraction, (int, float))
+            or not 0.0 < test_fraction < 1.0
+        ):
+            raise ValueError(f"test_fraction must be a number in (0, 1), got {test_fraction!r}")
+        ids = self.tokenizer.encode(text)  # (len(text),)
+        n_train = round(len(ids) * (1.0 - test_fraction))
+        super().__init__(ids[:n_train], ids[n_train:], seq_len, self.tokenizer.vocab_size)
+
+    @property
+    def vocab_size(self) -> int:
+        """The tokenizer's vocabulary size ``V``."""
+        return self.tokenizer.vocab_size
+
+    def __repr__(self) -> str:
+        return (
+            f"TextDataset(vocab_size={self.vocab_size}, seq_len={self.seq_len}, "
+            f"train={self.train.numel()} chars, test={self.test.numel()} chars)"
+        )
 
 
 # ----------------------------------------------------------------------------- Shakespeare

@@ -49,7 +49,6 @@ from functools import cache
 from itertools import pairwise
 from pathlib import Path
 from types import ModuleType
-from typing import Any
 
 __all__ = ["GPT2_PATTERN", "BPETokenizer"]
 
@@ -65,19 +64,23 @@ the last space before a word stays with the word); any other whitespace.
 
 @cache
 def _regex() -> ModuleType:
-    """The ``regex`` module (Unicode classes such as ``\\p{L}``, which ``re`` lacks).
+    """The third-party ``regex`` module (GPT-2's pattern needs its ``\\p{L}`` classes).
 
-    Imported on first use, so that ``import attnbook`` works, and every model
-    trains, where the package ``regex`` is missing (only the tokenizer needs it).
+    Imported on first use, so that ``import attnbook`` works where it is missing
+    (e.g. a GPU machine that trains on ids encoded elsewhere).
     """
-    import regex
-
+    try:
+        import regex
+    except ImportError as error:
+        raise ImportError(
+            "BPETokenizer needs the `regex` package (a dependency of attnbook): pip install regex"
+        ) from error
     return regex
 
 
 @cache
-def _word_pattern() -> Any:  # a compiled regex.Pattern
-    """GPT-2's pre-tokenizer, compiled once."""
+def _word_pattern() -> object:
+    """:data:`GPT2_PATTERN`, compiled once."""
     return _regex().compile(GPT2_PATTERN)
 
 
@@ -262,8 +265,8 @@ class BPETokenizer:
         # 1. Distinct words and their counts (special tokens cut out first).
         chunks = [text]
         if specials:
-            pattern = "|".join(_regex().escape(t) for t in sorted(specials, key=len, reverse=True))
-            chunks = _regex().split(pattern, text)
+            by_length = sorted(specials, key=len, reverse=True)
+            chunks = _regex().split("|".join(_regex().escape(t) for t in by_length), text)
         word_counts: Counter[str] = Counter()
         for chunk in chunks:
             word_counts.update(_word_pattern().findall(chunk))

@@ -37,7 +37,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnbook._validation import check_number
-from attnbook.data import IGNORE_INDEX, SequenceTask, TextDataset, check_task_fits, reverse_task
+from attnbook.data import (
+    IGNORE_INDEX,
+    SequenceTask,
+    TokenDataset,
+    check_task_fits,
+    reverse_task,
+)
 from attnbook.model import GPT, GPTConfig
 from attnbook.runtime import get_device, set_seed
 
@@ -236,8 +242,11 @@ def _loss(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor) -> torc
 def _check_model_data(model: object, data: object) -> None:
     if not isinstance(model, GPT):
         raise ValueError(f"model must be an attnbook.GPT, got {type(model).__name__}")
-    if not isinstance(data, (SequenceTask, TextDataset)):
-        raise ValueError(f"data must be a SequenceTask or a TextDataset, got {type(data).__name__}")
+    if not isinstance(data, (SequenceTask, TokenDataset)):
+        raise ValueError(
+            f"data must be a SequenceTask or a TokenDataset (e.g. a TextDataset), "
+            f"got {type(data).__name__}"
+        )
     check_task_fits(data, model.config)
 
 
@@ -270,7 +279,7 @@ def exact_match(
 
 
 @torch.no_grad()
-def _evaluate(model: GPT, data: SequenceTask | TextDataset, split: str, batch_size: int) -> dict:
+def _evaluate(model: GPT, data: SequenceTask | TokenDataset, split: str, batch_size: int) -> dict:
     """Mean loss over the split's evaluation data and, for tasks, exact-match."""
     inputs, targets = data.eval_data(split)  # (M, T), (M, T)
     device = next(model.parameters()).device
@@ -300,14 +309,15 @@ def _evaluate(model: GPT, data: SequenceTask | TextDataset, split: str, batch_si
 
 
 def evaluate(
-    model: GPT, data: SequenceTask | TextDataset, split: str = "test", batch_size: int = 1024
+    model: GPT, data: SequenceTask | TokenDataset, split: str = "test", batch_size: int = 1024
 ) -> dict[str, float]:
     """Held-out loss (and exact-match for a task), the numbers :func:`train` records.
 
     Args:
         model: a :class:`~attnbook.GPT` whose context fits ``data``.
         data: a :class:`~attnbook.SequenceTask` (all of ``split``) or a
-            :class:`~attnbook.TextDataset` (fixed evenly spaced windows of ``split``).
+            :class:`~attnbook.data.TokenDataset` such as a :class:`~attnbook.TextDataset`
+            (fixed evenly spaced windows of ``split``).
         split: "test" or "train".
         batch_size: sequences per forward pass.
 
@@ -326,7 +336,7 @@ def _distributed() -> tuple[int, int]:
     return 0, 1
 
 
-def train(model: GPT, data: SequenceTask | TextDataset, config: TrainConfig) -> History:
+def train(model: GPT, data: SequenceTask | TokenDataset, config: TrainConfig) -> History:
     """Train ``model`` on ``data`` for ``config.steps`` steps; return what was measured.
 
     Each step draws a random batch of training examples, computes the mean
@@ -343,7 +353,7 @@ def train(model: GPT, data: SequenceTask | TextDataset, config: TrainConfig) -> 
 
     Args:
         model: a :class:`~attnbook.GPT`; trained in place (moved to the device).
-        data: a :class:`~attnbook.SequenceTask` or :class:`~attnbook.TextDataset`
+        data: a :class:`~attnbook.SequenceTask` or :class:`~attnbook.data.TokenDataset`
             whose inputs fit the model's context.
         config: a :class:`TrainConfig`.
 

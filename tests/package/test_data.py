@@ -226,6 +226,42 @@ def test_text_dataset_bad_input() -> None:
         TextDataset("abcdefgh" * 10, seq_len=20, test_fraction=0.1)  # 8 test characters
 
 
+def test_token_dataset_windows_of_any_ids() -> None:
+    from attnbook.data import TokenDataset
+
+    train_ids = torch.arange(100) % 7  # (N,)
+    ds = TokenDataset(train_ids, [6, 5, 4, 3, 2, 1, 0] * 3, seq_len=8, vocab_size=7)
+    assert ds.vocab_size == 7
+    assert ds.input_len == 8
+    assert repr(ds) == "TokenDataset(vocab_size=7, seq_len=8, train=100 tokens, test=21 tokens)"
+    x, y = ds.batch("train", 5, torch.Generator().manual_seed(0))
+    assert x.shape == y.shape == (5, 8)
+    assert torch.equal(x[:, 1:], y[:, :-1])
+    assert torch.equal((x[:, 1:] - x[:, :-1]) % 7, torch.ones(5, 7, dtype=torch.int64))
+    ex, ey = ds.eval_data("test")
+    assert ex.shape == (21 - 8, 8)  # every start position, fewer than max_windows
+    assert torch.equal(ex[0], torch.tensor([6, 5, 4, 3, 2, 1, 0, 6]))
+    assert torch.equal(ey[0], torch.tensor([5, 4, 3, 2, 1, 0, 6, 5]))
+    # a TextDataset is a TokenDataset of a CharTokenizer's ids; train() accepts either
+    assert isinstance(TextDataset(grammar_corpus(50), seq_len=8), TokenDataset)
+
+
+def test_token_dataset_bad_input() -> None:
+    from attnbook.data import TokenDataset
+
+    good = list(range(10))
+    with pytest.raises(ValueError, match="vocab_size"):
+        TokenDataset(good, good, seq_len=4, vocab_size=0)
+    with pytest.raises(ValueError, match=r"train must hold ids in \[0, vocab_size\)"):
+        TokenDataset(good, good, seq_len=4, vocab_size=5)
+    with pytest.raises(ValueError, match="test must be a 1-D integer tensor"):
+        TokenDataset(good, torch.zeros(3, 4, dtype=torch.int64), seq_len=4, vocab_size=10)
+    with pytest.raises(ValueError, match="test must be a 1-D integer tensor"):
+        TokenDataset(good, torch.rand(20), seq_len=4, vocab_size=10)
+    with pytest.raises(ValueError, match="the test split has 3 tokens"):
+        TokenDataset(good, [1, 2, 3], seq_len=4, vocab_size=10)
+
+
 # ------------------------------------------------------------ the grammar's exact statistics
 
 

@@ -321,3 +321,19 @@ def test_encode_rejects_what_is_not_text(tokenizer: BPETokenizer) -> None:
 def test_decode_rejects_bad_ids(tokenizer: BPETokenizer, ids: object) -> None:
     with pytest.raises(ValueError, match="ids"):
         tokenizer.decode(ids)  # type: ignore[arg-type]
+
+
+def test_the_package_imports_without_regex_and_the_tokenizer_says_what_it_needs() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['regex'] = None\n"  # as if regex were not installed
+        "import attnbook\n"
+        "try:\n"
+        "    attnbook.BPETokenizer.train('some text', 260)\n"
+        "except ImportError as error:\n"
+        "    print(error)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "BPETokenizer needs the `regex` package" in out.stdout

@@ -24,6 +24,7 @@ from attnbook.exercises.efficient import (
     check_sliding_window_mask,
 )
 from attnbook.exercises.interpret import check_attention_rollout, check_head_entropy
+from attnbook.exercises.language_model import check_bpe_merge, check_rms_norm
 from attnbook.exercises.lookup import check_hard_lookup, check_soft_lookup
 from attnbook.exercises.masking import (
     check_causal_mask,
@@ -46,6 +47,7 @@ __all__ = [
     "check_answer_loss",
     "check_apply_rope",
     "check_attention_rollout",
+    "check_bpe_merge",
     "check_causal_mask",
     "check_cosine_similarity",
     "check_cross_attention",
@@ -62,6 +64,7 @@ __all__ = [
     "check_online_softmax_update",
     "check_padding_mask",
     "check_pre_ln_block",
+    "check_rms_norm",
     "check_scaled_dot_product_attention",
     "check_score_matrix",
     "check_self_attention",

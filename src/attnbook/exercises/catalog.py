@@ -96,6 +96,11 @@ CHAPTERS: tuple[ChapterExercises, ...] = (
         (("lr_schedule", "ex-ch10-lr"), ("answer_loss", "ex-ch10-answer-loss")),
     ),
     ChapterExercises(
+        "11_language_model",
+        "A language model on real text",
+        (("rms_norm", "ex-ch11-rmsnorm"), ("bpe_merge", "ex-ch11-bpe-merge")),
+    ),
+    ChapterExercises(
         "13_inside_attention",
         "Looking inside attention",
         (("head_entropy", "ex-ch13-entropy"), ("attention_rollout", "ex-ch13-rollout")),

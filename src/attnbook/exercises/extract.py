@@ -98,6 +98,8 @@ LIBRARY_EQUIVALENTS: dict[str, frozenset[str]] = {
     "online_softmax_update": _ATTENTION | {"online_softmax_update", "tiled_attention"},
     "sliding_window_mask": frozenset({"sliding_window_mask"}),
     "kv_cache_bytes": frozenset({"kv_cache_bytes", "KVCache"}),
+    "rms_norm": frozenset({"rms_norm", "RMSNorm", "layer_norm", "LayerNorm", "normalize"}),
+    "bpe_merge": frozenset({"bpe_merge", "_merge_pair", "BPETokenizer"}),
 }
 
 _BANNED_MODULES = frozenset(

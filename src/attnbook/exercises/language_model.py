@@ -1,0 +1,284 @@
+"""Checkers for the exercises of chapter 11 (a language model on real text).
+
+Two exercises, each with the typical wrong answers it recognises and names:
+
+- ``check_rms_norm``: RMSNorm, Llama's normalisation (:class:`attnbook.RMSNorm`):
+  ``x / sqrt(mean(x**2) + eps) * weight`` over the last axis (the mean
+  subtracted as in LayerNorm, eps outside the square root, the standard
+  deviation instead of the root mean square, the gain forgotten, the wrong
+  axis, ...);
+- ``check_bpe_merge``: one merge of byte-pair encoding, every occurrence of a
+  pair of ids replaced by a new id, left to right, never overlapping (only the
+  first occurrence, overlapping occurrences, the pair in the wrong order, ...).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+
+from attnbook.exercises._framework import Case, Mistake, Verdict, run_cases
+
+__all__ = ["check_bpe_merge", "check_rms_norm"]
+
+
+# ------------------------------------------------------------------ RMSNorm
+
+
+def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """The reference, as :class:`attnbook.RMSNorm`: divide by the root mean square, scale."""
+    rms = torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps)  # (..., 1)
+    return x / rms * weight  # (..., D)
+
+
+def _mean_subtracted(x, weight, eps):
+    """LayerNorm without its bias: the mean is subtracted first."""
+    centred = x - x.mean(dim=-1, keepdim=True)
+    return centred / torch.sqrt(centred.pow(2).mean(dim=-1, keepdim=True) + eps) * weight
+
+
+def _eps_outside(x, weight, eps):
+    return x / (torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True)) + eps) * weight
+
+
+def _unbiased_std(x, weight, eps):
+    """The standard deviation (mean subtracted, divided by D - 1), not the root mean square."""
+    return x / torch.sqrt(x.var(dim=-1, keepdim=True) + eps) * weight
+
+
+def _no_weight(x, weight, eps):
+    return x / torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps)
+
+
+def _first_axis(x, weight, eps):
+    return x / torch.sqrt(x.pow(2).mean(dim=0, keepdim=True) + eps) * weight
+
+
+def _no_square_root(x, weight, eps):
+    return x / (x.pow(2).mean(dim=-1, keepdim=True) + eps) * weight
+
+
+def _sum_not_mean(x, weight, eps):
+    return x / torch.sqrt(x.pow(2).sum(dim=-1, keepdim=True) + eps) * weight
+
+
+def _norm_args(seed: int, shape: tuple[int, ...], scale: float, eps: float) -> tuple:
+    g = torch.Generator().manual_seed(seed)
+    x = scale * torch.randn(*shape, generator=g, dtype=torch.float64) + 0.5 * scale
+    weight = 1.0 + 0.5 * torch.randn(shape[-1], generator=g, dtype=torch.float64)
+    return x, weight, eps
+
+
+_NORM_CASES = [
+    Case(
+        "x of shape (2, 3, 8), a gain of shape (8,), eps = 1e-5",
+        lambda: _norm_args(2000, (2, 3, 8), 1.0, 1e-5),
+        "Over the last axis: the mean of x**2, plus eps, its square root; divide x by it "
+        "and multiply by weight.",
+    ),
+    Case(
+        "tiny vectors (entries near 1e-3): eps matters",
+        lambda: _norm_args(2010, (4, 6), 1e-3, 1e-5),
+        "eps goes inside the square root, added to the mean of the squares.",
+    ),
+    Case(
+        "one vector of width 5, eps = 1e-6",
+        lambda: _norm_args(2020, (5,), 3.0, 1e-6),
+        "A 1-D x is one vector: normalise along its only axis, which is also the last.",
+    ),
+]
+
+_NORM_MISTAKES = [
+    Mistake(
+        "LayerNorm: the mean subtracted before dividing",
+        _mean_subtracted,
+        "RMSNorm does not centre: it divides x itself by sqrt(mean(x**2) + eps), so a "
+        "constant shift of x is not removed.",
+    ),
+    Mistake(
+        "eps added after the square root",
+        _eps_outside,
+        "Add eps to the mean of the squares, then take the square root: sqrt(mean(x**2) + eps).",
+    ),
+    Mistake(
+        "the (unbiased) standard deviation instead of the root mean square",
+        _unbiased_std,
+        "x.std() and x.var() subtract the mean and divide by D - 1; RMSNorm needs "
+        "(x**2).mean(-1), no mean subtracted.",
+    ),
+    Mistake(
+        "the gain forgotten",
+        _no_weight,
+        "Multiply the normalised vector by weight, the learned gain of each of the D entries.",
+    ),
+    Mistake(
+        "the statistics over the first axis instead of the last",
+        _first_axis,
+        "Each token's vector is normalised on its own: reduce over dim=-1 with keepdim=True.",
+    ),
+    Mistake(
+        "the mean square without its square root",
+        _no_square_root,
+        "Divide by the root of the mean square, torch.sqrt(...) (or multiply by torch.rsqrt).",
+    ),
+    Mistake(
+        "the sum of squares instead of their mean",
+        _sum_not_mean,
+        "Take the mean over the D entries, so that the result does not shrink as D grows.",
+    ),
+]
+
+
+def check_rms_norm(fn: Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]) -> Verdict:
+    """Check ``fn(x, weight, eps) -> y``: RMSNorm over the last axis, as Llama's blocks use it.
+
+    ``y = x / sqrt(mean(x**2, last axis) + eps) * weight``. Shapes: ``x``
+    ``(..., D)``, ``weight`` ``(D,)``, ``y`` like ``x``. Library normalisations
+    (``F.rms_norm``, ``nn.RMSNorm``, ``attnbook.RMSNorm``, LayerNorm) are refused.
+    """
+    return run_cases("rms_norm", fn, _rms_norm, _NORM_CASES, mistakes=_NORM_MISTAKES, rtol=1e-6)
+
+
+# ------------------------------------------------------------------ one BPE merge
+
+
+def _bpe_merge(ids: Sequence[int], pair: tuple[int, int], new_id: int) -> list[int]:
+    """The reference: left to right, a match is replaced and both its ids are consumed."""
+    out, i = [], 0
+    while i < len(ids):
+        if i + 1 < len(ids) and (ids[i], ids[i + 1]) == tuple(pair):
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(ids[i])
+            i += 1
+    return out
+
+
+def _first_only(ids, pair, new_id):
+    for i in range(len(ids) - 1):
+        if (ids[i], ids[i + 1]) == tuple(pair):
+            return [*ids[:i], new_id, *ids[i + 2 :]]
+    return list(ids)
+
+
+def _overlapping(ids, pair, new_id):
+    """Every position where the pair starts gets the new id, overlaps included (a a a -> X X)."""
+    out, i = [], 0
+    while i < len(ids):
+        if i + 1 < len(ids) and (ids[i], ids[i + 1]) == tuple(pair):
+            out.append(new_id)
+            if i + 2 < len(ids) and (ids[i + 1], ids[i + 2]) == tuple(pair):
+                i += 1  # the second id is reused by the next match
+            else:
+                i += 2
+        else:
+            out.append(ids[i])
+            i += 1
+    return out
+
+
+def _reversed_pair(ids, pair, new_id):
+    return _bpe_merge(ids, (pair[1], pair[0]), new_id)
+
+
+def _right_to_left(ids, pair, new_id):
+    return _bpe_merge(list(ids)[::-1], (pair[1], pair[0]), new_id)[::-1]
+
+
+def _kept_second(ids, pair, new_id):
+    """The new id inserted, but the pair's second id kept."""
+    out, i = [], 0
+    while i < len(ids):
+        if i + 1 < len(ids) and (ids[i], ids[i + 1]) == tuple(pair):
+            out.append(new_id)
+            i += 1
+        else:
+            out.append(ids[i])
+            i += 1
+    return out
+
+
+_MERGE_CASES = [
+    Case(
+        "the pair (104, 101) ('h', 'e') in 'the he there', new id 256",
+        lambda: (list(b"the he there"), (104, 101), 256),
+        "Walk left to right; where ids[i], ids[i + 1] is the pair, write new_id and skip both.",
+    ),
+    Case(
+        "overlapping occurrences: (97, 97) in 'aaaaa', new id 300",
+        lambda: (list(b"aaaaa"), (97, 97), 300),
+        "Occurrences do not overlap: in a a a a a the pair (a, a) is merged twice, leaving "
+        "[300, 300, 97]; an id used by a match is not reused by the next.",
+    ),
+    Case(
+        "the pair in one order only: (98, 97) in 'abab ba', new id 400",
+        lambda: (list(b"abab ba"), (98, 97), 400),
+        "A pair is ordered: (b, a) matches b followed by a, not a followed by b.",
+    ),
+    Case(
+        "no occurrence, and a list of one id",
+        lambda: ([5], (5, 5), 500),
+        "When the pair does not occur, the ids come back unchanged.",
+    ),
+]
+
+_MERGE_MISTAKES = [
+    Mistake(
+        "only the first occurrence merged",
+        _first_only,
+        "A merge replaces every occurrence of the pair, not just the first: keep walking "
+        "after a match.",
+    ),
+    Mistake(
+        "overlapping occurrences both merged",
+        _overlapping,
+        "After a match, skip both of its ids (i += 2): in a a a the pair (a, a) occurs once, "
+        "not twice.",
+    ),
+    Mistake(
+        "the pair matched in the wrong order",
+        _reversed_pair,
+        "pair = (left, right): match ids[i] == left and ids[i + 1] == right.",
+    ),
+    Mistake(
+        "occurrences taken right to left",
+        _right_to_left,
+        "Walk from the left, as the tokenizer does: in a a a the first two a's merge.",
+    ),
+    Mistake(
+        "the pair's second id kept after the new id",
+        _kept_second,
+        "The new id replaces both ids of the pair: after a match, move past both (i += 2).",
+    ),
+]
+
+
+def _as_list(fn: Callable) -> Callable:
+    """Call ``fn`` and hand its result to the comparison as a list of ints (or as it is)."""
+
+    def merged(ids, pair, new_id):
+        result = fn(ids, pair, new_id)
+        if isinstance(result, (list, tuple)) and all(isinstance(i, int) for i in result):
+            return torch.tensor(list(result), dtype=torch.int64)
+        return result
+
+    return merged
+
+
+def check_bpe_merge(fn: Callable[[list[int], tuple[int, int], int], list[int]]) -> Verdict:
+    """Check ``fn(ids, pair, new_id) -> ids``: one merge step of byte-pair encoding.
+
+    ``ids`` is a list of ints, ``pair`` a tuple ``(left, right)``; the result is
+    a new list in which every occurrence of ``left`` directly followed by
+    ``right`` is replaced by ``new_id``, scanning from the left, occurrences
+    never overlapping (``[a, a, a]`` with pair ``(a, a)`` gives ``[new_id, a]``).
+    This is the step that :meth:`attnbook.BPETokenizer.train` repeats for each
+    merge it learns and that encoding replays.
+    """
+    if not callable(fn):
+        return run_cases("bpe_merge", fn, _as_list(_bpe_merge), _MERGE_CASES)
+    return run_cases(
+        "bpe_merge", _as_list(fn), _as_list(_bpe_merge), _MERGE_CASES, mistakes=_MERGE_MISTAKES
+    )
