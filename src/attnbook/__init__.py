@@ -25,8 +25,12 @@ is in its docstring):
 - :mod:`attnbook.model`: the decoder-only model ``GPT``
 - :mod:`attnbook.generation`: ``KVCache``, sampling, prefill / decode / generate
 - :mod:`attnbook.encoder_decoder`: ``EncoderDecoder``, the original architecture
+  (greedy and beam-search ``generate``, ``attention_weights``)
+- :mod:`attnbook.rnn`: GRU encoder-decoders without attention (the bottleneck) and
+  with additive (Bahdanau) or dot-product (Luong) attention
 - :mod:`attnbook.data`: generated training data: reverse, sort and associative-recall
-  tasks with held-out splits; character-level text and the default grammar corpus
+  tasks with held-out splits; character-level text and the default grammar corpus;
+  a translation task with true word alignments (``translation_task``)
 - :mod:`attnbook.training`: the training loop (AdamW, warmup + cosine, evaluation);
   ``python -m attnbook train ...`` (:mod:`attnbook.__main__`, not imported here) runs it
   from the command line, also data-parallel under ``torchrun``
@@ -48,11 +52,13 @@ from attnbook.data import (
     CharTokenizer,
     SequenceTask,
     TextDataset,
+    TranslationTask,
     associative_recall_task,
     grammar_corpus,
     load_text,
     reverse_task,
     sort_task,
+    translation_task,
 )
 from attnbook.efficient import linformer_attention, tiled_attention
 from attnbook.encoder_decoder import EncoderDecoder, EncoderDecoderConfig
@@ -84,6 +90,7 @@ from attnbook.positional import (
     apply_rope,
     sinusoidal_positional_encoding,
 )
+from attnbook.rnn import RNNConfig, RNNEncoderDecoder
 from attnbook.runtime import get_device, set_print_options, set_seed
 from attnbook.scores import (
     AdditiveScorer,
@@ -128,10 +135,13 @@ __all__ = [
     "History",
     "KVCache",
     "MultiHeadAttention",
+    "RNNConfig",
+    "RNNEncoderDecoder",
     "SequenceTask",
     "SingleHeadAttention",
     "TextDataset",
     "TrainConfig",
+    "TranslationTask",
     "additive_scores",
     "alibi_bias",
     "alibi_slopes",
@@ -179,4 +189,5 @@ __all__ = [
     "to_bertviz",
     "to_mha_mask",
     "train",
+    "translation_task",
 ]
