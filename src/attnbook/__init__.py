@@ -27,8 +27,12 @@ is in its docstring):
   (``GPT.from_hf``, ``GPT.from_pretrained``; imports ``transformers`` only when asked to download)
 - :mod:`attnbook.generation`: ``KVCache``, sampling, prefill / decode / generate
 - :mod:`attnbook.encoder_decoder`: ``EncoderDecoder``, the original architecture
+  (greedy and beam-search ``generate``, ``attention_weights``)
+- :mod:`attnbook.rnn`: GRU encoder-decoders without attention (the bottleneck) and
+  with additive (Bahdanau) or dot-product (Luong) attention
 - :mod:`attnbook.data`: generated training data: reverse, sort and associative-recall
-  tasks with held-out splits; character-level text and the default grammar corpus
+  tasks with held-out splits; character-level text and the default grammar corpus;
+  a translation task with true word alignments (``translation_task``)
 - :mod:`attnbook.training`: the training loop (AdamW, warmup + cosine, evaluation);
   ``python -m attnbook train ...`` (:mod:`attnbook.__main__`, not imported here) runs it
   from the command line, also data-parallel under ``torchrun``
@@ -51,11 +55,13 @@ from attnbook.data import (
     CharTokenizer,
     SequenceTask,
     TextDataset,
+    TranslationTask,
     associative_recall_task,
     grammar_corpus,
     load_text,
     reverse_task,
     sort_task,
+    translation_task,
 )
 from attnbook.efficient import linformer_attention, tiled_attention
 from attnbook.encoder_decoder import EncoderDecoder, EncoderDecoderConfig
@@ -87,6 +93,7 @@ from attnbook.positional import (
     apply_rope,
     sinusoidal_positional_encoding,
 )
+from attnbook.rnn import RNNConfig, RNNEncoderDecoder
 from attnbook.runtime import get_device, set_print_options, set_seed
 from attnbook.scores import (
     AdditiveScorer,
@@ -135,11 +142,14 @@ __all__ = [
     "KVCache",
     "MultiHeadAttention",
     "RMSNorm",
+    "RNNConfig",
+    "RNNEncoderDecoder",
     "SequenceTask",
     "SingleHeadAttention",
     "SwiGLU",
     "TextDataset",
     "TrainConfig",
+    "TranslationTask",
     "additive_scores",
     "alibi_bias",
     "alibi_slopes",
@@ -187,4 +197,5 @@ __all__ = [
     "to_bertviz",
     "to_mha_mask",
     "train",
+    "translation_task",
 ]

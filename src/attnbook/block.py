@@ -594,8 +594,11 @@ class DecoderBlock(_Block):
         context_mask: torch.Tensor | None = None,
         *,
         is_causal: bool = True,
+        need_weights: bool = False,
+        cache: Any = None,
+        context_cache: Any = None,
         validate: bool = True,
-    ) -> torch.Tensor:
+    ) -> torch.Tensor | tuple[torch.Tensor, tuple[torch.Tensor | None, torch.Tensor | None]]:
         """Run the block on a batch of target sequences and their contexts.
 
         Args:
@@ -607,10 +610,17 @@ class DecoderBlock(_Block):
                 ``(B, H, T, S)``, e.g. a source padding mask ``(B, 1, 1, S)``.
             is_causal: whether the self-attention is causal (default ``True``;
                 ``False`` only for experiments).
+            need_weights: also return the weights of both attentions.
+            cache: the self-attention's key-value cache during generation, as in
+                :meth:`EncoderBlock.forward` (``x`` then holds only the new positions).
+            context_cache: a slot (attributes ``key``, ``value``) for the
+                cross-attention's keys and values: filled from ``context`` when
+                empty, and then reused: the context is projected once per source.
             validate: ``False`` skips the input checks (a model has checked its own).
 
         Returns:
-            Tensor of shape ``(B, T, D)``.
+            Tensor of shape ``(B, T, D)``; with ``need_weights=True`` the pair
+            ``(output, (self_weights (B, H, T, T_all), cross_weights (B, H, T, S)))``.
         """
         if validate:
             x = _check_sequence(x, "x", self.d_model, "(B, T, d_model)")
@@ -621,15 +631,27 @@ class DecoderBlock(_Block):
                     f"got {shape_str(context)} for x {shape_str(x)}"
                 )
         h = self.norm1(x) if self.norm_first else x  # (B, T, D)
-        update, _ = self.self_attn(h, h, h, mask, is_causal=is_causal, validate=validate)
+        update, self_weights = self.self_attn(
+            h, h, h, mask, need_weights, is_causal=is_causal, cache=cache, validate=validate
+        )
         x = self._residual(x, update, self.norm1)  # (B, T, D)
         h = self.norm2(x) if self.norm_first else x  # queries from the target ...
-        update, _ = self.cross_attn(
-            h, context, context, context_mask, validate=validate
+        if context_cache is not None and context_cache.key is not None:
+            context = context[:, :0]  # (B, 0, D): nothing new, the cached keys are all of them
+        fresh = context_cache is None or context.shape[1] > 0  # a cached context is not checked
+        update, cross_weights = self.cross_attn(
+            h,
+            context,
+            context,
+            context_mask,
+            need_weights,
+            cache=context_cache,
+            validate=validate and fresh,
         )  # ... keys and values from the context: (B, T, D)
         x = self._residual(x, update, self.norm2)
         h = self.norm3(x) if self.norm_first else x
-        return self._residual(x, self.ffn(h, validate=False), self.norm3)  # (B, T, D)
+        x = self._residual(x, self.ffn(h, validate=False), self.norm3)  # (B, T, D)
+        return (x, (self_weights, cross_weights)) if need_weights else x
 
     def to_torch(self) -> nn.TransformerDecoderLayer:
         """A ``torch.nn.TransformerDecoderLayer`` holding copies of this block's weights.

@@ -42,6 +42,7 @@ Shape legend used in this module:
 from __future__ import annotations
 
 import math
+import random
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,6 +59,8 @@ __all__ = [
     "SequenceTask",
     "TextDataset",
     "TokenDataset",
+    "TranslationSplit",
+    "TranslationTask",
     "associative_recall_task",
     "check_task_fits",
     "grammar_corpus",
@@ -66,6 +69,7 @@ __all__ = [
     "parse_sentence",
     "reverse_task",
     "sort_task",
+    "translation_task",
 ]
 
 IGNORE_INDEX = -100  # target value that F.cross_entropy skips (its default ignore_index)
@@ -1118,3 +1122,344 @@ def grammar_entropy() -> GrammarEntropy:
     length += 1 + _P_TRANSITIVE * (tv + 1 + np_len) + (1 - _P_TRANSITIVE) * iv
     length += sum(map(len, _ADVERBS)) / len(_ADVERBS) + len(".\n")
     return GrammarEntropy(h, length)
+
+
+# ----------------------------------------------------------------------------------------
+# A translation task with known word alignments (chapter 12).
+#
+# The source is English-like; the target is a small invented language. A clause
+#     the [ADJ ...] NOUN  VERB  [the [ADJ ...] NOUN]  [ADVERB]
+# becomes
+#     NOUN [ADJ ...]  [NOUN [ADJ ...]]  [ADVERB]  VERB
+# (adjectives after their noun, the verb last, "the" unspoken); clauses are joined by
+# "and". Two nouns become two target words (one-to-many), two-word verbs become one
+# (many-to-one). The generator records which source words each target word comes from.
+
+_T_NOUNS = {  # source noun -> target words (one or two)
+    "cat": ("miro",),
+    "dog": ("baku",),
+    "bird": ("tsip",),
+    "child": ("nena",),
+    "horse": ("hipa",),
+    "farmer": ("gorun",),
+    "teacher": ("lek", "sanu"),  # one source word, two target words
+    "doctor": ("medi", "sanu"),
+}
+_T_ADJECTIVES = {
+    "big": "gran",
+    "small": "piku",
+    "red": "roja",
+    "old": "vetu",
+    "happy": "feli",
+    "quiet": "sila",
+}
+_T_TRANSITIVE = {  # source verb (one or two words) -> one target word
+    ("sees",): "vidas",
+    ("likes",): "amas",
+    ("helps",): "jutas",
+    ("follows",): "sekas",
+    ("looks", "at"): "rigas",  # two source words, one target word
+    ("waits", "for"): "atendas",
+    ("laughs", "at"): "ridas",
+}
+_T_INTRANSITIVE = {("sleeps",): "dormas", ("runs",): "kuras", ("sings",): "kantas"}
+_T_ADVERBS = {"today": "odie", "again": "ree", "slowly": "lente"}
+_T_SPECIALS = ("<pad>", "<bos>", "<eos>")  # ids 0, 1, 2 on both sides
+TRANSLATION_SPLITS = ("train", "test", "test_long")
+_NOUN_LIST, _ADJ_LIST, _ADVERB_LIST = list(_T_NOUNS), list(_T_ADJECTIVES), list(_T_ADVERBS)
+
+
+def _translation_vocabularies() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    src = {"the", "and", *_T_NOUNS, *_T_ADJECTIVES, *_T_ADVERBS}
+    src |= {w for verb in (*_T_TRANSITIVE, *_T_INTRANSITIVE) for w in verb}
+    tgt = {"e", *(w for ws in _T_NOUNS.values() for w in ws), *_T_ADJECTIVES.values()}
+    tgt |= {*_T_TRANSITIVE.values(), *_T_INTRANSITIVE.values(), *_T_ADVERBS.values()}
+    return _T_SPECIALS + tuple(sorted(src)), _T_SPECIALS + tuple(sorted(tgt))
+
+
+def _t_noun_phrase(
+    rng: random.Random, max_adjectives: int
+) -> tuple[list[str], list[str], list[int]]:
+    """Source words, target words, and for each target word its source word's index."""
+    adjectives = rng.sample(_ADJ_LIST, rng.randint(0, max_adjectives))  # distinct
+    noun = rng.choice(_NOUN_LIST)
+    src = ["the", *adjectives, noun]
+    tgt = [*_T_NOUNS[noun], *(_T_ADJECTIVES[a] for a in adjectives)]  # noun first
+    n_adj = len(adjectives)
+    align = [n_adj + 1] * len(_T_NOUNS[noun]) + [1 + i for i in range(n_adj)]
+    return src, tgt, align
+
+
+def _t_clause(rng: random.Random) -> tuple[list[str], list[str], list[tuple[int, ...]]]:
+    """One clause: source words, target words, each target word's source positions."""
+    subj_src, subj_tgt, subj_align = _t_noun_phrase(rng, 2)
+    src, tgt = list(subj_src), list(subj_tgt)
+    align: list[tuple[int, ...]] = [(i,) for i in subj_align]
+    transitive = bool(rng.random() < 0.6)
+    verbs = list(_T_TRANSITIVE if transitive else _T_INTRANSITIVE)
+    verb = rng.choice(verbs)
+    verb_at = tuple(range(len(src), len(src) + len(verb)))
+    src += list(verb)
+    if transitive:
+        obj_src, obj_tgt, obj_align = _t_noun_phrase(rng, 2)
+        align += [(len(src) + i,) for i in obj_align]
+        src += obj_src
+        tgt += obj_tgt
+    if rng.random() < 0.3:
+        adverb = rng.choice(_ADVERB_LIST)
+        align.append((len(src),))
+        src.append(adverb)
+        tgt.append(_T_ADVERBS[adverb])
+    tgt.append((_T_TRANSITIVE if transitive else _T_INTRANSITIVE)[verb])  # the verb last
+    align.append(verb_at)
+    return src, tgt, align
+
+
+def _t_sentence(
+    rng: random.Random, n_clauses: int
+) -> tuple[list[str], list[str], list[tuple[int, ...]]]:
+    """A random sentence of ``n_clauses`` clauses, its translation and its word alignment."""
+    src: list[str] = []
+    tgt: list[str] = []
+    align: list[tuple[int, ...]] = []
+    for k in range(n_clauses):
+        if k:
+            align.append((len(src),))
+            src.append("and")
+            tgt.append("e")
+        c_src, c_tgt, c_align = _t_clause(rng)
+        align += [tuple(len(src) + i for i in a) for a in c_align]
+        src += c_src
+        tgt += c_tgt
+    return src, tgt, align
+
+
+@dataclass(frozen=True)
+class TranslationSplit:
+    """One split of a :class:`TranslationTask`: padded token ids and the true alignment.
+
+    Row ``n`` of ``src`` holds the source words then padding (id 0); row ``n``
+    of ``tgt`` holds ``<bos>``, the target words, ``<eos>``, then padding.
+    ``alignment[n, t, s]`` is ``True`` when target token ``tgt[n, t]`` comes
+    from source word ``s`` (rows of ``<bos>``, ``<eos>`` and padding are all ``False``).
+    """
+
+    src: torch.Tensor  # (N, S) int64, source word ids, padded with 0
+    tgt: torch.Tensor  # (N, T) int64, <bos> target words <eos>, padded with 0
+    alignment: torch.Tensor  # (N, T, S) bool, target token t <- source word s
+
+    @property
+    def src_mask(self) -> torch.Tensor:
+        """``(N, S)`` bool, ``True`` at real source words (the padding mask)."""
+        return self.src != 0
+
+    @property
+    def tgt_mask(self) -> torch.Tensor:
+        """``(N, T)`` bool, ``True`` at real target tokens (``<bos>`` and ``<eos>`` included)."""
+        return self.tgt != 0
+
+    @property
+    def src_lengths(self) -> torch.Tensor:
+        """``(N,)`` int64, the number of source words of each example."""
+        return self.src_mask.sum(1)
+
+    def alignments(self) -> list[list[tuple[int, ...]]]:
+        """For each example, for each target *word* (``<bos>``/``<eos>`` left out), its source positions."""
+        out = []
+        for n in range(self.tgt.shape[0]):
+            n_words = int(self.tgt_mask[n].sum()) - 2
+            rows = self.alignment[n, 1 : 1 + n_words]  # (n_words, S)
+            out.append([tuple(int(s) for s in row.nonzero()[:, 0]) for row in rows])
+        return out
+
+
+@dataclass(frozen=True)
+class TranslationTask:
+    """A synthetic translation task with word alignments: three splits, two vocabularies.
+
+    Build one with :func:`translation_task`. ``train`` and ``test`` hold
+    sentences of at most ``max_train_len`` source words (no sentence in both);
+    ``test_long`` holds sentences longer than any in ``train``. Ids 0, 1, 2
+    are ``<pad>``, ``<bos>``, ``<eos>`` in both vocabularies.
+    """
+
+    src_vocab: tuple[str, ...]  # id -> source word
+    tgt_vocab: tuple[str, ...]  # id -> target word
+    max_train_len: int  # the longest source sentence of train (and test), in words
+    train: TranslationSplit
+    test: TranslationSplit  # held out, lengths as in train
+    test_long: TranslationSplit  # held out, every sentence longer than max_train_len
+
+    pad_id = 0
+    bos_id = 1
+    eos_id = 2
+
+    @property
+    def src_vocab_size(self) -> int:
+        """``V_src``, the number of source ids."""
+        return len(self.src_vocab)
+
+    @property
+    def tgt_vocab_size(self) -> int:
+        """``V_tgt``, the number of target ids."""
+        return len(self.tgt_vocab)
+
+    @property
+    def input_len(self) -> int:
+        """The longest source or target sequence of any split: the context a model needs."""
+        splits = (self.train, self.test, self.test_long)
+        return max(max(s.src.shape[1], s.tgt.shape[1]) for s in splits)
+
+    def split(self, split: str) -> TranslationSplit:
+        """The split named ``split``: "train", "test" or "test_long"."""
+        if split not in TRANSLATION_SPLITS:
+            raise ValueError(f"split must be one of {TRANSLATION_SPLITS}, got {split!r}")
+        return getattr(self, split)
+
+    def inputs_targets(
+        self, src: torch.Tensor, tgt: torch.Tensor
+    ) -> tuple[tuple[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
+        """Teacher forcing: ``((src, tgt[:, :-1], src_mask), targets)``, targets ``tgt[:, 1:]``.
+
+        The decoder reads ``<bos> w1 ... wn`` and must predict ``w1 ... wn <eos>``;
+        padding targets are ``IGNORE_INDEX``. Columns that are padding in every
+        row are cut off first.
+
+        Args:
+            src: ``(B, S)`` int64 rows of a split's ``src``.
+            tgt: ``(B, T)`` int64, the same rows of its ``tgt``.
+
+        Returns:
+            ``((src (B, S'), tgt_in (B, T' - 1), src_mask (B, S')), targets (B, T' - 1))``.
+        """
+        for x, name in ((src, "src"), (tgt, "tgt")):
+            if not isinstance(x, torch.Tensor) or x.dtype != torch.int64 or x.ndim != 2:
+                raise ValueError(f"{name} must be an int64 tensor of shape (B, L), got {x!r:.80}")
+        if src.shape[0] != tgt.shape[0]:
+            raise ValueError(
+                f"src and tgt must have the same batch size, got {tuple(src.shape)} and "
+                f"{tuple(tgt.shape)}"
+            )
+        src = src[:, : max(1, int((src != 0).sum(1).max()))]  # (B, S')
+        tgt = tgt[:, : max(2, int((tgt != 0).sum(1).max()))]  # (B, T')
+        targets = tgt[:, 1:].masked_fill(tgt[:, 1:] == 0, IGNORE_INDEX)  # (B, T' - 1)
+        return (src, tgt[:, :-1], src != 0), targets
+
+    def batch(
+        self, split: str, batch_size: int, generator: torch.Generator | None = None
+    ) -> tuple[tuple[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
+        """A random batch of ``split`` (drawn with replacement), as :meth:`inputs_targets`."""
+        rows = self.split(split)
+        batch_size = check_int(batch_size, "batch_size")
+        n = rows.src.shape[0]
+        pick = torch.randint(0, n, (batch_size,), generator=_check_generator(generator))
+        return self.inputs_targets(rows.src[pick], rows.tgt[pick])
+
+    def eval_data(
+        self, split: str = "test"
+    ) -> tuple[tuple[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
+        """Every example of ``split`` as :meth:`inputs_targets` gives them: held-out evaluation."""
+        rows = self.split(split)
+        return self.inputs_targets(rows.src, rows.tgt)
+
+    def decode(self, ids: torch.Tensor | list[int], side: str = "tgt") -> str:
+        """The words of token ids ``(L,)`` of ``side`` ("src" or "tgt"), padding left out."""
+        if side not in ("src", "tgt"):
+            raise ValueError(f"side must be 'src' or 'tgt', got {side!r}")
+        vocab = self.src_vocab if side == "src" else self.tgt_vocab
+        if isinstance(ids, torch.Tensor):
+            ids = ids.tolist()
+        return " ".join(vocab[i] for i in ids if i != self.pad_id)
+
+
+def _tensorize(
+    sentences: list[tuple[list[str], list[str], list[tuple[int, ...]]]],
+    src_ids: dict[str, int],
+    tgt_ids: dict[str, int],
+) -> TranslationSplit:
+    n = len(sentences)
+    S = max(len(s[0]) for s in sentences)
+    T = max(len(s[1]) for s in sentences) + 2
+    src = np.zeros((n, S), dtype=np.int64)
+    tgt = np.zeros((n, T), dtype=np.int64)
+    alignment = np.zeros((n, T, S), dtype=bool)
+    for i, (s_words, t_words, align) in enumerate(sentences):
+        src[i, : len(s_words)] = [src_ids[w] for w in s_words]
+        tgt[i, : len(t_words) + 2] = [1, *(tgt_ids[w] for w in t_words), 2]  # <bos> words <eos>
+        for t, positions in enumerate(align):
+            alignment[i, 1 + t, list(positions)] = True  # target token 1 + t (after <bos>)
+    return TranslationSplit(
+        torch.from_numpy(src), torch.from_numpy(tgt), torch.from_numpy(alignment)
+    )
+
+
+def translation_task(
+    n_train: int = 20000,
+    n_test: int = 1000,
+    n_test_long: int = 1000,
+    max_train_len: int = 12,
+    max_len: int = 20,
+    seed: int = 0,
+) -> TranslationTask:
+    """A small translation task generated by code, with the true word alignment of every example.
+
+    The source is English-like ("the big dog sees the small cat today"); the
+    target is an invented language with its own words, adjectives after
+    their noun and the verb at the end of its clause ("baku gran miro piku
+    odie vidas"), so alignments cross. "teacher" and "doctor" become two
+    target words each (one-to-many), the two-word verbs "looks at", "waits for"
+    and "laughs at" one each (many-to-one), "the" has no translation, and
+    clauses are joined by "and" ("e"). Sentences have one to three clauses.
+
+    ``train`` and ``test`` have 3 to ``max_train_len`` source words and share
+    no sentence; ``test_long`` has ``max_train_len + 1`` to ``max_len``: longer
+    than anything seen in training.
+
+    Args:
+        n_train: number of training sentences ``N``.
+        n_test: number of held-out sentences of the training lengths.
+        n_test_long: number of held-out longer sentences.
+        max_train_len: the longest source sentence of ``train`` and ``test``, in words (>= 3).
+        max_len: the longest source sentence of ``test_long`` (> ``max_train_len``).
+        seed: the generator's seed (same seed, same task).
+
+    Returns:
+        A :class:`TranslationTask`.
+    """
+    n_train, n_test = check_int(n_train, "n_train"), check_int(n_test, "n_test")
+    n_test_long = check_int(n_test_long, "n_test_long")
+    max_train_len = check_int(max_train_len, "max_train_len", minimum=3)
+    max_len = check_int(max_len, "max_len", minimum=max_train_len + 1)
+    if max_len > 40:
+        raise ValueError(f"max_len must be at most 40 (three clauses), got {max_len}")
+    rng = random.Random(check_int(seed, "seed", minimum=0))
+    src_vocab, tgt_vocab = _translation_vocabularies()
+    src_ids = {w: i for i, w in enumerate(src_vocab)}
+    tgt_ids = {w: i for i, w in enumerate(tgt_vocab)}
+    short: dict[tuple[str, ...], tuple] = {}
+    long: dict[tuple[str, ...], tuple] = {}
+    n_short, draws = n_train + n_test, 0
+    while len(short) < n_short or len(long) < n_test_long:
+        draws += 1
+        if draws > 50 * (n_short + n_test_long) + 10000:
+            raise ValueError(
+                f"could not draw {n_short} distinct sentences of at most {max_train_len} words "
+                f"and {n_test_long} of {max_train_len + 1} to {max_len}: ask for fewer"
+            )
+        # one to three clauses; once the long sentences are in, one or two (short ones)
+        sentence = _t_sentence(rng, rng.randint(1, 2 if len(long) == n_test_long else 3))
+        key, length = tuple(sentence[0]), len(sentence[0])
+        if length <= max_train_len and len(short) < n_short:
+            short.setdefault(key, sentence)
+        elif max_train_len < length <= max_len and len(long) < n_test_long:
+            long.setdefault(key, sentence)
+    ordered = list(short.values())
+    rng.shuffle(ordered)  # test first, then train
+    return TranslationTask(
+        src_vocab=src_vocab,
+        tgt_vocab=tgt_vocab,
+        max_train_len=max_train_len,
+        train=_tensorize(ordered[n_test:], src_ids, tgt_ids),
+        test=_tensorize(ordered[:n_test], src_ids, tgt_ids),
+        test_long=_tensorize(list(long.values()), src_ids, tgt_ids),
+    )

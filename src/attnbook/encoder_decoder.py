@@ -6,9 +6,15 @@ of :class:`~attnbook.block.EncoderBlock` reads the source, a decoder of
 encoder's output through cross-attention. Inputs are checked once, at the
 model's boundary; the blocks then run with ``validate=False``.
 
+Chapter 12 (``chapters/12_translation.ipynb``) trains it on a translation task:
+padding masks on both sides, :meth:`EncoderDecoder.generate` (greedy and beam
+search, with the decoder's keys and values cached and the source's projected
+once), and :meth:`EncoderDecoder.attention_weights` to read the alignment it learned.
+
 Shape legend used in this module:
     ``B`` batch, ``S`` source positions, ``T`` target positions, ``D`` =
-    ``d_model``, ``V_src`` / ``V_tgt`` the two vocabulary sizes.
+    ``d_model``, ``V_src`` / ``V_tgt`` the two vocabulary sizes, ``H`` heads,
+    ``K`` beams, ``L`` decoder layers.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from torch import nn
 
 from attnbook._validation import check_int, check_token_ids, shape_str
 from attnbook.block import DecoderBlock, EncoderBlock
+from attnbook.generation import KVCache
 from attnbook.model import check_model_widths, init_gpt2
 from attnbook.positional import sinusoidal_positional_encoding
 
@@ -107,21 +114,45 @@ class EncoderDecoder(nn.Module):
         """The number of trainable scalar parameters (the tied head counted once)."""
         return sum(p.numel() for p in self.parameters())
 
-    def _embed(self, idx: torch.Tensor, table: nn.Embedding) -> torch.Tensor:
-        pe = self.pos_table[: idx.shape[1]].to(table.weight.dtype)  # (T, D)
+    def _embed(self, idx: torch.Tensor, table: nn.Embedding, start: int = 0) -> torch.Tensor:
+        pe = self.pos_table[start : start + idx.shape[1]].to(table.weight.dtype)  # (T, D)
         x = table(idx) * self.embed_scale + pe  # (B, T, D), scaled as SinusoidalPositions explains
         return self.dropout(x) if self.training and self.config.dropout > 0 else x
 
-    def _check_src_mask(self, src_mask: object, src: torch.Tensor) -> None:
+    def _check_src_mask(
+        self, src_mask: object, src: torch.Tensor, name: str = "src_mask", legend: str = "(B, S)"
+    ) -> None:
         if src_mask is None:
             return
         if not isinstance(src_mask, torch.Tensor) or src_mask.dtype != torch.bool:
-            raise ValueError("src_mask must be a boolean tensor of shape (B, S), True = real token")
+            raise ValueError(
+                f"{name} must be a boolean tensor of shape {legend}, True = real token"
+            )
         if src_mask.shape != src.shape:
             raise ValueError(
-                f"src_mask must have shape (B, S) = {shape_str(src)} like src, "
-                f"got {shape_str(src_mask)}"
+                f"{name} must have shape {legend} = {shape_str(src)} like "
+                f"{name.split('_')[0]}, got {shape_str(src_mask)}"
             )
+
+    def _check_pair(
+        self,
+        src: object,
+        tgt: object,
+        src_mask: object,
+        tgt_mask: object,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The boundary checks of a (source, target) batch; returns ``(src, tgt)``."""
+        c = self.config
+        src = check_token_ids(src, "src", c.src_vocab_size, c.context_length)
+        tgt = check_token_ids(tgt, "tgt", c.tgt_vocab_size, c.context_length)
+        if src.shape[0] != tgt.shape[0]:
+            raise ValueError(
+                f"src (B, S) and tgt (B, T) must have the same batch size B, "
+                f"got {shape_str(src)} and {shape_str(tgt)}"
+            )
+        self._check_src_mask(src_mask, src)
+        self._check_src_mask(tgt_mask, tgt, "tgt_mask", "(B, T)")
+        return src, tgt
 
     def encode(
         self, src: torch.Tensor, src_mask: torch.Tensor | None = None, *, validate: bool = True
@@ -147,32 +178,231 @@ class EncoderDecoder(nn.Module):
             x = block(x, key_mask, validate=False)  # (B, S, D)
         return self.encoder_norm(x)
 
+    def _decode(
+        self,
+        tgt: torch.Tensor,
+        context: torch.Tensor,
+        key_mask: torch.Tensor | None,
+        tgt_mask: torch.Tensor | None = None,
+        *,
+        cache: KVCache | None = None,
+        context_cache: KVCache | None = None,
+        need_weights: bool = False,
+    ) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]:
+        """The decoder (unchecked): ``(logits (B, T, V_tgt), self weights, cross weights)``.
+
+        With ``cache``, ``tgt`` holds only the new positions (after the
+        ``cache.length`` cached ones); ``context_cache`` holds each layer's
+        cross-attention keys and values, filled on the first call.
+        """
+        start = 0 if cache is None else cache.length
+        self_mask = None if tgt_mask is None else tgt_mask[:, None, None, :]  # (B, 1, 1, T)
+        x = self._embed(tgt, self.tgt_emb, start)  # (B, T, D)
+        self_weights, cross_weights = [], []
+        for i, block in enumerate(self.decoder):
+            out = block(
+                x,
+                context,
+                self_mask,
+                key_mask,
+                need_weights=need_weights,
+                cache=None if cache is None else cache.layer(i),
+                context_cache=None if context_cache is None else context_cache.layer(i),
+                validate=False,
+            )
+            if need_weights:
+                x, (w_self, w_cross) = out  # (B, T, D), (B, H, T, T), (B, H, T, S)
+                self_weights.append(w_self)
+                cross_weights.append(w_cross)
+            else:
+                x = out  # (B, T, D)
+        return self.lm_head(self.decoder_norm(x)), self_weights, cross_weights  # (B, T, V_tgt)
+
     def forward(
-        self, src: torch.Tensor, tgt: torch.Tensor, src_mask: torch.Tensor | None = None
+        self,
+        src: torch.Tensor,
+        tgt: torch.Tensor,
+        src_mask: torch.Tensor | None = None,
+        tgt_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Next-token logits of the target, given the source.
+        """Next-token logits of the target, given the source (teacher forcing).
 
         Args:
             src: source token ids, shape ``(B, S)``, int64 in ``[0, src_vocab_size)``.
             tgt: target token ids so far, shape ``(B, T)``, int64 in ``[0, tgt_vocab_size)``.
             src_mask: optional boolean ``(B, S)``, ``True`` at real source tokens.
+            tgt_mask: optional boolean ``(B, T)``, ``True`` at real target tokens
+                (ANDed with the causal mask; with padding at the end of each row
+                it changes no real position's output, only the padded ones').
 
         Returns:
             Logits of shape ``(B, T, tgt_vocab_size)``: ``logits[b, t]`` scores
             the target token after ``tgt[b, :t + 1]``, given all of ``src[b]``.
         """
-        c = self.config
-        src = check_token_ids(src, "src", c.src_vocab_size, c.context_length)
-        tgt = check_token_ids(tgt, "tgt", c.tgt_vocab_size, c.context_length)
-        if src.shape[0] != tgt.shape[0]:
-            raise ValueError(
-                f"src (B, S) and tgt (B, T) must have the same batch size B, "
-                f"got {shape_str(src)} and {shape_str(tgt)}"
-            )
-        self._check_src_mask(src_mask, src)
+        src, tgt = self._check_pair(src, tgt, src_mask, tgt_mask)
         context = self.encode(src, src_mask, validate=False)  # (B, S, D)
         key_mask = None if src_mask is None else src_mask[:, None, None, :]  # (B, 1, 1, S)
-        x = self._embed(tgt, self.tgt_emb)  # (B, T, D)
-        for block in self.decoder:
-            x = block(x, context, None, key_mask, validate=False)  # (B, T, D)
-        return self.lm_head(self.decoder_norm(x))  # (B, T, V_tgt)
+        return self._decode(tgt, context, key_mask, tgt_mask)[0]  # (B, T, V_tgt)
+
+    @torch.no_grad()
+    def attention_weights(
+        self,
+        src: torch.Tensor,
+        tgt: torch.Tensor,
+        src_mask: torch.Tensor | None = None,
+        tgt_mask: torch.Tensor | None = None,
+    ) -> dict[str, list[torch.Tensor]]:
+        """Every attention's weights for a batch, layer by layer: what the model looked at.
+
+        Runs in ``eval()`` mode (no dropout), without gradients, and restores
+        the training mode. Row ``t`` of a decoder's weights belongs to the query
+        at target position ``t``, the one that predicts token ``t + 1``.
+
+        Args:
+            src, tgt, src_mask, tgt_mask: as for :meth:`forward`.
+
+        Returns:
+            ``{"encoder": [(B, H, S, S)] * n_encoder_layers, "decoder": [(B, H, T, T)]
+            * n_decoder_layers, "cross": [(B, H, T, S)] * n_decoder_layers}``. Every
+            cross row sums to 1 and is 0 at padded source positions.
+        """
+        src, tgt = self._check_pair(src, tgt, src_mask, tgt_mask)
+        was_training = self.training
+        self.eval()
+        try:
+            key_mask = None if src_mask is None else src_mask[:, None, None, :]  # (B, 1, 1, S)
+            x = self._embed(src, self.src_emb)  # (B, S, D)
+            encoder_weights = []
+            for block in self.encoder:
+                x, weights = block(x, key_mask, need_weights=True, validate=False)  # (B, H, S, S)
+                encoder_weights.append(weights)
+            context = self.encoder_norm(x)  # (B, S, D)
+            _, self_weights, cross_weights = self._decode(
+                tgt, context, key_mask, tgt_mask, need_weights=True
+            )
+        finally:
+            self.train(was_training)
+        return {"encoder": encoder_weights, "decoder": self_weights, "cross": cross_weights}
+
+    @torch.no_grad()
+    def generate(
+        self,
+        src: torch.Tensor,
+        max_new_tokens: int,
+        *,
+        bos_id: int,
+        eos_id: int | None = None,
+        src_mask: torch.Tensor | None = None,
+        beam_size: int = 1,
+        use_cache: bool = True,
+    ) -> torch.Tensor:
+        """Translate: write the target token by token, greedily or by beam search.
+
+        The source is encoded once. Greedy decoding (``beam_size=1``) appends
+        the most likely token at each step; beam search keeps the
+        ``beam_size`` most likely partial targets (summed log-probabilities),
+        extends each by every token, and keeps the best ``beam_size`` of those,
+        so a first word that looks worse can still win with what follows.
+        A target ends at ``eos_id`` (its score then stays fixed); decoding stops
+        when every source's best target has ended, or after ``max_new_tokens``.
+
+        With ``use_cache=True`` each layer's cross-attention keys and values
+        are computed once per source, and the decoder's self-attention keys
+        and values once per position (a :class:`~attnbook.KVCache`, reordered
+        when beams are); ``use_cache=False`` reruns the decoder over the whole
+        target at each step. Both give the same tokens (tested).
+
+        Args:
+            src: source token ids ``(B, S)``.
+            max_new_tokens: ``N >= 0`` tokens at most, ``1 + N <= context_length``.
+            bos_id: the token every target starts with, in ``[0, tgt_vocab_size)``.
+            eos_id: the token that ends a target, or ``None`` (always ``N`` tokens).
+            src_mask: optional boolean ``(B, S)``, ``True`` at real source tokens.
+            beam_size: ``K >= 1``, at most ``tgt_vocab_size``; 1 is greedy.
+            use_cache: keep keys and values between steps (faster, same tokens).
+
+        Returns:
+            Token ids ``(B, 1 + n)``, ``n <= N``: ``bos_id``, then the best
+            target of each source; after its ``eos_id`` a row repeats ``eos_id``.
+        """
+        c = self.config
+        src = check_token_ids(src, "src", c.src_vocab_size, c.context_length)
+        self._check_src_mask(src_mask, src)
+        max_new_tokens = check_int(max_new_tokens, "max_new_tokens", minimum=0)
+        if 1 + max_new_tokens > c.context_length:
+            raise ValueError(
+                f"max_new_tokens must be at most context_length - 1 = {c.context_length - 1} "
+                f"(the target has no position beyond the context), got {max_new_tokens}"
+            )
+        V = c.tgt_vocab_size
+        for value, name in ((bos_id, "bos_id"), (eos_id, "eos_id")):
+            if value is None and name == "eos_id":
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < V:
+                raise ValueError(
+                    f"{name} must be an int in [0, tgt_vocab_size) = [0, {V}), got {value!r}"
+                )
+        K = check_int(beam_size, "beam_size", minimum=1)
+        if K > V:
+            raise ValueError(f"beam_size must be at most tgt_vocab_size = {V}, got {K}")
+        if not isinstance(use_cache, bool):
+            raise ValueError(f"use_cache must be True or False, got {use_cache!r}")
+        was_training = self.training
+        self.eval()
+        try:
+            return self._search(src, src_mask, max_new_tokens, bos_id, eos_id, K, use_cache)
+        finally:
+            self.train(was_training)
+
+    def _search(
+        self,
+        src: torch.Tensor,
+        src_mask: torch.Tensor | None,
+        max_new_tokens: int,
+        bos_id: int,
+        eos_id: int | None,
+        K: int,
+        use_cache: bool,
+    ) -> torch.Tensor:
+        """Beam search (greedy when ``K = 1``) over checked inputs; see :meth:`generate`."""
+        B = src.shape[0]
+        out = torch.full((B, 1), bos_id, dtype=torch.int64, device=src.device)  # (B, 1)
+        if max_new_tokens == 0:
+            return out
+        context = self.encode(src, src_mask, validate=False)  # (B, S, D), once
+        key_mask = None if src_mask is None else src_mask[:, None, None, :]  # (B, 1, 1, S)
+        n_layers = len(self.decoder)
+        cache = KVCache(n_layers) if use_cache else None
+        cross = KVCache(n_layers) if use_cache else None
+        logits = self._decode(out, context, key_mask, cache=cache, context_cache=cross)[0]
+        scores, tokens = torch.log_softmax(logits[:, -1].float(), -1).topk(K, dim=-1)  # (B, K)
+        # From here on every source has K rows (beams), kept together: row b * K + k.
+        out = torch.cat([out.repeat_interleave(K, 0), tokens.reshape(B * K, 1)], dim=1)
+        context = context.repeat_interleave(K, 0)  # (B K, S, D)
+        key_mask = None if key_mask is None else key_mask.repeat_interleave(K, 0)
+        if use_cache:
+            for kv in (cache, cross):  # every layer's (B, H, ., Dh) -> (B K, H, ., Dh)
+                kv.keys = [k.repeat_interleave(K, 0) for k in kv.keys]
+                kv.values = [v.repeat_interleave(K, 0) for v in kv.values]
+        no_eos = -1 if eos_id is None else eos_id  # no token id is -1: nothing ever ends
+        ended = out[:, -1] == no_eos  # (B K,)
+        for _ in range(max_new_tokens - 1):
+            if bool(ended.view(B, K)[:, 0].all()):
+                break  # every source's best target has ended: no other can overtake it
+            new = out[:, -1:] if use_cache else out  # (B K, 1) or (B K, t)
+            logits = self._decode(new, context, key_mask, cache=cache, context_cache=cross)[0]
+            logp = torch.log_softmax(logits[:, -1].float(), dim=-1)  # (B K, V)
+            if eos_id is not None:  # an ended target continues with eos_id, at no cost
+                logp[ended] = -math.inf
+                logp[ended, eos_id] = 0.0
+            V = logp.shape[-1]
+            total = (scores.reshape(B * K, 1) + logp).view(B, K * V)  # (B, K V)
+            scores, pick = total.topk(K, dim=-1)  # (B, K), best first
+            beam, token = pick // V, pick % V  # (B, K) each
+            rows = (torch.arange(B, device=src.device)[:, None] * K + beam).flatten()  # (B K,)
+            out = torch.cat([out[rows], token.reshape(B * K, 1)], dim=1)  # (B K, t + 1)
+            ended = ended[rows] | (out[:, -1] == no_eos)  # (B K,)
+            if use_cache:  # the self-attention keys follow their beams; the cross ones are equal
+                cache.keys = [k[rows] for k in cache.keys]
+                cache.values = [v[rows] for v in cache.values]
+        return out.view(B, K, -1)[:, 0]  # (B, 1 + n), the best beam of each source

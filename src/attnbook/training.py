@@ -41,10 +41,13 @@ from attnbook.data import (
     IGNORE_INDEX,
     SequenceTask,
     TokenDataset,
+    TranslationTask,
     check_task_fits,
     reverse_task,
 )
+from attnbook.encoder_decoder import EncoderDecoder
 from attnbook.model import GPT, GPTConfig
+from attnbook.rnn import RNNEncoderDecoder
 from attnbook.runtime import get_device, set_seed
 
 __all__ = [
@@ -55,6 +58,7 @@ __all__ = [
     "exact_match",
     "lr_at",
     "make_optimizer",
+    "per_example_accuracy",
     "reverse_recipe",
     "train",
 ]
@@ -232,26 +236,66 @@ def _autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.Abs
     return torch.autocast(device.type, dtype=dtype)
 
 
-def _loss(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    logits = model(inputs)  # (B, T, V)
+Inputs = torch.Tensor | tuple[torch.Tensor, ...]  # a GPT's (B, T), or (src, tgt, src_mask)
+Data = SequenceTask | TokenDataset | TranslationTask
+
+
+def _run(model: nn.Module, inputs: Inputs) -> torch.Tensor:
+    """The logits ``(B, T, V)``: ``model(idx)``, or ``model(src, tgt, src_mask)`` for translation."""
+    return model(*inputs) if isinstance(inputs, tuple) else model(inputs)
+
+
+def _take(inputs: Inputs, rows: slice, device: torch.device) -> Inputs:
+    """``inputs[rows]`` on ``device``, for one tensor or each tensor of a tuple."""
+    if isinstance(inputs, tuple):
+        return tuple(x[rows].to(device) for x in inputs)
+    return inputs[rows].to(device)
+
+
+def _loss(model: nn.Module, inputs: Inputs, targets: torch.Tensor) -> torch.Tensor:
+    logits = _run(model, inputs)  # (B, T, V)
     return F.cross_entropy(  # mean over the targets that are not IGNORE_INDEX
         logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE_INDEX
     )
 
 
 def _check_model_data(model: object, data: object) -> None:
+    if isinstance(data, TranslationTask):
+        if not isinstance(model, (EncoderDecoder, RNNEncoderDecoder)):
+            raise ValueError(
+                "model must be an attnbook.EncoderDecoder or an attnbook.RNNEncoderDecoder for a "
+                f"TranslationTask, got {type(model).__name__}"
+            )
+        c = model.config
+        for side in ("src", "tgt"):
+            need, have = getattr(data, f"{side}_vocab_size"), getattr(c, f"{side}_vocab_size")
+            if need > have:
+                raise ValueError(
+                    f"the task's {side} ids go up to {need - 1} but the model's {side}_vocab_size "
+                    f"is {have}: use {side}_vocab_size >= {need}"
+                )
+        if data.input_len > c.context_length:
+            raise ValueError(
+                f"the task's sequences have up to {data.input_len} tokens but the model's "
+                f"context_length is {c.context_length}: use context_length >= {data.input_len}"
+            )
+        return
     if not isinstance(model, GPT):
         raise ValueError(f"model must be an attnbook.GPT, got {type(model).__name__}")
     if not isinstance(data, (SequenceTask, TokenDataset)):
         raise ValueError(
-            f"data must be a SequenceTask or a TokenDataset (e.g. a TextDataset), "
+            "data must be a SequenceTask, a TokenDataset (e.g. a TextDataset) or a "
+            "TranslationTask, "
             f"got {type(data).__name__}"
         )
     check_task_fits(data, model.config)
 
 
 def exact_match(
-    model: GPT, task: SequenceTask, split: str = "test", batch_size: int = 1024
+    model: nn.Module,
+    task: SequenceTask | TranslationTask,
+    split: str = "test",
+    batch_size: int = 1024,
 ) -> float:
     """The fraction of examples whose whole answer the model gets right (greedy decoding).
 
@@ -264,33 +308,82 @@ def exact_match(
     pass instead of ``A`` passes, same number (up to ties between logits).
 
     Args:
-        model: a :class:`~attnbook.GPT` whose context fits the task.
-        task: a :class:`~attnbook.SequenceTask`.
-        split: "test" (held out) or "train".
+        model: a :class:`~attnbook.GPT` whose context fits the task (or, for a
+            :class:`~attnbook.TranslationTask`, an encoder-decoder).
+        task: a :class:`~attnbook.SequenceTask` or :class:`~attnbook.TranslationTask`.
+        split: "test" (held out) or "train" (or a translation task's "test_long").
         batch_size: sequences per forward pass (memory only; the result is the same).
 
     Returns:
         A float in ``[0, 1]``.
     """
     _check_model_data(model, task)
-    if not isinstance(task, SequenceTask):
-        raise ValueError(f"task must be a SequenceTask, got {type(task).__name__}")
+    if not isinstance(task, (SequenceTask, TranslationTask)):
+        raise ValueError(
+            f"task must be a SequenceTask or a TranslationTask, got {type(task).__name__}"
+        )
     return _evaluate(model, task, split, batch_size)["exact_match"]
 
 
 @torch.no_grad()
-def _evaluate(model: GPT, data: SequenceTask | TokenDataset, split: str, batch_size: int) -> dict:
+def per_example_accuracy(
+    model: nn.Module,
+    task: SequenceTask | TranslationTask,
+    split: str = "test",
+    batch_size: int = 1024,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Whether each example's answer is right, and the fraction of its tokens that are.
+
+    Teacher forcing, as :func:`exact_match`: a whole answer right equals
+    greedy decoding getting it right; the token fraction counts the argmax
+    predictions that are right given the true prefix.
+
+    Args:
+        model: a model that fits ``task`` (as for :func:`exact_match`).
+        task: a :class:`~attnbook.SequenceTask` or :class:`~attnbook.TranslationTask`.
+        split: a split of ``task``.
+        batch_size: examples per forward pass.
+
+    Returns:
+        ``(exact, tokens)``: ``exact`` ``(M,)`` bool, ``tokens`` ``(M,)`` float in ``[0, 1]``.
+    """
+    _check_model_data(model, task)
+    if not isinstance(task, (SequenceTask, TranslationTask)):
+        raise ValueError(
+            f"task must be a SequenceTask or a TranslationTask, got {type(task).__name__}"
+        )
+    inputs, targets = task.eval_data(split)
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    exact, tokens = [], []
+    try:
+        for start in range(0, targets.shape[0], batch_size):
+            rows = slice(start, start + batch_size)
+            y = targets[rows].to(device)  # (b, T)
+            predicted = _run(model, _take(inputs, rows, device)).argmax(-1)  # (b, T)
+            counted = y != IGNORE_INDEX  # (b, T)
+            right = (predicted == y) & counted  # (b, T)
+            exact.append((right | ~counted).all(1).cpu())
+            tokens.append((right.sum(1) / counted.sum(1)).cpu())
+    finally:
+        model.train(was_training)
+    return torch.cat(exact), torch.cat(tokens)
+
+
+@torch.no_grad()
+def _evaluate(model: nn.Module, data: Data, split: str, batch_size: int) -> dict:
     """Mean loss over the split's evaluation data and, for tasks, exact-match."""
-    inputs, targets = data.eval_data(split)  # (M, T), (M, T)
+    inputs, targets = data.eval_data(split)  # (M, T) or a tuple of (M, .), (M, T)
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
     loss_sum, n_targets, n_right = 0.0, 0, 0
     try:
-        for start in range(0, inputs.shape[0], batch_size):
-            x = inputs[start : start + batch_size].to(device)  # (b, T)
+        for start in range(0, targets.shape[0], batch_size):
+            x = _take(inputs, slice(start, start + batch_size), device)  # (b, T) or a tuple
             y = targets[start : start + batch_size].to(device)  # (b, T)
-            logits = model(x).float()  # (b, T, V)
+            logits = _run(model, x).float()  # (b, T, V)
             counted = y != IGNORE_INDEX  # (b, T)
             loss_sum += float(
                 F.cross_entropy(
@@ -303,21 +396,22 @@ def _evaluate(model: GPT, data: SequenceTask | TokenDataset, split: str, batch_s
     finally:
         model.train(was_training)
     metrics = {"loss": loss_sum / n_targets}
-    if isinstance(data, SequenceTask):
-        metrics["exact_match"] = n_right / inputs.shape[0]
+    if isinstance(data, (SequenceTask, TranslationTask)):
+        metrics["exact_match"] = n_right / targets.shape[0]
     return metrics
 
 
 def evaluate(
-    model: GPT, data: SequenceTask | TokenDataset, split: str = "test", batch_size: int = 1024
+    model: nn.Module, data: Data, split: str = "test", batch_size: int = 1024
 ) -> dict[str, float]:
     """Held-out loss (and exact-match for a task), the numbers :func:`train` records.
 
     Args:
-        model: a :class:`~attnbook.GPT` whose context fits ``data``.
-        data: a :class:`~attnbook.SequenceTask` (all of ``split``) or a
-            :class:`~attnbook.data.TokenDataset` such as a :class:`~attnbook.TextDataset`
-            (fixed evenly spaced windows of ``split``).
+        model: a :class:`~attnbook.GPT` whose context fits ``data`` (for a
+            :class:`~attnbook.TranslationTask`: an encoder-decoder).
+        data: a :class:`~attnbook.SequenceTask` or :class:`~attnbook.TranslationTask`
+            (all of ``split``) or a :class:`~attnbook.data.TokenDataset` such as a
+            :class:`~attnbook.TextDataset` (fixed evenly spaced windows of ``split``).
         split: "test" or "train".
         batch_size: sequences per forward pass.
 
@@ -336,7 +430,7 @@ def _distributed() -> tuple[int, int]:
     return 0, 1
 
 
-def train(model: GPT, data: SequenceTask | TokenDataset, config: TrainConfig) -> History:
+def train(model: nn.Module, data: Data, config: TrainConfig) -> History:
     """Train ``model`` on ``data`` for ``config.steps`` steps; return what was measured.
 
     Each step draws a random batch of training examples, computes the mean
@@ -351,10 +445,16 @@ def train(model: GPT, data: SequenceTask | TokenDataset, config: TrainConfig) ->
     the loss recorded is the global batch's mean: the same numbers as one
     process with the whole batch, up to the order of floating-point sums.
 
+    A :class:`~attnbook.TranslationTask` trains an encoder-decoder
+    (:class:`~attnbook.EncoderDecoder` or :class:`~attnbook.RNNEncoderDecoder`)
+    the same way: its batches are ``(src, tgt[:, :-1], src_mask)`` and the
+    targets ``tgt[:, 1:]`` (teacher forcing), padding not counted.
+
     Args:
-        model: a :class:`~attnbook.GPT`; trained in place (moved to the device).
-        data: a :class:`~attnbook.SequenceTask` or :class:`~attnbook.data.TokenDataset`
-            whose inputs fit the model's context.
+        model: a :class:`~attnbook.GPT` (or, for a translation task, an
+            encoder-decoder); trained in place (moved to the device).
+        data: a :class:`~attnbook.SequenceTask`, :class:`~attnbook.data.TokenDataset`
+            or :class:`~attnbook.TranslationTask` whose inputs fit the model's context.
         config: a :class:`TrainConfig`.
 
     Returns:
@@ -386,7 +486,7 @@ def train(model: GPT, data: SequenceTask | TokenDataset, config: TrainConfig) ->
     if config.compile:
         net = torch.compile(net)
     shard = slice(rank * config.batch_size // world, (rank + 1) * config.batch_size // world)
-    is_task = isinstance(data, SequenceTask)
+    is_task = isinstance(data, (SequenceTask, TranslationTask))
     history = History()
     from tqdm.auto import tqdm  # here, so that importing attnbook stays light
 
@@ -398,7 +498,7 @@ def train(model: GPT, data: SequenceTask | TokenDataset, config: TrainConfig) ->
         for group in optimizer.param_groups:
             group["lr"] = lr
         inputs, targets = data.batch("train", config.batch_size, batches)  # (B, T) each
-        inputs, targets = inputs[shard].to(device), targets[shard].to(device)
+        inputs, targets = _take(inputs, shard, device), targets[shard].to(device)
         with _autocast(device, dtype):
             loss = _loss(net, inputs, targets)
         optimizer.zero_grad(set_to_none=True)

@@ -42,7 +42,7 @@ LAYERS: list[set[str]] = [
     {"scores", "softmax", "masking", "positional", "data", "interpret", "viz", "tokenizer"},
     {"lookup", "attention"},
     {"multihead", "efficient"},
-    {"block", "generation"},
+    {"block", "generation", "rnn"},
     {"model", "pretrained"},
     {"encoder_decoder"},
     {"training", "checkpoint"},

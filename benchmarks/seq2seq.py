@@ -1,0 +1,227 @@
+"""Encoder-decoder speed: cached generation and training steps against torch.nn.Transformer (chapter 12).
+
+Usage:
+    python benchmarks/seq2seq.py [--rounds 10] [--threads 2] [--device auto]
+
+Two measurements of ``attnbook.EncoderDecoder`` (3 + 3 layers, width 128, 4
+heads, vocabularies of 40, batch 32, sources of 32 tokens):
+
+- decoding 47 new tokens (no end token, so every variant does the same
+  number of steps) with ``generate``: greedy and beam 4, with the cache (the
+  source's cross-attention keys and values projected once, the decoder's
+  self-attention keys and values kept) and without it (the decoder reruns
+  over the whole target each step, the source encoded once), against a naive
+  loop that calls ``model(src, tgt)`` each step, encoding the source again;
+- training steps (forward, cross-entropy, backward, clipping, AdamW) against
+  a model built from ``torch.nn.Transformer`` with the same maths (pre-LN,
+  GELU, sinusoidal positions scaled as ours, a tied head) and the same
+  parameter count (asserted).
+
+Each timing is the median over interleaved rounds (one run of each variant
+per round, the order rotating), so a burst of load from another program
+slows all alike; the load average printed before and after says how busy the
+machine was. A benchmark, not a test: it asserts only what makes the
+comparisons fair (equal tokens from cached and uncached decoding, equal
+parameter counts) and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from _common import describe, load_average
+from torch import nn
+
+import attnbook
+from attnbook import EncoderDecoder, EncoderDecoderConfig
+from attnbook.positional import sinusoidal_positional_encoding
+from attnbook.training import amp_dtype
+
+CONFIG = EncoderDecoderConfig(
+    src_vocab_size=40,
+    tgt_vocab_size=40,
+    context_length=64,
+    d_model=128,
+    n_heads=4,
+    n_encoder_layers=3,
+    n_decoder_layers=3,
+)
+BATCH, SRC_LEN, NEW_TOKENS = 32, 32, 47
+
+
+class TorchEncoderDecoder(nn.Module):
+    """The same model from ``torch.nn.Transformer``: pre-LN, GELU, sinusoids, tied head."""
+
+    def __init__(self, c: EncoderDecoderConfig) -> None:
+        super().__init__()
+        self.src_emb = nn.Embedding(c.src_vocab_size, c.d_model)
+        self.tgt_emb = nn.Embedding(c.tgt_vocab_size, c.d_model)
+        self.transformer = nn.Transformer(
+            c.d_model,
+            c.n_heads,
+            c.n_encoder_layers,
+            c.n_decoder_layers,
+            4 * c.d_model,
+            dropout=0.0,
+            activation="gelu",
+            batch_first=True,
+            norm_first=True,
+        )  # its encoder and decoder end with a LayerNorm each, as ours do
+        self.lm_head = nn.Linear(c.d_model, c.tgt_vocab_size, bias=False)
+        self.lm_head.weight = self.tgt_emb.weight  # tied
+        pe = sinusoidal_positional_encoding(c.context_length, c.d_model)
+        self.register_buffer("pos_table", pe, persistent=False)
+        self.scale = math.sqrt(c.d_model)
+        causal = nn.Transformer.generate_square_subsequent_mask(c.context_length)
+        self.register_buffer("causal", causal, persistent=False)
+
+    def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+        S, T = src.shape[1], tgt.shape[1]
+        x = self.src_emb(src) * self.scale + self.pos_table[:S]  # (B, S, D)
+        y = self.tgt_emb(tgt) * self.scale + self.pos_table[:T]  # (B, T, D)
+        out = self.transformer(x, y, tgt_mask=self.causal[:T, :T], tgt_is_causal=True)
+        return self.lm_head(out)  # (B, T, V)
+
+
+def _rounds(runs: dict[str, Callable[[], None]], rounds: int, warmup: int) -> dict[str, list]:
+    """Seconds per run of each variant, one run of each per round, the order rotating."""
+    for run in runs.values():
+        for _ in range(warmup):
+            run()
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    names = list(runs)
+    for r in range(rounds):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            start = time.perf_counter()
+            runs[name]()
+            times[name].append(time.perf_counter() - start)
+    return times
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@torch.no_grad()
+def naive_greedy(model: EncoderDecoder, src: torch.Tensor, n: int, bos_id: int) -> torch.Tensor:
+    """Greedy decoding the obvious way: the whole model, source included, at every step."""
+    out = torch.full((src.shape[0], 1), bos_id, dtype=torch.int64, device=src.device)
+    for _ in range(n):
+        token = model(src, out)[:, -1].argmax(-1, keepdim=True)  # (B, 1)
+        out = torch.cat([out, token], dim=1)
+    return out
+
+
+def decoding(device: torch.device, rounds: int) -> None:
+    attnbook.set_seed(0)
+    model = EncoderDecoder(CONFIG).to(device).eval()
+    with torch.no_grad():  # a model with varied outputs, so beams differ
+        for p in model.parameters():
+            if p.ndim == 2:
+                p.normal_(0.0, 0.1)
+    g = torch.Generator().manual_seed(0)
+    src = torch.randint(3, CONFIG.src_vocab_size, (BATCH, SRC_LEN), generator=g).to(device)
+    runs, outputs = {}, {}
+
+    def variant(name: str, fn: Callable[[], torch.Tensor]) -> None:
+        def run() -> None:
+            outputs[name] = fn()
+            _sync(device)
+
+        runs[name] = run
+
+    for beam in (1, 4):
+        for cache in (True, False):
+            label = f"{'greedy' if beam == 1 else 'beam 4'}, {'cache' if cache else 'no cache'}"
+            variant(
+                label,
+                lambda b=beam, c=cache: model.generate(
+                    src, NEW_TOKENS, bos_id=1, beam_size=b, use_cache=c
+                ),
+            )
+    variant("greedy, naive loop", lambda: naive_greedy(model, src, NEW_TOKENS, 1))
+    times = _rounds(runs, rounds, warmup=1)
+    assert torch.equal(outputs["greedy, cache"], outputs["greedy, no cache"])
+    assert torch.equal(outputs["greedy, cache"], outputs["greedy, naive loop"])
+    assert torch.equal(outputs["beam 4, cache"], outputs["beam 4, no cache"])
+    print(
+        f"\ndecoding {NEW_TOKENS} tokens, batch {BATCH}, source {SRC_LEN} tokens, {rounds} "
+        f"interleaved rounds; load average after: {load_average()}"
+    )
+    base = statistics.median(times["greedy, naive loop"])
+    for name, ts in times.items():
+        med = statistics.median(ts)
+        print(
+            f"  {name:22s} median {1e3 * med:8.1f} ms ({BATCH * NEW_TOKENS / med:8.0f} tokens/s), "
+            f"{base / med:5.2f}x the naive loop's speed"
+        )
+    for beam in ("greedy", "beam 4"):
+        ratios = [u / c for c, u in zip(times[f"{beam}, cache"], times[f"{beam}, no cache"])]
+        print(f"  {beam}: the cache speeds decoding up {statistics.median(ratios):.2f}x")
+
+
+def training(device: torch.device, rounds: int) -> None:
+    models = {"attnbook.EncoderDecoder": EncoderDecoder, "nn.Transformer": TorchEncoderDecoder}
+    counts, steps = {}, {}
+    dtype = amp_dtype(device)
+    for name, cls in models.items():
+        attnbook.set_seed(0)
+        model = cls(CONFIG).to(device).train()
+        counts[name] = sum(p.numel() for p in model.parameters())
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1)
+        g = torch.Generator().manual_seed(0)
+
+        def step(model: nn.Module = model, optimizer=optimizer, g=g) -> None:
+            src = torch.randint(3, 40, (BATCH, SRC_LEN), generator=g).to(device)
+            tgt = torch.randint(3, 40, (BATCH, SRC_LEN + 1), generator=g).to(device)
+            ctx = torch.autocast(device.type, dtype=dtype) if dtype else torch.enable_grad()
+            with ctx:
+                logits = model(src, tgt[:, :-1])  # (B, T, V)
+                loss = F.cross_entropy(logits.flatten(0, 1).float(), tgt[:, 1:].flatten())
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            _sync(device)
+
+        steps[name] = step
+    print("\nparameters: " + ", ".join(f"{name} {n:,}" for name, n in counts.items()))
+    assert len(set(counts.values())) == 1, "the two models must have the same parameters"
+    times = _rounds(steps, rounds, warmup=3)
+    print(
+        f"training steps, batch {BATCH}, source and target {SRC_LEN} tokens, {rounds} "
+        f"interleaved rounds; load average after: {load_average()}"
+    )
+    for name, ts in times.items():
+        med = statistics.median(ts)
+        print(f"  {name:24s} median {1e3 * med:7.1f} ms/step ({1 / med:6.2f} steps/s)")
+    ratios = [t / o for o, t in zip(times["attnbook.EncoderDecoder"], times["nn.Transformer"])]
+    q1, med, q3 = statistics.quantiles(ratios, n=4)
+    print(
+        f"  speed ratio attnbook / nn.Transformer (per round, >1 = attnbook faster): "
+        f"median {med:.3f}x, IQR {q1:.3f}-{q3:.3f}x"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", default="auto")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    device = attnbook.get_device() if args.device == "auto" else torch.device(args.device)
+    print(describe(device))
+    decoding(device, args.rounds)
+    training(device, 3 * args.rounds)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,144 @@
+"""Tests of attnbook.rnn: the GRU encoder-decoders of chapter 12.
+
+The attention variants' weights are distributions that ignore padding and
+use the package's scores (the additive decoder's shortcut equals
+``AdditiveScorer``); padding never changes a real output; greedy generation is
+the argmax of teacher forcing; bad input raises ``ValueError`` by name; a
+short training run learns.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attnbook import RNNConfig, RNNEncoderDecoder, TrainConfig, train, translation_task
+from attnbook.masking import softmax_with_mask
+from attnbook.rnn import DECODERS
+from attnbook.training import evaluate
+
+VARIANTS = sorted(DECODERS)
+
+
+def _model(attention: str, seed: int = 0) -> RNNEncoderDecoder:
+    torch.manual_seed(seed)
+    config = RNNConfig(30, 20, 16, attention=attention, d_embed=8, d_hidden=12)
+    return RNNEncoderDecoder(config).eval()
+
+
+def _batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    src = torch.randint(3, 30, (4, 7), generator=g)
+    mask = torch.arange(7)[None] < torch.tensor([7, 3, 5, 1])[:, None]
+    tgt = torch.randint(3, 20, (4, 6), generator=g)
+    return src.masked_fill(~mask, 0), mask, tgt
+
+
+@pytest.mark.parametrize("attention", VARIANTS)
+def test_shapes_weights_and_padding(attention: str) -> None:
+    model = _model(attention)
+    src, mask, tgt = _batch()
+    logits, weights = model(src, tgt, mask, need_weights=True)
+    assert logits.shape == (4, 6, 20)
+    if attention == "none":
+        assert weights is None
+    else:
+        assert weights.shape == (4, 6, 7)
+        torch.testing.assert_close(weights.sum(-1), torch.ones(4, 6))
+        assert (weights.masked_select(~mask[:, None, :]) == 0).all()
+    for b in range(4):  # padding changes nothing real, whatever stands there
+        n = int(mask[b].sum())
+        alone = model(src[b : b + 1, :n], tgt[b : b + 1])
+        torch.testing.assert_close(logits[b : b + 1], alone, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(model(src.masked_fill(~mask, 9), tgt, mask), logits)
+
+
+def test_the_additive_shortcut_equals_the_package_scorer() -> None:
+    """Projecting the keys once per sentence computes AdditiveScorer's scores."""
+    model = _model("additive")
+    src, mask, tgt = _batch()
+    decoder = model.decoder
+    memory, state = model.encode(src, mask)
+    y = model.tgt_emb(tgt)
+    _, weights, _ = decoder(y[:, :1], state, memory, mask)  # first step: query = state
+    expected = softmax_with_mask(decoder.scorer(state[-1][:, None], memory), mask[:, None])
+    torch.testing.assert_close(weights, expected)
+
+
+def test_the_dot_decoder_scores_by_dot_products() -> None:
+    model = _model("dot")
+    src, mask, tgt = _batch()
+    memory, state = model.encode(src, mask)
+    h, _ = model.decoder.gru(model.tgt_emb(tgt), state)
+    _, weights, _ = model.decoder(model.tgt_emb(tgt), state, memory, mask)
+    expected = torch.softmax((h @ memory.transpose(1, 2)).masked_fill(~mask[:, None], -1e9), -1)
+    torch.testing.assert_close(weights, expected)
+
+
+@pytest.mark.parametrize("attention", VARIANTS)
+def test_greedy_generation_is_the_argmax_of_teacher_forcing(attention: str) -> None:
+    model = _model(attention, seed=1)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(3.0)  # varied outputs
+    src, mask, _ = _batch()
+    out = model.generate(src, 8, bos_id=1, src_mask=mask)
+    assert out.shape == (4, 9)
+    assert (out[:, 0] == 1).all()
+    torch.testing.assert_close(model(src, out[:, :-1], mask).argmax(-1), out[:, 1:])
+    eos = int(out[0, 2])
+    ended = model.generate(src, 8, bos_id=1, eos_id=eos, src_mask=mask)
+    for row in ended.tolist():
+        if eos in row[1:]:
+            assert set(row[row.index(eos, 1) :]) == {eos}
+
+
+@pytest.mark.parametrize(
+    ("call", "name"),
+    [
+        (lambda m, s, k, t: m(s, t[:2], k), "batch size"),
+        (lambda m, s, k, t: m(s, t, k[:, :3]), "src_mask"),
+        (lambda m, s, k, t: m(s, t, k.int()), "src_mask"),
+        (lambda m, s, k, t: m(s, t, ~k), "src_mask"),
+        (lambda m, s, k, t: m(s + 40, t, k), "src"),
+        (lambda m, s, k, t: m.generate(s, 4, bos_id=20, src_mask=k), "bos_id"),
+        (lambda m, s, k, t: m.generate(s, 4, bos_id=1, eos_id=-2), "eos_id"),
+        (lambda m, s, k, t: m.generate(s, -1, bos_id=1), "max_new_tokens"),
+    ],
+)
+def test_bad_input_names_the_argument(call: object, name: str) -> None:
+    model = _model("additive")
+    src, mask, tgt = _batch()
+    with pytest.raises(ValueError, match=name):
+        call(model, src, mask, tgt)
+
+
+def test_config_checks_its_fields() -> None:
+    with pytest.raises(ValueError, match="attention"):
+        RNNConfig(10, 10, 8, attention="multiplicative")
+    with pytest.raises(ValueError, match="d_hidden"):
+        RNNConfig(10, 10, 8, d_hidden=0)
+    with pytest.raises(ValueError, match="config"):
+        RNNEncoderDecoder({"attention": "dot"})
+
+
+def test_train_runs_an_rnn_on_the_translation_task() -> None:
+    task = translation_task(n_train=400, n_test=50, n_test_long=30, max_train_len=8, seed=1)
+    torch.manual_seed(0)
+    config = RNNConfig(task.src_vocab_size, task.tgt_vocab_size, task.input_len, "dot", 16, 32)
+    model = RNNEncoderDecoder(config)
+    before = evaluate(model, task)["loss"]
+    history = train(
+        model,
+        task,
+        TrainConfig(
+            steps=30,
+            batch_size=32,
+            lr=1e-2,
+            warmup_steps=3,
+            eval_every=20,
+            progress=False,
+            device="cpu",
+        ),
+    )
+    assert history.last("test_loss") < 0.9 * before

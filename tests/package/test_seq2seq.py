@@ -1,0 +1,338 @@
+"""Tests of the translation task and the encoder-decoder transformer (chapter 12).
+
+The task: alignments agree with the generator's rules, held-out splits are
+disjoint from training (and the long one longer), seeds reproduce. The model:
+masks, cached and recomputed generation agree (greedy and beam), greedy is the
+argmax of teacher forcing, beam search finds a target at least as likely,
+attention weights are distributions that ignore padding, bad input raises
+``ValueError`` naming the argument, and ``train`` takes the task.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attnbook import (
+    EncoderDecoder,
+    EncoderDecoderConfig,
+    TrainConfig,
+    TranslationTask,
+    train,
+    translation_task,
+)
+from attnbook.data import IGNORE_INDEX
+from attnbook.training import evaluate, exact_match, per_example_accuracy
+
+
+@pytest.fixture(scope="module")
+def task() -> TranslationTask:
+    return translation_task(n_train=600, n_test=100, n_test_long=80, max_train_len=10, seed=3)
+
+
+def _rows(x: torch.Tensor) -> set[tuple[int, ...]]:
+    return {tuple(r) for r in x.tolist()}
+
+
+# ------------------------------------------------------------------------------ the task
+
+
+def test_splits_are_disjoint_and_the_long_one_is_longer(task: TranslationTask) -> None:
+    train_rows, test_rows = _rows(task.train.src), _rows(task.test.src)
+    assert len(train_rows) == 600  # no sentence twice in a split
+    assert len(test_rows) == 100
+    assert not train_rows & test_rows
+    assert int(task.train.src_lengths.max()) <= 10
+    assert int(task.test.src_lengths.max()) <= 10
+    assert int(task.test_long.src_lengths.min()) > int(task.train.src_lengths.max())
+    assert task.test_long.src.shape[0] == 80
+
+
+def test_same_seed_same_task_other_seed_other_task() -> None:
+    a = translation_task(n_train=200, n_test=20, n_test_long=20, seed=5)
+    b = translation_task(n_train=200, n_test=20, n_test_long=20, seed=5)
+    c = translation_task(n_train=200, n_test=20, n_test_long=20, seed=6)
+    for name in ("train", "test", "test_long"):
+        for field in ("src", "tgt", "alignment"):
+            assert torch.equal(getattr(a.split(name), field), getattr(b.split(name), field))
+    assert not torch.equal(a.train.src, c.train.src)
+
+
+def test_layout_bos_eos_padding(task: TranslationTask) -> None:
+    for name in ("train", "test", "test_long"):
+        s = task.split(name)
+        assert (s.tgt[:, 0] == task.bos_id).all()
+        n = s.tgt_mask.sum(1)  # <bos> words <eos>
+        assert (s.tgt[torch.arange(len(n)), n - 1] == task.eos_id).all()
+        for mask in (s.src_mask, s.tgt_mask):  # padding only at the end
+            assert (mask.cummin(1).values == mask).all()
+        assert not s.alignment[:, 0].any()  # <bos> has no source word
+        assert not s.alignment[torch.arange(len(n)), n - 1].any()  # nor <eos>
+        assert not (s.alignment & ~s.src_mask[:, None, :]).any()  # never padding
+        words = s.tgt_mask.clone()
+        words[:, 0] = False
+        words[torch.arange(len(n)), n - 1] = False
+        assert torch.equal(s.alignment.any(-1), words)  # every target word has a source
+
+
+def test_alignments_follow_the_rules(task: TranslationTask) -> None:
+    """Each aligned pair is a dictionary entry; the task has crossings, 1-to-2 and 2-to-1."""
+    from attnbook import data
+
+    pairs = {("and", "e")}
+    pairs |= {(s, t) for s, ts in data._T_NOUNS.items() for t in ts}
+    pairs |= set(data._T_ADJECTIVES.items()) | set(data._T_ADVERBS.items())
+    for verbs in (data._T_TRANSITIVE, data._T_INTRANSITIVE):
+        pairs |= {(s, t) for ws, t in verbs.items() for s in ws}
+    crossing = one_to_two = two_to_one = 0
+    for name in ("train", "test_long"):
+        s = task.split(name)
+        for i, alignment in enumerate(s.alignments()):
+            src = task.decode(s.src[i], "src").split()
+            tgt = task.decode(s.tgt[i]).split()[1:-1]
+            assert len(alignment) == len(tgt)
+            for word, positions in zip(tgt, alignment):
+                assert all((src[p], word) in pairs for p in positions), (src, tgt, alignment)
+            two_to_one += any(len(p) == 2 for p in alignment)
+            one_to_two += len({p for p in alignment}) < len(alignment)
+            firsts = [p[0] for p in alignment]
+            crossing += firsts != sorted(firsts)
+            assert "the" not in [src[p] for ps in alignment for p in ps]
+    assert crossing > 100
+    assert one_to_two > 50
+    assert two_to_one > 50
+
+
+def test_inputs_targets_are_teacher_forcing(task: TranslationTask) -> None:
+    (src, tgt_in, src_mask), targets = task.batch("train", 32, torch.Generator().manual_seed(0))
+    assert src.shape[0] == tgt_in.shape[0] == targets.shape[0] == 32
+    assert torch.equal(src_mask, src != 0)
+    assert tgt_in.shape == targets.shape
+    assert torch.equal(
+        targets[:, :-1].clamp(min=0), tgt_in[:, 1:].clamp(min=0) * (targets[:, :-1] >= 0)
+    )
+    assert (targets[tgt_in == 0] == IGNORE_INDEX).all()  # no loss after the end
+    assert src_mask.any(0).all()  # trimmed
+    assert (targets != IGNORE_INDEX).any(0).all()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [
+        ({"n_train": 0}, "n_train"),
+        ({"max_train_len": 2}, "max_train_len"),
+        ({"max_len": 8, "max_train_len": 8}, "max_len"),
+        ({"max_len": 50}, "max_len"),
+        ({"seed": -1}, "seed"),
+    ],
+)
+def test_task_rejects_bad_arguments(kwargs: dict, name: str) -> None:
+    with pytest.raises(ValueError, match=name):
+        translation_task(**({"n_train": 50, "n_test": 5, "n_test_long": 5} | kwargs))
+
+
+def test_split_name_is_checked(task: TranslationTask) -> None:
+    with pytest.raises(ValueError, match="split"):
+        task.split("valid")
+
+
+# ------------------------------------------------------------------------------ the model
+
+
+def _model(task: TranslationTask | None = None, seed: int = 0) -> EncoderDecoder:
+    torch.manual_seed(seed)
+    v_src, v_tgt, c = (
+        (40, 30, 24)
+        if task is None
+        else (
+            task.src_vocab_size,
+            task.tgt_vocab_size,
+            task.input_len,
+        )
+    )
+    model = EncoderDecoder(EncoderDecoderConfig(v_src, v_tgt, c, 32, 4, 2, 2)).eval()
+    with torch.no_grad():  # larger random weights: varied, confident outputs to test search on
+        for p in model.parameters():
+            if p.ndim == 2:
+                p.normal_(0.0, 0.3)
+    return model
+
+
+def _batch(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(3, 40, (6, 9), generator=g)
+    lengths = torch.tensor([9, 4, 7, 1, 9, 5])
+    mask = torch.arange(9)[None] < lengths[:, None]
+    return src.masked_fill(~mask, 0), mask
+
+
+def test_padding_never_changes_real_outputs() -> None:
+    model = _model()
+    src, mask = _batch()
+    tgt = torch.randint(0, 30, (6, 7))
+    tgt_mask = torch.arange(7)[None] < torch.tensor([7, 3, 5, 2, 7, 4])[:, None]
+    full = model(src, tgt, mask, tgt_mask)
+    for b in range(6):
+        s, t = int(mask[b].sum()), int(tgt_mask[b].sum())
+        alone = model(src[b : b + 1, :s], tgt[b : b + 1, :t])
+        torch.testing.assert_close(full[b : b + 1, :t], alone, atol=1e-5, rtol=1e-5)
+    other = src.masked_fill(~mask, 17)  # what stands at the padding does not matter
+    torch.testing.assert_close(model(other, tgt, mask), model(src, tgt, mask))
+
+
+@pytest.mark.parametrize("beam_size", [1, 2, 4])
+@pytest.mark.parametrize("eos_id", [None, 5])
+def test_cached_generation_equals_recomputing(beam_size: int, eos_id: int | None) -> None:
+    model = _model()
+    src, mask = _batch()
+    kwargs = {"bos_id": 1, "eos_id": eos_id, "src_mask": mask, "beam_size": beam_size}
+    cached = model.generate(src, 15, **kwargs)
+    recomputed = model.generate(src, 15, use_cache=False, **kwargs)
+    assert torch.equal(cached, recomputed)
+    assert (cached[:, 0] == 1).all()
+    assert cached.shape[1] <= 16
+
+
+def test_greedy_is_the_argmax_of_teacher_forcing() -> None:
+    model = _model()
+    src, mask = _batch(1)
+    out = model.generate(src, 12, bos_id=1, src_mask=mask)
+    assert out.shape == (6, 13)
+    assert len({tuple(r) for r in out[:, 1:].tolist()}) > 1  # not a degenerate model
+    torch.testing.assert_close(model(src, out[:, :-1], mask).argmax(-1), out[:, 1:])
+
+
+def _log_prob(model: EncoderDecoder, src: torch.Tensor, mask: torch.Tensor, out: torch.Tensor):
+    logp = torch.log_softmax(model(src, out[:, :-1], mask), -1)  # (B, T, V)
+    return logp.gather(-1, out[:, 1:, None])[..., 0].sum(1)  # (B,)
+
+
+def test_beam_search_finds_targets_at_least_as_likely_as_greedy() -> None:
+    model = _model(seed=0)
+    src, mask = _batch(0)
+    greedy = model.generate(src, 10, bos_id=1, src_mask=mask)
+    beam = model.generate(src, 10, bos_id=1, src_mask=mask, beam_size=4)
+    assert beam.shape == greedy.shape
+    better = _log_prob(model, src, mask, beam) - _log_prob(model, src, mask, greedy)
+    assert (better > -1e-4).all()
+    assert (better > 1e-3).any()  # and strictly better somewhere
+
+
+def test_after_eos_a_row_repeats_eos_and_decoding_stops() -> None:
+    model = _model()
+    src, mask = _batch()
+    free = model.generate(src, 15, bos_id=1, src_mask=mask)
+    eos = int(free[0, 3])  # the token row 0 writes third: it ends row 0 there
+    out = model.generate(src, 15, bos_id=1, eos_id=eos, src_mask=mask)
+    for row in out.tolist():
+        if eos in row[1:]:
+            first = row.index(eos, 1)
+            assert all(t == eos for t in row[first:])
+    if (out[:, 1:] == eos).any(1).all():
+        assert out.shape[1] < 16
+
+
+def test_attention_weights_shapes_rows_and_padding() -> None:
+    model = _model()
+    src, mask = _batch()
+    tgt = torch.randint(0, 30, (6, 7))
+    weights = model.attention_weights(src, tgt, mask)
+    assert sorted(weights) == ["cross", "decoder", "encoder"]
+    assert [tuple(w.shape) for w in weights["encoder"]] == [(6, 4, 9, 9)] * 2
+    assert [tuple(w.shape) for w in weights["decoder"]] == [(6, 4, 7, 7)] * 2
+    assert [tuple(w.shape) for w in weights["cross"]] == [(6, 4, 7, 9)] * 2
+    for w in weights["cross"]:
+        torch.testing.assert_close(w.sum(-1), torch.ones(6, 4, 7))
+        assert (w.masked_select(~mask[:, None, None, :]) == 0).all()
+    for w in weights["decoder"]:  # causal
+        assert (w.triu(1) == 0).all()
+    for w in weights["encoder"]:
+        assert (w.masked_select(~mask[:, None, None, :]) == 0).all()
+
+
+def test_attention_weights_keep_the_training_mode() -> None:
+    model = _model().train()
+    src, mask = _batch()
+    model.attention_weights(src, torch.ones(6, 3, dtype=torch.int64), mask)
+    assert model.training
+
+
+@pytest.mark.parametrize(
+    ("call", "name"),
+    [
+        (lambda m, s, k: m(s, torch.ones(5, 3, dtype=torch.int64), k), "batch size"),
+        (lambda m, s, k: m(s, torch.ones(6, 3, dtype=torch.int64), k[:, :4]), "src_mask"),
+        (lambda m, s, k: m(s, torch.ones(6, 3, dtype=torch.int64), k.long()), "src_mask"),
+        (
+            lambda m, s, k: m(
+                s, torch.ones(6, 3, dtype=torch.int64), k, torch.ones(6, 4, dtype=torch.bool)
+            ),
+            "tgt_mask",
+        ),
+        (lambda m, s, k: m.generate(s, 5, bos_id=1, src_mask=k, beam_size=0), "beam_size"),
+        (lambda m, s, k: m.generate(s, 5, bos_id=30, src_mask=k), "bos_id"),
+        (lambda m, s, k: m.generate(s, 5, bos_id=-1, src_mask=k), "bos_id"),
+        (lambda m, s, k: m.generate(s, 5, bos_id=1, eos_id=99), "eos_id"),
+        (lambda m, s, k: m.generate(s, 5, bos_id=1, src_mask=k[:3]), "src_mask"),
+        (lambda m, s, k: m.generate(s, 50, bos_id=1), "max_new_tokens"),
+        (lambda m, s, k: m.generate(s, 5, bos_id=1, beam_size=31), "beam_size"),
+        (lambda m, s, k: m.generate(s, 5, bos_id=1, use_cache=1), "use_cache"),
+        (
+            lambda m, s, k: m.attention_weights(s, torch.ones(2, 3, dtype=torch.int64), k),
+            "batch size",
+        ),
+    ],
+)
+def test_bad_input_names_the_argument(call: object, name: str) -> None:
+    model = _model()
+    src, mask = _batch()
+    with pytest.raises(ValueError, match=name):
+        call(model, src, mask)
+
+
+# ------------------------------------------------------------------------------ training
+
+
+def test_train_takes_a_translation_task_and_learns(task: TranslationTask) -> None:
+    torch.manual_seed(0)
+    config = EncoderDecoderConfig(
+        task.src_vocab_size, task.tgt_vocab_size, task.input_len, 32, 4, 1, 1
+    )
+    model = EncoderDecoder(config)
+    before = evaluate(model, task)["loss"]
+    history = train(
+        model,
+        task,
+        TrainConfig(
+            steps=30,
+            batch_size=32,
+            lr=3e-3,
+            warmup_steps=5,
+            eval_every=20,
+            progress=False,
+            device="cpu",
+        ),
+    )
+    assert history.eval_step == [20, 30]
+    assert history.last("test_loss") < 0.9 * before
+    assert 0.0 <= history.last("test_exact_match") <= 1.0
+    em = exact_match(model, task, "test")
+    exact, tokens = per_example_accuracy(model, task, "test")
+    assert exact.shape == tokens.shape == (100,)
+    assert em == pytest.approx(float(exact.float().mean()))
+    assert (tokens[exact] == 1).all()
+    _, tokens_long = per_example_accuracy(model, task, "test_long")
+    assert tokens_long.shape == (80,)
+
+
+def test_train_refuses_a_model_too_small_for_the_task(task: TranslationTask) -> None:
+    small = EncoderDecoder(
+        EncoderDecoderConfig(10, task.tgt_vocab_size, task.input_len, 16, 2, 1, 1)
+    )
+    with pytest.raises(ValueError, match="src_vocab_size"):
+        train(small, task, TrainConfig(steps=1, warmup_steps=0, progress=False))
+    short = EncoderDecoder(
+        EncoderDecoderConfig(task.src_vocab_size, task.tgt_vocab_size, 8, 16, 2, 1, 1)
+    )
+    with pytest.raises(ValueError, match="context_length"):
+        train(short, task, TrainConfig(steps=1, warmup_steps=0, progress=False))
