@@ -91,7 +91,7 @@ class GPTConfig:
     d_model: int  # D, width of every token's vector (the residual stream)
     n_heads: int  # H, attention heads per layer; must divide d_model
     n_layers: int  # number of transformer blocks
-    d_ff: int | None = None  # hidden width of the feed-forward networks; None -> 4 * d_model
+    d_ff: int | None = None  # feed-forward hidden width; None -> 4 * d_model (SwiGLU: ~8/3 d_model)
     dropout: float = 0.0  # dropout probability everywhere (embeddings, attention, residuals)
     positional: str = (
         "learned"  # a key of POSITIONAL_ENCODINGS: "learned", "sinusoidal", "rope", "alibi"
@@ -249,7 +249,10 @@ class GPT(nn.Module):
     with ``"alibi"`` a per-head distance penalty is added to the scores (built
     once per forward pass and shared by every layer). The encoding is one
     object, ``pos_emb`` (see :class:`~attnbook.positional.PositionalEncoding`),
-    whose hooks the model calls.
+    whose hooks the model calls. ``config.norm``, ``config.ffn``, ``config.bias``
+    and ``config.tie_embeddings`` swap in RMSNorm, GPT-2's tanh GELU or SwiGLU,
+    drop the biases or untie the head (:meth:`GPTConfig.llama` does all of it);
+    the defaults build the model described above.
 
     Args:
         config: a :class:`GPTConfig`.

@@ -1,6 +1,6 @@
 """Real checkpoints in the book's code: a Hugging Face GPT-2 or Llama copied into an ``attnbook.GPT``.
 
-Introduced in chapter 11 (``chapters/11_language_model.ipynb``). The book's
+Introduced in chapter 11, "a language model on real text". The book's
 :class:`~attnbook.model.GPT` is the same computation as these published
 models; only the names and the layout of the weights differ, so loading one
 is a table of copies and three conversions:
