@@ -39,7 +39,7 @@ peer. A benchmark, not a test: it exits 0 and prints its figures, with the
 machine and the load average.
 
 Settings (``--scale``): ``cpu``, 2 layers, 4 heads, width 64, context 128,
-batch 32, learning rate 3e-3, BPE vocabulary 1024 (the book's chapter 11
+batch 16, learning rate 5e-3, BPE vocabulary 1024 (the book's chapter 11
 setting); ``gpu``, nanoGPT's Shakespeare model: 6 layers, 6 heads, width 384,
 context 256, batch 64, learning rate 1e-3, dropout 0.2.
 
@@ -86,7 +86,7 @@ class Scale:
 
 
 SCALES = {
-    "cpu": Scale(2, 4, 64, 128, 32, 3e-3, 0.0, 1024, 20.0, 256),
+    "cpu": Scale(2, 4, 64, 128, 16, 5e-3, 0.0, 1024, 20.0, 256),
     "gpu": Scale(6, 6, 384, 256, 64, 1e-3, 0.2, 1024, 60.0, 1024),
 }
 WARMUP_FRACTION = 0.05  # of the time budget
