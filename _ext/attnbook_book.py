@@ -6,10 +6,10 @@
 - bertviz's views (chapter 13) load require.js, d3 and jQuery from cdnjs; on the
   pages that hold one, those URLs are rewritten to the vendored copies
   (``offline_bertviz``), page-relative, so the views draw offline too.
-- ``static/attnbook.css`` and ``static/attnbook.js``: code fits the column, link
-  contrast in admonitions, names of the theme's icon buttons (axe-core, in the
-  browser test, checks every page); the favicon's PNG fallback for browsers
-  without SVG icons.
+- ``static/attnbook.css`` and ``static/attnbook.js``: the sidebar buttons work (phones
+  included), code fits the column from 1280 px on, no page pans sideways on a phone, link
+  contrast in admonitions, names of the theme's icon buttons (the browser test checks
+  every page); the favicon's PNG fallback for browsers without SVG icons.
 - ``ATTNBOOK_HIDE_SOLUTIONS=1`` (``make book HIDE_SOLUTIONS=1``) removes every
   ``{solution}`` block, for an edition handed to students before a deadline.
 

@@ -1,5 +1,5 @@
-/* Accessible names of the theme's buttons (pydata-sphinx-theme's templates), fixed once the
- * page is parsed. axe-core's label-content-name-mismatch rule (WCAG 2.5.3, run by the
+/* The book's fixes to its themes' pages. First (at once) the sidebar buttons, see below; then
+ * (once the page is parsed) the accessible names of pydata-sphinx-theme's buttons. axe-core's label-content-name-mismatch rule (WCAG 2.5.3, run by the
  * browser test) flags a button whose aria-label leaves out text shown inside it:
  * - the search fields show "Search" and a "Ctrl+K" hint but are labelled "Search": the
  *   label goes, so the name is what is shown, and the hint is also the button's
@@ -11,6 +11,17 @@
  * And a code block wider than the column (scroll-bar) can take the keyboard focus, so it
  * can be scrolled without a mouse (axe-core's scrollable-region-focusable). */
 (() => {
+  // pydata-sphinx-theme 0.17 writes a header bar of its own (#pst-header) above
+  // sphinx-book-theme's article header: on a wide screen it repeats the sidebar's search
+  // field, and it holds hidden copies of the two sidebar buttons. Both themes' scripts wire
+  // the first `.primary-toggle` and `.secondary-toggle` of the page, which were those hidden
+  // copies, so the visible buttons of the article header did nothing but show a tooltip
+  // (phones could not open the chapter list; the desktop toggle did not hide the sidebar).
+  // This script is deferred in <head>, so it runs before the themes' scripts look for the
+  // buttons: once the copies are gone, they wire the visible ones. The bar itself stays in
+  // the page, hidden by attnbook.css: both themes' scripts measure it.
+  document.querySelectorAll("#pst-header .sidebar-toggle").forEach((copy) => copy.remove());
+
   const fix = () => {
     document.querySelectorAll(".search-button-field[aria-label]").forEach((button) => {
       if (button.querySelector(".search-button__kbd-shortcut")) {
