@@ -5,7 +5,8 @@ For each page of `_build/html` (not the generated index and search pages, nor
 
 - its <title> names the book, and its article has an <h1>;
 - every formula (display and inline) was typeset by MathJax, and no raw TeX
-  (`$$`, `\\[`, `\\begin{`) is left in the article's text outside code;
+  (`$$`, `\\[`, `\\begin{`) is left in the article's text outside code, nor any `$`
+  (one known exception, KNOWN_STRAY_DOLLARS, an expected failure until its fix lands);
 - every image in the article loaded and has alt text; every figure has a caption;
 - the browser logged no error and the page threw none;
 - nothing was requested from the network: the book is served from 127.0.0.1
@@ -85,6 +86,41 @@ def test_no_raw_tex_in_the_text(visit, page_name: str) -> None:
     if found:
         pytest.fail(
             _problems(f"{page_name}: raw TeX is visible in the article", found), pytrace=False
+        )
+
+
+# Pages with a stray `$` whose fix is known and waiting in a chapter notebook: page -> where
+# and what. The test of such a page is an expected failure while the `$` is there, and fails
+# as soon as it is gone, so that the entry is removed with the fix.
+KNOWN_STRAY_DOLLARS = {
+    "chapters/07_multi_head_attention.html": (
+        "cell ch07-cell-14 (section 7.2, step 3): a $$ display block right under a list "
+        "item's first line is read as inline maths between two stray $; a blank line before "
+        "and after the block (indented with the item) makes it a display formula"
+    ),
+}
+
+
+def test_no_stray_dollar(visit, page_name: str) -> None:
+    """No `$` outside code and maths: one there is TeX that was never typeset (a formula in
+    a place MyST does not look for one, or a `.bib` entry's maths)."""
+    prose = visit(page_name).facts["prose"]
+    found = [
+        "..." + " ".join(prose[max(match.start() - 40, 0) : match.end() + 40].split()) + "..."
+        for match in re.finditer(re.escape("$"), prose)
+    ]
+    known = KNOWN_STRAY_DOLLARS.get(page_name)
+    if known and found:
+        pytest.xfail(f"known, fix reported: {known}")
+    if known:
+        pytest.fail(
+            f"{page_name} has no stray $ any more: remove it from KNOWN_STRAY_DOLLARS",
+            pytrace=False,
+        )
+    if found:
+        pytest.fail(
+            _problems(f"{page_name}: {len(found)} `$` outside code and maths", found),
+            pytrace=False,
         )
 
 
