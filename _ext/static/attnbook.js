@@ -22,6 +22,25 @@
   // the page, hidden by attnbook.css: both themes' scripts measure it.
   document.querySelectorAll("#pst-header .sidebar-toggle").forEach((copy) => copy.remove());
 
+  // A solution's header ("Solution to Exercise 7.1 (...)") is one button that opens the
+  // solution (sphinx-togglebutton), but the exercise's name in it is a link: a click there
+  // jumped up to the exercise and left the solution closed (and threw in togglebutton's
+  // handler, which finds no button from a link). A click on the link now opens or closes the
+  // solution like a click anywhere else on the header; the exercise is just above it.
+  document.addEventListener(
+    "click",
+    (event) => {
+      const link = event.target.closest && event.target.closest(".dropdown > .admonition-title a");
+      const button = link && link.closest(".admonition-title").querySelector(".toggle-button");
+      if (button) {
+        event.preventDefault();
+        event.stopPropagation();
+        button.click();
+      }
+    },
+    true,
+  );
+
   const fix = () => {
     document.querySelectorAll(".search-button-field[aria-label]").forEach((button) => {
       if (button.querySelector(".search-button__kbd-shortcut")) {

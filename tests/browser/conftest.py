@@ -141,6 +141,12 @@ def book_pages() -> list[str]:
     return built_pages()
 
 
+@pytest.fixture(scope="session")
+def page_source() -> Callable[[str], str]:
+    """`page_source(name)`: the HTML file of a built page, as the server sends it."""
+    return lambda name: (BUILD / name).read_text(encoding="utf-8")
+
+
 # One round trip gathers everything the tests check. It runs after MathJax has
 # finished typesetting (or was found missing). The "article" is the page's main
 # text (sphinx-book-theme's <article class="bd-article">, else <main>, else <body>).

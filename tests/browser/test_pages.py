@@ -24,7 +24,8 @@ For each page of `_build/html` (not the generated index and search pages, nor
 - the page's <link rel="icon"> files load.
 
 Also: `index.html` (a redirect stub) leads to a page, the search page finds
-a word offline, and on a desktop the chapter-list button hides and shows the sidebar. Without Chromium all of this is one skipped test.
+a word offline, on a desktop the chapter-list button hides and shows the sidebar, and
+the exercise's name in a solution's header opens the solution. Without Chromium all of this is one skipped test.
 
 Run with `pytest tests -m browser` after building the book (`make test` does both).
 """
@@ -303,6 +304,41 @@ def test_desktop_toggle_hides_and_shows_the_chapter_list(open_page, book_pages) 
     assert states[1]["article"] > states[0]["article"], (
         f"{page_name}: hiding the sidebar did not widen the article: {states}"
     )
+    assert not report.errors(), report.errors()
+
+
+SOLUTION_JS = """() => {
+  const solution = document.querySelector(".solution.dropdown");
+  return {shown: !solution.classList.contains("toggle-hidden"), hash: location.hash,
+          top: Math.round(solution.getBoundingClientRect().top)};
+}"""
+
+
+def test_the_exercise_link_in_a_solution_header_opens_the_solution(
+    open_page, book_pages, page_source
+) -> None:
+    """A solution's header names its exercise as a link; a click there opens the solution
+    (as anywhere else on the header) instead of jumping up to the exercise."""
+    page_name = next(
+        (name for name in book_pages if 'class="solution dropdown' in page_source(name)), None
+    )
+    if page_name is None:
+        pytest.skip("no page of this build has a solution in a dropdown")
+    states = []
+
+    def click_the_link(page, report):
+        page.locator(".solution.dropdown .admonition-title a").first.scroll_into_view_if_needed()
+        states.append(page.evaluate(SOLUTION_JS))
+        page.locator(".solution.dropdown .admonition-title a").first.click()
+        page.wait_for_timeout(300)
+        states.append(page.evaluate(SOLUTION_JS))
+
+    report = open_page(page_name, click_the_link)
+    before, after = states
+    assert not before["shown"], f"{page_name}: the first solution is shown before any click"
+    assert after["shown"], f"{page_name}: a click on the exercise's name left the solution closed"
+    assert after["hash"] == before["hash"], f"{page_name}: the click jumped to {after['hash']!r}"
+    assert abs(after["top"] - before["top"]) < 5, f"{page_name}: the click moved the page: {states}"
     assert not report.errors(), report.errors()
 
 
