@@ -62,9 +62,11 @@ def offline_bertviz(html: str, static: str) -> str:
         `html` with require.js's <script src> and the d3 and jQuery require paths
         replaced by ``static + "vendor/..."``, require.js's load timeout switched off
         (``waitSeconds: 0``: the files are local, and a long page still busy typesetting
-        must not make it give up after its default 7 s), and an ``aria-label`` on each
-        of the views' <select> lists (layer, attention kind); unchanged if the page holds
-        no bertviz view (another page's link to cdnjs stays as written).
+        must not make it give up after its default 7 s), model views drawn in light
+        mode as head views are (``display_mode``: a black block beside a white one was
+        the default), and an ``aria-label`` on each of the views' <select> lists (layer,
+        attention kind); unchanged if the page holds no bertviz view (another page's link
+        to cdnjs stays as written).
     """
     if not BERTVIZ_VIEW.search(html):
         return html
@@ -73,6 +75,8 @@ def offline_bertviz(html: str, static: str) -> str:
     html = re.sub(
         r"require\.config\(\{(?!\s*waitSeconds)", "require.config({ waitSeconds: 0,", html
     )
+    # model_view draws on black by default, head_view on white: both on white, as the page.
+    html = html.replace('"display_mode": "dark"', '"display_mode": "light"')
     for select_id, label in BERTVIZ_SELECTS.items():
         html = html.replace(
             f'<select id="{select_id}">', f'<select id="{select_id}" aria-label="{label}">'

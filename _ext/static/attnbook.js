@@ -41,6 +41,26 @@
     true,
   );
 
+  // bertviz's model view draws an SVG of a fixed width (970 px), wider than the column: its
+  // last head was cut off. Given a viewBox of its own size, attnbook.css scales it down to
+  // the column. It draws again when the reader picks another layer or attention kind, so
+  // each view is watched.
+  const fitBertviz = (view) => {
+    view.querySelectorAll(":scope svg:not(svg svg)").forEach((svg) => {
+      const width = Number(svg.getAttribute("width"));
+      const height = Number(svg.getAttribute("height"));
+      if (width > 0 && height > 0 && !svg.hasAttribute("viewBox")) {
+        svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
+      }
+    });
+  };
+  const watchBertviz = () => {
+    document.querySelectorAll('div[id^="bertviz-"]').forEach((view) => {
+      fitBertviz(view);
+      new MutationObserver(() => fitBertviz(view)).observe(view, {childList: true, subtree: true});
+    });
+  };
+
   const fix = () => {
     document.querySelectorAll(".search-button-field[aria-label]").forEach((button) => {
       if (button.querySelector(".search-button__kbd-shortcut")) {
@@ -53,6 +73,7 @@
       icon.setAttribute("aria-hidden", "true");
     });
     focusWideCode();
+    watchBertviz();
   };
   const focusWideCode = () => {
     document.querySelectorAll(".bd-article pre").forEach((pre) => {

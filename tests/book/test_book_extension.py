@@ -94,7 +94,7 @@ require.config({
   }
 });
 requirejs(['jquery', 'd3'], function ($, d3) {
-  const params = {"root_div_id": "bertviz-0123456789abcdef0123456789abcdef"};
+  const params = {"display_mode": "dark", "root_div_id": "bertviz-0123456789abcdef0123456789abcdef"};
 });
 </script>
 """
@@ -117,6 +117,7 @@ def test_bertviz_urls_point_at_the_vendored_files() -> None:
     assert "jquery: '../_static/vendor/jquery.min'," in html
     assert '<select id="layer" aria-label="Layer">' in html
     assert "require.config({ waitSeconds: 0," in html  # local files: no 7 s timeout
+    assert '"display_mode": "light"' in html  # model_view's default is dark
     assert _extension().offline_bertviz(html, "../_static/") == html  # idempotent
     # Nothing else changed.
     assert html.count("\n") == BERTVIZ_HTML.count("\n")

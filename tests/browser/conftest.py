@@ -215,6 +215,12 @@ async () => {
     lines: view.querySelectorAll("svg line").length,
     width: Math.round((view.querySelector("svg") || {getBoundingClientRect: () => ({})})
         .getBoundingClientRect().width || 0),
+    // The widest of its drawings against the column it sits in (the article's width).
+    widest: Math.round(Math.max(0, ...[...view.querySelectorAll("svg")]
+        .map((svg) => svg.getBoundingClientRect().width))),
+    column: Math.round(article.getBoundingClientRect().width
+        - parseFloat(getComputedStyle(article).paddingLeft)
+        - parseFloat(getComputedStyle(article).paddingRight)),
   }));
 
   // <link rel="icon">: fetched again from the local server, to see that it loads.

@@ -20,7 +20,8 @@ For each page of `_build/html` (not the generated index and search pages, nor
 - on an emulated phone (390 px), the page does not pan sideways, and tapping the
   chapter-list button opens a list of every page (the contents button, the page's
   sections);
-- every bertviz view has drawn its SVG (tokens and attention lines), offline;
+- every bertviz view has drawn its SVG (tokens and attention lines), offline, no wider
+  than the column;
 - the page's <link rel="icon"> files load.
 
 Also: `index.html` (a redirect stub) leads to a page, the search page finds
@@ -354,6 +355,11 @@ def test_bertviz_views_draw(visit, page_name: str) -> None:
             )
         elif view["width"] <= 0:
             problems.append(f"{view['kind']} {view['id']}: the SVG has no width")
+        elif view["widest"] > view["column"] + 1:
+            problems.append(
+                f"{view['kind']} {view['id']}: {view['widest']} px wide, wider than the "
+                f"{view['column']} px column (cut off)"
+            )
     if problems:
         pytest.fail(_problems(f"{page_name}: bertviz views", problems), pytrace=False)
 
