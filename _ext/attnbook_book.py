@@ -1,6 +1,6 @@
 """Sphinx glue for the book: offline front-end files, accessibility, the instructors' build.
 
-- If ``make assets`` has copied MathJax, require.js, d3 and jQuery into
+- If ``make assets`` has copied MathJax, require.js, d3, jQuery and Noto Emoji into
   ``assets/vendor/``, serve them from the book itself so every page renders
   without a network; otherwise keep the CDN defaults and say so in one line.
 - bertviz's views (chapter 13) load require.js, d3 and jQuery from cdnjs; on the
@@ -34,6 +34,10 @@ ASSETS = ROOT / "assets"
 STATIC = Path(__file__).resolve().parent / "static"  # our CSS and JS, served from _static/
 FAVICON_PNG = ROOT / "images" / "favicon.png"  # beside html_favicon (the SVG), for old browsers
 MATHJAX = "vendor/mathjax/tex-mml-chtml.js"  # relative to the built book's _static/
+# Noto Emoji (monochrome, SIL OFL), split by Unicode range: a page downloads only the parts
+# holding a character that no font before it in attnbook.css's font lists has (the
+# checkers' ⏳, ✅ and ❌ on a system without an emoji font showed as empty boxes).
+EMOJI_CSS = "vendor/noto-emoji/noto-emoji.css"
 
 # bertviz's HTML and JavaScript name these cdnjs files (any version): require.js in a
 # <script src>, d3 and jQuery as require.js paths, without ".js". Each maps to the vendored
@@ -98,6 +102,8 @@ def _configure(app: Sphinx, config: Config) -> None:
     if _vendored():
         config.html_static_path = [*config.html_static_path, str(ASSETS)]
         config.mathjax_path = MATHJAX
+        if (ASSETS / EMOJI_CSS).is_file():
+            app.add_css_file(EMOJI_CSS)
         logger.info(
             "attnbook: MathJax, require.js, d3 and jQuery are served from the book (offline-ready)"
         )

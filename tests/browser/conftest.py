@@ -300,6 +300,9 @@ class PageReport:
     failed_local: list[str] = field(default_factory=list)  # local URLs answered >= 400
     layout: dict = field(default_factory=dict)  # the result of LAYOUT_JS
     code: dict[int, list[dict]] = field(default_factory=dict)  # CODE_BLOCKS_JS, by width
+    # For each element that shows one of EMOJI (at most EMOJI_PROBES): its text and the
+    # fonts Chromium drew it with (DevTools' CSS.getPlatformFontsForNode).
+    emoji: list[tuple[str, list[str]]] = field(default_factory=list)
     axe: list[dict] | None = None  # axe-core's violations (None: axe.min.js is missing)
 
     def errors(self) -> list[str]:
@@ -398,6 +401,49 @@ def _offline_page(browser, base: str, report: PageReport, **options) -> Iterator
         context.close()
 
 
+# The symbols the exercise checkers print (src/attnbook/exercises): not in the text fonts of
+# many systems, so the book serves an emoji font for them (attnbook.css).
+EMOJI = "⏳✅❌"
+EMOJI_PROBES = 12  # elements looked at per page
+# Marks the innermost elements whose own text holds one of EMOJI, for DevTools to find.
+EMOJI_MARK_JS = r"""
+([symbols, limit]) => {
+  const walker = document.createTreeWalker(document.querySelector("article") || document.body,
+      NodeFilter.SHOW_TEXT);
+  const found = new Set();
+  for (let node = walker.nextNode(); node && found.size < limit; node = walker.nextNode()) {
+    if ([...symbols].some((s) => node.textContent.includes(s))
+        && node.parentElement.getClientRects().length > 0) {
+      found.add(node.parentElement);
+    }
+  }
+  [...found].forEach((element) => element.setAttribute("data-emoji-probe", ""));
+  return found.size;
+}
+"""
+
+
+def _emoji_fonts(page) -> list[tuple[str, list[str]]]:
+    """The fonts Chromium drew each element showing one of EMOJI with (see PageReport)."""
+    if not page.evaluate(EMOJI_MARK_JS, [EMOJI, EMOJI_PROBES]):
+        return []
+    cdp = page.context.new_cdp_session(page)
+    try:
+        cdp.send("DOM.enable")
+        cdp.send("CSS.enable")
+        root = cdp.send("DOM.getDocument", {"depth": -1})["root"]["nodeId"]
+        found = []
+        selector = {"nodeId": root, "selector": "[data-emoji-probe]"}
+        for node in cdp.send("DOM.querySelectorAll", selector)["nodeIds"]:
+            fonts = cdp.send("CSS.getPlatformFontsForNode", {"nodeId": node})["fonts"]
+            text = cdp.send("DOM.getOuterHTML", {"nodeId": node})["outerHTML"]
+            symbols = "".join(symbol for symbol in EMOJI if symbol in text)
+            found.append((symbols, [font["familyName"] for font in fonts]))
+        return found
+    finally:
+        cdp.detach()
+
+
 def _open(browser, base: str, name: str, settle: Callable) -> PageReport:
     """Open `name` offline, let it settle (`settle(page, report)`), and gather a report."""
     report = PageReport(name)
@@ -407,6 +453,7 @@ def _open(browser, base: str, name: str, settle: Callable) -> PageReport:
         _wait_for_bertviz(page)
         report.facts = page.evaluate(COLLECT_JS)
         report.layout = page.evaluate(LAYOUT_JS)
+        report.emoji = _emoji_fonts(page)
         if AXE.is_file():
             page.add_script_tag(content=AXE_WRAPPER.format(source=AXE.read_text(encoding="utf-8")))
             report.axe = page.evaluate(AXE_JS)

@@ -22,7 +22,8 @@ For each page of `_build/html` (not the generated index and search pages, nor
   sections);
 - every bertviz view has drawn its SVG (tokens and attention lines), offline, no wider
   than the column;
-- the page's <link rel="icon"> files load.
+- the page's <link rel="icon"> files load;
+- the checkers' symbols (⏳, ✅, ❌) are drawn with an emoji font, not as empty boxes.
 
 Also: `index.html` (a redirect stub) leads to a page, the search page finds
 a word offline, on a desktop the chapter-list button hides and shows the sidebar, and
@@ -362,6 +363,21 @@ def test_bertviz_views_draw(visit, page_name: str) -> None:
             )
     if problems:
         pytest.fail(_problems(f"{page_name}: bertviz views", problems), pytrace=False)
+
+
+def test_emoji_have_a_font(visit, page_name: str) -> None:
+    """The checkers' ⏳, ✅ and ❌ are drawn with an emoji font (installed, or the book's Noto
+    Emoji), not as empty boxes: without one, Chromium draws them with the text font alone."""
+    missing = [
+        f"{symbols} drawn with {', '.join(fonts)}"
+        for symbols, fonts in visit(page_name).emoji
+        if not any("emoji" in font.lower() for font in fonts)
+    ]
+    if missing:
+        pytest.fail(
+            _problems(f"{page_name}: symbols without an emoji font (empty boxes)", missing),
+            pytrace=False,
+        )
 
 
 def test_favicon_loads(visit, page_name: str) -> None:
