@@ -12,6 +12,12 @@
   every page); the favicon's PNG fallback for browsers without SVG icons.
 - ``ATTNBOOK_HIDE_SOLUTIONS=1`` (``make book HIDE_SOLUTIONS=1``) removes every
   ``{solution}`` block, for an edition handed to students before a deadline.
+- The front door: under each chapter's title a line with its reading and exercise times
+  (the estimates of instructors.md, computed by tools/exercise_inventory.py), what it
+  builds on (course.yml) and buttons to open it on Colab and download the notebook; on the
+  start page, where intro.md leaves an empty ``<div class="attnbook-start">``, buttons to
+  start with chapter 1, open it on Colab, and download the PDF and the student notebooks
+  (which the Pages workflow publishes beside the HTML).
 
 The folder is deliberately not called ``_static``: Jupyter Book injects every
 script found in a ``_static`` folder into every page.
@@ -19,8 +25,11 @@ script found in a ``_static`` folder into every page.
 
 from __future__ import annotations
 
+import functools
+import html as html_text
 import os
 import re
+import sys
 from pathlib import Path
 
 from sphinx.application import Sphinx
@@ -148,6 +157,130 @@ def named_toggles(html: str) -> str:
     return html.replace(HIDDEN_CELL_TOGGLE, "<summary>")
 
 
+# What the Pages workflow (.github/workflows/deploy-book.yml) publishes beside the HTML,
+# at the site's root: `make pdf`'s book and `make student`'s zip.
+PDF_NAME = "attention-from-scratch.pdf"
+STUDENT_ZIP = "attnbook-student.zip"
+START_MARK = '<div class="attnbook-start"></div>'  # in intro.md, where the buttons go
+
+
+@functools.cache
+def _course_facts() -> dict[str, dict]:
+    """Per chapter stem: its title, what it builds on, its reading and exercise times.
+
+    The times are the estimates instructors.md shows, computed by the same functions
+    (tools/exercise_inventory.py) from the notebooks in chapters/.
+    """
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from tools import course, exercise_inventory
+
+    registry = course.load()
+    facts = {}
+    for chapter in registry.chapters:
+        path = ROOT / f"{chapter.file}.ipynb"
+        if not path.is_file():
+            continue
+        read = exercise_inventory.read_chapter(path)
+        facts[chapter.stem] = {
+            "title": chapter.title,
+            "requires": [(stem, registry.chapter(stem).title) for stem in chapter.requires],
+            "background": chapter.background,
+            "reading": exercise_inventory.format_minutes(exercise_inventory.reading_minutes(read)),
+            "exercises": exercise_inventory.format_minutes(
+                exercise_inventory.exercise_minutes(read)
+            ),
+            "n_exercises": len(read.exercises),
+        }
+    return facts
+
+
+def colab_url(theme_options: dict, pagename: str) -> str | None:
+    """The page's notebook on Colab, as sphinx-book-theme's launch button links it; None if
+    the book has no Colab launch URL (the student edition) or no GitHub repository."""
+    launch = theme_options.get("launch_buttons") or {}
+    colab = (launch.get("colab_url") or "").strip("/")
+    match = re.match(
+        r"https://github\.com/([^/]+)/([^/]+?)/?$", theme_options.get("repository_url", "") or ""
+    )
+    if not colab or not match:
+        return None
+    branch = theme_options.get("repository_branch") or "main"
+    book = (theme_options.get("path_to_docs") or "").strip("/")
+    path = f"{book}/{pagename}.ipynb" if book else f"{pagename}.ipynb"
+    return f"{colab}/github/{match[1]}/{match[2]}/blob/{branch}/{path}"
+
+
+def _inline(text: str) -> str:
+    """Plain text with `code` spans, as course.yml writes it, as HTML."""
+    parts = html_text.escape(text).split("`")
+    return "".join(f"<code>{part}</code>" if i % 2 else part for i, part in enumerate(parts))
+
+
+def _button(href: str, text: str, *, primary: bool = False, download: bool = False) -> str:
+    kind = "attnbook-button attnbook-button--primary" if primary else "attnbook-button"
+    extra = " download" if download else ""
+    return f'<a class="{kind}" href="{html_text.escape(href)}"{extra}>{text}</a>'
+
+
+def chapter_facts_html(facts: dict, pathto, colab: str | None) -> str:
+    """The line under a chapter's title: times, what it builds on, Colab and download."""
+    stem = facts["stem"]
+    builds_on = ", ".join(
+        f'<a href="{pathto(f"chapters/{other}")}">{html_text.escape(title)}</a>'
+        for other, title in facts["requires"]
+    )
+    times = (
+        f"About <strong>{facts['reading']}</strong> to read and run, "
+        f"<strong>{facts['exercises']}</strong> for its {facts['n_exercises']} exercises"
+    )
+    buttons = [
+        _button(colab, "Open in Colab") if colab else "",
+        _button(pathto(f"_sources/chapters/{stem}.ipynb", 1), "Download the notebook",
+                download=True),
+    ]  # fmt: skip
+    return (
+        '<div class="attnbook-chapter-facts" role="note" aria-label="About this chapter">\n'
+        f'<p class="attnbook-times">{times} (estimates).</p>\n'
+        + (f"<p>Builds on: {builds_on}.</p>\n" if builds_on else "")
+        + f"<p>Assumes: {_inline(facts['background'])}</p>\n"
+        + f'<p class="attnbook-buttons">{" ".join(b for b in buttons if b)}</p>\n</div>\n'
+    )
+
+
+def start_html(pathto, colab: str | None) -> str:
+    """The start page's buttons: chapter 1, on Colab, the PDF and the student notebooks."""
+    first = next(iter(_course_facts()), None)
+    buttons = [
+        _button(pathto(f"chapters/{first}"), "Start with chapter 1", primary=True) if first else "",
+        _button(colab, "Open chapter 1 in Colab") if colab else "",
+        _button(pathto(PDF_NAME, 1), "The book as a PDF"),
+        _button(pathto(STUDENT_ZIP, 1), "The notebooks without solutions (zip)"),
+    ]
+    return (
+        '<div class="attnbook-start attnbook-buttons">'
+        + " ".join(b for b in buttons if b)
+        + "</div>"
+    )
+
+
+def _front_door(app: Sphinx, pagename: str, context: dict) -> None:
+    """Add the chapter's facts under its title, or the start page's buttons (HTML only)."""
+    if app.builder.name != "html" or "body" not in context:
+        return
+    pathto = context["pathto"]
+    options = app.config.html_theme_options or {}
+    stem = pagename.removeprefix("chapters/")
+    facts = _course_facts().get(stem) if pagename.startswith("chapters/") else None
+    if facts is not None:
+        block = chapter_facts_html({**facts, "stem": stem}, pathto, colab_url(options, pagename))
+        context["body"] = context["body"].replace("</h1>", "</h1>\n" + block, 1)
+    elif START_MARK in context["body"]:
+        first = next(iter(_course_facts()), None)
+        colab = colab_url(options, f"chapters/{first}") if first else None
+        context["body"] = context["body"].replace(START_MARK, start_html(pathto, colab), 1)
+
+
 def _page_assets(
     app: Sphinx, pagename: str, templatename: str, context: dict, doctree: object
 ) -> None:
@@ -157,6 +290,7 @@ def _page_assets(
         return
     if "body" in context:
         context["body"] = named_toggles(context["body"])
+    _front_door(app, pagename, context)
     if _vendored() and "body" in context:
         context["body"] = offline_bertviz(context["body"], pathto("_static/", 1))
     if FAVICON_PNG.is_file():

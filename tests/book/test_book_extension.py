@@ -231,3 +231,65 @@ def test_hidden_cell_toggles_are_named_by_their_visible_text() -> None:
     assert "aria-label" not in html
     assert "<summary>\n<p" in html
     assert _extension().named_toggles(html) == html  # idempotent
+
+
+# The front door: the chapter pages' facts and the start page's buttons.
+THEME = {
+    "repository_url": "https://github.com/some-org/attention-from-scratch",
+    "repository_branch": "main",
+    "path_to_docs": "",
+    "launch_buttons": {"colab_url": "https://colab.research.google.com"},
+}
+
+
+def test_colab_url_is_the_launch_buttons() -> None:
+    url = _extension().colab_url(THEME, "chapters/07_multi_head_attention")
+    assert url == (
+        "https://colab.research.google.com/github/some-org/attention-from-scratch/blob/main/"
+        "chapters/07_multi_head_attention.ipynb"
+    )
+    assert (
+        _extension()
+        .colab_url({**THEME, "path_to_docs": "book/"}, "intro")
+        .endswith("/blob/main/book/intro.ipynb")
+    )
+    # The student edition has no Colab launch URL; a repository elsewhere has no Colab link.
+    assert _extension().colab_url({**THEME, "launch_buttons": {"colab_url": ""}}, "x") is None
+    assert _extension().colab_url({**THEME, "repository_url": "https://example.org/r"}, "x") is None
+
+
+def test_chapter_facts_are_the_guides_estimates() -> None:
+    """The times under a chapter's title are instructors.md's, from the same functions."""
+    from tools import course, exercise_inventory
+
+    facts = _extension()._course_facts()
+    assert list(facts) == [c.stem for c in course.load().chapters if c.stem in facts]
+    guide = (ROOT / "instructors.md").read_text(encoding="utf-8")
+    for stem, fact in facts.items():
+        chapter = exercise_inventory.read_chapter(ROOT / "chapters" / f"{stem}.ipynb")
+        row = f"| {fact['reading']} | {fact['exercises']} |"
+        assert row in guide, f"{stem}: {row} is not in instructors.md's table"
+        assert fact["n_exercises"] == len(chapter.exercises)
+
+
+def test_chapter_facts_html() -> None:
+    fact = {
+        "stem": "02_softmax",
+        "title": "Softmax",
+        "requires": [("01_scores", "Scores & <friends>")],
+        "background": "The `exp` function.",
+        "reading": "40 min",
+        "exercises": "1 h 05 min",
+        "n_exercises": 5,
+    }
+    html = _extension().chapter_facts_html(
+        fact, lambda name, resource=0: f"../{name}.html", "https://colab/x.ipynb"
+    )
+    assert "<strong>40 min</strong> to read and run" in html
+    assert "<strong>1 h 05 min</strong> for its 5 exercises" in html
+    assert '<a href="../chapters/01_scores.html">Scores &amp; &lt;friends&gt;</a>' in html
+    assert "Assumes: The <code>exp</code> function." in html
+    assert 'href="https://colab/x.ipynb">Open in Colab</a>' in html
+    assert "download>Download the notebook</a>" in html
+    without_colab = _extension().chapter_facts_html(fact, lambda name, resource=0: name, None)
+    assert "Colab" not in without_colab

@@ -235,7 +235,26 @@ async () => {
     } catch (error) { status = 0; }
     icons.push({href: link.getAttribute("href"), status, type});
   }
-  return {bertviz, icons};
+  // The front door (_ext/attnbook_book.py): a chapter's facts under its title, the start
+  // page's buttons; each local link to a page or a notebook fetched, to see that it is
+  // there (not the PDF and the zip, which only the Pages workflow puts beside the HTML).
+  const facts = article.querySelector(".attnbook-chapter-facts");
+  const links = [...article.querySelectorAll(".attnbook-chapter-facts a, .attnbook-start a")];
+  const frontDoor = {
+    facts: facts ? facts.textContent.replace(/\s+/g, " ").trim() : null,
+    factsAfterTitle: !!(facts && facts.previousElementSibling
+        && facts.previousElementSibling.tagName === "H1"),
+    start: !!article.querySelector(".attnbook-start"),
+    links: [],
+  };
+  for (const link of links) {
+    let status = null;
+    if (link.href.startsWith(location.origin) && /\.(html|ipynb)$/.test(link.pathname)) {
+      try { status = (await fetch(link.href, {method: "HEAD"})).status; } catch (e) { status = 0; }
+    }
+    frontDoor.links.push({text: link.textContent.trim(), href: link.getAttribute("href"), status});
+  }
+  return {bertviz, icons, frontDoor};
 }
 """
 

@@ -23,7 +23,9 @@ For each page of `_build/html` (not the generated index and search pages, nor
 - every bertviz view has drawn its SVG (tokens and attention lines), offline, no wider
   than the column;
 - the page's <link rel="icon"> files load;
-- the checkers' symbols (⏳, ✅, ❌) are drawn with an emoji font, not as empty boxes.
+- the checkers' symbols (⏳, ✅, ❌) are drawn with an emoji font, not as empty boxes;
+- a chapter shows its reading and exercise times, what it builds on, and Colab and
+  download buttons under its title; the start page, "Start with chapter 1" and the rest.
 
 Also: `index.html` (a redirect stub) leads to a page, the search page finds
 a word offline, on a desktop the chapter-list button hides and shows the sidebar, and
@@ -363,6 +365,30 @@ def test_bertviz_views_draw(visit, page_name: str) -> None:
             )
     if problems:
         pytest.fail(_problems(f"{page_name}: bertviz views", problems), pytrace=False)
+
+
+def test_front_door(visit, page_name: str) -> None:
+    """A chapter shows its times, what it builds on and its buttons under its title; the
+    start page has its buttons; every local link of them leads somewhere."""
+    door = visit(page_name).layout["frontDoor"]
+    problems = []
+    if page_name.startswith("chapters/"):
+        if not door["facts"] or not door["factsAfterTitle"]:
+            problems.append(f"no facts line right under the title: {door['facts']!r}")
+        elif not re.search(r"About \d.* to read and run, .* for its \d+ exercises", door["facts"]):
+            problems.append(f"the facts line gives no times: {door['facts']!r}")
+        texts = [link["text"] for link in door["links"]]
+        if "Download the notebook" not in texts:
+            problems.append(f"no download button: {texts}")
+    if page_name == "intro.html":
+        texts = [link["text"] for link in door["links"]]
+        if not door["start"] or "Start with chapter 1" not in texts:
+            problems.append(f"no 'Start with chapter 1' button: {texts}")
+    for link in door["links"]:  # status None: not fetched (not a page or a notebook)
+        if link["status"] not in (None, 200):
+            problems.append(f"{link['text']!r} -> {link['href']}: HTTP {link['status']}")
+    if problems:
+        pytest.fail(_problems(f"{page_name}: the front door", problems), pytrace=False)
 
 
 def test_emoji_have_a_font(visit, page_name: str) -> None:
