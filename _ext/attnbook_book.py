@@ -17,7 +17,8 @@
   builds on (course.yml) and buttons to open it on Colab and download the notebook; on the
   start page, where intro.md leaves an empty ``<div class="attnbook-start">``, buttons to
   start with chapter 1, open it on Colab, and download the PDF and the student notebooks
-  (which the Pages workflow publishes beside the HTML).
+  (which the Pages workflow publishes beside the HTML); the chapter map's boxes link their
+  chapters (the SVG is put in the page, where links work).
 
 The folder is deliberately not called ``_static``: Jupyter Book injects every
 script found in a ``_static`` folder into every page.
@@ -162,6 +163,25 @@ def named_toggles(html: str) -> str:
 PDF_NAME = "attention-from-scratch.pdf"
 STUDENT_ZIP = "attnbook-student.zip"
 START_MARK = '<div class="attnbook-start"></div>'  # in intro.md, where the buttons go
+# The chapter map (tools/draw_chapter_map.py), whose boxes link their chapters: shown as an
+# <img>, which follows no link, so the HTML of the start page holds the SVG itself.
+CHAPTER_MAP = ROOT / "images" / "chapter_map.svg"
+_MAP_IMG = re.compile(r'<img alt="([^"]*)" src="_images/chapter_map\.svg"[^>]*>')
+
+
+def inline_chapter_map(body: str, svg: str) -> str:
+    """`body` with the chapter map's <img> replaced by `svg` itself (its links work there),
+    named by the image's alt text; unchanged without one. For a page at the book's root
+    (the map's links are relative to it)."""
+    match = _MAP_IMG.search(body)
+    if not match:
+        return body
+    svg = svg[svg.index("<svg") :]  # no XML declaration or doctype inside HTML
+    svg = re.sub(r"\s*<metadata>.*?</metadata>", "", svg, count=1, flags=re.S)
+    svg = svg.replace(
+        "<svg ", f'<svg class="attnbook-chapter-map" role="group" aria-label="{match[1]}" ', 1
+    )
+    return body[: match.start()] + svg.strip() + body[match.end() :]
 
 
 @functools.cache
@@ -275,7 +295,11 @@ def _front_door(app: Sphinx, pagename: str, context: dict) -> None:
     if facts is not None:
         block = chapter_facts_html({**facts, "stem": stem}, pathto, colab_url(options, pagename))
         context["body"] = context["body"].replace("</h1>", "</h1>\n" + block, 1)
-    elif START_MARK in context["body"]:
+    if "/" not in pagename and CHAPTER_MAP.is_file():
+        context["body"] = inline_chapter_map(
+            context["body"], CHAPTER_MAP.read_text(encoding="utf-8")
+        )
+    if facts is None and START_MARK in context["body"]:
         first = next(iter(_course_facts()), None)
         colab = colab_url(options, f"chapters/{first}") if first else None
         context["body"] = context["body"].replace(START_MARK, start_html(pathto, colab), 1)

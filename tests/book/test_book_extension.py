@@ -293,3 +293,22 @@ def test_chapter_facts_html() -> None:
     assert "download>Download the notebook</a>" in html
     without_colab = _extension().chapter_facts_html(fact, lambda name, resource=0: name, None)
     assert "Colab" not in without_colab
+
+
+def test_the_chapter_map_is_put_in_the_page_with_its_links() -> None:
+    svg = (ROOT / "images" / "chapter_map.svg").read_text(encoding="utf-8")
+    body = '<p>Map:</p>\n<img alt="A map &amp; more" src="_images/chapter_map.svg" style="width: 100%;" />'
+    html = _extension().inline_chapter_map(body, svg)
+    assert "<img" not in html
+    assert html.startswith("<p>Map:</p>\n<svg ")
+    assert '<svg class="attnbook-chapter-map" role="group" aria-label="A map &amp; more" ' in html
+    for left_out in ("<?xml", "DOCTYPE", "<metadata>"):
+        assert left_out not in html
+    # Every chapter in chapters/ is a named link, in the same tab.
+    from tools import course
+
+    for chapter in course.load().chapters:
+        if (ROOT / f"{chapter.file}.ipynb").is_file():
+            assert f'href="{chapter.file}.html" aria-label="Chapter ' in html, chapter.stem
+    assert "_blank" not in html
+    assert _extension().inline_chapter_map("<p>no map</p>", svg) == "<p>no map</p>"

@@ -246,6 +246,10 @@ async () => {
         && facts.previousElementSibling.tagName === "H1"),
     start: !!article.querySelector(".attnbook-start"),
     links: [],
+    // The chapter map's boxes (an SVG in the page, see _ext): their links and names.
+    mapLinks: [...article.querySelectorAll(".attnbook-chapter-map a")].map((a) => ({
+      href: a.getAttribute("href"), name: a.getAttribute("aria-label") || "",
+    })),
   };
   for (const link of links) {
     let status = null;

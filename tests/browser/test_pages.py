@@ -367,9 +367,10 @@ def test_bertviz_views_draw(visit, page_name: str) -> None:
         pytest.fail(_problems(f"{page_name}: bertviz views", problems), pytrace=False)
 
 
-def test_front_door(visit, page_name: str) -> None:
+def test_front_door(visit, page_name: str, book_pages: list[str]) -> None:
     """A chapter shows its times, what it builds on and its buttons under its title; the
-    start page has its buttons; every local link of them leads somewhere."""
+    start page has its buttons, and its chapter map a named link to every chapter; every
+    local link of them leads somewhere."""
     door = visit(page_name).layout["frontDoor"]
     problems = []
     if page_name.startswith("chapters/"):
@@ -384,6 +385,13 @@ def test_front_door(visit, page_name: str) -> None:
         texts = [link["text"] for link in door["links"]]
         if not door["start"] or "Start with chapter 1" not in texts:
             problems.append(f"no 'Start with chapter 1' button: {texts}")
+        linked = {link["href"] for link in door["mapLinks"] if link["name"]}
+        chapters = {name for name in book_pages if name.startswith("chapters/")}
+        if linked != chapters:
+            problems.append(
+                f"the chapter map's named links {sorted(linked)} are not the chapters' pages "
+                f"{sorted(chapters)}"
+            )
     for link in door["links"]:  # status None: not fetched (not a page or a notebook)
         if link["status"] not in (None, 200):
             problems.append(f"{link['text']!r} -> {link['href']}: HTTP {link['status']}")
