@@ -326,8 +326,25 @@ def _page_assets(
         )
 
 
+def _singlehtml_knows_html_nodes(app: Sphinx) -> None:
+    """Let the one-page builder (`make pdf`) write every node the HTML builder can.
+
+    Sphinx looks up an extension's node writers by the builder's name and falls back to
+    its format ("html") only when no extension registered any for that name. Some do for
+    "singlehtml", so MyST-NB's hidden-cell toggle (registered for "html" only) stopped
+    `make pdf` with "unknown node type: HideCodeCellNode". Missing writers are copied.
+    """
+    if app.builder.name != "singlehtml":
+        return
+    handlers = app.registry.translation_handlers
+    single = handlers.setdefault("singlehtml", {})
+    for node, writers in handlers.get("html", {}).items():
+        single.setdefault(node, writers)
+
+
 def setup(app: Sphinx) -> dict[str, object]:
     app.connect("config-inited", _configure)
+    app.connect("builder-inited", _singlehtml_knows_html_nodes)
     app.add_css_file("attnbook.css")
     app.add_js_file("attnbook.js", loading_method="defer")
     app.connect("html-page-context", _page_assets)
