@@ -41,7 +41,7 @@ lab: venv ## open the chapters in JupyterLab (LAB_ARGS="--no-browser --ip=127.0.
 	$(BIN)/jupyter lab --KernelSpecManager.allowed_kernelspecs=$(KERNEL) \
 		--MultiKernelManager.default_kernel_name=$(KERNEL) $(LAB_ROOT) $(LAB_ARGS)
 
-assets: $(VENDOR)/.stamp ## install MathJax, require.js, d3, jQuery (offline pages) and axe-core (tests) from npm
+assets: $(VENDOR)/.stamp ## install MathJax, require.js, d3, jQuery, Noto Emoji (offline pages) and axe-core (tests) from npm
 
 $(VENDOR)/.stamp: package.json package-lock.json
 	@if command -v npm >/dev/null 2>&1; then \
@@ -52,6 +52,11 @@ $(VENDOR)/.stamp: package.json package-lock.json
 		cp node_modules/d3/dist/d3.min.js $(VENDOR)/d3.min.js && \
 		cp node_modules/jquery/dist/jquery.min.js $(VENDOR)/jquery.min.js && \
 		cp node_modules/axe-core/axe.min.js $(VENDOR)/axe.min.js && \
+		mkdir -p $(VENDOR)/noto-emoji && \
+		cp node_modules/@fontsource/noto-emoji/files/noto-emoji-*-400-normal.woff2 \
+			node_modules/@fontsource/noto-emoji/LICENSE $(VENDOR)/noto-emoji/ && \
+		sed -e 's|\./files/||' -e 's|, url([^)]*\.woff) format(.woff.)||' \
+			node_modules/@fontsource/noto-emoji/400.css > $(VENDOR)/noto-emoji/noto-emoji.css && \
 		touch $@; \
 	else \
 		echo "npm not found: the book will load MathJax from its CDN and will not render offline."; \

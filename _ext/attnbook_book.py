@@ -1,17 +1,24 @@
 """Sphinx glue for the book: offline front-end files, accessibility, the instructors' build.
 
-- If ``make assets`` has copied MathJax, require.js, d3 and jQuery into
+- If ``make assets`` has copied MathJax, require.js, d3, jQuery and Noto Emoji into
   ``assets/vendor/``, serve them from the book itself so every page renders
   without a network; otherwise keep the CDN defaults and say so in one line.
 - bertviz's views (chapter 13) load require.js, d3 and jQuery from cdnjs; on the
   pages that hold one, those URLs are rewritten to the vendored copies
   (``offline_bertviz``), page-relative, so the views draw offline too.
-- ``static/attnbook.css`` and ``static/attnbook.js``: code fits the column, link
-  contrast in admonitions, names of the theme's icon buttons (axe-core, in the
-  browser test, checks every page); the favicon's PNG fallback for browsers
-  without SVG icons.
+- ``static/attnbook.css`` and ``static/attnbook.js``: the sidebar buttons work (phones
+  included), code fits the column from 1280 px on, no page pans sideways on a phone, link
+  contrast in admonitions, names of the theme's icon buttons (the browser test checks
+  every page); the favicon's PNG fallback for browsers without SVG icons.
 - ``ATTNBOOK_HIDE_SOLUTIONS=1`` (``make book HIDE_SOLUTIONS=1``) removes every
   ``{solution}`` block, for an edition handed to students before a deadline.
+- The front door: under each chapter's title a line with its reading and exercise times
+  (the estimates of instructors.md, computed by tools/exercise_inventory.py), what it
+  builds on (course.yml) and buttons to open it on Colab and download the notebook; on the
+  start page, where intro.md leaves an empty ``<div class="attnbook-start">``, buttons to
+  start with chapter 1, open it on Colab, and download the PDF and the student notebooks
+  (which the Pages workflow publishes beside the HTML); the chapter map's boxes link their
+  chapters (the SVG is put in the page, where links work).
 
 The folder is deliberately not called ``_static``: Jupyter Book injects every
 script found in a ``_static`` folder into every page.
@@ -19,8 +26,11 @@ script found in a ``_static`` folder into every page.
 
 from __future__ import annotations
 
+import functools
+import html as html_text
 import os
 import re
+import sys
 from pathlib import Path
 
 from sphinx.application import Sphinx
@@ -34,6 +44,10 @@ ASSETS = ROOT / "assets"
 STATIC = Path(__file__).resolve().parent / "static"  # our CSS and JS, served from _static/
 FAVICON_PNG = ROOT / "images" / "favicon.png"  # beside html_favicon (the SVG), for old browsers
 MATHJAX = "vendor/mathjax/tex-mml-chtml.js"  # relative to the built book's _static/
+# Noto Emoji (monochrome, SIL OFL), split by Unicode range: a page downloads only the parts
+# holding a character that no font before it in attnbook.css's font lists has (the
+# checkers' ⏳, ✅ and ❌ on a system without an emoji font showed as empty boxes).
+EMOJI_CSS = "vendor/noto-emoji/noto-emoji.css"
 
 # bertviz's HTML and JavaScript name these cdnjs files (any version): require.js in a
 # <script src>, d3 and jQuery as require.js paths, without ".js". Each maps to the vendored
@@ -62,9 +76,11 @@ def offline_bertviz(html: str, static: str) -> str:
         `html` with require.js's <script src> and the d3 and jQuery require paths
         replaced by ``static + "vendor/..."``, require.js's load timeout switched off
         (``waitSeconds: 0``: the files are local, and a long page still busy typesetting
-        must not make it give up after its default 7 s), and an ``aria-label`` on each
-        of the views' <select> lists (layer, attention kind); unchanged if the page holds
-        no bertviz view (another page's link to cdnjs stays as written).
+        must not make it give up after its default 7 s), model views drawn in light
+        mode as head views are (``display_mode``: a black block beside a white one was
+        the default), and an ``aria-label`` on each of the views' <select> lists (layer,
+        attention kind); unchanged if the page holds no bertviz view (another page's link
+        to cdnjs stays as written).
     """
     if not BERTVIZ_VIEW.search(html):
         return html
@@ -73,6 +89,8 @@ def offline_bertviz(html: str, static: str) -> str:
     html = re.sub(
         r"require\.config\(\{(?!\s*waitSeconds)", "require.config({ waitSeconds: 0,", html
     )
+    # model_view draws on black by default, head_view on white: both on white, as the page.
+    html = html.replace('"display_mode": "dark"', '"display_mode": "light"')
     for select_id, label in BERTVIZ_SELECTS.items():
         html = html.replace(
             f'<select id="{select_id}">', f'<select id="{select_id}" aria-label="{label}">'
@@ -94,6 +112,8 @@ def _configure(app: Sphinx, config: Config) -> None:
     if _vendored():
         config.html_static_path = [*config.html_static_path, str(ASSETS)]
         config.mathjax_path = MATHJAX
+        if (ASSETS / EMOJI_CSS).is_file():
+            app.add_css_file(EMOJI_CSS)
         logger.info(
             "attnbook: MathJax, require.js, d3 and jQuery are served from the book (offline-ready)"
         )
@@ -138,6 +158,153 @@ def named_toggles(html: str) -> str:
     return html.replace(HIDDEN_CELL_TOGGLE, "<summary>")
 
 
+# What the Pages workflow (.github/workflows/deploy-book.yml) publishes beside the HTML,
+# at the site's root: `make pdf`'s book and `make student`'s zip.
+PDF_NAME = "attention-from-scratch.pdf"
+STUDENT_ZIP = "attnbook-student.zip"
+START_MARK = '<div class="attnbook-start"></div>'  # in intro.md, where the buttons go
+# The chapter map (tools/draw_chapter_map.py), whose boxes link their chapters: shown as an
+# <img>, which follows no link, so the HTML of the start page holds the SVG itself.
+CHAPTER_MAP = ROOT / "images" / "chapter_map.svg"
+_MAP_IMG = re.compile(r'<img alt="([^"]*)" src="_images/chapter_map\.svg"[^>]*>')
+
+
+def inline_chapter_map(body: str, svg: str) -> str:
+    """`body` with the chapter map's <img> replaced by `svg` itself (its links work there),
+    named by the image's alt text; unchanged without one. For a page at the book's root
+    (the map's links are relative to it)."""
+    match = _MAP_IMG.search(body)
+    if not match:
+        return body
+    svg = svg[svg.index("<svg") :]  # no XML declaration or doctype inside HTML
+    svg = re.sub(r"\s*<metadata>.*?</metadata>", "", svg, count=1, flags=re.S)
+    svg = svg.replace(
+        "<svg ", f'<svg class="attnbook-chapter-map" role="group" aria-label="{match[1]}" ', 1
+    )
+    return body[: match.start()] + svg.strip() + body[match.end() :]
+
+
+@functools.cache
+def _course_facts() -> dict[str, dict]:
+    """Per chapter stem: its title, what it builds on, its reading and exercise times.
+
+    The times are the estimates instructors.md shows, computed by the same functions
+    (tools/exercise_inventory.py) from the notebooks in chapters/.
+    """
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from tools import course, exercise_inventory
+
+    registry = course.load()
+    facts = {}
+    for chapter in registry.chapters:
+        path = ROOT / f"{chapter.file}.ipynb"
+        if not path.is_file():
+            continue
+        read = exercise_inventory.read_chapter(path)
+        facts[chapter.stem] = {
+            "title": chapter.title,
+            "requires": [(stem, registry.chapter(stem).title) for stem in chapter.requires],
+            "background": chapter.background,
+            "reading": exercise_inventory.format_minutes(exercise_inventory.reading_minutes(read)),
+            "exercises": exercise_inventory.format_minutes(
+                exercise_inventory.exercise_minutes(read)
+            ),
+            "n_exercises": len(read.exercises),
+        }
+    return facts
+
+
+def colab_url(theme_options: dict, pagename: str) -> str | None:
+    """The page's notebook on Colab, as sphinx-book-theme's launch button links it; None if
+    the book has no Colab launch URL (the student edition) or no GitHub repository."""
+    launch = theme_options.get("launch_buttons") or {}
+    colab = (launch.get("colab_url") or "").strip("/")
+    match = re.match(
+        r"https://github\.com/([^/]+)/([^/]+?)/?$", theme_options.get("repository_url", "") or ""
+    )
+    if not colab or not match:
+        return None
+    branch = theme_options.get("repository_branch") or "main"
+    book = (theme_options.get("path_to_docs") or "").strip("/")
+    path = f"{book}/{pagename}.ipynb" if book else f"{pagename}.ipynb"
+    return f"{colab}/github/{match[1]}/{match[2]}/blob/{branch}/{path}"
+
+
+def _inline(text: str) -> str:
+    """Plain text with `code` spans, as course.yml writes it, as HTML."""
+    parts = html_text.escape(text).split("`")
+    return "".join(f"<code>{part}</code>" if i % 2 else part for i, part in enumerate(parts))
+
+
+def _button(href: str, text: str, *, primary: bool = False, download: bool = False) -> str:
+    kind = "attnbook-button attnbook-button--primary" if primary else "attnbook-button"
+    extra = " download" if download else ""
+    return f'<a class="{kind}" href="{html_text.escape(href)}"{extra}>{text}</a>'
+
+
+def chapter_facts_html(facts: dict, pathto, colab: str | None) -> str:
+    """The line under a chapter's title: times, what it builds on, Colab and download."""
+    stem = facts["stem"]
+    builds_on = ", ".join(
+        f'<a href="{pathto(f"chapters/{other}")}">{html_text.escape(title)}</a>'
+        for other, title in facts["requires"]
+    )
+    times = (
+        f"About <strong>{facts['reading']}</strong> to read and run, "
+        f"<strong>{facts['exercises']}</strong> for its {facts['n_exercises']} exercises"
+    )
+    buttons = [
+        _button(colab, "Open in Colab") if colab else "",
+        _button(pathto(f"_sources/chapters/{stem}.ipynb", 1), "Download the notebook",
+                download=True),
+    ]  # fmt: skip
+    return (
+        '<div class="attnbook-chapter-facts" role="note" aria-label="About this chapter">\n'
+        f'<p class="attnbook-times">{times} (estimates).</p>\n'
+        + (f"<p>Builds on: {builds_on}.</p>\n" if builds_on else "")
+        + f"<p>Assumes: {_inline(facts['background'])}</p>\n"
+        + f'<p class="attnbook-buttons">{" ".join(b for b in buttons if b)}</p>\n</div>\n'
+    )
+
+
+def start_html(pathto, colab: str | None) -> str:
+    """The start page's buttons: chapter 1, on Colab, the PDF and the student notebooks."""
+    first = next(iter(_course_facts()), None)
+    buttons = [
+        _button(pathto(f"chapters/{first}"), "Start with chapter 1", primary=True) if first else "",
+        _button(colab, "Open chapter 1 in Colab") if colab else "",
+        _button(pathto(PDF_NAME, 1), "The book as a PDF"),
+        _button(pathto(STUDENT_ZIP, 1), "The notebooks without solutions (zip)"),
+    ]
+    return (
+        '<div class="attnbook-start attnbook-buttons">'
+        + " ".join(b for b in buttons if b)
+        + "</div>"
+    )
+
+
+def _front_door(app: Sphinx, pagename: str, context: dict) -> None:
+    """Add the chapter's facts under its title, or the start page's buttons (HTML only)."""
+    if app.builder.name != "html" or "body" not in context:
+        return
+    pathto = context["pathto"]
+    options = app.config.html_theme_options or {}
+    stem = pagename.removeprefix("chapters/")
+    facts = _course_facts().get(stem) if pagename.startswith("chapters/") else None
+    if facts is not None:
+        block = chapter_facts_html({**facts, "stem": stem}, pathto, colab_url(options, pagename))
+        context["body"] = context["body"].replace("</h1>", "</h1>\n" + block, 1)
+    if "/" not in pagename and CHAPTER_MAP.is_file():
+        context["body"] = inline_chapter_map(
+            context["body"], CHAPTER_MAP.read_text(encoding="utf-8")
+        )
+    if facts is None and START_MARK in context["body"]:
+        first = next(iter(_course_facts()), None)
+        colab = colab_url(options, f"chapters/{first}") if first else None
+        context["body"] = context["body"].replace(START_MARK, start_html(pathto, colab), 1)
+
+
 def _page_assets(
     app: Sphinx, pagename: str, templatename: str, context: dict, doctree: object
 ) -> None:
@@ -147,6 +314,7 @@ def _page_assets(
         return
     if "body" in context:
         context["body"] = named_toggles(context["body"])
+    _front_door(app, pagename, context)
     if _vendored() and "body" in context:
         context["body"] = offline_bertviz(context["body"], pathto("_static/", 1))
     if FAVICON_PNG.is_file():
@@ -158,8 +326,25 @@ def _page_assets(
         )
 
 
+def _singlehtml_knows_html_nodes(app: Sphinx) -> None:
+    """Let the one-page builder (`make pdf`) write every node the HTML builder can.
+
+    Sphinx looks up an extension's node writers by the builder's name and falls back to
+    its format ("html") only when no extension registered any for that name. Some do for
+    "singlehtml", so MyST-NB's hidden-cell toggle (registered for "html" only) stopped
+    `make pdf` with "unknown node type: HideCodeCellNode". Missing writers are copied.
+    """
+    if app.builder.name != "singlehtml":
+        return
+    handlers = app.registry.translation_handlers
+    single = handlers.setdefault("singlehtml", {})
+    for node, writers in handlers.get("html", {}).items():
+        single.setdefault(node, writers)
+
+
 def setup(app: Sphinx) -> dict[str, object]:
     app.connect("config-inited", _configure)
+    app.connect("builder-inited", _singlehtml_knows_html_nodes)
     app.add_css_file("attnbook.css")
     app.add_js_file("attnbook.js", loading_method="defer")
     app.connect("html-page-context", _page_assets)

@@ -6,10 +6,16 @@ changes; set PREVIEW_PNG=some.png to also write a PNG preview)
 The boxes are the chapters of course.yml, one column per part, labelled with their
 `map_label`. Chapters listed in _toc.yml are drawn solid; planned ones dashed. The SVG is
 deterministic (no date, fixed ids), so re-drawing an unchanged map changes nothing.
+
+Each solid box is a link to its chapter's page (`chapters/NN_name.html`, relative to the
+start page), named by its label (`aria-label`); its label text lets clicks through to it.
+The book's extension puts the SVG itself in the start page (an <img> would not follow
+links); the PDF shows it as a picture.
 """
 
 from __future__ import annotations
 
+import io
 import itertools
 import os
 import re
@@ -39,6 +45,7 @@ def main() -> None:
     ax.axis("off")
     number = 0
     centres = []
+    names: dict[str, str] = {}
     for col, (part, chapters) in enumerate(plan):
         ax.text(
             col + 0.5,
@@ -64,8 +71,10 @@ def main() -> None:
                 linestyle="-" if done else "--",
                 linewidth=1.4,
             )
+            if done:
+                box.set_url(f"chapters/{stem}.html")
             ax.add_patch(box)
-            ax.text(
+            label = ax.text(
                 x,
                 y,
                 f"{number}. {title}",
@@ -74,6 +83,8 @@ def main() -> None:
                 fontsize=9.5,
                 color="#102a43" if done else "#6b6b6b",
             )
+            label.set_gid(f"map-label-{stem}")  # attnbook.css: clicks pass through to the box
+            names[stem] = f"{number}. {title}".replace("\n", " ")
             centres.append((x, y))
     for (x0, y0), (x1, y1) in itertools.pairwise(centres):
         if x0 == x1:
@@ -103,10 +114,27 @@ def main() -> None:
             color="#6b6b6b",
         )
     fig.tight_layout()
-    fig.savefig(ROOT / "images" / "chapter_map.svg", metadata={"Date": None}, bbox_inches="tight")
+    svg = io.StringIO()
+    fig.savefig(svg, format="svg", metadata={"Date": None}, bbox_inches="tight")
+    (ROOT / "images" / "chapter_map.svg").write_text(named_links(svg.getvalue(), names))
     preview = os.environ.get("PREVIEW_PNG")  # e.g. PREVIEW_PNG=map.png to look at it
     if preview:
         fig.savefig(preview, dpi=80, bbox_inches="tight")
+
+
+def named_links(svg: str, names: dict[str, str]) -> str:
+    """Give each chapter's link in `svg` an `href` (SVG 2) beside matplotlib's `xlink:href`
+    and an accessible name, opening in the same tab (matplotlib says `target="_blank"`):
+    `names` maps a chapter's stem to its box's label."""
+
+    def name(match: re.Match) -> str:
+        stem = match[1]
+        return (
+            f'<a xlink:href="chapters/{stem}.html" href="chapters/{stem}.html" '
+            f'aria-label="Chapter {names[stem]}">'
+        )
+
+    return re.sub(r'<a xlink:href="chapters/([^"]+)\.html"[^>]*>', name, svg)
 
 
 if __name__ == "__main__":

@@ -206,8 +206,11 @@ def read_chapters(chapters_dir: Path = ROOT / "chapters") -> list[Chapter]:
 # --- the generated markdown -------------------------------------------------------------------
 
 
-def _minutes(value: float) -> str:
-    """A duration in minutes, rounded to 5 minutes, as `1 h 15 min` or `40 min`."""
+def format_minutes(value: float) -> str:
+    """A duration in minutes, rounded to 5 minutes, as `1 h 15 min` or `40 min`.
+
+    Also what the book's chapter pages show (_ext/attnbook_book.py).
+    """
     total = max(5, round(value / 5.0) * 5)
     hours, minutes = divmod(total, 60)
     if not hours:
@@ -309,8 +312,8 @@ def render(chapters: list[Chapter], measured: dict, registry: course.Course | No
         counts = [sum(e.difficulty == d for e in chapter.exercises) for d in DIFFICULTIES]
         out.append(
             f"| {chapter.number}. {{doc}}`chapters/{chapter.stem}` | "
-            f"{_seconds(measured, chapter.stem)} | {_minutes(reading_minutes(chapter))} | "
-            f"{_minutes(exercise_minutes(chapter))} | {' / '.join(map(str, counts))} |"
+            f"{_seconds(measured, chapter.stem)} | {format_minutes(reading_minutes(chapter))} | "
+            f"{format_minutes(exercise_minutes(chapter))} | {' / '.join(map(str, counts))} |"
         )
     total_reading = sum(reading_minutes(c) for c in chapters)
     total_exercises = sum(exercise_minutes(c) for c in chapters)
@@ -319,8 +322,8 @@ def render(chapters: list[Chapter], measured: dict, registry: course.Course | No
     where = measured.get("machine", "")
     out += [
         "",
-        f"In all: {len(chapters)} chapters, about {_minutes(total_reading)} of reading and "
-        f"{_minutes(total_exercises)} of exercises (estimates), and {n_exercises} exercises: "
+        f"In all: {len(chapters)} chapters, about {format_minutes(total_reading)} of reading and "
+        f"{format_minutes(total_exercises)} of exercises (estimates), and {n_exercises} exercises: "
         + ", ".join(f"{n} {KIND_NAMES[k]}" for k, n in by_kind.items())
         + ".",
         "",
@@ -354,10 +357,10 @@ def render(chapters: list[Chapter], measured: dict, registry: course.Course | No
             f"**Prerequisites.** Chapters: {needs}. {background}".rstrip(),
             "",
             f"**Time.** {_run_time(measured, chapter.stem)}; about "
-            f"{_minutes(reading_minutes(chapter))} to read and run "
+            f"{format_minutes(reading_minutes(chapter))} to read and run "
             f"(about {round(chapter.prose_words, -2):,} words of prose, {chapter.code_cells} code "
             "cells) and "
-            f"{_minutes(exercise_minutes(chapter))} for all the exercises (estimates).",
+            f"{format_minutes(exercise_minutes(chapter))} for all the exercises (estimates).",
             "",
             "| exercise | difficulty | kind | checker |",
             "|---|---|---|---|",
@@ -420,8 +423,8 @@ def render_sets(chapters: list[Chapter], registry: course.Course | None = None) 
         counted = ", ".join(f"{n} {KIND_NAMES[k]}" for k, n in kinds.items() if n)
         out += [
             "",
-            f"In all: {counted}; about {_minutes(reading)} of reading and "
-            f"{_minutes(exercises_time)} of exercises (estimates).",
+            f"In all: {counted}; about {format_minutes(reading)} of reading and "
+            f"{format_minutes(exercises_time)} of exercises (estimates).",
         ]
     return "\n".join(out) + "\n"
 

@@ -1,5 +1,5 @@
-/* Accessible names of the theme's buttons (pydata-sphinx-theme's templates), fixed once the
- * page is parsed. axe-core's label-content-name-mismatch rule (WCAG 2.5.3, run by the
+/* The book's fixes to its themes' pages. First (at once) the sidebar buttons, see below; then
+ * (once the page is parsed) the accessible names of pydata-sphinx-theme's buttons. axe-core's label-content-name-mismatch rule (WCAG 2.5.3, run by the
  * browser test) flags a button whose aria-label leaves out text shown inside it:
  * - the search fields show "Search" and a "Ctrl+K" hint but are labelled "Search": the
  *   label goes, so the name is what is shown, and the hint is also the button's
@@ -11,6 +11,56 @@
  * And a code block wider than the column (scroll-bar) can take the keyboard focus, so it
  * can be scrolled without a mouse (axe-core's scrollable-region-focusable). */
 (() => {
+  // pydata-sphinx-theme 0.17 writes a header bar of its own (#pst-header) above
+  // sphinx-book-theme's article header: on a wide screen it repeats the sidebar's search
+  // field, and it holds hidden copies of the two sidebar buttons. Both themes' scripts wire
+  // the first `.primary-toggle` and `.secondary-toggle` of the page, which were those hidden
+  // copies, so the visible buttons of the article header did nothing but show a tooltip
+  // (phones could not open the chapter list; the desktop toggle did not hide the sidebar).
+  // This script is deferred in <head>, so it runs before the themes' scripts look for the
+  // buttons: once the copies are gone, they wire the visible ones. The bar itself stays in
+  // the page, hidden by attnbook.css: both themes' scripts measure it.
+  document.querySelectorAll("#pst-header .sidebar-toggle").forEach((copy) => copy.remove());
+
+  // A solution's header ("Solution to Exercise 7.1 (...)") is one button that opens the
+  // solution (sphinx-togglebutton), but the exercise's name in it is a link: a click there
+  // jumped up to the exercise and left the solution closed (and threw in togglebutton's
+  // handler, which finds no button from a link). A click on the link now opens or closes the
+  // solution like a click anywhere else on the header; the exercise is just above it.
+  document.addEventListener(
+    "click",
+    (event) => {
+      const link = event.target.closest && event.target.closest(".dropdown > .admonition-title a");
+      const button = link && link.closest(".admonition-title").querySelector(".toggle-button");
+      if (button) {
+        event.preventDefault();
+        event.stopPropagation();
+        button.click();
+      }
+    },
+    true,
+  );
+
+  // bertviz's model view draws an SVG of a fixed width (970 px), wider than the column: its
+  // last head was cut off. Given a viewBox of its own size, attnbook.css scales it down to
+  // the column. It draws again when the reader picks another layer or attention kind, so
+  // each view is watched.
+  const fitBertviz = (view) => {
+    view.querySelectorAll(":scope svg:not(svg svg)").forEach((svg) => {
+      const width = Number(svg.getAttribute("width"));
+      const height = Number(svg.getAttribute("height"));
+      if (width > 0 && height > 0 && !svg.hasAttribute("viewBox")) {
+        svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
+      }
+    });
+  };
+  const watchBertviz = () => {
+    document.querySelectorAll('div[id^="bertviz-"]').forEach((view) => {
+      fitBertviz(view);
+      new MutationObserver(() => fitBertviz(view)).observe(view, {childList: true, subtree: true});
+    });
+  };
+
   const fix = () => {
     document.querySelectorAll(".search-button-field[aria-label]").forEach((button) => {
       if (button.querySelector(".search-button__kbd-shortcut")) {
@@ -23,6 +73,7 @@
       icon.setAttribute("aria-hidden", "true");
     });
     focusWideCode();
+    watchBertviz();
   };
   const focusWideCode = () => {
     document.querySelectorAll(".bd-article pre").forEach((pre) => {

@@ -94,7 +94,7 @@ require.config({
   }
 });
 requirejs(['jquery', 'd3'], function ($, d3) {
-  const params = {"root_div_id": "bertviz-0123456789abcdef0123456789abcdef"};
+  const params = {"display_mode": "dark", "root_div_id": "bertviz-0123456789abcdef0123456789abcdef"};
 });
 </script>
 """
@@ -117,6 +117,7 @@ def test_bertviz_urls_point_at_the_vendored_files() -> None:
     assert "jquery: '../_static/vendor/jquery.min'," in html
     assert '<select id="layer" aria-label="Layer">' in html
     assert "require.config({ waitSeconds: 0," in html  # local files: no 7 s timeout
+    assert '"display_mode": "light"' in html  # model_view's default is dark
     assert _extension().offline_bertviz(html, "../_static/") == html  # idempotent
     # Nothing else changed.
     assert html.count("\n") == BERTVIZ_HTML.count("\n")
@@ -230,3 +231,84 @@ def test_hidden_cell_toggles_are_named_by_their_visible_text() -> None:
     assert "aria-label" not in html
     assert "<summary>\n<p" in html
     assert _extension().named_toggles(html) == html  # idempotent
+
+
+# The front door: the chapter pages' facts and the start page's buttons.
+THEME = {
+    "repository_url": "https://github.com/some-org/attention-from-scratch",
+    "repository_branch": "main",
+    "path_to_docs": "",
+    "launch_buttons": {"colab_url": "https://colab.research.google.com"},
+}
+
+
+def test_colab_url_is_the_launch_buttons() -> None:
+    url = _extension().colab_url(THEME, "chapters/07_multi_head_attention")
+    assert url == (
+        "https://colab.research.google.com/github/some-org/attention-from-scratch/blob/main/"
+        "chapters/07_multi_head_attention.ipynb"
+    )
+    assert (
+        _extension()
+        .colab_url({**THEME, "path_to_docs": "book/"}, "intro")
+        .endswith("/blob/main/book/intro.ipynb")
+    )
+    # The student edition has no Colab launch URL; a repository elsewhere has no Colab link.
+    assert _extension().colab_url({**THEME, "launch_buttons": {"colab_url": ""}}, "x") is None
+    assert _extension().colab_url({**THEME, "repository_url": "https://example.org/r"}, "x") is None
+
+
+def test_chapter_facts_are_the_guides_estimates() -> None:
+    """The times under a chapter's title are instructors.md's, from the same functions."""
+    from tools import course, exercise_inventory
+
+    facts = _extension()._course_facts()
+    assert list(facts) == [c.stem for c in course.load().chapters if c.stem in facts]
+    guide = (ROOT / "instructors.md").read_text(encoding="utf-8")
+    for stem, fact in facts.items():
+        chapter = exercise_inventory.read_chapter(ROOT / "chapters" / f"{stem}.ipynb")
+        row = f"| {fact['reading']} | {fact['exercises']} |"
+        assert row in guide, f"{stem}: {row} is not in instructors.md's table"
+        assert fact["n_exercises"] == len(chapter.exercises)
+
+
+def test_chapter_facts_html() -> None:
+    fact = {
+        "stem": "02_softmax",
+        "title": "Softmax",
+        "requires": [("01_scores", "Scores & <friends>")],
+        "background": "The `exp` function.",
+        "reading": "40 min",
+        "exercises": "1 h 05 min",
+        "n_exercises": 5,
+    }
+    html = _extension().chapter_facts_html(
+        fact, lambda name, resource=0: f"../{name}.html", "https://colab/x.ipynb"
+    )
+    assert "<strong>40 min</strong> to read and run" in html
+    assert "<strong>1 h 05 min</strong> for its 5 exercises" in html
+    assert '<a href="../chapters/01_scores.html">Scores &amp; &lt;friends&gt;</a>' in html
+    assert "Assumes: The <code>exp</code> function." in html
+    assert 'href="https://colab/x.ipynb">Open in Colab</a>' in html
+    assert "download>Download the notebook</a>" in html
+    without_colab = _extension().chapter_facts_html(fact, lambda name, resource=0: name, None)
+    assert "Colab" not in without_colab
+
+
+def test_the_chapter_map_is_put_in_the_page_with_its_links() -> None:
+    svg = (ROOT / "images" / "chapter_map.svg").read_text(encoding="utf-8")
+    body = '<p>Map:</p>\n<img alt="A map &amp; more" src="_images/chapter_map.svg" style="width: 100%;" />'
+    html = _extension().inline_chapter_map(body, svg)
+    assert "<img" not in html
+    assert html.startswith("<p>Map:</p>\n<svg ")
+    assert '<svg class="attnbook-chapter-map" role="group" aria-label="A map &amp; more" ' in html
+    for left_out in ("<?xml", "DOCTYPE", "<metadata>"):
+        assert left_out not in html
+    # Every chapter in chapters/ is a named link, in the same tab.
+    from tools import course
+
+    for chapter in course.load().chapters:
+        if (ROOT / f"{chapter.file}.ipynb").is_file():
+            assert f'href="{chapter.file}.html" aria-label="Chapter ' in html, chapter.stem
+    assert "_blank" not in html
+    assert _extension().inline_chapter_map("<p>no map</p>", svg) == "<p>no map</p>"

@@ -48,6 +48,11 @@ TIMEOUT_MS = 30_000  # loading one page, MathJax included
 # A typical desktop window: 1440 px is a common laptop width (and the theme's page stops
 # growing at 90rem = 1440 px, so every wider window lays the article out the same way).
 VIEWPORT = {"width": 1440, "height": 900}
+# Code blocks are measured at these window widths (px): the typical desktop, and the two most
+# common laptop widths below it (a 1366 x 768 and a 1280 x 800 screen).
+CODE_WIDTHS = (1440, 1366, 1280)
+# A phone (an iPhone 12 to 15 is 390 x 844 CSS px), emulated as one: touch, a mobile viewport.
+PHONE = {"viewport": {"width": 390, "height": 844}, "is_mobile": True, "has_touch": True}
 AXE = ROOT / "assets" / "vendor" / "axe.min.js"  # `make assets` copies it from node_modules
 BERTVIZ_TIMEOUT_MS = 15_000  # require.js, d3 and jQuery load, then each view draws
 NO_BUILD = "<no _build/html>"  # the page id used when there is nothing to test
@@ -94,6 +99,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """A test that takes `page_name` runs once per built page, named after it."""
     if "page_name" in metafunc.fixturenames:
         metafunc.parametrize("page_name", built_pages())
+    if "code_width" in metafunc.fixturenames:
+        metafunc.parametrize("code_width", CODE_WIDTHS, ids=[f"{w}px" for w in CODE_WIDTHS])
     if "redirect" in metafunc.fixturenames:
         found = redirects()
         metafunc.parametrize("redirect", found, ids=[stub for stub, _ in found])
@@ -126,6 +133,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session")
 def book_title() -> str:
     return BOOK_TITLE
+
+
+@pytest.fixture(scope="session")
+def book_pages() -> list[str]:
+    """Every page of the built book, as `page_name` takes them."""
+    return built_pages()
+
+
+@pytest.fixture(scope="session")
+def page_source() -> Callable[[str], str]:
+    """`page_source(name)`: the HTML file of a built page, as the server sends it."""
+    return lambda name: (BUILD / name).read_text(encoding="utf-8")
 
 
 # One round trip gathers everything the tests check. It runs after MathJax has
@@ -178,7 +197,7 @@ async () => {
 """
 
 # Second round trip, after COLLECT_JS: opens every dropdown (solutions, hidden cells) so
-# that their code is measured and audited too, then measures the layout.
+# that their code is measured and audited too, then looks at bertviz's views and the icons.
 LAYOUT_JS = r"""
 async () => {
   const article = document.querySelector("article.bd-article") || document.querySelector("main")
@@ -186,25 +205,6 @@ async () => {
   document.querySelectorAll(".toggle-hidden").forEach((e) => e.classList.remove("toggle-hidden"));
   document.querySelectorAll("details").forEach((d) => { d.open = true; });
   await new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done)));
-
-  // Every code block (cell inputs, outputs, code in the prose): its width and its longest line.
-  const codeBlocks = [...article.querySelectorAll("pre")]
-    .filter((pre) => pre.getClientRects().length > 0)
-    .map((pre) => {
-      const lines = pre.textContent.replace(/\n$/, "").split("\n");
-      const longest = lines.reduce((a, b) => (b.length > a.length ? b : a), "");
-      return {
-        kind: pre.closest(".cell_output") ? "output" : pre.closest(".cell_input") ? "input"
-            : "code block",
-        cell: (pre.closest(".cell") || {}).id || "",
-        section: ((pre.closest("section") || {}).id) || "",
-        scrollWidth: pre.scrollWidth,
-        clientWidth: pre.clientWidth,
-        fontSize: getComputedStyle(pre).fontSize,
-        longest: longest.length,
-        line: longest.trim().slice(0, 60),
-      };
-    });
 
   // bertviz's views: the root <div id="bertviz-..."> and what its script drew.
   const bertviz = [...article.querySelectorAll('div[id^="bertviz-"]')].map((view) => ({
@@ -215,6 +215,12 @@ async () => {
     lines: view.querySelectorAll("svg line").length,
     width: Math.round((view.querySelector("svg") || {getBoundingClientRect: () => ({})})
         .getBoundingClientRect().width || 0),
+    // The widest of its drawings against the column it sits in (the article's width).
+    widest: Math.round(Math.max(0, ...[...view.querySelectorAll("svg")]
+        .map((svg) => svg.getBoundingClientRect().width))),
+    column: Math.round(article.getBoundingClientRect().width
+        - parseFloat(getComputedStyle(article).paddingLeft)
+        - parseFloat(getComputedStyle(article).paddingRight)),
   }));
 
   // <link rel="icon">: fetched again from the local server, to see that it loads.
@@ -229,7 +235,57 @@ async () => {
     } catch (error) { status = 0; }
     icons.push({href: link.getAttribute("href"), status, type});
   }
-  return {codeBlocks, bertviz, icons};
+  // The front door (_ext/attnbook_book.py): a chapter's facts under its title, the start
+  // page's buttons; each local link to a page or a notebook fetched, to see that it is
+  // there (not the PDF and the zip, which only the Pages workflow puts beside the HTML).
+  const facts = article.querySelector(".attnbook-chapter-facts");
+  const links = [...article.querySelectorAll(".attnbook-chapter-facts a, .attnbook-start a")];
+  const frontDoor = {
+    facts: facts ? facts.textContent.replace(/\s+/g, " ").trim() : null,
+    factsAfterTitle: !!(facts && facts.previousElementSibling
+        && facts.previousElementSibling.tagName === "H1"),
+    start: !!article.querySelector(".attnbook-start"),
+    links: [],
+    // The chapter map's boxes (an SVG in the page, see _ext): their links and names.
+    mapLinks: [...article.querySelectorAll(".attnbook-chapter-map a")].map((a) => ({
+      href: a.getAttribute("href"), name: a.getAttribute("aria-label") || "",
+    })),
+  };
+  for (const link of links) {
+    let status = null;
+    if (link.href.startsWith(location.origin) && /\.(html|ipynb)$/.test(link.pathname)) {
+      try { status = (await fetch(link.href, {method: "HEAD"})).status; } catch (e) { status = 0; }
+    }
+    frontDoor.links.push({text: link.textContent.trim(), href: link.getAttribute("href"), status});
+  }
+  return {bertviz, icons, frontDoor};
+}
+"""
+
+# Every code block (cell inputs, outputs, code in the prose), every dropdown open: its width
+# and its longest line. Run once per width of CODE_WIDTHS, the window resized in between.
+CODE_BLOCKS_JS = r"""
+async () => {
+  await new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done)));
+  const article = document.querySelector("article.bd-article") || document.querySelector("main")
+      || document.body;
+  return [...article.querySelectorAll("pre")]
+    .filter((pre) => pre.getClientRects().length > 0)
+    .map((pre) => {
+      const lines = pre.textContent.replace(/\n$/, "").split("\n");
+      const longest = lines.reduce((a, b) => (b.length > a.length ? b : a), "");
+      return {
+        kind: pre.closest(".cell_output") ? "output" : pre.closest(".cell_input") ? "input"
+            : "code block",
+        cell: (pre.closest(".cell") || {}).id || "",
+        section: ((pre.closest("section") || {}).id) || "",
+        scrollWidth: pre.scrollWidth,
+        clientWidth: pre.clientWidth,
+        fontSize: parseFloat(getComputedStyle(pre).fontSize),
+        longest: longest.length,
+        line: longest.trim().slice(0, 60),
+      };
+    });
 }
 """
 
@@ -266,6 +322,10 @@ class PageReport:
     blocked: list[tuple[str, str]] = field(default_factory=list)  # (resource type, URL)
     failed_local: list[str] = field(default_factory=list)  # local URLs answered >= 400
     layout: dict = field(default_factory=dict)  # the result of LAYOUT_JS
+    code: dict[int, list[dict]] = field(default_factory=dict)  # CODE_BLOCKS_JS, by width
+    # For each element that shows one of EMOJI (at most EMOJI_PROBES): its text and the
+    # fonts Chromium drew it with (DevTools' CSS.getPlatformFontsForNode).
+    emoji: list[tuple[str, list[str]]] = field(default_factory=list)
     axe: list[dict] | None = None  # axe-core's violations (None: axe.min.js is missing)
 
     def errors(self) -> list[str]:
@@ -328,10 +388,13 @@ def chromium(chromium_path: Path):
             browser.close()
 
 
-def _open(browser, base: str, name: str, settle: Callable) -> PageReport:
-    """Open `name` offline, let it settle (`settle(page, report)`), and gather a report."""
-    report = PageReport(name)
-    context = browser.new_context(service_workers="block", viewport=VIEWPORT)
+@contextlib.contextmanager
+def _offline_page(browser, base: str, report: PageReport, **options) -> Iterator:
+    """A page in a fresh browser context (`options`) that can reach `base` and nothing else.
+
+    What it logs, throws, is refused or fails to load is noted in `report`.
+    """
+    context = browser.new_context(service_workers="block", **options)
     try:
         page = context.new_page()
         page.set_default_timeout(TIMEOUT_MS)
@@ -356,16 +419,164 @@ def _open(browser, base: str, name: str, settle: Callable) -> PageReport:
         page.on("console", on_console)
         page.on("pageerror", lambda error: report.page_errors.append(str(error)))
         page.on("response", on_response)
+        yield page
+    finally:
+        context.close()
+
+
+# The symbols the exercise checkers print (src/attnbook/exercises): not in the text fonts of
+# many systems, so the book serves an emoji font for them (attnbook.css).
+EMOJI = "⏳✅❌"
+EMOJI_PROBES = 12  # elements looked at per page
+# Marks the innermost elements whose own text holds one of EMOJI, for DevTools to find.
+EMOJI_MARK_JS = r"""
+([symbols, limit]) => {
+  const walker = document.createTreeWalker(document.querySelector("article") || document.body,
+      NodeFilter.SHOW_TEXT);
+  const found = new Set();
+  for (let node = walker.nextNode(); node && found.size < limit; node = walker.nextNode()) {
+    if ([...symbols].some((s) => node.textContent.includes(s))
+        && node.parentElement.getClientRects().length > 0) {
+      found.add(node.parentElement);
+    }
+  }
+  [...found].forEach((element) => element.setAttribute("data-emoji-probe", ""));
+  return found.size;
+}
+"""
+
+
+def _emoji_fonts(page) -> list[tuple[str, list[str]]]:
+    """The fonts Chromium drew each element showing one of EMOJI with (see PageReport)."""
+    if not page.evaluate(EMOJI_MARK_JS, [EMOJI, EMOJI_PROBES]):
+        return []
+    cdp = page.context.new_cdp_session(page)
+    try:
+        cdp.send("DOM.enable")
+        cdp.send("CSS.enable")
+        root = cdp.send("DOM.getDocument", {"depth": -1})["root"]["nodeId"]
+        found = []
+        selector = {"nodeId": root, "selector": "[data-emoji-probe]"}
+        for node in cdp.send("DOM.querySelectorAll", selector)["nodeIds"]:
+            fonts = cdp.send("CSS.getPlatformFontsForNode", {"nodeId": node})["fonts"]
+            text = cdp.send("DOM.getOuterHTML", {"nodeId": node})["outerHTML"]
+            symbols = "".join(symbol for symbol in EMOJI if symbol in text)
+            found.append((symbols, [font["familyName"] for font in fonts]))
+        return found
+    finally:
+        cdp.detach()
+
+
+def _open(browser, base: str, name: str, settle: Callable) -> PageReport:
+    """Open `name` offline, let it settle (`settle(page, report)`), and gather a report."""
+    report = PageReport(name)
+    with _offline_page(browser, base, report, viewport=VIEWPORT) as page:
         page.goto(base + name, wait_until="load")
         settle(page, report)
         _wait_for_bertviz(page)
         report.facts = page.evaluate(COLLECT_JS)
         report.layout = page.evaluate(LAYOUT_JS)
+        report.emoji = _emoji_fonts(page)
         if AXE.is_file():
             page.add_script_tag(content=AXE_WRAPPER.format(source=AXE.read_text(encoding="utf-8")))
             report.axe = page.evaluate(AXE_JS)
-    finally:
-        context.close()
+        for width in CODE_WIDTHS:
+            page.set_viewport_size({**VIEWPORT, "width": width})
+            report.code[width] = page.evaluate(CODE_BLOCKS_JS)
+    return report
+
+
+# On a phone: does the page pan sideways (is the document wider than the screen), and if so,
+# which elements stick out past the right edge with no scrolling box around them (the
+# innermost ones: the culprits, not the containers they widen).
+PAN_JS = r"""
+() => {
+  const width = document.documentElement.clientWidth;
+  const scrollWidth = document.documentElement.scrollWidth;
+  const culprits = [];
+  if (scrollWidth > width) {
+    const free = (element) => {
+      for (let a = element.parentElement; a && a !== document.body; a = a.parentElement) {
+        if (getComputedStyle(a).overflowX !== "visible") return false;
+      }
+      return true;
+    };
+    const out = (element) => element.getBoundingClientRect().right > width + 0.5;
+    for (const element of document.body.querySelectorAll("*")) {
+      if (out(element) && free(element) && ![...element.children].some(out)) {
+        const text = element.textContent.replace(/\s+/g, " ").trim().slice(0, 60);
+        culprits.push(`<${element.tagName.toLowerCase()} class="${element.className}"> ` +
+            `${Math.round(element.getBoundingClientRect().right)} px: ${text}`);
+      }
+    }
+  }
+  return {width, scrollWidth, culprits: culprits.slice(0, 8)};
+}
+"""
+
+# The sidebars' buttons of the article header, and the dialog each opens on a narrow screen
+# (pydata-sphinx-theme moves the sidebar's contents into it).
+SIDEBAR_DIALOGS = {
+    "chapter list": (".bd-header-article .primary-toggle", "pst-primary-sidebar-modal"),
+    "page contents": (".bd-header-article .secondary-toggle", "pst-secondary-sidebar-modal"),
+}
+
+# Whether `dialog` is open, and the pages its links lead to that are fully on screen (a
+# link scrolled below the fold counts: the dialog scrolls; one off to a side does not).
+DIALOG_JS = r"""
+(id) => {
+  const dialog = document.getElementById(id);
+  const width = document.documentElement.clientWidth;
+  const shown = [...(dialog ? dialog.querySelectorAll("a[href]") : [])].filter((link) => {
+    const box = link.getBoundingClientRect();
+    return box.width > 0 && box.height > 0 && box.left >= 0 && box.right <= width + 0.5
+        && getComputedStyle(link).visibility === "visible";
+  });
+  return {
+    open: !!(dialog && dialog.open),
+    pages: shown.map((link) => link.href.split("#")[0]),
+    anchors: shown.filter((link) => link.getAttribute("href").startsWith("#")).length,
+  };
+}
+"""
+
+
+@dataclass
+class PhoneReport(PageReport):
+    """One page on a phone: whether it pans, and what tapping each sidebar button opened."""
+
+    pan: dict = field(default_factory=dict)  # the result of PAN_JS
+    # For each of SIDEBAR_DIALOGS: None if the page shows no such button, else DIALOG_JS's
+    # result after the tap (`open` False if nothing opened within DIALOG_TIMEOUT_MS).
+    dialogs: dict[str, dict | None] = field(default_factory=dict)
+
+
+DIALOG_TIMEOUT_MS = 5_000  # the dialog opens at once; its content slides in over 0.2 s
+
+
+def _open_on_a_phone(browser, base: str, name: str) -> PhoneReport:
+    """Open `name` offline on an emulated phone; measure the pan, tap each sidebar button."""
+    report = PhoneReport(name)
+    with _offline_page(browser, base, report, **PHONE) as page:
+        page.goto(base + name, wait_until="load")
+        report.pan = page.evaluate(PAN_JS)
+        for what, (button, dialog) in SIDEBAR_DIALOGS.items():
+            target = page.locator(button)
+            if target.count() == 0 or not target.first.is_visible():
+                report.dialogs[what] = None
+                continue
+            target.first.tap()
+            with contextlib.suppress(Exception):  # not opened: the test says so
+                page.wait_for_function(
+                    f"() => ({DIALOG_JS})({dialog!r}).pages.length > 0",
+                    timeout=DIALOG_TIMEOUT_MS,
+                )
+            report.dialogs[what] = page.evaluate(DIALOG_JS, dialog)
+            page.keyboard.press("Escape")
+            with contextlib.suppress(Exception):
+                page.wait_for_function(
+                    f"() => !document.getElementById({dialog!r}).open", timeout=DIALOG_TIMEOUT_MS
+                )
     return report
 
 
@@ -424,6 +635,27 @@ def visit(chromium, book_url: str) -> Callable[[str], PageReport]:
         found = cache[name]
         if isinstance(found, Exception):
             pytest.fail(f"{name}: the page could not be opened: {found}", pytrace=False)
+        return found
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def visit_on_a_phone(chromium, book_url: str) -> Callable[[str], PhoneReport]:
+    """`visit_on_a_phone(name)`: the page on an emulated phone (`PHONE`), once, cached."""
+    cache: dict[str, PhoneReport | Exception] = {}
+
+    def get(name: str) -> PhoneReport:
+        if name == NO_BUILD:
+            pytest.fail(f"nothing to test: {BUILD} has no pages; build the book first")
+        if name not in cache:
+            try:
+                cache[name] = _open_on_a_phone(chromium, book_url, name)
+            except Exception as error:
+                cache[name] = error
+        found = cache[name]
+        if isinstance(found, Exception):
+            pytest.fail(f"{name} on a phone: the page could not be opened: {found}", pytrace=False)
         return found
 
     return get

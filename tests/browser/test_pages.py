@@ -5,7 +5,8 @@ For each page of `_build/html` (not the generated index and search pages, nor
 
 - its <title> names the book, and its article has an <h1>;
 - every formula (display and inline) was typeset by MathJax, and no raw TeX
-  (`$$`, `\\[`, `\\begin{`) is left in the article's text outside code;
+  (`$$`, `\\[`, `\\begin{`) is left in the article's text outside code, nor any `$`
+  (one known exception, KNOWN_STRAY_DOLLARS, an expected failure until its fix lands);
 - every image in the article loaded and has alt text; every figure has a caption;
 - the browser logged no error and the page threw none;
 - nothing was requested from the network: the book is served from 127.0.0.1
@@ -15,18 +16,27 @@ For each page of `_build/html` (not the generated index and search pages, nor
 - axe-core finds no "serious" or "critical" accessibility violation (rule, impact
   and CSS selector of each are named), every dropdown opened;
 - every code block (cell input, output, code in the prose) fits the column of a
-  1440 px wide window: no horizontal scroll bar;
-- every bertviz view has drawn its SVG (tokens and attention lines), offline;
-- the page's <link rel="icon"> files load.
+  1440, 1366 and 1280 px wide window: no horizontal scroll bar (no tolerance);
+- on an emulated phone (390 px), the page does not pan sideways, and tapping the
+  chapter-list button opens a list of every page (the contents button, the page's
+  sections);
+- every bertviz view has drawn its SVG (tokens and attention lines), offline, no wider
+  than the column;
+- the page's <link rel="icon"> files load;
+- the checkers' symbols (⏳, ✅, ❌) are drawn with an emoji font, not as empty boxes;
+- a chapter shows its reading and exercise times, what it builds on, and Colab and
+  download buttons under its title; the start page, "Start with chapter 1" and the rest.
 
-Also: `index.html` (a redirect stub) leads to a page, and the search page finds
-a word offline. Without Chromium all of this is one skipped test.
+Also: `index.html` (a redirect stub) leads to a page, the search page finds
+a word offline, on a desktop the chapter-list button hides and shows the sidebar, and
+the exercise's name in a solution's header opens the solution. Without Chromium all of this is one skipped test.
 
 Run with `pytest tests -m browser` after building the book (`make test` does both).
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 
 import pytest
@@ -81,6 +91,41 @@ def test_no_raw_tex_in_the_text(visit, page_name: str) -> None:
     if found:
         pytest.fail(
             _problems(f"{page_name}: raw TeX is visible in the article", found), pytrace=False
+        )
+
+
+# Pages with a stray `$` whose fix is known and waiting in a chapter notebook: page -> where
+# and what. The test of such a page is an expected failure while the `$` is there, and fails
+# as soon as it is gone, so that the entry is removed with the fix.
+KNOWN_STRAY_DOLLARS = {
+    "chapters/07_multi_head_attention.html": (
+        "cell ch07-cell-14 (section 7.2, step 3): a $$ display block right under a list "
+        "item's first line is read as inline maths between two stray $; a blank line before "
+        "and after the block (indented with the item) makes it a display formula"
+    ),
+}
+
+
+def test_no_stray_dollar(visit, page_name: str) -> None:
+    """No `$` outside code and maths: one there is TeX that was never typeset (a formula in
+    a place MyST does not look for one, or a `.bib` entry's maths)."""
+    prose = visit(page_name).facts["prose"]
+    found = [
+        "..." + " ".join(prose[max(match.start() - 40, 0) : match.end() + 40].split()) + "..."
+        for match in re.finditer(re.escape("$"), prose)
+    ]
+    known = KNOWN_STRAY_DOLLARS.get(page_name)
+    if known and found:
+        pytest.xfail(f"known, fix reported: {known}")
+    if known:
+        pytest.fail(
+            f"{page_name} has no stray $ any more: remove it from KNOWN_STRAY_DOLLARS",
+            pytrace=False,
+        )
+    if found:
+        pytest.fail(
+            _problems(f"{page_name}: {len(found)} `$` outside code and maths", found),
+            pytrace=False,
         )
 
 
@@ -173,23 +218,132 @@ def test_no_serious_accessibility_violations(visit, page_name: str) -> None:
         )
 
 
-def test_code_fits_the_column(visit, page_name: str) -> None:
-    blocks = visit(page_name).layout["codeBlocks"]
+def test_code_fits_the_column(visit, page_name: str, code_width: int) -> None:
+    width = code_width  # each of conftest.CODE_WIDTHS
+    blocks = visit(page_name).code[width]
     wide = [block for block in blocks if block["scrollWidth"] > block["clientWidth"]]
     if wide:
         pytest.fail(
             _problems(
                 f"{page_name}: {len(wide)} of {len(blocks)} code blocks scroll sideways "
-                "in a 1440 px window",
+                f"in a {width} px window",
                 [
-                    f"{b['kind']} in #{b['section']}: {b['longest']} characters, "
-                    f"{b['scrollWidth']} px > {b['clientWidth']} px: {b['line']!r}"
+                    f"{b['kind']} in #{b['section']}: {b['longest']} characters at "
+                    f"{b['fontSize']:.1f} px, {b['scrollWidth']} px > {b['clientWidth']} px: "
+                    f"{b['line']!r}"
                     for b in wide
                 ],
                 limit=12,
             ),
             pytrace=False,
         )
+
+
+def test_no_sideways_pan_on_a_phone(visit_on_a_phone, page_name: str) -> None:
+    pan = visit_on_a_phone(page_name).pan
+    if pan["scrollWidth"] > pan["width"]:
+        pytest.fail(
+            _problems(
+                f"{page_name}: on a {pan['width']} px phone the page is {pan['scrollWidth']} px "
+                "wide and pans sideways; what sticks out",
+                pan["culprits"] or ["(nothing found: a fixed or transformed element?)"],
+            ),
+            pytrace=False,
+        )
+
+
+def test_phone_navigation_opens(visit_on_a_phone, page_name: str, book_pages: list[str]) -> None:
+    """Tapping the chapter-list button opens a list of every page; the contents button, the
+    page's sections. Both are what a phone has instead of the two sidebars."""
+    report = visit_on_a_phone(page_name)
+    problems = []
+    chapters = report.dialogs.get("chapter list")
+    if chapters is None:
+        problems.append("no chapter-list button (.primary-toggle) in the article header")
+    elif not chapters["open"] or not chapters["pages"]:
+        problems.append(f"tapping the chapter-list button opened nothing on screen: {chapters}")
+    else:
+        listed = {link.rsplit("/", 1)[-1] for link in chapters["pages"]}
+        missing = [name for name in book_pages if name.rsplit("/", 1)[-1] not in listed]
+        if missing:
+            problems.append(f"the chapter list leaves out {missing}")
+    contents = report.dialogs.get("page contents")
+    if contents is not None and (not contents["open"] or contents["anchors"] == 0):
+        problems.append(f"tapping the contents button showed no section of the page: {contents}")
+    problems += report.errors()
+    if problems:
+        pytest.fail(_problems(f"{page_name} on a phone", problems), pytrace=False)
+
+
+SIDEBAR_JS = """() => {
+  const sidebar = document.getElementById("pst-primary-sidebar");
+  const box = sidebar.getBoundingClientRect();
+  return {shown: getComputedStyle(sidebar).visibility === "visible" && box.right > 0,
+          article: Math.round(document.querySelector("article.bd-article")
+              .getBoundingClientRect().width)};
+}"""
+
+
+def test_desktop_toggle_hides_and_shows_the_chapter_list(open_page, book_pages) -> None:
+    """On a desktop the chapter-list button slides the sidebar out, and back in."""
+    page_name = next((name for name in book_pages if name.startswith("chapters/")), book_pages[0])
+    states = []
+
+    def toggle_twice(page, report):
+        states.append(page.evaluate(SIDEBAR_JS))
+        for hidden in (True, False):
+            page.click(".bd-header-article .primary-toggle")
+            with contextlib.suppress(Exception):  # did not change: the asserts below say so
+                page.wait_for_function(
+                    f"() => ({SIDEBAR_JS})().shown === {str(not hidden).lower()}", timeout=5_000
+                )
+            page.wait_for_timeout(400)  # the slide (0.25 s) ends: the article's final width
+            states.append(page.evaluate(SIDEBAR_JS))
+
+    report = open_page(page_name, toggle_twice)
+    assert [state["shown"] for state in states] == [True, False, True], (
+        f"{page_name}: the sidebar shown before, after one and after two clicks on the "
+        f"desktop toggle: {states}"
+    )
+    assert states[1]["article"] > states[0]["article"], (
+        f"{page_name}: hiding the sidebar did not widen the article: {states}"
+    )
+    assert not report.errors(), report.errors()
+
+
+SOLUTION_JS = """() => {
+  const solution = document.querySelector(".solution.dropdown");
+  return {shown: !solution.classList.contains("toggle-hidden"), hash: location.hash,
+          top: Math.round(solution.getBoundingClientRect().top)};
+}"""
+
+
+def test_the_exercise_link_in_a_solution_header_opens_the_solution(
+    open_page, book_pages, page_source
+) -> None:
+    """A solution's header names its exercise as a link; a click there opens the solution
+    (as anywhere else on the header) instead of jumping up to the exercise."""
+    page_name = next(
+        (name for name in book_pages if 'class="solution dropdown' in page_source(name)), None
+    )
+    if page_name is None:
+        pytest.skip("no page of this build has a solution in a dropdown")
+    states = []
+
+    def click_the_link(page, report):
+        page.locator(".solution.dropdown .admonition-title a").first.scroll_into_view_if_needed()
+        states.append(page.evaluate(SOLUTION_JS))
+        page.locator(".solution.dropdown .admonition-title a").first.click()
+        page.wait_for_timeout(300)
+        states.append(page.evaluate(SOLUTION_JS))
+
+    report = open_page(page_name, click_the_link)
+    before, after = states
+    assert not before["shown"], f"{page_name}: the first solution is shown before any click"
+    assert after["shown"], f"{page_name}: a click on the exercise's name left the solution closed"
+    assert after["hash"] == before["hash"], f"{page_name}: the click jumped to {after['hash']!r}"
+    assert abs(after["top"] - before["top"]) < 5, f"{page_name}: the click moved the page: {states}"
+    assert not report.errors(), report.errors()
 
 
 def test_bertviz_views_draw(visit, page_name: str) -> None:
@@ -204,8 +358,60 @@ def test_bertviz_views_draw(visit, page_name: str) -> None:
             )
         elif view["width"] <= 0:
             problems.append(f"{view['kind']} {view['id']}: the SVG has no width")
+        elif view["widest"] > view["column"] + 1:
+            problems.append(
+                f"{view['kind']} {view['id']}: {view['widest']} px wide, wider than the "
+                f"{view['column']} px column (cut off)"
+            )
     if problems:
         pytest.fail(_problems(f"{page_name}: bertviz views", problems), pytrace=False)
+
+
+def test_front_door(visit, page_name: str, book_pages: list[str]) -> None:
+    """A chapter shows its times, what it builds on and its buttons under its title; the
+    start page has its buttons, and its chapter map a named link to every chapter; every
+    local link of them leads somewhere."""
+    door = visit(page_name).layout["frontDoor"]
+    problems = []
+    if page_name.startswith("chapters/"):
+        if not door["facts"] or not door["factsAfterTitle"]:
+            problems.append(f"no facts line right under the title: {door['facts']!r}")
+        elif not re.search(r"About \d.* to read and run, .* for its \d+ exercises", door["facts"]):
+            problems.append(f"the facts line gives no times: {door['facts']!r}")
+        texts = [link["text"] for link in door["links"]]
+        if "Download the notebook" not in texts:
+            problems.append(f"no download button: {texts}")
+    if page_name == "intro.html":
+        texts = [link["text"] for link in door["links"]]
+        if not door["start"] or "Start with chapter 1" not in texts:
+            problems.append(f"no 'Start with chapter 1' button: {texts}")
+        linked = {link["href"] for link in door["mapLinks"] if link["name"]}
+        chapters = {name for name in book_pages if name.startswith("chapters/")}
+        if linked != chapters:
+            problems.append(
+                f"the chapter map's named links {sorted(linked)} are not the chapters' pages "
+                f"{sorted(chapters)}"
+            )
+    for link in door["links"]:  # status None: not fetched (not a page or a notebook)
+        if link["status"] not in (None, 200):
+            problems.append(f"{link['text']!r} -> {link['href']}: HTTP {link['status']}")
+    if problems:
+        pytest.fail(_problems(f"{page_name}: the front door", problems), pytrace=False)
+
+
+def test_emoji_have_a_font(visit, page_name: str) -> None:
+    """The checkers' ⏳, ✅ and ❌ are drawn with an emoji font (installed, or the book's Noto
+    Emoji), not as empty boxes: without one, Chromium draws them with the text font alone."""
+    missing = [
+        f"{symbols} drawn with {', '.join(fonts)}"
+        for symbols, fonts in visit(page_name).emoji
+        if not any("emoji" in font.lower() for font in fonts)
+    ]
+    if missing:
+        pytest.fail(
+            _problems(f"{page_name}: symbols without an emoji font (empty boxes)", missing),
+            pytrace=False,
+        )
 
 
 def test_favicon_loads(visit, page_name: str) -> None:
