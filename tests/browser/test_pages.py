@@ -6,7 +6,7 @@ For each page of `_build/html` (not the generated index and search pages, nor
 - its <title> names the book, and its article has an <h1>;
 - every formula (display and inline) was typeset by MathJax, and no raw TeX
   (`$$`, `\\[`, `\\begin{`) is left in the article's text outside code, nor any `$`
-  (one known exception, KNOWN_STRAY_DOLLARS, an expected failure until its fix lands);
+  (KNOWN_STRAY_DOLLARS lists a page whose fix is waiting, as an expected failure);
 - every image in the article loaded and has alt text; every figure has a caption;
 - the browser logged no error and the page threw none;
 - nothing was requested from the network: the book is served from 127.0.0.1
@@ -97,13 +97,7 @@ def test_no_raw_tex_in_the_text(visit, page_name: str) -> None:
 # Pages with a stray `$` whose fix is known and waiting in a chapter notebook: page -> where
 # and what. The test of such a page is an expected failure while the `$` is there, and fails
 # as soon as it is gone, so that the entry is removed with the fix.
-KNOWN_STRAY_DOLLARS = {
-    "chapters/07_multi_head_attention.html": (
-        "cell ch07-cell-14 (section 7.2, step 3): a $$ display block right under a list "
-        "item's first line is read as inline maths between two stray $; a blank line before "
-        "and after the block (indented with the item) makes it a display formula"
-    ),
-}
+KNOWN_STRAY_DOLLARS: dict[str, str] = {}
 
 
 def test_no_stray_dollar(visit, page_name: str) -> None:

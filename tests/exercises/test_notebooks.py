@@ -32,6 +32,7 @@ SOLUTIONS = {
     "08_positional_encoding": 5,
     "09_transformer_block": 5,
     "10_training": 5,
+    "11_language_model": 3,
     "13_inside_attention": 4,
     "14_efficient_attention": 4,
 }
@@ -59,6 +60,8 @@ CHECKERS = {
     "ex-ch09-count": ("check_gpt_num_parameters",),
     "ex-ch10-lr": ("check_lr_schedule",),
     "ex-ch10-answer-loss": ("check_answer_loss",),
+    "ex-ch11-rmsnorm": ("check_rms_norm",),
+    "ex-ch11-bpe-merge": ("check_bpe_merge",),
     "ex-ch13-entropy": ("check_head_entropy",),
     "ex-ch13-rollout": ("check_attention_rollout",),
     "ex-ch14-online-softmax": ("check_online_softmax_update",),
@@ -70,7 +73,7 @@ CHECKERS = {
 def test_the_parser_finds_every_solution_of_the_book() -> None:
     found = {path.stem: len(solutions(path)) for path in CHAPTERS}
     assert found == SOLUTIONS
-    assert sum(found.values()) == 61
+    assert sum(found.values()) == 64
 
 
 def test_every_exercise_has_one_solution_with_its_label() -> None:
@@ -85,7 +88,7 @@ def test_the_parser_finds_every_checker_call_of_the_book() -> None:
     found = {e.label: e.checkers for path in CHAPTERS for e in exercises(path) if e.checkers}
     assert found == CHECKERS
     n_exercises = sum(len(exercises(path)) for path in CHAPTERS)
-    assert n_exercises == 61
+    assert n_exercises == 64
 
 
 def test_a_block_has_its_argument_options_body_and_place() -> None:
