@@ -40,7 +40,7 @@ def test_the_registry_lists_the_chapters_of_the_toc_in_order_and_parts() -> None
 
 
 def test_the_registry_lists_the_chapters_on_disk() -> None:
-    assert len(CHAPTERS) == 12
+    assert len(CHAPTERS) == 13
     assert REGISTRY.stems == [path.stem for path in CHAPTERS]
 
 
@@ -54,7 +54,10 @@ def test_titles_are_the_notebooks_headings() -> None:
 
 
 def test_the_registry_holds_what_the_tools_read() -> None:
-    assert REGISTRY.colab_extras == {"13_inside_attention": "pretrained"}
+    assert REGISTRY.colab_extras == {
+        "11_language_model": "pretrained",
+        "13_inside_attention": "pretrained",
+    }
     assert REGISTRY.chapter("02_softmax").requires == ("01_scores",)
     assert [s.title for s in REGISTRY.assignment_sets][-1] == "Every auto-checked exercise"
     assert REGISTRY.assignment_sets[-1].parts[0].exercises is None  # auto-checked: all of them
