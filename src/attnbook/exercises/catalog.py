@@ -109,6 +109,11 @@ CHAPTERS: tuple[ChapterExercises, ...] = (
             ("kv_cache_bytes", "ex-ch12-kv-memory"),
         ),
     ),
+    ChapterExercises(
+        "12_translation",
+        "Translation: an encoder-decoder learns to align",
+        (("additive_step", "ex-ch12-additive-step"), ("beam_step", "ex-ch12-beam-step")),
+    ),
 )
 
 
