@@ -40,7 +40,7 @@ def test_the_registry_lists_the_chapters_of_the_toc_in_order_and_parts() -> None
 
 
 def test_the_registry_lists_the_chapters_on_disk() -> None:
-    assert len(CHAPTERS) == 13
+    assert len(CHAPTERS) == 14
     assert REGISTRY.stems == [path.stem for path in CHAPTERS]
 
 

@@ -33,6 +33,7 @@ SOLUTIONS = {
     "09_transformer_block": 5,
     "10_training": 5,
     "11_language_model": 3,
+    "12_translation": 3,
     "13_inside_attention": 4,
     "14_efficient_attention": 4,
 }
@@ -62,6 +63,8 @@ CHECKERS = {
     "ex-ch10-answer-loss": ("check_answer_loss",),
     "ex-ch11-rmsnorm": ("check_rms_norm",),
     "ex-ch11-bpe-merge": ("check_bpe_merge",),
+    "ex-ch12-additive-step": ("check_additive_step",),
+    "ex-ch12-beam-step": ("check_beam_step",),
     "ex-ch13-entropy": ("check_head_entropy",),
     "ex-ch13-rollout": ("check_attention_rollout",),
     "ex-ch14-online-softmax": ("check_online_softmax_update",),
@@ -73,7 +76,7 @@ CHECKERS = {
 def test_the_parser_finds_every_solution_of_the_book() -> None:
     found = {path.stem: len(solutions(path)) for path in CHAPTERS}
     assert found == SOLUTIONS
-    assert sum(found.values()) == 64
+    assert sum(found.values()) == 67
 
 
 def test_every_exercise_has_one_solution_with_its_label() -> None:
@@ -88,7 +91,7 @@ def test_the_parser_finds_every_checker_call_of_the_book() -> None:
     found = {e.label: e.checkers for path in CHAPTERS for e in exercises(path) if e.checkers}
     assert found == CHECKERS
     n_exercises = sum(len(exercises(path)) for path in CHAPTERS)
-    assert n_exercises == 64
+    assert n_exercises == 67
 
 
 def test_a_block_has_its_argument_options_body_and_place() -> None:

@@ -41,12 +41,15 @@ from attnbook.exercises.positional import check_apply_rope, check_sinusoidal_pos
 from attnbook.exercises.scores import check_cosine_similarity, check_score_matrix
 from attnbook.exercises.softmax import check_softmax, check_softmax_temperature
 from attnbook.exercises.training import check_answer_loss, check_lr_schedule
+from attnbook.exercises.translation import check_additive_step, check_beam_step
 
 __all__ = [
     "Verdict",
+    "check_additive_step",
     "check_answer_loss",
     "check_apply_rope",
     "check_attention_rollout",
+    "check_beam_step",
     "check_bpe_merge",
     "check_causal_mask",
     "check_cosine_similarity",

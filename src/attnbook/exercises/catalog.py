@@ -101,6 +101,11 @@ CHAPTERS: tuple[ChapterExercises, ...] = (
         (("rms_norm", "ex-ch11-rmsnorm"), ("bpe_merge", "ex-ch11-bpe-merge")),
     ),
     ChapterExercises(
+        "12_translation",
+        "Translation: an encoder-decoder learns to align",
+        (("additive_step", "ex-ch12-additive-step"), ("beam_step", "ex-ch12-beam-step")),
+    ),
+    ChapterExercises(
         "13_inside_attention",
         "Looking inside attention",
         (("head_entropy", "ex-ch13-entropy"), ("attention_rollout", "ex-ch13-rollout")),

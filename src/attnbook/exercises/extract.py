@@ -93,6 +93,16 @@ LIBRARY_EQUIVALENTS: dict[str, frozenset[str]] = {
         {"lr_at", "LambdaLR", "CosineAnnealingLR", "OneCycleLR", "LinearLR", "SequentialLR"}
     ),
     "answer_loss": frozenset({"answer_loss"}),
+    "additive_step": frozenset(
+        {
+            "additive_step",
+            "additive_scores",
+            "AdditiveScorer",
+            "softmax_with_mask",
+            "masked_softmax",
+        }
+    ),
+    "beam_step": frozenset({"beam_step", "generate"}),
     "head_entropy": frozenset({"head_entropy", "entropy", "entr", "Categorical"}),
     "attention_rollout": frozenset({"attention_rollout"}),
     "online_softmax_update": _ATTENTION | {"online_softmax_update", "tiled_attention"},

@@ -1,0 +1,134 @@
+"""The checkers of chapter 12 accept correct answers and reject, and name, typical wrong ones."""
+
+from __future__ import annotations
+
+import torch
+from checker_asserts import assert_rejects, stub
+
+from attnbook.exercises import check_additive_step, check_beam_step
+from attnbook.masking import softmax_with_mask
+from attnbook.scores import additive_scores
+
+# ------------------------------------------------------------------ one additive attention step
+
+
+def _step(state, memory, src_mask, W_q, W_k, v):  # a correct answer
+    scores = torch.tanh((state @ W_q)[:, None, :] + memory @ W_k) @ v  # (B, S)
+    return torch.softmax(scores.masked_fill(~src_mask, float("-inf")), dim=-1)
+
+
+def test_additive_step_checker_accepts_correct_answers() -> None:
+    verdict = check_additive_step(_step)
+    assert verdict, verdict.message
+    assert "all 3 hidden cases pass" in verdict.message
+
+    def with_einsum(state, memory, src_mask, W_q, W_k, v):
+        hidden = torch.tanh(torch.einsum("bh,ha->ba", state, W_q)[:, None] + memory @ W_k)
+        scores = torch.einsum("bsa,a->bs", hidden, v)
+        weights = (scores - scores.max(-1, keepdim=True).values).exp() * src_mask
+        return weights / weights.sum(-1, keepdim=True)
+
+    assert check_additive_step(with_einsum)
+    assert not check_additive_step(stub).attempted
+
+
+def test_additive_step_agrees_with_the_package() -> None:
+    g = torch.Generator().manual_seed(0)
+    state, memory = torch.randn(3, 4, generator=g), torch.randn(3, 6, 4, generator=g)
+    W_q, W_k, v = torch.randn(4, 5, generator=g), torch.randn(4, 5, generator=g), torch.randn(5)
+    mask = torch.arange(6)[None] < torch.tensor([6, 2, 4])[:, None]
+    scores = additive_scores(state[:, None], memory, W_q, W_k, v)  # (3, 1, 6)
+    expected = softmax_with_mask(scores, mask[:, None])[:, 0]
+    torch.testing.assert_close(_step(state, memory, mask, W_q, W_k, v), expected)
+
+
+def test_additive_step_checker_names_typical_mistakes() -> None:
+    def no_mask(state, memory, src_mask, W_q, W_k, v):
+        return torch.softmax(torch.tanh((state @ W_q)[:, None] + memory @ W_k) @ v, dim=-1)
+
+    def zero(state, memory, src_mask, W_q, W_k, v):
+        scores = torch.tanh((state @ W_q)[:, None] + memory @ W_k) @ v
+        return torch.softmax(scores * src_mask, dim=-1)
+
+    def no_tanh(state, memory, src_mask, W_q, W_k, v):
+        scores = ((state @ W_q)[:, None] + memory @ W_k) @ v
+        return torch.softmax(scores.masked_fill(~src_mask, float("-inf")), dim=-1)
+
+    def swapped(state, memory, src_mask, W_q, W_k, v):
+        return _step(state, memory, src_mask, W_k, W_q, v)
+
+    padded = "padded to 6"
+    first = "no padding"
+    for wrong, case, mistake in [
+        (no_mask, padded, "no padding mask"),
+        (zero, padded, "padding given score 0"),
+        (no_tanh, first, "the score without tanh"),
+        (swapped, first, "W_q applied to the source states"),
+    ]:
+        assert_rejects(check_additive_step(wrong), case, mistake)
+
+
+def test_additive_step_checker_forbids_the_package_answer() -> None:
+    def library(state, memory, src_mask, W_q, W_k, v):
+        return softmax_with_mask(
+            additive_scores(state[:, None], memory, W_q, W_k, v), src_mask[:, None]
+        )[:, 0]
+
+    verdict = check_additive_step(library)
+    assert not verdict
+    assert "additive_scores" in verdict.message or "softmax_with_mask" in verdict.message
+
+
+# ------------------------------------------------------------------ one beam-search step
+
+
+def _beam(scores, log_probs):  # a correct answer
+    B, K, V = log_probs.shape
+    total = (scores[:, :, None] + log_probs).reshape(B, K * V)
+    new, pick = total.topk(K, dim=-1)
+    return new, pick // V, pick % V
+
+
+def test_beam_step_checker_accepts_correct_answers() -> None:
+    verdict = check_beam_step(_beam)
+    assert verdict, verdict.message
+    assert "all 3 hidden cases pass" in verdict.message
+
+    def with_sort(scores, log_probs):
+        B, K, V = log_probs.shape
+        total = (scores[:, :, None] + log_probs).reshape(B, K * V)
+        order = total.argsort(dim=-1, descending=True)[:, :K]
+        return total.gather(1, order), torch.div(order, V, rounding_mode="floor"), order % V
+
+    assert check_beam_step(with_sort)
+    assert not check_beam_step(stub).attempted
+
+
+def test_beam_step_checker_names_typical_mistakes() -> None:
+    def per_beam(scores, log_probs):
+        best, tokens = log_probs.max(-1)
+        new = scores + best
+        order = new.argsort(dim=-1, descending=True)
+        return new.gather(1, order), order, tokens.gather(1, order)
+
+    def no_history(scores, log_probs):
+        return _beam(torch.zeros_like(scores), log_probs)
+
+    def products(scores, log_probs):
+        B, K, V = log_probs.shape
+        total = (scores.exp()[:, :, None] * log_probs.exp()).reshape(B, K * V)
+        new, pick = total.topk(K, dim=-1)
+        return new, pick // V, pick % V
+
+    for wrong, mistake in [
+        (per_beam, "the best word of each beam"),
+        (no_history, "the new word's log-probability without"),
+        (products, "probabilities multiplied"),
+    ]:
+        verdict = check_beam_step(wrong)
+        assert not verdict, verdict.message
+        assert f"this looks like {mistake}" in verdict.message, verdict.message
+
+    verdict = check_beam_step(lambda scores, log_probs: scores)  # not three tensors
+    assert not verdict
+    assert verdict.attempted
