@@ -56,6 +56,7 @@ def test_titles_are_the_notebooks_headings() -> None:
 def test_the_registry_holds_what_the_tools_read() -> None:
     assert REGISTRY.colab_extras == {
         "11_language_model": "pretrained",
+        "12_translation": "pretrained",
         "13_inside_attention": "pretrained",
     }
     assert REGISTRY.chapter("02_softmax").requires == ("01_scores",)

@@ -202,7 +202,8 @@ def test_a_llama_block_is_rmsnorm_swiglu_rope_without_biases() -> None:
         block.norm1.weight.copy_(1 + 0.3 * _randn(3, 16))
         block.norm2.weight.copy_(1 + 0.3 * _randn(4, 16))
     x = _randn(5, 2, 6, 16)
-    h = x + block.self_attn(block.norm1(x), block.norm1(x), block.norm1(x), is_causal=True)[0]
+    n1 = block.norm1(x)  # one tensor three times: self-attention, so RoPE may rotate
+    h = x + block.self_attn(n1, n1, n1, is_causal=True)[0]
     expected = h + block.ffn(reference_rms_norm(h, block.norm2.weight, 1e-6))
     torch.testing.assert_close(block(x, is_causal=True), expected)
     rebuilt = EncoderBlock.from_config(block.config)
