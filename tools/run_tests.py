@@ -29,7 +29,7 @@ is not pytest (ruff check, ruff format, the book build, the student edition). Fa
 errors. The exit status is 0 only if nothing failed. pytest's "no tests
 collected" (exit status 5) is a failure for the unit tests and nbval, and for
 the browser test only where Chromium is installed. Finally the share of code
-cells whose output nbval does not compare (`# NBVAL_IGNORE_OUTPUT`) must stay
+cells whose output nbval does not compare (tag `nbval-ignore-output`) must stay
 below 5%.
 
 Every program is taken from the environment of the Python running this script

@@ -391,6 +391,20 @@ def test_figures_have_a_caption_and_alt_text(path: Path) -> None:
     assert not problems, f"{path.name}, figures (see CONTRIBUTING.md):\n" + "\n".join(problems)
 
 
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_no_nbval_comment_shows_in_the_code(path: Path) -> None:
+    """nbval's markers are cell tags, never comments that the rendered book would show."""
+    nb = nbformat.read(path, as_version=4)
+    marked = [
+        f"code cell {i}"
+        for i, cell in enumerate((c for c in nb.cells if c.cell_type == "code"), start=1)
+        if re.search(r"^\s*#\s*NBVAL_", cell.source, re.MULTILINE)
+    ]
+    assert not marked, f"{path.name}: use the tag nbval-ignore-output instead in " + ", ".join(
+        marked
+    )
+
+
 def test_few_outputs_escape_nbval() -> None:
     code_cells, ignored = run_tests.code_cell_census()
     assert len(ignored) < IGNORE_LIMIT * code_cells, (
