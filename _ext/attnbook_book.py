@@ -206,6 +206,9 @@ def _course_facts() -> dict[str, dict]:
             "title": chapter.title,
             "requires": [(stem, registry.chapter(stem).title) for stem in chapter.requires],
             "background": chapter.background,
+            "first_reading": exercise_inventory.format_minutes(
+                exercise_inventory.first_reading_minutes(read)
+            ),
             "reading": exercise_inventory.format_minutes(exercise_inventory.reading_minutes(read)),
             "exercises": exercise_inventory.format_minutes(
                 exercise_inventory.exercise_minutes(read)
@@ -250,8 +253,14 @@ def chapter_facts_html(facts: dict, pathto, colab: str | None) -> str:
         f'<a href="{pathto(f"chapters/{other}")}">{html_text.escape(title)}</a>'
         for other, title in facts["requires"]
     )
+    everything = (
+        f" ({facts['reading']} with its “Going deeper” blocks)"
+        if facts.get("first_reading", facts["reading"]) != facts["reading"]
+        else ""
+    )
     times = (
-        f"About <strong>{facts['reading']}</strong> to read and run, "
+        f"About <strong>{facts.get('first_reading', facts['reading'])}</strong> to read and run"
+        f"{everything}, "
         f"<strong>{facts['exercises']}</strong> for its {facts['n_exercises']} exercises"
     )
     buttons = [

@@ -106,7 +106,9 @@ class Chapter:
     title: str
     objectives: list[str]
     prose_words: int  # words of the markdown cells, solutions left out
-    code_cells: int
+    code_cells: int  # code cells a learner reads and runs (checks cells left out)
+    first_words: int = 0  # prose words of a first reading: collapsed blocks left out too
+    first_code_cells: int = 0  # code cells a first reading of the book shows open
     exercises: list[Exercise] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
 
@@ -143,6 +145,35 @@ def _prose_words(source: str) -> int:
     return len(re.findall(r"\S+", strip_solutions(source)[0]))
 
 
+# A collapsed admonition (`:class: dropdown`, the book's "Going deeper" blocks): its fence,
+# title line, options, body and closing fence.
+_COLLAPSED = re.compile(
+    r"^(?P<fence>:{3,}|`{3,})\{admonition\}[^\n]*\n(?P<options>(?:[ \t]*:[\w-]+:[^\n]*\n)*)"
+    r"(?P<body>.*?)^(?P=fence)[ \t]*$",
+    re.M | re.S,
+)
+
+
+def _first_reading_words(source: str) -> int:
+    """Words of a markdown cell that a first reading meets: no solutions, no collapsed blocks."""
+    text = strip_solutions(source)[0]
+
+    def drop(match: re.Match) -> str:
+        return "" if re.search(r":class:[^\n]*\bdropdown\b", match["options"]) else match[0]
+
+    return len(re.findall(r"\S+", _COLLAPSED.sub(drop, text)))
+
+
+# Cells the book does not show open: removed (the Colab cell, the checks cells that assert
+# the numbers the prose quotes) or collapsed behind a toggle (tangents of "Going deeper").
+CHECKS_TAG = "remove-input"  # a checks cell: only asserts, no output (a test enforces it)
+HIDDEN_TAGS = {"remove-cell", "remove-input", "hide-cell"}
+
+
+def _tags(cell: dict) -> set[str]:
+    return set(cell.get("metadata", {}).get("tags", []))
+
+
 def read_chapter(path: Path) -> Chapter:
     """Parse one chapter notebook into a `Chapter` (problems are collected, not raised)."""
     nb = nbformat.read(path, as_version=4)
@@ -153,7 +184,13 @@ def read_chapter(path: Path) -> Chapter:
         title=title,
         objectives=_objectives(markdown),
         prose_words=sum(_prose_words(c.source) for c in nb.cells if c.cell_type == "markdown"),
-        code_cells=sum(c.cell_type == "code" for c in nb.cells),
+        code_cells=sum(c.cell_type == "code" and CHECKS_TAG not in _tags(c) for c in nb.cells),
+        first_words=sum(
+            _first_reading_words(c.source) for c in nb.cells if c.cell_type == "markdown"
+        ),
+        first_code_cells=sum(
+            c.cell_type == "code" and not _tags(c) & HIDDEN_TAGS for c in nb.cells
+        ),
     )
     if not chapter.objectives:
         chapter.problems.append(f"{path.name}: no bullets in a `Learning objectives` admonition")
@@ -221,6 +258,11 @@ def format_minutes(value: float) -> str:
 def reading_minutes(chapter: Chapter) -> float:
     """Estimated minutes to read the chapter and run its cells (see the constants above)."""
     return chapter.prose_words / WORDS_PER_MINUTE + MINUTES_PER_CODE_CELL * chapter.code_cells
+
+
+def first_reading_minutes(chapter: Chapter) -> float:
+    """The same estimate for a first reading of the book: collapsed blocks and cells skipped."""
+    return chapter.first_words / WORDS_PER_MINUTE + MINUTES_PER_CODE_CELL * chapter.first_code_cells
 
 
 def exercise_minutes(chapter: Chapter) -> float:
@@ -304,17 +346,20 @@ def render(chapters: list[Chapter], measured: dict, registry: course.Course | No
         "",
         "### Time per chapter",
         "",
-        "| chapter | run time, CPU / wall clock (measured) | reading (estimate) | exercises (estimate) | "
-        "exercises: easy / medium / harder |",
-        "|---|---|---|---|---|",
+        "| chapter | run time, CPU / wall clock (measured) | first reading (estimate) | "
+        "reading, all (estimate) | exercises (estimate) | exercises: easy / medium / harder |",
+        "|---|---|---|---|---|---|",
     ]
     for chapter in chapters:
         counts = [sum(e.difficulty == d for e in chapter.exercises) for d in DIFFICULTIES]
         out.append(
             f"| {chapter.number}. {{doc}}`chapters/{chapter.stem}` | "
-            f"{_seconds(measured, chapter.stem)} | {format_minutes(reading_minutes(chapter))} | "
+            f"{_seconds(measured, chapter.stem)} | "
+            f"{format_minutes(first_reading_minutes(chapter))} | "
+            f"{format_minutes(reading_minutes(chapter))} | "
             f"{format_minutes(exercise_minutes(chapter))} | {' / '.join(map(str, counts))} |"
         )
+    total_first = sum(first_reading_minutes(c) for c in chapters)
     total_reading = sum(reading_minutes(c) for c in chapters)
     total_exercises = sum(exercise_minutes(c) for c in chapters)
     n_exercises = sum(len(c.exercises) for c in chapters)
@@ -322,7 +367,8 @@ def render(chapters: list[Chapter], measured: dict, registry: course.Course | No
     where = measured.get("machine", "")
     out += [
         "",
-        f"In all: {len(chapters)} chapters, about {format_minutes(total_reading)} of reading and "
+        f"In all: {len(chapters)} chapters, about {format_minutes(total_first)} of a first "
+        f"reading ({format_minutes(total_reading)} with every collapsed block) and "
         f"{format_minutes(total_exercises)} of exercises (estimates), and {n_exercises} exercises: "
         + ", ".join(f"{n} {KIND_NAMES[k]}" for k, n in by_kind.items())
         + ".",
@@ -339,7 +385,9 @@ def render(chapters: list[Chapter], measured: dict, registry: course.Course | No
         f"{WORDS_PER_MINUTE} words of prose per minute plus "
         f"{MINUTES_PER_CODE_CELL:g} minute per code cell, and "
         + ", ".join(f"{m} minutes per {d} exercise" for d, m in MINUTES_PER_EXERCISE.items())
-        + ".",
+        + '. A *first reading* leaves out what the book shows collapsed: the "Going deeper" '
+        "blocks and the code cells behind a toggle; *reading, all* counts them, and both leave "
+        "out the solutions and the hidden cells that check the numbers the prose quotes" + ".",
     ]
     for chapter in chapters:
         earlier, background = prerequisites.get(chapter.stem, ((), ""))
@@ -357,8 +405,11 @@ def render(chapters: list[Chapter], measured: dict, registry: course.Course | No
             f"**Prerequisites.** Chapters: {needs}. {background}".rstrip(),
             "",
             f"**Time.** {_run_time(measured, chapter.stem)}; about "
-            f"{format_minutes(reading_minutes(chapter))} to read and run "
-            f"(about {round(chapter.prose_words, -2):,} words of prose, {chapter.code_cells} code "
+            f"{format_minutes(first_reading_minutes(chapter))} for a first reading "
+            f"(about {round(chapter.first_words, -2):,} words of prose, "
+            f"{chapter.first_code_cells} code cells), "
+            f"{format_minutes(reading_minutes(chapter))} to read and run all of it "
+            f"(about {round(chapter.prose_words, -2):,} words, {chapter.code_cells} code "
             "cells) and "
             f"{format_minutes(exercise_minutes(chapter))} for all the exercises (estimates).",
             "",

@@ -5,12 +5,22 @@ what it is given; it computes no scores or attention weights itself.
 
 Conventions: in every heatmap rows are queries and columns are keys, so row
 ``t`` of a weight matrix reads "where query ``t`` looks".
+
+Figures shown in a notebook are drawn at twice their pixel density (sharp on
+high-density screens, displayed at their natural size) and each PNG records the
+size of its smallest text (`smallest_text_pt`), so that the book's browser test
+can check that no figure text renders below its legibility floor. `course_style`
+switches this on; nothing changes outside IPython.
 """
 
 from __future__ import annotations
 
+import base64
+import struct
+import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from io import BytesIO
 from typing import Protocol
 
 import matplotlib.pyplot as plt
@@ -18,16 +28,20 @@ import numpy as np
 import torch
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.text import Text
 
 from attnbook._validation import Array, shape_str
 
 __all__ = [
     "STYLE",
     "course_style",
+    "figure_png",
     "plot_bars",
     "plot_heatmap",
     "plot_history",
     "plot_query_key",
+    "png_text",
+    "smallest_text_pt",
     "to_numpy",
 ]
 
@@ -49,11 +63,110 @@ SEQUENTIAL_CMAP = "viridis"  # weights in [0, 1]: perceptually uniform, colour-b
 DIVERGING_CMAP = "RdBu_r"  # scores of either sign: blue negative, red positive
 
 
+PIXEL_DENSITY = 2  # notebook figures are rendered at 2x their `figure.dpi` and shown at 1x
+SMALLEST_TEXT_KEY = "attnbook:smallest-text-px"
+"""PNG text key of `figure_png`: the height of the figure's smallest text in image pixels."""
+
+
 @contextmanager
 def course_style() -> Iterator[None]:
-    """Context manager that draws with the course's style without changing global settings."""
+    """Context manager that draws with the course's style without changing global settings.
+
+    In IPython it also makes figures display through `figure_png` (twice the pixel
+    density, smallest text recorded), which stays on for the rest of the session.
+    """
+    _use_figure_png()
     with plt.rc_context(STYLE):
         yield
+
+
+def smallest_text_pt(fig: Figure) -> float | None:
+    """Font size in points of the smallest visible, non-empty text of `fig` (None: no text).
+
+    Tick labels, titles, legends, colour bars and annotations all count; draw the
+    figure first (saving it does) so that tick labels hold their text.
+    """
+    sizes = [
+        text.get_fontsize()
+        for text in fig.findobj(Text)
+        if text.get_visible() and text.get_text().strip() and _drawn(text)
+    ]
+    return float(min(sizes)) if sizes else None
+
+
+def _drawn(text: Text) -> bool:
+    """Whether `text` is inside the figure (ticks outside the view limits are not drawn)."""
+    axes = text.axes
+    if axes is None or text.get_figure() is None:
+        return True
+    box = text.get_window_extent()
+    canvas = text.get_figure().bbox
+    return (
+        box.x1 >= canvas.x0 and box.x0 <= canvas.x1 and box.y1 >= canvas.y0 and box.y0 <= canvas.y1
+    )
+
+
+def figure_png(fig: Figure) -> tuple[str, dict[str, int]] | None:
+    """IPython's PNG of `fig`: base64 data at `PIXEL_DENSITY` x its dpi, and display metadata.
+
+    The metadata's width and height are the figure's size at its own dpi, so it shows
+    at its natural size, sharper. The PNG holds `SMALLEST_TEXT_KEY`: the smallest text's
+    height in image pixels (points x dpi / 72). Returns None for an empty figure, as
+    IPython's own formatter does.
+    """
+    if not fig.axes and not fig.lines:
+        return None
+    dpi = fig.dpi * PIXEL_DENSITY
+    fig.canvas.draw()  # tick labels get their text
+    smallest = smallest_text_pt(fig)
+    metadata = {"Software": None}
+    if smallest is not None:
+        metadata[SMALLEST_TEXT_KEY] = f"{smallest * dpi / 72:.2f}"
+    buffer = BytesIO()
+    fig.canvas.print_figure(
+        buffer,
+        format="png",
+        dpi=dpi,
+        bbox_inches="tight",
+        facecolor=fig.get_facecolor(),
+        edgecolor=fig.get_edgecolor(),
+        metadata=metadata,
+    )
+    data = buffer.getvalue()
+    width, height = struct.unpack(">II", data[16:24])  # the IHDR chunk
+    size = {"width": width // PIXEL_DENSITY, "height": height // PIXEL_DENSITY}
+    return base64.b64encode(data).decode("ascii"), size
+
+
+def png_text(data: bytes) -> dict[str, str]:
+    """The tEXt and zTXt entries of a PNG file's bytes (e.g. `SMALLEST_TEXT_KEY`)."""
+    if data[:8] != b"\x89PNG\r\n\x1a\n":
+        raise ValueError("data must be the bytes of a PNG file")
+    entries: dict[str, str] = {}
+    at = 8
+    while at + 8 <= len(data):
+        length, kind = struct.unpack(">I4s", data[at : at + 8])
+        body = data[at + 8 : at + 8 + length]
+        if kind == b"tEXt":
+            key, _, value = body.partition(b"\0")
+            entries[key.decode("latin-1")] = value.decode("latin-1")
+        elif kind == b"zTXt":
+            key, _, rest = body.partition(b"\0")
+            entries[key.decode("latin-1")] = zlib.decompress(rest[1:]).decode("latin-1")
+        at += 12 + length
+    return entries
+
+
+def _use_figure_png() -> None:
+    """In IPython, display matplotlib figures with `figure_png` (idempotent; no-op elsewhere)."""
+    try:
+        from IPython import get_ipython
+    except ImportError:  # plain Python: nothing displays figures
+        return
+    shell = get_ipython()
+    if shell is None:
+        return
+    shell.display_formatter.formatters["image/png"].for_type(Figure, figure_png)
 
 
 def to_numpy(x: Array | Sequence[float]) -> np.ndarray:

@@ -267,7 +267,7 @@ def test_chapter_facts_are_the_guides_estimates() -> None:
     guide = (ROOT / "instructors.md").read_text(encoding="utf-8")
     for stem, fact in facts.items():
         chapter = exercise_inventory.read_chapter(ROOT / "chapters" / f"{stem}.ipynb")
-        row = f"| {fact['reading']} | {fact['exercises']} |"
+        row = f"| {fact['first_reading']} | {fact['reading']} | {fact['exercises']} |"
         assert row in guide, f"{stem}: {row} is not in instructors.md's table"
         assert fact["n_exercises"] == len(chapter.exercises)
 
@@ -278,6 +278,7 @@ def test_chapter_facts_html() -> None:
         "title": "Softmax",
         "requires": [("01_scores", "Scores & <friends>")],
         "background": "The `exp` function.",
+        "first_reading": "30 min",
         "reading": "40 min",
         "exercises": "1 h 05 min",
         "n_exercises": 5,
@@ -285,7 +286,11 @@ def test_chapter_facts_html() -> None:
     html = _extension().chapter_facts_html(
         fact, lambda name, resource=0: f"../{name}.html", "https://colab/x.ipynb"
     )
-    assert "<strong>40 min</strong> to read and run" in html
+    assert "<strong>30 min</strong> to read and run (40 min with its “Going deeper” blocks)" in html
+    same = _extension().chapter_facts_html(
+        {**fact, "first_reading": "40 min"}, lambda name, resource=0: name, None
+    )
+    assert "<strong>40 min</strong> to read and run, " in same
     assert "<strong>1 h 05 min</strong> for its 5 exercises" in html
     assert '<a href="../chapters/01_scores.html">Scores &amp; &lt;friends&gt;</a>' in html
     assert "Assumes: The <code>exp</code> function." in html

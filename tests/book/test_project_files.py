@@ -15,6 +15,7 @@ Notebook checks are parametrized by chapter, so a failure names the chapter.
 
 from __future__ import annotations
 
+import ast
 import itertools
 import os
 import re
@@ -451,3 +452,39 @@ def test_code_fits_the_rendered_column(path: Path) -> None:
     assert not too_long, f"{path.name}: lines wider than the rendered column:\n" + "\n".join(
         too_long
     )
+
+
+# A checks cell asserts the numbers that the prose quotes. The book removes its input
+# (tag remove-input) and it has no output, so a reader sees only the code that teaches; a
+# learner running the notebook still runs it, and nbval proves it passes. It may hold only
+# asserts and `assert_*` calls (torch.testing.assert_close, np.testing.assert_allclose, ...),
+# and comments: nothing that computes, so that hiding it hides no step of the chapter.
+CHECKS_TAG = "remove-input"
+
+
+def _is_check(statement: ast.stmt) -> bool:
+    if isinstance(statement, ast.Assert):
+        return True
+    if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call):
+        function = statement.value.func
+        name = function.attr if isinstance(function, ast.Attribute) else getattr(function, "id", "")
+        return name.startswith("assert")
+    return False
+
+
+@chapter
+def test_checks_cells_only_assert(path: Path) -> None:
+    problems = []
+    for number, cell in enumerate(_read(path).cells):
+        if CHECKS_TAG not in cell.metadata.get("tags", []):
+            continue
+        if cell.cell_type != "code":
+            problems.append(f"cell {number}: a {cell.cell_type} cell tagged {CHECKS_TAG}")
+            continue
+        body = ast.parse(cell.source).body
+        others = [ast.unparse(s).splitlines()[0][:70] for s in body if not _is_check(s)]
+        if not body or others:
+            problems.append(f"cell {number}: holds more than asserts: {others or 'nothing'}")
+        if cell.outputs:
+            problems.append(f"cell {number}: has an output, which the book would show")
+    assert not problems, f"{path.name}, checks cells (tag {CHECKS_TAG}):\n" + "\n".join(problems)

@@ -370,7 +370,9 @@ def test_front_door(visit, page_name: str, book_pages: list[str]) -> None:
     if page_name.startswith("chapters/"):
         if not door["facts"] or not door["factsAfterTitle"]:
             problems.append(f"no facts line right under the title: {door['facts']!r}")
-        elif not re.search(r"About \d.* to read and run, .* for its \d+ exercises", door["facts"]):
+        elif not re.search(
+            r"About \d.* to read and run\b.*, .* for its \d+ exercises", door["facts"]
+        ):
             problems.append(f"the facts line gives no times: {door['facts']!r}")
         texts = [link["text"] for link in door["links"]]
         if "Download the notebook" not in texts:

@@ -105,3 +105,47 @@ def test_plot_history_draws_the_losses_and_exact_match() -> None:
     with pytest.raises(ValueError, match="history"):
         plot_history([1.0, 0.5])  # type: ignore[arg-type]
     assert attnbook.plot_history is plot_history  # the package re-exports it, imported on use
+
+
+# ------------------------------------------------------------------ figure_png
+
+
+def test_figure_png_is_twice_as_dense_and_records_its_smallest_text() -> None:
+    import base64
+    import struct
+
+    from attnbook.viz import PIXEL_DENSITY, SMALLEST_TEXT_KEY, figure_png, png_text
+
+    fig, ax = plt.subplots(figsize=(4, 3), dpi=100)
+    ax.plot([0, 1], [0, 1])
+    ax.set_title("big", fontsize=14)
+    ax.text(0.5, 0.5, "small", fontsize=7)
+    ax.tick_params(labelsize=9)
+    data, size = figure_png(fig)
+    png = base64.b64decode(data)
+    width, height = struct.unpack(">II", png[16:24])
+    assert size == {"width": width // PIXEL_DENSITY, "height": height // PIXEL_DENSITY}
+    assert 350 < size["width"] < 420  # 4 inches at 100 dpi, trimmed to the drawing
+    assert float(png_text(png)[SMALLEST_TEXT_KEY]) == pytest.approx(7 * 200 / 72, abs=0.01)
+    plt.close(fig)
+
+
+def test_smallest_text_ignores_empty_and_hidden_text() -> None:
+    from attnbook.viz import smallest_text_pt
+
+    fig, ax = plt.subplots()
+    ax.set_axis_off()
+    ax.text(0.5, 0.5, "  ", fontsize=4)
+    hidden = ax.text(0.5, 0.5, "hidden", fontsize=5)
+    hidden.set_visible(False)
+    ax.text(0.1, 0.1, "shown", fontsize=11)
+    fig.canvas.draw()
+    assert smallest_text_pt(fig) == 11
+    plt.close(fig)
+
+
+def test_png_text_refuses_other_bytes() -> None:
+    from attnbook.viz import png_text
+
+    with pytest.raises(ValueError, match="data must be the bytes of a PNG"):
+        png_text(b"GIF89a")
