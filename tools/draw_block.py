@@ -19,6 +19,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.patches import Circle, FancyArrowPatch, FancyBboxPatch
 
+from attnbook.viz import svg_metadata
+
 ROOT = Path(__file__).resolve().parent.parent
 
 COLOURS = {  # fill colours, one per kind of module
@@ -145,7 +147,7 @@ def main() -> None:
     ax.axis("off")
     fig.tight_layout()
     fig.savefig(
-        ROOT / "images" / "transformer_block.svg", metadata={"Date": None}, bbox_inches="tight"
+        ROOT / "images" / "transformer_block.svg", metadata=svg_metadata(fig), bbox_inches="tight"
     )
     preview = os.environ.get("PREVIEW_PNG")
     if preview:

@@ -27,6 +27,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
+from attnbook.viz import svg_metadata
 from tools import course
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -115,7 +116,7 @@ def main() -> None:
         )
     fig.tight_layout()
     svg = io.StringIO()
-    fig.savefig(svg, format="svg", metadata={"Date": None}, bbox_inches="tight")
+    fig.savefig(svg, format="svg", metadata=svg_metadata(fig), bbox_inches="tight")
     (ROOT / "images" / "chapter_map.svg").write_text(named_links(svg.getvalue(), names))
     preview = os.environ.get("PREVIEW_PNG")  # e.g. PREVIEW_PNG=map.png to look at it
     if preview:

@@ -21,6 +21,7 @@ import matplotlib.pyplot as plt
 from matplotlib.patches import FancyArrowPatch, Rectangle
 
 from attnbook import causal_mask, combine_masks, padding_mask
+from attnbook.viz import svg_metadata
 
 ROOT = Path(__file__).resolve().parent.parent
 SENTENCES = [["she", "likes", "coffee"], ["she", "likes"]]
@@ -88,7 +89,7 @@ def arrow(ax, start: tuple[float, float], end: tuple[float, float]) -> None:
 
 
 def save(fig, name: str) -> None:
-    fig.savefig(ROOT / "images" / name, metadata={"Date": None}, bbox_inches="tight")
+    fig.savefig(ROOT / "images" / name, metadata=svg_metadata(fig), bbox_inches="tight")
     preview = os.environ.get("PREVIEW_PNG_DIR")
     if preview:
         fig.savefig(Path(preview) / name.replace(".svg", ".png"), dpi=80, bbox_inches="tight")

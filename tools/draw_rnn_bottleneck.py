@@ -22,6 +22,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
+from attnbook.viz import svg_metadata
+
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE = ["she", "likes", "coffee"]  # the book's running example
 TARGET = ["elle", "aime", "le", "café"]
@@ -171,7 +173,7 @@ def main() -> None:
     )
     fig.tight_layout()
     fig.savefig(
-        ROOT / "images" / "rnn_bottleneck.svg", metadata={"Date": None}, bbox_inches="tight"
+        ROOT / "images" / "rnn_bottleneck.svg", metadata=svg_metadata(fig), bbox_inches="tight"
     )
     preview = os.environ.get("PREVIEW_PNG")  # e.g. PREVIEW_PNG=bottleneck.png to look at it
     if preview:

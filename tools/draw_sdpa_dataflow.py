@@ -20,6 +20,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.patches import FancyArrowPatch, Rectangle
 
+from attnbook.viz import svg_metadata
+
 ROOT = Path(__file__).resolve().parent.parent
 T, S, D_K, D_V = 3, 4, 2, 3  # the shapes drawn
 CELL = 0.32  # side of one matrix entry, in axes units
@@ -91,7 +93,9 @@ def main() -> None:
         color=GREY,
     )
     fig.tight_layout()
-    fig.savefig(ROOT / "images" / "sdpa_dataflow.svg", metadata={"Date": None}, bbox_inches="tight")
+    fig.savefig(
+        ROOT / "images" / "sdpa_dataflow.svg", metadata=svg_metadata(fig), bbox_inches="tight"
+    )
     preview = os.environ.get("PREVIEW_PNG")
     if preview:
         fig.savefig(preview, dpi=80, bbox_inches="tight")

@@ -21,6 +21,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Rectangle
 
+from attnbook.viz import svg_metadata
+
 ROOT = Path(__file__).resolve().parent.parent
 QUERY_FILL, CONTEXT_FILL, WEIGHT_FILL = "#dbe9f6", "#fde2c8", "#fbd0d0"
 EDGE, TEXT, GREY = "#1f5f99", "#102a43", "#555555"
@@ -170,7 +172,7 @@ def main() -> None:
     fig.tight_layout()
     fig.savefig(
         ROOT / "images" / "self_vs_cross_attention.svg",
-        metadata={"Date": None},
+        metadata=svg_metadata(fig),
         bbox_inches="tight",
     )
     preview = os.environ.get("PREVIEW_PNG")

@@ -42,6 +42,7 @@ __all__ = [
     "plot_query_key",
     "png_text",
     "smallest_text_pt",
+    "svg_metadata",
     "to_numpy",
 ]
 
@@ -66,6 +67,8 @@ DIVERGING_CMAP = "RdBu_r"  # scores of either sign: blue negative, red positive
 PIXEL_DENSITY = 2  # notebook figures are rendered at 2x their `figure.dpi` and shown at 1x
 SMALLEST_TEXT_KEY = "attnbook:smallest-text-px"
 """PNG text key of `figure_png`: the height of the figure's smallest text in image pixels."""
+SVG_SMALLEST_TEXT = "smallest text: {:.2f} pt"
+"""The description `svg_metadata` gives an SVG diagram: its smallest text, in points."""
 
 
 @contextmanager
@@ -92,6 +95,17 @@ def smallest_text_pt(fig: Figure) -> float | None:
         if text.get_visible() and text.get_text().strip() and _drawn(text)
     ]
     return float(min(sizes)) if sizes else None
+
+
+def svg_metadata(fig: Figure) -> dict[str, str | None]:
+    """`savefig` metadata of an SVG diagram: no date (the file is reproducible) and its smallest
+    text (`SVG_SMALLEST_TEXT`, in points), which the book's browser test reads."""
+    fig.canvas.draw()
+    smallest = smallest_text_pt(fig)
+    metadata: dict[str, str | None] = {"Date": None}
+    if smallest is not None:
+        metadata["Description"] = SVG_SMALLEST_TEXT.format(smallest)
+    return metadata
 
 
 def _drawn(text: Text) -> bool:
