@@ -177,9 +177,14 @@ def inline_chapter_map(body: str, svg: str) -> str:
     if not match:
         return body
     svg = svg[svg.index("<svg") :]  # no XML declaration or doctype inside HTML
+    # The smallest text (viz.svg_metadata) stays readable for the browser test's font floor.
+    smallest = re.search(r"<dc:description>smallest text: ([0-9.]+) pt<", svg)
     svg = re.sub(r"\s*<metadata>.*?</metadata>", "", svg, count=1, flags=re.S)
+    data = f' data-smallest-text-pt="{smallest[1]}"' if smallest else ""
     svg = svg.replace(
-        "<svg ", f'<svg class="attnbook-chapter-map" role="group" aria-label="{match[1]}" ', 1
+        "<svg ",
+        f'<svg class="attnbook-chapter-map" role="group" aria-label="{match[1]}"{data} ',
+        1,
     )
     return body[: match.start()] + svg.strip() + body[match.end() :]
 

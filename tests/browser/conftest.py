@@ -131,6 +131,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(scope="session")
+def build_dir() -> Path:
+    """The built book under test (BUILD): where a page's images are read from."""
+    return BUILD
+
+
+@pytest.fixture(scope="session")
 def book_title() -> str:
     return BOOK_TITLE
 
@@ -264,6 +270,28 @@ async () => {
 
 # Every code block (cell inputs, outputs, code in the prose), every dropdown open: its width
 # and its longest line. Run once per width of CODE_WIDTHS, the window resized in between.
+# Every figure of the article as drawn: images (their file, pixel and rendered widths) and the
+# chapter map, which the page holds as an inline SVG (its width in pt and smallest text, from
+# the data attribute _ext writes). test_figure_text_is_legible reads the rest from the files.
+FIGURES_JS = r"""
+async () => {
+  await new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done)));
+  const article = document.querySelector("article.bd-article") || document.querySelector("main")
+      || document.body;
+  const images = [...article.querySelectorAll("img")].filter((image) => image.offsetParent)
+      .map((image) => ({
+        kind: "img", src: image.currentSrc || image.src, alt: (image.alt || "").slice(0, 60),
+        naturalWidth: image.naturalWidth, width: image.getBoundingClientRect().width,
+      }));
+  const maps = [...article.querySelectorAll("svg[data-smallest-text-pt]")].map((svg) => ({
+    kind: "svg", src: "", alt: svg.getAttribute("aria-label") || "",
+    widthPt: parseFloat(svg.getAttribute("width")), width: svg.getBoundingClientRect().width,
+    smallestPt: parseFloat(svg.dataset.smallestTextPt),
+  }));
+  return images.concat(maps);
+}
+"""
+
 CODE_BLOCKS_JS = r"""
 async () => {
   await new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done)));
@@ -323,6 +351,7 @@ class PageReport:
     failed_local: list[str] = field(default_factory=list)  # local URLs answered >= 400
     layout: dict = field(default_factory=dict)  # the result of LAYOUT_JS
     code: dict[int, list[dict]] = field(default_factory=dict)  # CODE_BLOCKS_JS, by width
+    figures: dict[int, list[dict]] = field(default_factory=dict)  # FIGURES_JS, by width
     # For each element that shows one of EMOJI (at most EMOJI_PROBES): its text and the
     # fonts Chromium drew it with (DevTools' CSS.getPlatformFontsForNode).
     emoji: list[tuple[str, list[str]]] = field(default_factory=list)
@@ -483,6 +512,7 @@ def _open(browser, base: str, name: str, settle: Callable) -> PageReport:
         for width in CODE_WIDTHS:
             page.set_viewport_size({**VIEWPORT, "width": width})
             report.code[width] = page.evaluate(CODE_BLOCKS_JS)
+            report.figures[width] = page.evaluate(FIGURES_JS)
     return report
 
 

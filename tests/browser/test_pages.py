@@ -38,8 +38,13 @@ from __future__ import annotations
 
 import contextlib
 import re
+import urllib.parse
+from pathlib import Path
 
 import pytest
+
+from attnbook.viz import SMALLEST_TEXT_KEY, png_text
+from tools.figure_text import FLOOR_PX
 
 pytestmark = pytest.mark.browser
 
@@ -229,6 +234,48 @@ def test_code_fits_the_column(visit, page_name: str, code_width: int) -> None:
                 ],
                 limit=12,
             ),
+            pytrace=False,
+        )
+
+
+def _smallest_text_px(figure: dict, build: Path) -> tuple[float | None, str]:
+    """The rendered height (CSS px) of a figure's smallest text, and what it was read from."""
+    if figure["kind"] == "svg":  # the chapter map, inline
+        return figure["smallestPt"] * figure["width"] / figure["widthPt"], "inline SVG"
+    path = build / urllib.parse.unquote(urllib.parse.urlsplit(figure["src"]).path).lstrip("/")
+    if path.suffix == ".png":
+        recorded = png_text(path.read_bytes()).get(SMALLEST_TEXT_KEY)
+        if recorded is None:
+            return None, f"{path.name} records no smallest text (drawn without course_style)"
+        return float(recorded) * figure["width"] / figure["naturalWidth"], path.name
+    if path.suffix == ".svg":
+        svg = path.read_text(encoding="utf-8")
+        smallest = re.search(r"<dc:description>smallest text: ([0-9.]+) pt<", svg)
+        width = re.search(r'<svg[^>]*\bwidth="([0-9.]+)pt"', svg)
+        if not smallest or not width:
+            return None, f"{path.name} records no smallest text (viz.svg_metadata)"
+        return float(smallest[1]) * figure["width"] / float(width[1]), path.name
+    return None, f"{path.name}: a {path.suffix} figure, which the test cannot measure"
+
+
+def test_figure_text_is_legible(visit, page_name: str, code_width: int, build_dir: Path) -> None:
+    """The smallest text of every figure renders at FLOOR_PX or more (tools/figure_text.py says
+    why 9 px) at the laptop and desktop widths; phones shrink every figure and are not held."""
+    problems = []
+    for figure in visit(page_name).figures[code_width]:
+        if figure["kind"] == "img" and "/_images/" not in figure["src"]:
+            continue  # the theme's logos and buttons
+        px, where = _smallest_text_px(figure, build_dir)
+        if px is None:
+            problems.append(f"{where}: {figure['alt']!r}")
+        elif px < FLOOR_PX:
+            problems.append(
+                f"{where}: smallest text {px:.1f} px < {FLOOR_PX:g} px, shown "
+                f"{figure['width']:.0f} px wide: {figure['alt']!r}"
+            )
+    if problems:
+        pytest.fail(
+            _problems(f"{page_name}: figure text too small in a {code_width} px window", problems),
             pytrace=False,
         )
 
