@@ -57,7 +57,7 @@ from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import AsyncKernelManager
 from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 
-from tools import course, sync_repo_url
+from tools import course, exercise_inventory, sync_repo_url
 from tools.notebooks import KERNEL_ENV, TIMEOUT_S, run_notebook
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -308,11 +308,19 @@ def run_chapter(
 def run_chapters(
     chapters: Sequence[Path], python: Path, work: Path, jobs: int
 ) -> list[ChapterResult]:
-    """Run `chapters` in the kernel of `python`, `jobs` at a time; print one line each."""
+    """Run `chapters` in the kernel of `python`, `jobs` at a time; print one line each.
+
+    With several at a time, the cores are shared out (`OMP_NUM_THREADS`: PyTorch's threads
+    per kernel) and the longest chapters (by the CPU times instructors.md records) start
+    first, so that the last one to finish is a short one. Results come in `chapters`' order.
+    """
     if not chapters:
         return []
     ksm = write_kernelspec(python, work / "kernels")
     env = kernel_env(python, work / "hf_home")
+    if jobs > 1:
+        threads = max(1, (os.cpu_count() or 1) // jobs)
+        env = {**env, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
 
     def one(chapter: Path) -> ChapterResult:
         result = run_chapter(chapter, ksm, env, work)
@@ -322,8 +330,13 @@ def run_chapters(
 
     if jobs <= 1:
         return [one(chapter) for chapter in chapters]
+    cpu = exercise_inventory.read_measured(
+        exercise_inventory.GUIDE.read_text(encoding="utf-8")
+    ).get("chapters", {})
+    longest_first = sorted(chapters, key=lambda c: -cpu.get(c.stem, {}).get("cpu", 0.0))
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        return list(pool.map(one, chapters))
+        done = dict(zip(longest_first, pool.map(one, longest_first), strict=True))
+    return [done[chapter] for chapter in chapters]
 
 
 def extra_of(chapter: Path) -> str | None:
