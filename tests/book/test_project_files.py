@@ -488,3 +488,19 @@ def test_checks_cells_only_assert(path: Path) -> None:
         if cell.outputs:
             problems.append(f"cell {number}: has an output, which the book would show")
     assert not problems, f"{path.name}, checks cells (tag {CHECKS_TAG}):\n" + "\n".join(problems)
+
+
+@pytest.mark.parametrize(
+    ("source", "is_check"),
+    [
+        ("assert x == 1", True),
+        ("torch.testing.assert_close(a, b)", True),
+        ("np.testing.assert_allclose(a, b, atol=1e-6)", True),
+        ("x = 1", False),
+        ("print(x)", False),
+        ("model.train()", False),
+        ("for a in b:\n    assert a", False),
+    ],
+)
+def test_a_checks_cell_is_told_from_code_that_computes(source: str, is_check: bool) -> None:
+    assert all(_is_check(s) for s in ast.parse(source).body) is is_check
