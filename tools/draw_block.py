@@ -33,6 +33,8 @@ EDGE = "#444444"
 BOX_W, BOX_H, GAP = 2.05, 0.42, 0.2
 TITLE_Y = 8.5  # every column's title at the same height
 SKIP_DX = 1.2  # how far left of the column the residual (skip) path runs
+PITCH = 2.95  # from one column to the next
+TEXT_PT = 9.5  # every label but the titles: the smallest text
 
 
 def _arrow(ax: plt.Axes, start: tuple[float, float], end: tuple[float, float]) -> None:
@@ -57,7 +59,7 @@ def _box(ax: plt.Axes, x: float, y: float, label: str, kind: str) -> float:
             linewidth=1.0,
         )
     )
-    ax.text(x, y + BOX_H / 2, label, ha="center", va="center", fontsize=8.5, color="#102a43")
+    ax.text(x, y + BOX_H / 2, label, ha="center", va="center", fontsize=TEXT_PT, color="#102a43")
     return y + BOX_H
 
 
@@ -104,7 +106,7 @@ def _column(
     context_at: int | None = None,
 ) -> None:
     y = 0.0
-    ax.text(x, y - 0.28, "X  (B, T, d_model)", ha="center", va="center", fontsize=8.5)
+    ax.text(x, y - 0.28, "X  (B, T, d_model)", ha="center", va="center", fontsize=TEXT_PT)
     for i, boxes in enumerate(sublayers):
         boxes = [("LayerNorm", "norm"), *boxes] if pre_ln else boxes
         start = y
@@ -113,35 +115,35 @@ def _column(
             attn_index = 2 if pre_ln else 1
             attn_y = start + 0.12 + attn_index * (GAP + BOX_H) - BOX_H / 2
             ax.text(
-                x + BOX_W / 2 + 0.55, attn_y - 0.55, "C (encoder output)", ha="center",
-                va="center", fontsize=8,
+                x + BOX_W / 2 + 0.55, attn_y - 0.75, "C (encoder\noutput)", ha="center",
+                va="center", fontsize=TEXT_PT,
             )  # fmt: skip
             _arrow(ax, (x + BOX_W / 2 + 0.5, attn_y - 0.4), (x + BOX_W / 2, attn_y))
         y += 0.08
     _arrow(ax, (x, y - 0.08), (x, y + GAP))
-    ax.text(x, y + GAP + 0.2, final, ha="center", va="center", fontsize=8.5)
-    ax.text(x - 0.4, TITLE_Y, title, ha="center", va="center", fontsize=11, fontweight="bold")
+    ax.text(x, y + GAP + 0.1, final, ha="center", va="bottom", fontsize=TEXT_PT)
+    ax.text(x - 0.1, TITLE_Y, title, ha="center", va="center", fontsize=11, fontweight="bold")
 
 
 def main() -> None:
     plt.rcParams["svg.hashsalt"] = "attnbook-transformer-block"
-    fig, ax = plt.subplots(figsize=(11, 8.2))
+    fig, ax = plt.subplots(figsize=(7.9, 7.8))
     attention = [("Multi-head attention", "attn")]
     ffn = [("Feed-forward (GELU)", "ffn")]
     _column(
-        ax, 1.5, "Pre-LN block (encoder, GPT)", [attention, ffn], pre_ln=True,
-        final="to the next block; the model ends\nwith one more LayerNorm",
+        ax, 1.5, "Pre-LN block\n(encoder, GPT)", [attention, ffn], pre_ln=True,
+        final="to the next block;\nthe model ends with\none more LayerNorm",
     )  # fmt: skip
     _column(
-        ax, 5.3, "Post-LN block (2017)", [attention, ffn], pre_ln=False,
+        ax, 1.5 + PITCH, "Post-LN block\n(2017)", [attention, ffn], pre_ln=False,
         final="to the next block",
     )  # fmt: skip
     _column(
-        ax, 9.1, "Pre-LN decoder block",
+        ax, 1.5 + 2 * PITCH, "Pre-LN decoder\nblock",
         [[("Causal self-attention", "attn")], [("Cross-attention", "attn")], ffn],
         pre_ln=True, final="to the next decoder block", context_at=1,
     )  # fmt: skip
-    ax.set_xlim(-0.3, 11.2)
+    ax.set_xlim(0.1, 1.5 + 2 * PITCH + 2.0)
     ax.set_ylim(-0.55, 8.8)
     ax.set_aspect("equal")
     ax.axis("off")

@@ -31,6 +31,9 @@ from attnbook.viz import svg_metadata
 from tools import course
 
 ROOT = Path(__file__).resolve().parent.parent
+COLUMN_IN = 1.9  # width of one part's column, inches
+LABEL_PT = 10.5  # the chapters' labels, the map's smallest text
+BOX_W = 0.92  # width of a chapter's box, in columns
 
 
 def main() -> None:
@@ -40,9 +43,15 @@ def main() -> None:
     toc = (ROOT / "_toc.yml").read_text()
     written = set(re.findall(r"file:\s*chapters/(\S+)", toc))
     plt.rcParams["svg.hashsalt"] = "attnbook-chapter-map"
-    fig, ax = plt.subplots(figsize=(10, 4.6))
-    ax.set_xlim(0, 4)
-    ax.set_ylim(-4.6, 0.7)
+    columns = len(plan)
+    rows = max(len(chapters) for _, chapters in plan)
+    # One column per part, COLUMN_IN inches wide: narrow enough that the labels, at LABEL_PT,
+    # stay above the book's 9 px floor when the map fills a 672 px column.
+    planned = [stem for _, chapters in plan for stem, _ in chapters if stem not in written]
+    bottom = -1.05 * rows - (0.4 if planned else 0.05)  # room for the legend if one is drawn
+    fig, ax = plt.subplots(figsize=(COLUMN_IN * columns, 0.87 * (0.85 - bottom)))
+    ax.set_xlim(0, columns)
+    ax.set_ylim(bottom, 0.85)
     ax.axis("off")
     number = 0
     centres = []
@@ -51,7 +60,7 @@ def main() -> None:
         ax.text(
             col + 0.5,
             0.35,
-            part,
+            part.replace(" and ", " and\n") if len(part) > 14 else part,
             ha="center",
             va="center",
             fontsize=12,
@@ -63,8 +72,8 @@ def main() -> None:
             x, y = col + 0.5, -0.55 - 1.05 * row
             done = stem in written
             box = FancyBboxPatch(
-                (x - 0.42, y - 0.38),
-                0.84,
+                (x - BOX_W / 2, y - 0.38),
+                BOX_W,
                 0.76,
                 boxstyle="round,pad=0.02,rounding_size=0.06",
                 facecolor="#dbe9f6" if done else "white",
@@ -81,7 +90,7 @@ def main() -> None:
                 f"{number}. {title}",
                 ha="center",
                 va="center",
-                fontsize=9.5,
+                fontsize=LABEL_PT,
                 color="#102a43" if done else "#6b6b6b",
             )
             label.set_gid(f"map-label-{stem}")  # attnbook.css: clicks pass through to the box
@@ -91,7 +100,11 @@ def main() -> None:
         if x0 == x1:
             start, end, style = (x0, y0 - 0.4), (x1, y1 + 0.4), "arc3"
         else:
-            start, end, style = (x0 + 0.43, y0), (x1 - 0.43, y1), "arc3,rad=0.0"
+            start, end, style = (
+                (x0 + BOX_W / 2 + 0.01, y0),
+                (x1 - BOX_W / 2 - 0.01, y1),
+                "arc3,rad=0.0",
+            )
         ax.add_patch(
             FancyArrowPatch(
                 start,
@@ -103,15 +116,14 @@ def main() -> None:
                 linewidth=1.0,
             )
         )
-    planned = [stem for _, chapters in plan for stem, _ in chapters if stem not in written]
     if planned:  # the legend is only needed while some chapter is still to be written
         ax.text(
-            4.0,
-            -4.55,
+            columns,
+            -0.35 - 1.05 * rows,
             "solid: available    dashed: planned",
             ha="right",
             va="bottom",
-            fontsize=8,
+            fontsize=LABEL_PT,
             color="#6b6b6b",
         )
     fig.tight_layout()

@@ -52,12 +52,12 @@ def cell(ax, x: float, y: float, allowed: bool, size: float = 1.0, **kwargs) -> 
         "1" if allowed else "0",
         ha="center",
         va="center",
-        fontsize=8 if size >= 1 else 7,
+        fontsize=9.5 if size >= 1 else 9,
         color=TEXT if allowed else GREY,
     )
 
 
-def token(ax, x: float, y: float, word: str, width: float = 1.0) -> None:
+def token(ax, x: float, y: float, word: str, width: float = 1.0, fontsize: float = 9.5) -> None:
     """A token box: real words framed in blue, padding in dashed grey."""
     real = word != PAD
     ax.add_patch(
@@ -77,7 +77,7 @@ def token(ax, x: float, y: float, word: str, width: float = 1.0) -> None:
         word,
         ha="center",
         va="center",
-        fontsize=8.5,
+        fontsize=fontsize,
         color=TEXT if real else GREY,
     )
 
@@ -101,7 +101,7 @@ def draw_broadcast() -> None:
     plt.rcParams["svg.hashsalt"] = "attnbook-padding-broadcast"
     mask = padding_mask(LENGTHS, S, per_head=True)  # (B, 1, 1, S)
     n_heads, n_queries = 2, S
-    fig, ax = plt.subplots(figsize=(10, 4.4))
+    fig, ax = plt.subplots(figsize=(8.2, 4.0))
     ax.set_aspect("equal")
     ax.axis("off")
 
@@ -113,24 +113,24 @@ def draw_broadcast() -> None:
         y = top - 2.4 * b
         padded = words + [PAD] * (S - len(words))
         for s in range(S):
-            token(ax, left_x + s, y + 0.15, padded[s])
+            token(ax, left_x + s, y + 0.15, padded[s], fontsize=9)
             cell(ax, left_x + s, y - 1.0, bool(mask[b, 0, 0, s]))
         ax.text(left_x - 0.3, y - 0.5, f"b = {b}", ha="right", va="center", fontsize=9)
-    ax.text(left_x, top - 4.3, "1 = may attend, 0 = blocked", fontsize=8.5, color=GREY)
+    ax.text(left_x, top - 4.3, "1 = may attend, 0 = blocked", fontsize=9, color=GREY)
 
-    arrow(ax, (left_x + S + 0.5, top - 1.0), (left_x + S + 2.3, top - 1.0))
+    arrow(ax, (left_x + S + 0.5, top - 1.0), (left_x + S + 2.8, top - 1.0))
     ax.text(
-        left_x + S + 1.4,
+        left_x + S + 1.65,
         top - 0.6,
         "broadcast\n(no copy)",
         ha="center",
         va="bottom",
-        fontsize=8.5,
+        fontsize=9,
         color="#555555",
     )
 
     # Right: what the scores (B, H, T, S) see: the row repeated for every head and query.
-    right_x = left_x + S + 3.2
+    right_x = left_x + S + 3.7
     ax.text(
         right_x, top + 2.2, "as seen by scores (B, H, T, S) = (2, 2, 3, 3)", fontsize=10, color=TEXT
     )
@@ -154,14 +154,14 @@ def draw_broadcast() -> None:
                 base_y + 1.55,
                 f"b = {b}, h = {h}",
                 ha="center",
-                fontsize=8.5,
+                fontsize=9,
                 color=TEXT,
             )
         ax.text(
             right_x + n_heads * (S * size + 1.2) - 0.6,
             base_y + 0.8 - size * (n_queries - 1) / 2 - 0.1,
             "rows: queries t\ncolumns: keys s",
-            fontsize=8,
+            fontsize=9,
             color=GREY,
             va="center",
         )
@@ -196,7 +196,7 @@ def draw_left_right() -> None:
             x0,
             2.8,
             "causal & padding mask of sequence b = 1\n(rows: queries t, columns: keys s)",
-            fontsize=9,
+            fontsize=9.5,
             color=TEXT,
         )
         for t in range(S):
@@ -206,7 +206,7 @@ def draw_left_right() -> None:
                 rows[1][t],
                 ha="right",
                 va="center",
-                fontsize=8.5,
+                fontsize=9.5,
                 color=TEXT if rows[1][t] != PAD else GREY,
             )
             for s in range(S):
@@ -227,7 +227,7 @@ def draw_left_right() -> None:
                     gy + (S - 1 - t) + 0.5,
                     "empty row:\nattends to nothing",
                     va="center",
-                    fontsize=8,
+                    fontsize=9.5,
                     color=WARN,
                 )
         for s in range(S):
@@ -237,7 +237,7 @@ def draw_left_right() -> None:
                 rows[1][s],
                 ha="center",
                 va="top",
-                fontsize=8,
+                fontsize=9.5,
                 rotation=30,
                 color=TEXT if rows[1][s] != PAD else GREY,
             )

@@ -97,7 +97,7 @@ def decoder(ax, y: float, x0: float) -> list[tuple[float, float]]:
 
 def main() -> None:
     plt.rcParams["svg.hashsalt"] = "attnbook-rnn-bottleneck"
-    fig, ax = plt.subplots(figsize=(10, 6.4))
+    fig, ax = plt.subplots(figsize=(8.4, 5.8))
     ax.set_xlim(-0.2, 9.6)
     ax.set_ylim(-6.5, 1.1)
     ax.axis("off")
@@ -122,7 +122,7 @@ def main() -> None:
         "fixed size:\nd numbers,\nwhatever the length",
         ha="center",
         va="top",
-        fontsize=8.5,
+        fontsize=10,
         color=HOT,
     )
     steps = decoder(ax, y_top, c_x + 1.3)
@@ -154,7 +154,7 @@ def main() -> None:
     )
     for s, ((x, y), weight) in enumerate(zip(states, WEIGHTS)):
         arrow(ax, (x, y + 0.27), (mix_x - 0.3, mix_y - 0.05), color=HOT, width=0.6 + 5 * weight)
-        ax.text(x - 0.08, y + 0.42, f"$a_{s}$", fontsize=9, color=HOT, ha="right")
+        ax.text(x - 0.08, y + 0.42, f"$a_{s}$", fontsize=10, color=HOT, ha="right")
     arrow(
         ax,
         (mix_x + 0.22, mix_y - 0.22),
@@ -165,10 +165,10 @@ def main() -> None:
     ax.text(
         9.55,
         -6.45,
-        "line widths illustrate the weights a_s of step 3; they are not from a trained model",
+        "line widths illustrate the weights $a_s$ of step 3;\nthey are not from a trained model",
         ha="right",
         va="bottom",
-        fontsize=8,
+        fontsize=10,
         color=GREY,
     )
     fig.tight_layout()

@@ -45,7 +45,7 @@ def matrix(ax, x: float, y: float, rows: int, cols: int, kind: str, name: str, s
             )
     width, height = cols * CELL, rows * CELL
     ax.text(x + width / 2, y + 0.12, name, ha="center", va="bottom", fontsize=11, color=TEXT)
-    ax.text(x + width / 2, y - height - 0.1, shape, ha="center", va="top", fontsize=9, color=GREY)
+    ax.text(x + width / 2, y - height - 0.1, shape, ha="center", va="top", fontsize=10, color=GREY)
     return x, x + width, y, y - height
 
 
@@ -55,41 +55,41 @@ def arrow(ax, start: tuple, end: tuple, label: str = "", offset: tuple = (0.0, 0
     )
     if label:
         mid = ((start[0] + end[0]) / 2 + offset[0], (start[1] + end[1]) / 2 + offset[1])
-        ax.text(*mid, label, ha="center", va="bottom", fontsize=9, color=TEXT)
+        ax.text(*mid, label, ha="center", va="bottom", fontsize=10, color=TEXT)
 
 
 def main() -> None:
     plt.rcParams["svg.hashsalt"] = "attnbook-sdpa-dataflow"
-    fig, ax = plt.subplots(figsize=(11, 3.6))
-    ax.set_xlim(0, 11.4)
-    ax.set_ylim(-2.8, 1.2)
+    fig, ax = plt.subplots(figsize=(8.1, 3.5))
+    ax.set_xlim(0, 10.9)
+    ax.set_ylim(-3.0, 1.6)
     ax.axis("off")
 
     # inputs: Q on top, K and V below
     q = matrix(ax, 0.3, 0.8, T, D_K, "input", "queries Q", "T × d_k")
     k = matrix(ax, 0.3, -1.0, S, D_K, "input", "keys K", "S × d_k")
     kt = matrix(ax, 2.0, -0.75, D_K, S, "input", "Kᵀ", "d_k × S")
-    arrow(ax, (k[1] + 0.05, -1.6), (kt[0] - 0.05, -1.0), "transpose", (-0.15, 0.05))
+    arrow(ax, (k[1] + 0.05, -1.6), (kt[0] - 0.05, -1.0), "transpose", (0.05, -0.65))
 
     # scores and weights
-    z = matrix(ax, 4.3, 0.8, T, S, "scores", "scores Z = QKᵀ/√d_k", "T × S")
+    z = matrix(ax, 4.3, 0.8, T, S, "scores", "scores Z\n= QKᵀ/√d_k", "T × S")
     arrow(ax, (q[1] + 0.05, 0.35), (z[0] - 0.08, 0.35), "Q Kᵀ, ÷ √d_k")
     arrow(ax, (kt[1] + 0.05, -0.9), (z[0] + 0.2, z[3] - 0.35))
-    a = matrix(ax, 6.6, 0.8, T, S, "weights", "weights A = softmax(Z)", "T × S, rows sum to 1")
+    a = matrix(ax, 6.75, 0.8, T, S, "weights", "weights A\n= softmax(Z)", "T × S,\nrows sum to 1")
     arrow(ax, (z[1] + 0.05, 0.35), (a[0] - 0.08, 0.35), "softmax\nover s")
 
     # values and output
-    v = matrix(ax, 6.75, -1.05, S, D_V, "input", "values V", "S × d_v")
-    o = matrix(ax, 9.4, 0.8, T, D_V, "output", "output O = A V", "T × d_v")
+    v = matrix(ax, 6.9, -1.3, S, D_V, "input", "values V", "S × d_v")
+    o = matrix(ax, 9.7, 0.8, T, D_V, "output", "output O\n= A V", "T × d_v")
     arrow(ax, (a[1] + 0.05, 0.35), (o[0] - 0.08, 0.35), "A V")
-    arrow(ax, (v[1] + 0.05, -1.6), (o[0] + 0.4, o[3] - 0.35))
+    arrow(ax, (v[1] + 0.05, -1.85), (o[0] + 0.4, o[3] - 0.35))
     ax.text(
-        11.35,
-        -2.75,
-        "one row per query t, one column per key s",
-        ha="right",
-        va="bottom",
-        fontsize=8,
+        1.5,
+        -2.45,
+        "one row per query t,\none column per key s",
+        ha="left",
+        va="top",
+        fontsize=10,
         color=GREY,
     )
     fig.tight_layout()

@@ -1,0 +1,55 @@
+"""The book's SVG diagrams (images/*.svg, drawn by tools/draw_*.py) stay legible in its column.
+
+Each diagram records its smallest text in points in its description
+(`attnbook.viz.svg_metadata`). The book shows it at the column's full width, so that text
+renders at `smallest_pt * column_px / width_pt` CSS px; at the narrowest laptop column
+(tools/figure_text.py's `COLUMN_PX`) it must reach the figures' floor, `FLOOR_PX`.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from attnbook.viz import SVG_SMALLEST_TEXT
+from tools.figure_text import COLUMN_PX, FLOOR_PX
+
+ROOT = Path(__file__).resolve().parents[2]
+DIAGRAMS = sorted(p for p in (ROOT / "images").glob("*.svg") if p.name != "favicon.svg")
+SMALLEST = re.compile(re.escape(SVG_SMALLEST_TEXT).replace(re.escape("{:.2f}"), r"([0-9.]+)"))
+WIDTH = re.compile(r'<svg\b[^>]*\bwidth="([0-9.]+)pt"')
+
+
+def rendered_px(svg: str, column_px: float) -> float:
+    """The smallest text of the diagram `svg` in CSS px when shown `column_px` wide."""
+    width = WIDTH.search(svg)
+    smallest = SMALLEST.search(svg)
+    assert width, "the SVG's width is not given in pt"
+    assert smallest, "no smallest text recorded: redraw it with its tools/draw_*.py"
+    return float(smallest[1]) * column_px / float(width[1])
+
+
+def test_every_diagram_is_checked() -> None:
+    names = {p.name for p in DIAGRAMS}
+    assert {"chapter_map.svg", "sdpa_dataflow.svg", "transformer_block.svg"} <= names
+
+
+@pytest.mark.parametrize("path", DIAGRAMS, ids=lambda p: p.stem)
+def test_diagram_text_reaches_the_floor_in_the_narrowest_column(path: Path) -> None:
+    column = min(COLUMN_PX.values())
+    px = rendered_px(path.read_text(encoding="utf-8"), column)
+    assert px >= FLOOR_PX, (
+        f"{path.name}: smallest text renders at {px:.2f} CSS px in a {column} px column, "
+        f"below the {FLOOR_PX:g} px floor: enlarge its text or narrow its drawing"
+    )
+
+
+def test_rendered_px_reads_the_recorded_text_and_width() -> None:
+    svg = (
+        '<svg xmlns:xlink="x" width="672pt" height="10pt">'
+        f"<dc:description>{SVG_SMALLEST_TEXT.format(9)}</dc:description></svg>"
+    )
+    assert rendered_px(svg, 672) == pytest.approx(9.0)
+    assert rendered_px(svg.replace('"672pt"', '"1344pt"'), 672) == pytest.approx(4.5)
