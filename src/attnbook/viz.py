@@ -16,6 +16,7 @@ switches this on; nothing changes outside IPython.
 from __future__ import annotations
 
 import base64
+import contextlib
 import struct
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
@@ -180,6 +181,10 @@ def _use_figure_png() -> None:
     shell = get_ipython()
     if shell is None:
         return
+    # The inline backend sets IPython's figure formatters when first imported: import it
+    # before registering ours (elsewhere, another front end's formatters are simply replaced).
+    with contextlib.suppress(ImportError):
+        import matplotlib_inline.backend_inline  # noqa: F401
     shell.display_formatter.formatters["image/png"].for_type(Figure, figure_png)
 
 
