@@ -6,7 +6,7 @@
 - bertviz's views load require.js, d3 and jQuery from the book, not from cdnjs
   (`offline_bertviz`, on a string and in a built page), and only on their pages.
 - attnbook.interactive's Plotly figures load plotly.js from the book (`offline_plotly`),
-  and the PDF shows their PNG.
+  and the PDF shows their PNG; `make assets` copies only the parts of MathJax the pages use.
 - Every page links the favicon (SVG and PNG), the book's CSS and JS; the favicon
   files are what tools/draw_favicon.py draws.
 """
@@ -363,3 +363,19 @@ def test_the_pdf_shows_the_static_png_of_an_interactive_figure() -> None:
     assert pdf.index("image/png") < pdf.index("text/html")
     assert web.index("text/html") < web.index("image/png")
     assert "text/html" in pdf  # bertviz's views (HTML only) are still shown
+
+
+def test_the_mathjax_parts_hold_what_the_pages_load() -> None:
+    """`make assets` copies only MATHJAX_PARTS of MathJax: the entry point that _ext names is
+    one, as are the fonts and the menu's components (the browser test fails on any 404)."""
+    import re
+
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    match = re.search(r"^MATHJAX_PARTS := ((?:.*\\\n)*.*)$", makefile, re.M)
+    assert match, "the Makefile has no MATHJAX_PARTS"
+    parts = match[1].replace("\\\n", " ").split()
+    entry = _extension().MATHJAX.removeprefix("vendor/mathjax/")
+    for needed in (entry, "output/chtml/fonts/woff-v2", "a11y", "sre/mathmaps/en.json"):
+        assert needed in parts, f"{needed} is not in MATHJAX_PARTS: {parts}"
+    assert "$(VENDOR)/mathjax/$$part" in makefile  # the recipe copies the list
+    assert "cp -R node_modules/mathjax/es5 " not in makefile  # and not the whole of MathJax
