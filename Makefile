@@ -41,13 +41,27 @@ lab: venv ## open the chapters in JupyterLab (LAB_ARGS="--no-browser --ip=127.0.
 	$(BIN)/jupyter lab --KernelSpecManager.allowed_kernelspecs=$(KERNEL) \
 		--MultiKernelManager.default_kernel_name=$(KERNEL) $(LAB_ROOT) $(LAB_ARGS)
 
+# The parts of MathJax 3 (node_modules/mathjax/es5, 24 MB) that the pages can request, relative
+# to es5/; nothing else is copied. The pages load tex-mml-chtml.js (_ext/attnbook_book.py), which
+# fetches on demand: the CHTML fonts a formula needs (woff-v2), a TeX extension for a macro
+# outside its core (input/tex/extensions, by autoload), and what its context menu offers: the
+# accessibility tools (a11y/, with the speech rules of English and Nemeth braille in
+# sre/mathmaps/) and the SVG renderer (output/svg*). The browser test fails on any 404.
+MATHJAX_PARTS := tex-mml-chtml.js output/chtml/fonts/woff-v2 input/tex/extensions a11y \
+	sre/mathmaps/base.json sre/mathmaps/en.json sre/mathmaps/nemeth.json \
+	output/svg.js output/svg/fonts
+
 assets: $(VENDOR)/.stamp ## install MathJax, require.js, d3, jQuery, Noto Emoji (offline pages) and axe-core (tests) from npm
 
-$(VENDOR)/.stamp: package.json package-lock.json
+$(VENDOR)/.stamp: package.json package-lock.json Makefile
 	@if command -v npm >/dev/null 2>&1; then \
 		npm ci --no-audit --no-fund --loglevel=error && \
 		rm -rf $(VENDOR) && mkdir -p $(VENDOR) && \
-		cp -R node_modules/mathjax/es5 $(VENDOR)/mathjax && \
+		for part in $(MATHJAX_PARTS); do \
+			mkdir -p $$(dirname $(VENDOR)/mathjax/$$part) && \
+			cp -R node_modules/mathjax/es5/$$part $(VENDOR)/mathjax/$$part || exit 1; \
+		done && \
+		cp node_modules/mathjax/LICENSE $(VENDOR)/mathjax/LICENSE && \
 		cp node_modules/requirejs/require.js $(VENDOR)/require.js && \
 		cp node_modules/d3/dist/d3.min.js $(VENDOR)/d3.min.js && \
 		cp node_modules/jquery/dist/jquery.min.js $(VENDOR)/jquery.min.js && \

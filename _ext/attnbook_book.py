@@ -6,6 +6,10 @@
 - bertviz's views (chapter 13) load require.js, d3 and jQuery from cdnjs; on the
   pages that hold one, those URLs are rewritten to the vendored copies
   (``offline_bertviz``), page-relative, so the views draw offline too.
+- attnbook.interactive's Plotly figures (chapters 2 and 4) load plotly.js from Plotly's
+  CDN; the book serves the copy inside the installed plotly pip package instead
+  (``offline_plotly``), so they draw offline too. ``make pdf`` shows their static PNG
+  (``nb_mime_priority_overrides`` in _config.yml).
 - ``static/attnbook.css`` and ``static/attnbook.js``: the sidebar buttons work (phones
   included), code fits the column from 1280 px on, no page pans sideways on a phone, link
   contrast in admonitions, names of the theme's icon buttons (the browser test checks
@@ -98,6 +102,41 @@ def offline_bertviz(html: str, static: str) -> str:
     return html
 
 
+# attnbook.interactive's figures load plotly.js from Plotly's CDN (so they draw on Colab and in
+# Jupyter); the book serves the copy that the installed plotly package ships instead, as
+# _static/plotly.min.js, and rewrites the URL on the pages that hold one (`offline_plotly`).
+PLOTLY_CDN = re.compile(r"https://cdn\.plot\.ly/plotly-([0-9][0-9A-Za-z.+-]*?)\.min\.js")
+PLOTLY_JS = "plotly.min.js"  # relative to the built book's _static/
+
+
+@functools.cache
+def _plotly_js() -> tuple[Path, str] | None:
+    """The installed plotly package's plotly.min.js and its version, or None without plotly."""
+    try:
+        import plotly
+        from plotly.offline import get_plotlyjs_version
+    except ImportError:
+        return None
+    path = Path(plotly.__file__).parent / "package_data" / PLOTLY_JS
+    return (path, get_plotlyjs_version()) if path.is_file() else None
+
+
+def offline_plotly(html: str, static: str) -> tuple[str, set[str]]:
+    """Point the Plotly CDN URLs in `html` at the book's own copy under `static`.
+
+    Args:
+        html: the body of one page.
+        static: the page-relative URL of the built book's ``_static/`` folder, ending in "/".
+
+    Returns:
+        `html` with every ``https://cdn.plot.ly/plotly-<version>.min.js`` replaced by
+        ``static + "plotly.min.js"``, and the set of versions the page asked for (empty:
+        the page is unchanged).
+    """
+    versions = set(PLOTLY_CDN.findall(html))
+    return PLOTLY_CDN.sub(static + PLOTLY_JS, html), versions
+
+
 def _vendored() -> bool:
     """Whether `make assets` has filled assets/vendor/ (then it is served as _static/)."""
     return (ASSETS / MATHJAX).is_file()
@@ -121,6 +160,14 @@ def _configure(app: Sphinx, config: Config) -> None:
         logger.info(
             "attnbook: assets/vendor/ not found (npm missing?): MathJax loads from its CDN, "
             "so pages need a network to typeset maths"
+        )
+    plotly_js = _plotly_js()
+    if plotly_js is not None:
+        config.html_static_path.append(str(plotly_js[0]))
+        logger.info(f"attnbook: plotly.js {plotly_js[1]} is served from the book (offline-ready)")
+    else:
+        logger.info(
+            "attnbook: plotly is not installed: interactive figures load plotly.js from its CDN"
         )
     if os.environ.get("ATTNBOOK_HIDE_SOLUTIONS", "0") not in ("", "0"):
         config.hide_solutions = True
@@ -322,7 +369,8 @@ def _front_door(app: Sphinx, pagename: str, context: dict) -> None:
 def _page_assets(
     app: Sphinx, pagename: str, templatename: str, context: dict, doctree: object
 ) -> None:
-    """Make bertviz views offline on this page; name cell toggles; link the favicon's PNG."""
+    """Make bertviz views and Plotly figures offline on this page; name cell toggles; link the
+    favicon's PNG."""
     pathto = context.get("pathto")
     if pathto is None:
         return
@@ -331,6 +379,14 @@ def _page_assets(
     _front_door(app, pagename, context)
     if _vendored() and "body" in context:
         context["body"] = offline_bertviz(context["body"], pathto("_static/", 1))
+    plotly_js = _plotly_js()
+    if plotly_js is not None and "body" in context:
+        context["body"], versions = offline_plotly(context["body"], pathto("_static/", 1))
+        if versions - {plotly_js[1]}:
+            logger.warning(
+                f"attnbook: {pagename} was executed with plotly.js {', '.join(sorted(versions))}, "
+                f"the book serves {plotly_js[1]} (the installed plotly): re-execute the chapter"
+            )
     if FAVICON_PNG.is_file():
         png = pathto("_static/" + FAVICON_PNG.name, 1)
         context["metatags"] = (

@@ -30,7 +30,8 @@ errors. The exit status is 0 only if nothing failed. pytest's "no tests
 collected" (exit status 5) is a failure for the unit tests and nbval, and for
 the browser test only where Chromium is installed. Finally the share of code
 cells whose output nbval does not compare (tag `nbval-ignore-output`) must stay
-below 5%.
+below 5%. Before the last line, the browser test's page weight (a first visit of the landing
+page, the built book's size) is printed.
 
 Every program is taken from the environment of the Python running this script
 (`.venv/bin/` under `make test`).
@@ -38,6 +39,7 @@ Every program is taken from the environment of the Python running this script
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -58,6 +60,9 @@ REPORTS = ROOT / ".test-reports"
 CHROMIUM = Path(os.environ.get("ATTNBOOK_CHROMIUM", "/usr/bin/chromium"))
 IGNORE_LIMIT = 0.05  # at most this share of code cells may skip nbval's comparison
 PYTEST_NO_TESTS = 5  # pytest's exit status when it collected nothing
+# Written by the browser test (tests/browser/test_interactive.py): what a first visit of the
+# landing page weighs and how big the built book is; printed before the summary.
+PAGE_WEIGHT = REPORTS / "page-weight.json"
 
 PYTEST = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider"]
 NBVAL_ENV = KERNEL_ENV  # as tools/execute_notebooks.py: no downloads, no progress bars
@@ -207,6 +212,19 @@ def is_output_ignored(cell: nbformat.NotebookNode) -> bool:
     return bool(marked) or bool(tags & {"nbval-ignore-output", "nbval-skip"})
 
 
+def page_weight_line() -> str | None:
+    """One line of what the browser test measured (PAGE_WEIGHT), or None if it did not run."""
+    if not PAGE_WEIGHT.is_file():
+        return None
+    figures = json.loads(PAGE_WEIGHT.read_text(encoding="utf-8"))
+    return (
+        f"\npage weight: a first visit of the landing page loads "
+        f"{figures['first_visit'] / 1e6:.2f} MB in {figures['requests']} responses "
+        f"({figures['first_visit_gzip'] / 1e6:.2f} MB gzipped); the built book (_build/html) is "
+        f"{figures['folder'] / 1e6:.1f} MB, of which MathJax {figures['mathjax'] / 1e6:.1f} MB"
+    )
+
+
 def main(selected: list[str]) -> int:
     all_steps = steps()
     unknown = set(selected) - {step.key for step in all_steps}
@@ -219,6 +237,8 @@ def main(selected: list[str]) -> int:
     for step in chosen:
         if step.junit:
             (REPORTS / step.junit).unlink(missing_ok=True)
+        if step.key == "browser":
+            PAGE_WEIGHT.unlink(missing_ok=True)
     for number, step in enumerate(chosen, start=1):
         run(step, number, len(chosen))
 
@@ -246,6 +266,10 @@ def main(selected: list[str]) -> int:
         )
         if ignore_failed:
             print("\n".join(f"  {cell}" for cell in ignored))
+
+    weight = page_weight_line()
+    if weight:
+        print(weight)
 
     passed = sum(step.passed for step in chosen)
     failed = sum(step.failed for step in chosen)

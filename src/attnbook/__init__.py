@@ -42,6 +42,9 @@ is in its docstring):
   per-head statistics (entropy, weight on chosen keys, previous-token share)
 - :mod:`attnbook.viz`: the course's figures (heatmaps, bar charts, training curves:
   ``plot_history``, also ``attnbook.plot_history``, imported on first use)
+- :mod:`attnbook.interactive`: figures a reader plays with in the web page (a softmax
+  temperature slider, a heatmap with hover values), with a static PNG for print; not
+  imported here (it imports Plotly when a figure is drawn)
 - :mod:`attnbook.exercises`: checkers for the chapters' code exercises
 """
 

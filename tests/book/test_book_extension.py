@@ -5,6 +5,8 @@
   ATTNBOOK_HIDE_SOLUTIONS=1.
 - bertviz's views load require.js, d3 and jQuery from the book, not from cdnjs
   (`offline_bertviz`, on a string and in a built page), and only on their pages.
+- attnbook.interactive's Plotly figures load plotly.js from the book (`offline_plotly`),
+  and the PDF shows their PNG; `make assets` copies only the parts of MathJax the pages use.
 - Every page links the favicon (SVG and PNG), the book's CSS and JS; the favicon
   files are what tools/draw_favicon.py draws.
 """
@@ -317,3 +319,68 @@ def test_the_chapter_map_is_put_in_the_page_with_its_links() -> None:
             assert f'href="{chapter.file}.html" aria-label="Chapter ' in html, chapter.stem
     assert "_blank" not in html
     assert _extension().inline_chapter_map("<p>no map</p>", svg) == "<p>no map</p>"
+
+
+def test_plotly_urls_point_at_the_books_copy() -> None:
+    """attnbook.interactive's figures name Plotly's CDN; the book serves its own copy."""
+    page = (
+        '<div id="attnbook-x"></div><script>var url = "https://cdn.plot.ly/plotly-3.7.0.min.js";'
+        "</script>"
+    )
+    html, versions = _extension().offline_plotly(page, "../_static/")
+    assert html == page.replace(
+        "https://cdn.plot.ly/plotly-3.7.0.min.js", "../_static/plotly.min.js"
+    )
+    assert versions == {"3.7.0"}
+    assert _extension().offline_plotly(html, "../_static/") == (html, set())  # idempotent
+    assert _extension().offline_plotly("<p>no figure</p>", "_static/") == (
+        "<p>no figure</p>",
+        set(),
+    )
+
+
+def test_a_built_interactive_figure_loads_plotly_from_the_book(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    interactive = pytest.importorskip("attnbook.interactive")
+    pytest.importorskip("plotly")
+    monkeypatch.syspath_prepend(str(ROOT / "_ext"))
+    figure = interactive.attention_heatmap([[0.25, 0.75]], name="demo")
+    out = _build_pages(
+        tmp_path, {"chapters/figure.rst": "Figure\n======\n\n" + _raw_html(figure.html)}
+    )
+    page = (out / "chapters" / "figure.html").read_text()
+    assert "cdn.plot.ly" not in page
+    assert 'var url = "../_static/plotly.min.js";' in page
+    served = out / "_static" / "plotly.min.js"
+    assert served.is_file()
+    assert served.stat().st_size > 1_000_000  # the whole plotly.js, from the pip package
+
+
+def test_the_pdf_shows_the_static_png_of_an_interactive_figure() -> None:
+    """`make pdf` (singlehtml) prefers an output's PNG to its HTML; the web book the HTML."""
+    import yaml
+    from myst_nb.core.render import get_mime_priority
+
+    config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
+    overrides = [tuple(o) for o in config["sphinx"]["config"]["nb_mime_priority_overrides"]]
+    pdf, web = get_mime_priority("singlehtml", overrides), get_mime_priority("html", overrides)
+    assert pdf.index("image/png") < pdf.index("text/html")
+    assert web.index("text/html") < web.index("image/png")
+    assert "text/html" in pdf  # bertviz's views (HTML only) are still shown
+
+
+def test_the_mathjax_parts_hold_what_the_pages_load() -> None:
+    """`make assets` copies only MATHJAX_PARTS of MathJax: the entry point that _ext names is
+    one, as are the fonts and the menu's components (the browser test fails on any 404)."""
+    import re
+
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    match = re.search(r"^MATHJAX_PARTS := ((?:.*\\\n)*.*)$", makefile, re.M)
+    assert match, "the Makefile has no MATHJAX_PARTS"
+    parts = match[1].replace("\\\n", " ").split()
+    entry = _extension().MATHJAX.removeprefix("vendor/mathjax/")
+    for needed in (entry, "output/chtml/fonts/woff-v2", "a11y", "sre/mathmaps/en.json"):
+        assert needed in parts, f"{needed} is not in MATHJAX_PARTS: {parts}"
+    assert "$(VENDOR)/mathjax/$$part" in makefile  # the recipe copies the list
+    assert "cp -R node_modules/mathjax/es5 " not in makefile  # and not the whole of MathJax

@@ -40,7 +40,7 @@ def _attnbook_imports(path: Path) -> set[str]:
 LAYERS: list[set[str]] = [
     {"_validation", "runtime"},
     {"scores", "softmax", "masking", "positional", "data", "interpret", "viz", "tokenizer"},
-    {"lookup", "attention"},
+    {"lookup", "attention", "interactive"},
     {"multihead", "efficient"},
     {"block", "generation", "rnn"},
     {"model", "pretrained"},

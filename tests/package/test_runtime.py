@@ -76,10 +76,11 @@ def test_import_has_no_side_effects() -> None:
 
 
 def test_import_is_light() -> None:
-    """``import attnbook`` loads neither pyplot nor transformers; ``attnbook.plot_history`` does."""
+    """``import attnbook`` loads neither pyplot, transformers nor plotly (nor the module that
+    uses it); ``attnbook.plot_history`` loads pyplot."""
     code = (
         "import sys, attnbook\n"
-        "heavy = ('matplotlib.pyplot', 'transformers')\n"
+        "heavy = ('matplotlib.pyplot', 'transformers', 'plotly', 'attnbook.interactive')\n"
         "assert not [m for m in heavy if m in sys.modules], [m for m in heavy if m in sys.modules]\n"
         "attnbook.plot_history\n"
         "assert 'matplotlib.pyplot' in sys.modules\n"
