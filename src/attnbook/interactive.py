@@ -25,7 +25,6 @@ from __future__ import annotations
 import base64
 import functools
 import html
-import io
 import itertools
 import json
 import math
@@ -37,7 +36,7 @@ import numpy as np
 
 from attnbook._validation import Array, shape_str
 from attnbook.softmax import softmax
-from attnbook.viz import course_style, plot_bars, plot_heatmap, to_numpy
+from attnbook.viz import course_style, figure_png, plot_bars, plot_heatmap, to_numpy
 
 __all__ = [
     "DEFAULT_TEMPERATURES",
@@ -98,20 +97,26 @@ class InteractiveFigure:
     _draw_static: Callable[[], object] = field(repr=False, compare=False)
 
     @functools.cached_property
-    def png(self) -> bytes:
-        """The static drawing (matplotlib, the course's style) as PNG bytes."""
-        figure = self._draw_static()
-        buffer = io.BytesIO()
-        figure.savefig(buffer, format="png", bbox_inches="tight")
-        return buffer.getvalue()
+    def _static(self) -> tuple[str, dict[str, int]]:
+        """The static drawing as `attnbook.viz.figure_png` renders notebook figures."""
+        rendered = figure_png(self._draw_static())
+        if rendered is None:  # pragma: no cover - the drawings always have axes
+            raise RuntimeError(f"{self.name}: the static drawing is empty")
+        return rendered
 
-    def _repr_mimebundle_(self, include: object = None, exclude: object = None) -> dict[str, str]:
-        """What Jupyter shows: the HTML, the PNG (base64) and the text alternative."""
-        return {
-            "text/html": self.html,
-            "image/png": base64.b64encode(self.png).decode("ascii"),
-            "text/plain": self.text,
-        }
+    @property
+    def png(self) -> bytes:
+        """The static drawing (matplotlib, the course's style) as PNG bytes, at 2x density."""
+        return base64.b64decode(self._static[0])
+
+    def _repr_mimebundle_(
+        self, include: object = None, exclude: object = None
+    ) -> tuple[dict[str, str], dict[str, dict[str, int]]]:
+        """What Jupyter shows: the HTML, the PNG (base64) and the text alternative, and the
+        PNG's display size (half its pixels, as every figure of the book)."""
+        data, size = self._static
+        bundle = {"text/html": self.html, "image/png": data, "text/plain": self.text}
+        return bundle, {"image/png": size}
 
 
 def _check_name(name: str) -> str:

@@ -101,7 +101,7 @@ def smallest_text_pt(fig: Figure) -> float | None:
 def svg_metadata(fig: Figure) -> dict[str, str | None]:
     """`savefig` metadata of an SVG diagram: no date (the file is reproducible) and its smallest
     text (`SVG_SMALLEST_TEXT`, in points), which the book's browser test reads."""
-    fig.canvas.draw()
+    fig.draw_without_rendering()
     smallest = smallest_text_pt(fig)
     metadata: dict[str, str | None] = {"Date": None}
     if smallest is not None:
@@ -132,7 +132,7 @@ def figure_png(fig: Figure) -> tuple[str, dict[str, int]] | None:
     if not fig.axes and not fig.lines:
         return None
     dpi = fig.dpi * PIXEL_DENSITY
-    fig.canvas.draw()  # tick labels get their text
+    fig.draw_without_rendering()  # tick labels get their text (any canvas)
     smallest = smallest_text_pt(fig)
     metadata = {"Software": None}
     if smallest is not None:

@@ -26,6 +26,7 @@ from attnbook.interactive import (
     plotly_cdn_url,
     softmax_temperature_explorer,
 )
+from attnbook.viz import SMALLEST_TEXT_KEY, png_text
 
 plotly = pytest.importorskip("plotly")
 
@@ -97,9 +98,14 @@ def test_html_is_deterministic_with_a_fixed_id_and_the_cdn_url() -> None:
 
 def test_mimebundle_has_html_png_and_text() -> None:
     figure = softmax_temperature_explorer(SCORES, KEYS, name="t")
-    bundle = figure._repr_mimebundle_()
+    bundle, metadata = figure._repr_mimebundle_()
     assert set(bundle) == {"text/html", "image/png", "text/plain"}
-    assert base64.b64decode(bundle["image/png"]).startswith(PNG_MAGIC)
+    png = base64.b64decode(bundle["image/png"])
+    assert png.startswith(PNG_MAGIC)
+    # as every notebook figure: twice the pixels of its display size, smallest text recorded
+    width = int.from_bytes(png[16:20], "big")
+    assert metadata["image/png"]["width"] == width // 2
+    assert float(png_text(png)[SMALLEST_TEXT_KEY]) > 0
     assert bundle["text/plain"] == figure.text
     assert "k0 0.64" in figure.text  # the weights at the first temperature shown (τ = 1)
     assert figure.text in figure.html.replace("&#x27;", "'")  # the div's accessible name
