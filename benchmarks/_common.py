@@ -1,20 +1,29 @@
-"""What the benchmarks share: the machine they describe.
+"""What the benchmarks share: the machine they describe, and the nanoGPT-style peer.
 
 A figure means little without its machine: each script in `benchmarks/` prints
 the CPU model, torch's version and threads, and the load average (how busy the
 machine was with other work). How they time and what they allocate is measured
 with the package's own helpers, the ones chapter 14 uses:
 `attnbook.runtime.seconds_per_call`, `synchronize` and `largest_allocation`.
-The scripts import this file as `_common` (the folder of a script run as
-`python benchmarks/x.py` is on `sys.path`).
+`NanoGPT` is the minimal GPT that `train_throughput.py` and `shakespeare.py`
+compare `attnbook.GPT` with, written once here. The scripts import this file
+as `_common` (the folder of a script run as `python benchmarks/x.py` is on
+`sys.path`).
 """
 
 from __future__ import annotations
 
+import math
 import os
 import platform
+from typing import TYPE_CHECKING
 
 import torch
+import torch.nn.functional as F
+from torch import nn
+
+if TYPE_CHECKING:
+    from attnbook import GPTConfig
 
 
 def cpu_model() -> str:
@@ -48,3 +57,103 @@ def describe(device: torch.device) -> str:
         lines.append(f"GPU {torch.cuda.get_device_name(device)}")
     lines.append(f"load average (1, 5, 15 min) before: {load_average()}")
     return "\n".join(lines)
+
+
+# ------------------------------------------------------------------ the nanoGPT-style peer
+
+
+def init_like_attnbook(model: nn.Module, n_layers: int, residual: tuple[str, ...]) -> None:
+    """GPT-2's initialisation, as ``attnbook.GPT`` (and nanoGPT) does it: N(0, 0.02), zero biases.
+
+    The weights whose names end with one of ``residual`` (the maps that write
+    into the residual stream) get ``0.02 / sqrt(2 * n_layers)``; norms keep
+    their weights of 1.
+    """
+    for name, p in model.named_parameters():
+        if p.ndim == 1:
+            if name.endswith("bias"):
+                nn.init.zeros_(p)
+            continue
+        std = 0.02 / math.sqrt(2 * n_layers) if name.endswith(residual) else 0.02
+        nn.init.normal_(p, 0.0, std)
+
+
+class NanoAttention(nn.Module):
+    """Causal self-attention with one fused projection to queries, keys and values."""
+
+    def __init__(self, c: GPTConfig, *, dropout: bool) -> None:
+        super().__init__()
+        self.n_heads = c.n_heads
+        self.c_attn = nn.Linear(c.d_model, 3 * c.d_model)  # W_q, W_k, W_v stacked: one matmul
+        self.c_proj = nn.Linear(c.d_model, c.d_model)
+        self.dropout = c.dropout if dropout else 0.0
+        self.resid_dropout = nn.Dropout(c.dropout) if dropout else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, D = x.shape
+        H = self.n_heads
+        q, k, v = self.c_attn(x).split(D, dim=2)  # 3 x (B, T, D)
+        q = q.view(B, T, H, D // H).transpose(1, 2)  # (B, H, T, Dh)
+        k = k.view(B, T, H, D // H).transpose(1, 2)  # (B, H, T, Dh)
+        v = v.view(B, T, H, D // H).transpose(1, 2)  # (B, H, T, Dh)
+        p = self.dropout if self.training else 0.0
+        y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)  # (B, H, T, Dh)
+        y = self.c_proj(y.transpose(1, 2).reshape(B, T, D))  # (B, T, D)
+        return y if self.resid_dropout is None else self.resid_dropout(y)
+
+
+class NanoBlock(nn.Module):
+    """Pre-LN block: x + attn(ln_1(x)), then x + mlp(ln_2(x))."""
+
+    def __init__(self, c: GPTConfig, *, dropout: bool, gelu: str) -> None:
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(c.d_model)
+        self.attn = NanoAttention(c, dropout=dropout)
+        self.ln_2 = nn.LayerNorm(c.d_model)
+        mlp = [nn.Linear(c.d_model, c.d_ff), nn.GELU(approximate=gelu)]
+        mlp += [nn.Linear(c.d_ff, c.d_model)] + ([nn.Dropout(c.dropout)] if dropout else [])
+        self.mlp = nn.Sequential(*mlp)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class NanoGPT(nn.Module):
+    """A minimal GPT in the style of nanoGPT's ``model.py``, with ``attnbook.GPT``'s choices.
+
+    One fused ``c_attn`` linear layer for queries, keys and values,
+    ``F.scaled_dot_product_attention(is_causal=True)``, a GELU MLP, learned
+    positions, biases in every linear layer and LayerNorm, a head tied to the
+    token embedding, GPT-2's initialisation. The peer of ``train_throughput.py``
+    and ``shakespeare.py``.
+
+    Args:
+        c: the model's shape (``attnbook.GPTConfig``: vocabulary, context,
+            width, heads, layers, ``d_ff``, ``dropout``).
+        dropout: ``True`` puts dropout of ``c.dropout`` where nanoGPT has it
+            (embeddings, attention weights, both residual branches); ``False``
+            builds no dropout at all (``train_throughput.py``'s dropout-free peer).
+        gelu: ``"none"`` (exact GELU, as ``attnbook.GPT``'s default) or
+            ``"tanh"`` (GPT-2's approximation, as ``GPTConfig.gpt2``).
+    """
+
+    def __init__(self, c: GPTConfig, *, dropout: bool = False, gelu: str = "none") -> None:
+        super().__init__()
+        self.wte = nn.Embedding(c.vocab_size, c.d_model)
+        self.wpe = nn.Embedding(c.context_length, c.d_model)
+        self.drop = nn.Dropout(c.dropout) if dropout else None
+        self.h = nn.ModuleList(NanoBlock(c, dropout=dropout, gelu=gelu) for _ in range(c.n_layers))
+        self.ln_f = nn.LayerNorm(c.d_model)
+        self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
+        init_like_attnbook(self, c.n_layers, ("c_proj.weight", "mlp.2.weight"))
+        self.lm_head.weight = self.wte.weight  # tied
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        T = idx.shape[1]
+        x = self.wte(idx) + self.wpe.weight[:T]  # (B, T, D)
+        if self.drop is not None:
+            x = self.drop(x)
+        for block in self.h:
+            x = block(x)  # (B, T, D)
+        return self.lm_head(self.ln_f(x))  # (B, T, V)

@@ -15,8 +15,9 @@ character, ``--tokenizer char``), and are scored on the 4 held-out plays:
   biases), with the head tied to the embedding as in the small Llama 3.2 models,
   and the SwiGLU width chosen so that its parameter count is that of the GPT-2
   model (asserted within 2%);
-- ``nanoGPT-style``: a minimal GPT written here in the style of nanoGPT's
-  ``model.py`` (one fused ``c_attn`` linear layer for queries, keys and values,
+- ``nanoGPT-style``: a minimal GPT in the style of nanoGPT's ``model.py``
+  (``_common.NanoGPT``, with dropout and GPT-2's tanh GELU: one fused
+  ``c_attn`` linear layer for queries, keys and values,
   ``F.scaled_dot_product_attention(is_causal=True)``, a GELU MLP, learned
   positions, biases, tied head), the same shape as the GPT-2 model.
 
@@ -60,7 +61,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from _common import describe, load_average
+from _common import NanoGPT, describe, load_average
 from torch import nn
 
 import attnbook
@@ -91,80 +92,6 @@ SCALES = {
 }
 WARMUP_FRACTION = 0.05  # of the time budget
 MIN_LR_RATIO = 0.1
-
-
-# ------------------------------------------------------------------ the nanoGPT-style peer
-
-
-class NanoAttention(nn.Module):
-    """Causal self-attention with one fused projection to queries, keys and values."""
-
-    def __init__(self, c: GPTConfig) -> None:
-        super().__init__()
-        self.n_heads = c.n_heads
-        self.c_attn = nn.Linear(c.d_model, 3 * c.d_model)  # W_q, W_k, W_v stacked: one matmul
-        self.c_proj = nn.Linear(c.d_model, c.d_model)
-        self.dropout = c.dropout
-        self.resid_dropout = nn.Dropout(c.dropout)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        B, T, D = x.shape
-        H = self.n_heads
-        q, k, v = self.c_attn(x).split(D, dim=2)  # 3 x (B, T, D)
-        q = q.view(B, T, H, D // H).transpose(1, 2)  # (B, H, T, Dh)
-        k = k.view(B, T, H, D // H).transpose(1, 2)  # (B, H, T, Dh)
-        v = v.view(B, T, H, D // H).transpose(1, 2)  # (B, H, T, Dh)
-        p = self.dropout if self.training else 0.0
-        y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)  # (B, H, T, Dh)
-        return self.resid_dropout(self.c_proj(y.transpose(1, 2).reshape(B, T, D)))  # (B, T, D)
-
-
-class NanoBlock(nn.Module):
-    """Pre-LN block: x + attn(ln_1(x)), then x + mlp(ln_2(x))."""
-
-    def __init__(self, c: GPTConfig) -> None:
-        super().__init__()
-        self.ln_1 = nn.LayerNorm(c.d_model)
-        self.attn = NanoAttention(c)
-        self.ln_2 = nn.LayerNorm(c.d_model)
-        self.mlp = nn.Sequential(
-            nn.Linear(c.d_model, c.d_ff),
-            nn.GELU(approximate="tanh"),
-            nn.Linear(c.d_ff, c.d_model),
-            nn.Dropout(c.dropout),
-        )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x))
-        return x + self.mlp(self.ln_2(x))
-
-
-class NanoGPT(nn.Module):
-    """A minimal GPT in nanoGPT's style: learned positions, biases, a tied head."""
-
-    def __init__(self, c: GPTConfig) -> None:
-        super().__init__()
-        self.wte = nn.Embedding(c.vocab_size, c.d_model)
-        self.wpe = nn.Embedding(c.context_length, c.d_model)
-        self.drop = nn.Dropout(c.dropout)
-        self.h = nn.ModuleList(NanoBlock(c) for _ in range(c.n_layers))
-        self.ln_f = nn.LayerNorm(c.d_model)
-        self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
-        for name, p in self.named_parameters():  # GPT-2's initialisation, as nanoGPT's
-            if p.ndim == 1:
-                if name.endswith("bias"):
-                    nn.init.zeros_(p)
-                continue
-            residual = name.endswith(("c_proj.weight", "mlp.2.weight"))
-            nn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * c.n_layers) if residual else 0.02)
-        self.lm_head.weight = self.wte.weight  # tied
-
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        T = idx.shape[1]
-        x = self.drop(self.wte(idx) + self.wpe.weight[:T])  # (B, T, D)
-        for block in self.h:
-            x = block(x)  # (B, T, D)
-        return self.lm_head(self.ln_f(x))  # (B, T, V)
 
 
 # ------------------------------------------------------------------ the models
@@ -208,7 +135,7 @@ def build_models(scale: Scale, vocab_size: int) -> dict[str, nn.Module]:
     attnbook.set_seed(0)
     models["attnbook Llama"] = GPT(llama)
     attnbook.set_seed(0)
-    models["nanoGPT-style"] = NanoGPT(gpt2)
+    models["nanoGPT-style"] = NanoGPT(gpt2, dropout=True, gelu="tanh")
     for name, model in models.items():
         count = n_params(model)
         assert abs(count - target) <= 0.02 * target, f"{name}: {count:,} vs {target:,} parameters"

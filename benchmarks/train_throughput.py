@@ -2,6 +2,7 @@
 
 Usage:
     python benchmarks/train_throughput.py [--rounds 30] [--threads 1 2] [--device auto]
+        [--batch 64] [--context 64]
 
 Two peers, both with the same maths and initialisation as ``attnbook.GPT``
 (pre-LN, GELU, learned positions, a final LayerNorm, a head tied to the token
@@ -12,13 +13,16 @@ n_layers)``):
 - ``nn.TransformerEncoderLayer``: what one writes with PyTorch's own layers
   (``norm_first=True``, ``batch_first=True``, run with ``is_causal=True`` and
   a causal mask);
-- nanoGPT-style: a minimal GPT written here in the style of nanoGPT's
-  ``model.py``: one fused ``c_attn`` linear layer for queries, keys and
+- nanoGPT-style: a minimal GPT in the style of nanoGPT's ``model.py``
+  (``_common.NanoGPT``, shared with ``shakespeare.py``; here exact GELU and
+  no dropout): one fused ``c_attn`` linear layer for queries, keys and
   values, ``F.scaled_dot_product_attention(is_causal=True)``, a GELU MLP.
 
 The parameter counts are printed and asserted equal. The config is the
 issue's: 4 layers, 4 heads, width 128, context 64, batch 64, vocabulary 65,
-dropout 0.
+dropout 0. ``--batch 2 --context 16`` is a launch-bound proxy: steps so small
+that each model's per-call Python and small-kernel work dominates the
+arithmetic, as on a GPU at this model size.
 
 One step is what :func:`attnbook.training.train` does: forward,
 cross-entropy, backward, gradient clipping, an AdamW step; on a GPU under
@@ -36,14 +40,13 @@ after says how busy the machine was.
 from __future__ import annotations
 
 import argparse
-import math
 import statistics
 import time
 from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from _common import describe, load_average
+from _common import NanoGPT, describe, init_like_attnbook, load_average
 from torch import nn
 
 import attnbook
@@ -74,7 +77,7 @@ class TorchGPT(nn.Module):
         self.encoder = nn.TransformerEncoder(layer, c.n_layers, enable_nested_tensor=False)
         self.norm = nn.LayerNorm(c.d_model)
         self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
-        _init_like_attnbook(self, c.n_layers, ("out_proj.weight", "linear2.weight"))
+        init_like_attnbook(self, c.n_layers, ("out_proj.weight", "linear2.weight"))
         self.lm_head.weight = self.tok_emb.weight  # tied
         mask = nn.Transformer.generate_square_subsequent_mask(c.context_length)
         self.register_buffer("mask", mask, persistent=False)
@@ -86,76 +89,9 @@ class TorchGPT(nn.Module):
         return self.lm_head(self.norm(x))  # (B, T, V)
 
 
-def _init_like_attnbook(model: nn.Module, n_layers: int, residual: tuple[str, ...]) -> None:
-    """GPT-2's initialisation, as ``attnbook.GPT`` does it: N(0, 0.02), zero biases."""
-    for name, p in model.named_parameters():
-        if p.ndim == 1:
-            if name.endswith("bias"):
-                nn.init.zeros_(p)
-            continue
-        std = 0.02 / math.sqrt(2 * n_layers) if name.endswith(residual) else 0.02
-        nn.init.normal_(p, 0.0, std)
-
-
-class NanoAttention(nn.Module):
-    """Causal self-attention with one fused projection to queries, keys and values."""
-
-    def __init__(self, c: GPTConfig) -> None:
-        super().__init__()
-        self.n_heads = c.n_heads
-        self.c_attn = nn.Linear(c.d_model, 3 * c.d_model)  # W_q, W_k, W_v stacked: one matmul
-        self.c_proj = nn.Linear(c.d_model, c.d_model)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        B, T, D = x.shape
-        H = self.n_heads
-        q, k, v = self.c_attn(x).split(D, dim=2)  # 3 x (B, T, D)
-        q = q.view(B, T, H, D // H).transpose(1, 2)  # (B, H, T, Dh)
-        k = k.view(B, T, H, D // H).transpose(1, 2)  # (B, H, T, Dh)
-        v = v.view(B, T, H, D // H).transpose(1, 2)  # (B, H, T, Dh)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, Dh)
-        return self.c_proj(y.transpose(1, 2).reshape(B, T, D))  # (B, T, D)
-
-
-class NanoBlock(nn.Module):
-    """Pre-LN block: x + attn(ln_1(x)), then x + mlp(ln_2(x))."""
-
-    def __init__(self, c: GPTConfig) -> None:
-        super().__init__()
-        self.ln_1 = nn.LayerNorm(c.d_model)
-        self.attn = NanoAttention(c)
-        self.ln_2 = nn.LayerNorm(c.d_model)
-        self.mlp = nn.Sequential(
-            nn.Linear(c.d_model, c.d_ff), nn.GELU(), nn.Linear(c.d_ff, c.d_model)
-        )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x))
-        return x + self.mlp(self.ln_2(x))
-
-
-class NanoGPT(nn.Module):
-    """A minimal GPT in nanoGPT's style, with ``attnbook.GPT``'s choices (tied head, biases)."""
-
-    def __init__(self, c: GPTConfig) -> None:
-        super().__init__()
-        self.wte = nn.Embedding(c.vocab_size, c.d_model)
-        self.wpe = nn.Embedding(c.context_length, c.d_model)
-        self.h = nn.ModuleList(NanoBlock(c) for _ in range(c.n_layers))
-        self.ln_f = nn.LayerNorm(c.d_model)
-        self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
-        _init_like_attnbook(self, c.n_layers, ("c_proj.weight", "mlp.2.weight"))
-        self.lm_head.weight = self.wte.weight  # tied
-
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        T = idx.shape[1]
-        x = self.wte(idx) + self.wpe.weight[:T]  # (B, T, D)
-        for block in self.h:
-            x = block(x)  # (B, T, D)
-        return self.lm_head(self.ln_f(x))  # (B, T, V)
-
-
-def make_step(model: nn.Module, device: torch.device) -> Callable[[], None]:
+def make_step(
+    model: nn.Module, device: torch.device, batch: int, context: int
+) -> Callable[[], None]:
     """One training step of ``model`` on a fresh random batch, as a function of no arguments."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1)
     generator = torch.Generator().manual_seed(0)
@@ -163,9 +99,7 @@ def make_step(model: nn.Module, device: torch.device) -> Callable[[], None]:
     scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
 
     def step() -> None:
-        idx = torch.randint(
-            0, CONFIG.vocab_size, (BATCH, CONFIG.context_length + 1), generator=generator
-        )
+        idx = torch.randint(0, CONFIG.vocab_size, (batch, context + 1), generator=generator)
         idx = idx.to(device)
         with torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
             logits = model(idx[:, :-1])  # (B, T, V)
@@ -202,7 +136,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--device", default="auto")
+    parser.add_argument("--batch", type=int, default=BATCH, help="sequences per step")
+    parser.add_argument(
+        "--context", type=int, default=CONFIG.context_length, help="tokens per sequence"
+    )
     args = parser.parse_args()
+    if not 1 <= args.context <= CONFIG.context_length:
+        parser.error(f"--context must be between 1 and {CONFIG.context_length}")
     device = attnbook.get_device() if args.device == "auto" else torch.device(args.device)
     print(describe(device))
     models = {"attnbook.GPT": GPT, "nn.TransformerEncoderLayer": TorchGPT, "nanoGPT-style": NanoGPT}
@@ -220,11 +160,12 @@ def main() -> None:
         steps = {}
         for name, cls in models.items():
             attnbook.set_seed(0)
-            steps[name] = make_step(cls(CONFIG).to(device).train(), device)
+            model = cls(CONFIG).to(device).train()
+            steps[name] = make_step(model, device, args.batch, args.context)
         times = _rounds(steps, args.rounds)
         print(
-            f"\n{threads} thread(s), {args.rounds} interleaved rounds, batch {BATCH}, "
-            f"context {CONFIG.context_length}; load average after: {load_average()}"
+            f"\n{threads} thread(s), {args.rounds} interleaved rounds, batch {args.batch}, "
+            f"context {args.context}; load average after: {load_average()}"
         )
         for name, ts in times.items():
             q1, med, q3 = statistics.quantiles(ts, n=4)

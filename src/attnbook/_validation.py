@@ -271,7 +271,7 @@ def check_mask(mask: object, scores_shape: tuple[int, ...], name: str = "mask") 
 
 
 def check_token_ids(idx: object, name: str, vocab_size: int, context_length: int) -> torch.Tensor:
-    """The boundary check of token ids: ``(B, T)`` int64 in ``[0, V)``, ``1 <= T <= C``."""
+    """The boundary check of token ids: ``(B, T)`` int64 in ``[0, V)``, ``1 <= T <= T_max``."""
     needed = "(B, T)"
     if not isinstance(idx, torch.Tensor):
         raise ValueError(

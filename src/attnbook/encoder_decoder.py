@@ -14,7 +14,8 @@ once), and :meth:`EncoderDecoder.attention_weights` to read the alignment it lea
 Shape legend used in this module:
     ``B`` batch, ``S`` source positions, ``T`` target positions, ``D`` =
     ``d_model``, ``V_src`` / ``V_tgt`` the two vocabulary sizes, ``H`` heads,
-    ``K`` beams, ``L`` decoder layers.
+    ``K`` beams, ``L`` decoder layers, ``T_max`` context length (the longest
+    source and the longest target).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ class EncoderDecoderConfig:
 
     src_vocab_size: int  # V_src, token ids of the source (encoder) side are 0 .. V_src - 1
     tgt_vocab_size: int  # V_tgt, token ids of the target (decoder) side are 0 .. V_tgt - 1
-    context_length: int  # C, longest source and longest target sequence
+    context_length: int  # T_max, longest source and longest target sequence
     d_model: int  # D, width of the residual stream (encoder and decoder alike)
     n_heads: int  # H, heads of every attention; must divide d_model
     n_encoder_layers: int  # number of encoder blocks
@@ -90,7 +91,7 @@ class EncoderDecoder(nn.Module):
         self.config = c = config
         self.src_emb = nn.Embedding(c.src_vocab_size, c.d_model)  # (V_src, D)
         self.tgt_emb = nn.Embedding(c.tgt_vocab_size, c.d_model)  # (V_tgt, D)
-        pe = sinusoidal_positional_encoding(c.context_length, c.d_model)  # (C, D)
+        pe = sinusoidal_positional_encoding(c.context_length, c.d_model)  # (T_max, D)
         self.register_buffer("pos_table", pe, persistent=False)
         self.embed_scale = math.sqrt(c.d_model)
         self.dropout = nn.Dropout(c.dropout)

@@ -31,7 +31,7 @@ Position information is one pluggable object (:mod:`attnbook.positional`'s
 Shape legend used in this module:
     ``B`` batch, ``T`` (target) positions, ``S`` source positions (or cached
     positions), ``D`` = ``d_model``, ``H`` heads, ``H_kv`` key/value heads,
-    ``Dh`` head width, ``V`` vocabulary size, ``C`` context length.
+    ``Dh`` head width, ``V`` vocabulary size, ``T_max`` context length.
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ class GPTConfig:
     """
 
     vocab_size: int  # V, number of distinct token ids (ids are 0 .. V - 1)
-    context_length: int  # C, the longest sequence the model accepts
+    context_length: int  # T_max, the longest sequence the model accepts
     d_model: int  # D, width of every token's vector (the residual stream)
     n_heads: int  # H, attention heads per layer; must divide d_model
     n_layers: int  # number of transformer blocks

@@ -232,6 +232,8 @@ class MultiHeadAttention(nn.Module):
             positional = RotaryPositions(float(rope_base))
         self.positional = positional  # its rotate hook turns queries and keys, or None
         d_kv = self.n_kv_heads * self.d_head  # = D unless grouped-query
+        self.n_rep = self.n_heads // self.n_kv_heads  # G, query heads per key/value head
+        self.qkv_widths = (self.d_model, d_kv, d_kv)  # project_self's split of its output
         self.q_proj = nn.Linear(self.d_model, self.d_model, bias=bias)  # weight (D, D) = W_Qᵀ
         self.k_proj = nn.Linear(self.d_model, d_kv, bias=bias)  # weight (H_kv * Dh, D) = W_Kᵀ
         self.v_proj = nn.Linear(self.d_model, d_kv, bias=bias)  # weight (H_kv * Dh, D) = W_Vᵀ
@@ -337,8 +339,7 @@ class MultiHeadAttention(nn.Module):
                 k = torch.cat([cache.key, k], dim=-2)  # (B, H_kv, S_past + T, Dh)
                 v = torch.cat([cache.value, v], dim=-2)  # (B, H_kv, S_past + T, Dh)
             cache.key, cache.value = k.contiguous(), v.contiguous()  # own memory for the cache
-        n_rep = self.n_heads // self.n_kv_heads  # G, query heads per key/value head
-        k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)  # (B, H, S, Dh) each
+        k, v = repeat_kv(k, self.n_rep), repeat_kv(v, self.n_rep)  # (B, H, S, Dh) each
         if mask is not None and mask.dtype != torch.bool and mask.dtype != q.dtype:
             mask = mask.to(q.dtype)  # e.g. a float32 bias under bf16 autocast
         dropout_p = self.dropout if self.training else 0.0
@@ -357,12 +358,11 @@ class MultiHeadAttention(nn.Module):
         The three weights stacked ``(D + 2 H_kv Dh, D)``: one pass over ``x``
         instead of three. Returns views ``(B, T, D)``, ``(B, T, H_kv Dh)`` x 2.
         """
-        projections = (self.q_proj, self.k_proj, self.v_proj)
-        weight = torch.cat([p.weight for p in projections])  # (D + 2 H_kv Dh, D)
-        bias = None if self.q_proj.bias is None else torch.cat([p.bias for p in projections])
+        q, k, v = self.q_proj, self.k_proj, self.v_proj
+        weight = torch.cat((q.weight, k.weight, v.weight))  # (D + 2 H_kv Dh, D)
+        bias = None if q.bias is None else torch.cat((q.bias, k.bias, v.bias))
         qkv = F.linear(x, weight, bias)  # (B, T, D) @ (D, D + 2 H_kv Dh)
-        d_kv = self.n_kv_heads * self.d_head
-        return qkv.split([self.d_model, d_kv, d_kv], dim=-1)  # views, no copy
+        return qkv.split(self.qkv_widths, dim=-1)  # views, no copy
 
     def copy_to(self, theirs: nn.MultiheadAttention) -> None:
         """Copy this module's weights into ``theirs``, a ``torch.nn.MultiheadAttention`` of our shape.

@@ -25,7 +25,8 @@ trained with one are wrong for the other.
 Shape legend used in this module:
     ``T`` positions (queries), ``S`` key positions, ``d`` feature width
     (``d_model`` for the sinusoidal encoding, the head width for RoPE),
-    ``H`` heads, ``...`` any leading batch dimensions (e.g. ``(B, H)``).
+    ``H`` heads, ``T_max`` context length (the most positions a model
+    accepts), ``...`` any leading batch dimensions (e.g. ``(B, H)``).
 """
 
 from __future__ import annotations
@@ -331,7 +332,7 @@ class LearnedPositions(nn.Embedding, PositionalEncoding):
     """
 
     def __init__(self, context_length: int, d_model: int) -> None:
-        super().__init__(context_length, d_model)  # weight (C, D)
+        super().__init__(context_length, d_model)  # weight (T_max, D)
 
     @classmethod
     def from_config(cls, config: object) -> LearnedPositions:
@@ -363,7 +364,7 @@ class SinusoidalPositions(PositionalEncoding):
 
     def __init__(self, context_length: int, d_model: int) -> None:
         super().__init__()
-        table = sinusoidal_positional_encoding(context_length, d_model)  # (C, D)
+        table = sinusoidal_positional_encoding(context_length, d_model)  # (T_max, D)
         self.register_buffer("table", table, persistent=False)
         self.scale = math.sqrt(d_model)
 

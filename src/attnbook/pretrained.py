@@ -29,7 +29,7 @@ by :func:`from_pretrained`; :func:`from_hf` reads the model it is given.
 
 Shape legend used in this module:
     ``D`` = ``d_model``, ``H`` heads, ``H_kv`` key/value heads, ``Dh`` head
-    width, ``F`` feed-forward width, ``V`` vocabulary size, ``C`` context length.
+    width, ``F`` feed-forward width, ``V`` vocabulary size, ``T_max`` context length.
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ from itertools import pairwise
 from pathlib import Path
 from types import ModuleType
 
-__all__ = ["GPT2_PATTERN", "BPETokenizer"]
+__all__ = ["GPT2_PATTERN", "BPETokenizer", "merge_pair"]
 
 GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 """GPT-2's pre-tokenizer: the pieces of text that merges never cross.
@@ -107,10 +107,21 @@ class _Greater:
     __hash__ = None  # type: ignore[assignment]
 
 
-def _merge_pair(ids: Sequence[int], pair: Pair, new_id: int) -> list[int]:
-    """Replace every occurrence of ``pair`` in ``ids`` by ``new_id``, left to right.
+def merge_pair(ids: Sequence[int], pair: Pair, new_id: int) -> list[int]:
+    """One merge of byte-pair encoding: every occurrence of ``pair`` in ``ids`` becomes ``new_id``.
 
-    ``(a, a)`` in ``a a a`` merges the first two only: occurrences do not overlap.
+    The step that :meth:`BPETokenizer.train` applies to every word holding the
+    pair it learns, and that encoding replays merge by merge. The scan goes left
+    to right and a match consumes both ids, so occurrences never overlap:
+    ``(a, a)`` in ``a a a`` merges the first two only, giving ``new_id a``.
+
+    Args:
+        ids: the token ids of one word, e.g. ``[116, 104, 101]`` for ``"the"``.
+        pair: ``(left, right)``, the two adjacent ids to merge.
+        new_id: the id that replaces each occurrence.
+
+    Returns:
+        A new list, shorter by one for each occurrence merged (``ids`` is not changed).
     """
     a, b = pair
     out: list[int] = []
@@ -297,7 +308,7 @@ class BPETokenizer:
             delta: defaultdict[Pair, int] = defaultdict(int)
             for w in where.pop(pair):
                 old = words[w]
-                new = _merge_pair(old, pair, next_id)
+                new = merge_pair(old, pair, next_id)
                 if len(new) == len(old):
                     continue  # the word no longer holds the pair (an earlier merge took it)
                 words[w] = new
@@ -349,7 +360,7 @@ class BPETokenizer:
                     best, (best_rank, best_id) = pair, found
             if best is None:
                 break
-            ids = _merge_pair(ids, best, best_id)
+            ids = merge_pair(ids, best, best_id)
         if len(self._cache) < 100_000:
             self._cache[word] = ids
         return ids

@@ -94,7 +94,7 @@ def test_rms_norm_checker_refuses_the_library() -> None:
 # ------------------------------------------------------------------ one BPE merge
 
 
-def _merge(ids, pair, new_id):  # a correct answer
+def _merge(ids, pair, new_id):  # a learner's correct answer (calling merge_pair is refused)
     out, i = [], 0
     while i < len(ids):
         if i + 1 < len(ids) and ids[i] == pair[0] and ids[i + 1] == pair[1]:
@@ -119,6 +119,7 @@ def test_bpe_merge_checker_accepts_correct_answers() -> None:
 
 
 def test_bpe_merge_checker_agrees_with_the_tokenizer() -> None:
+    """A correct answer, replayed merge by merge, encodes as the tokenizer does."""
     from attnbook import BPETokenizer
 
     tok = BPETokenizer.train("the cat sat on the mat; there the hat sat " * 3, 270)
@@ -174,5 +175,5 @@ def test_bpe_merge_checker_names_typical_mistakes() -> None:
 def test_bpe_merge_checker_refuses_the_tokenizer() -> None:
     from attnbook import tokenizer
 
-    verdict = check_bpe_merge(lambda ids, pair, new_id: tokenizer._merge_pair(ids, pair, new_id))
+    verdict = check_bpe_merge(lambda ids, pair, new_id: tokenizer.merge_pair(ids, pair, new_id))
     assert_rejects(verdict, "'the he there'", named="library")

@@ -8,6 +8,7 @@ boolean masks converted to its opposite convention), and the additive score.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -24,15 +25,10 @@ from attnbook import (
     to_mha_mask,
 )
 
-
-def _randn(seed: int, *shape: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
-
-
 # --------------------------------------------------------- SingleHeadAttention
 
 
-def test_self_attention_shapes() -> None:
+def test_self_attention_shapes(randn: Callable[..., torch.Tensor]) -> None:
     attn = SingleHeadAttention(d_model=8, d_k=4, d_v=6)
     output, weights = attn(torch.randn(2, 5, 8))
     assert output.shape == (2, 5, 6)
@@ -40,7 +36,7 @@ def test_self_attention_shapes() -> None:
     assert SingleHeadAttention(8, 4)(torch.randn(5, 8))[0].shape == (5, 4)  # d_v defaults to d_k
 
 
-def test_cross_attention_shapes_with_t_different_from_s() -> None:
+def test_cross_attention_shapes_with_t_different_from_s(randn: Callable[..., torch.Tensor]) -> None:
     attn = SingleHeadAttention(d_model=8, d_k=4, d_v=3, d_context=6)
     output, weights = attn(torch.randn(2, 3, 8), torch.randn(2, 7, 6))
     assert output.shape == (2, 3, 3)
@@ -50,10 +46,11 @@ def test_cross_attention_shapes_with_t_different_from_s() -> None:
 
 @pytest.mark.parametrize("bias", [False, True])
 @pytest.mark.parametrize("seed", [0, 1])
-def test_matches_the_computation_written_out(bias: bool, seed: int) -> None:
-    torch.manual_seed(seed)
-    attn = SingleHeadAttention(6, 4, 3, d_context=5, bias=bias).double()
-    x, c = _randn(seed, 2, 3, 6), _randn(seed + 10, 2, 4, 5)
+def test_matches_the_computation_written_out(
+    bias: bool, seed: int, randn: Callable[..., torch.Tensor], seeded: Callable[..., nn.Module]
+) -> None:
+    attn = seeded(seed, SingleHeadAttention, 6, 4, 3, d_context=5, bias=bias)
+    x, c = randn(seed, 2, 3, 6), randn(seed + 10, 2, 4, 5)
     mask = padding_mask([4, 2], 4)
     w_q, w_k, w_v = (p.weight.T for p in (attn.q_proj, attn.k_proj, attn.v_proj))
     q, k, v = x @ w_q, c @ w_k, c @ w_v
@@ -96,11 +93,12 @@ def _mha_like(attn: SingleHeadAttention, bias: bool) -> nn.MultiheadAttention:
 
 @pytest.mark.parametrize("bias", [False, True])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_agrees_with_torch_multihead_attention_with_one_head(bias: bool, seed: int) -> None:
-    torch.manual_seed(seed)
-    attn = SingleHeadAttention(8, 8, 8, bias=bias).double().eval()
+def test_agrees_with_torch_multihead_attention_with_one_head(
+    bias: bool, seed: int, randn: Callable[..., torch.Tensor], seeded: Callable[..., nn.Module]
+) -> None:
+    attn = seeded(seed, SingleHeadAttention, 8, 8, 8, bias=bias).eval()
     mha = _mha_like(attn, bias)
-    x = _randn(seed, 2, 5, 8)
+    x = randn(seed, 2, 5, 8)
     mask = causal_mask(5)
     ours, w_ours = attn(x, mask=mask)
     theirs, w_theirs = mha(x, x, x, attn_mask=to_mha_mask(mask))  # True = *blocked* there
@@ -113,11 +111,12 @@ def test_agrees_with_torch_multihead_attention_with_one_head(bias: bool, seed: i
     assert bool((w_wrong[:, ~mask[:4, :4]] > 0).all())
 
 
-def test_cross_attention_agrees_with_torch_multihead_attention() -> None:
-    torch.manual_seed(3)
-    attn = SingleHeadAttention(8, 8, 8, d_context=5, bias=False).double().eval()
+def test_cross_attention_agrees_with_torch_multihead_attention(
+    randn: Callable[..., torch.Tensor], seeded: Callable[..., nn.Module]
+) -> None:
+    attn = seeded(3, SingleHeadAttention, 8, 8, 8, d_context=5, bias=False).eval()
     mha = _mha_like(attn, bias=False)
-    x, c = _randn(3, 2, 3, 8), _randn(4, 2, 6, 5)
+    x, c = randn(3, 2, 3, 8), randn(4, 2, 6, 5)
     lengths = [6, 4]
     ours, w_ours = attn(x, c, padding_mask(lengths, 6))
     theirs, w_theirs = mha(x, c, c, key_padding_mask=to_mha_mask(padding_mask(lengths, 6)[:, 0]))
@@ -125,7 +124,7 @@ def test_cross_attention_agrees_with_torch_multihead_attention() -> None:
     torch.testing.assert_close(w_ours, w_theirs)
 
 
-def test_dropout_only_in_training_mode() -> None:
+def test_dropout_only_in_training_mode(randn: Callable[..., torch.Tensor]) -> None:
     torch.manual_seed(0)
     attn = SingleHeadAttention(8, 4, dropout=0.5)
     x = torch.randn(2, 6, 8)
@@ -139,7 +138,7 @@ def test_dropout_only_in_training_mode() -> None:
     assert bool((w == 0).any())
 
 
-def test_gradients_reach_every_projection() -> None:
+def test_gradients_reach_every_projection(randn: Callable[..., torch.Tensor]) -> None:
     attn = SingleHeadAttention(6, 4, 3, bias=True)
     output, _ = attn(torch.randn(2, 5, 6), mask=causal_mask(5))
     output.square().sum().backward()
@@ -175,9 +174,9 @@ def test_constructor_bad_arguments() -> None:
 # ------------------------------------------------------------- additive scores
 
 
-def test_additive_scores_shape_and_formula() -> None:
-    queries, keys = _randn(0, 2, 3, 4), _randn(1, 2, 5, 6)
-    w_q, w_k, v = _randn(2, 4, 7), _randn(3, 6, 7), _randn(4, 7)
+def test_additive_scores_shape_and_formula(randn: Callable[..., torch.Tensor]) -> None:
+    queries, keys = randn(0, 2, 3, 4), randn(1, 2, 5, 6)
+    w_q, w_k, v = randn(2, 4, 7), randn(3, 6, 7), randn(4, 7)
     scores = additive_scores(queries, keys, w_q, w_k, v)
     assert scores.shape == (2, 3, 5)
     b, t, s = 1, 2, 4
@@ -187,7 +186,9 @@ def test_additive_scores_shape_and_formula() -> None:
     np.testing.assert_allclose(as_numpy, scores.numpy())
 
 
-def test_additive_scorer_module_matches_the_function_and_trains() -> None:
+def test_additive_scorer_module_matches_the_function_and_trains(
+    randn: Callable[..., torch.Tensor],
+) -> None:
     torch.manual_seed(0)
     scorer = AdditiveScorer(d_query=4, d_key=6, d_attn=5)
     queries, keys = torch.randn(2, 3, 4), torch.randn(2, 7, 6)

@@ -7,6 +7,8 @@ the residual connections, causality, dropout placement and bad input.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -14,10 +16,6 @@ from torch import nn
 
 from attnbook import causal_mask, padding_mask
 from attnbook.block import DecoderBlock, EncoderBlock, FeedForward
-
-
-def _randn(seed: int, *shape: int) -> torch.Tensor:
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
 
 
 def _perturb_norms(module: nn.Module, seed: int) -> None:
@@ -33,10 +31,11 @@ def _perturb_norms(module: nn.Module, seed: int) -> None:
 # ------------------------------------------------------------------ FeedForward
 
 
-def test_feed_forward_is_linear_gelu_linear() -> None:
-    torch.manual_seed(0)
-    ffn = FeedForward(6, 10).double()
-    x = _randn(1, 2, 3, 6)
+def test_feed_forward_is_linear_gelu_linear(
+    randn: Callable[..., torch.Tensor], seeded: Callable[..., nn.Module]
+) -> None:
+    ffn = seeded(0, FeedForward, 6, 10)
+    x = randn(1, 2, 3, 6)
     w1, b1, w2, b2 = ffn.linear1.weight, ffn.linear1.bias, ffn.linear2.weight, ffn.linear2.bias
     expected = F.gelu(x @ w1.T + b1) @ w2.T + b2
     torch.testing.assert_close(ffn(x), expected)
@@ -44,16 +43,17 @@ def test_feed_forward_is_linear_gelu_linear() -> None:
     assert not torch.allclose(ffn(x), relu)
 
 
-def test_feed_forward_is_position_wise() -> None:
-    torch.manual_seed(0)
-    ffn = FeedForward(4).double()
-    x = _randn(2, 1, 5, 4)
+def test_feed_forward_is_position_wise(
+    randn: Callable[..., torch.Tensor], seeded: Callable[..., nn.Module]
+) -> None:
+    ffn = seeded(0, FeedForward, 4)
+    x = randn(2, 1, 5, 4)
     full = ffn(x)
     for t in range(5):  # each position on its own gives the same row
         torch.testing.assert_close(ffn(x[:, t : t + 1]), full[:, t : t + 1])
 
 
-def test_feed_forward_defaults_and_bad_input() -> None:
+def test_feed_forward_defaults_and_bad_input(randn: Callable[..., torch.Tensor]) -> None:
     ffn = FeedForward(8)
     assert ffn.d_ff == 32
     assert ffn.linear1.weight.shape == (32, 8)
@@ -67,7 +67,7 @@ def test_feed_forward_defaults_and_bad_input() -> None:
         FeedForward(8, dropout=1.0)
 
 
-def test_feed_forward_dropout_only_in_training() -> None:
+def test_feed_forward_dropout_only_in_training(randn: Callable[..., torch.Tensor]) -> None:
     torch.manual_seed(0)
     ffn = FeedForward(8, dropout=0.5)
     x = torch.randn(4, 8)
@@ -82,12 +82,16 @@ def test_feed_forward_dropout_only_in_training() -> None:
 
 @pytest.mark.parametrize("norm_first", [True, False])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_encoder_block_matches_torch_encoder_layer(norm_first: bool, seed: int) -> None:
-    torch.manual_seed(seed)
-    block = EncoderBlock(16, 4, 24, norm_first=norm_first).double().eval()
+def test_encoder_block_matches_torch_encoder_layer(
+    norm_first: bool,
+    seed: int,
+    randn: Callable[..., torch.Tensor],
+    seeded: Callable[..., nn.Module],
+) -> None:
+    block = seeded(seed, EncoderBlock, 16, 4, 24, norm_first=norm_first).eval()
     _perturb_norms(block, seed)
     layer = block.to_torch()  # nn.TransformerEncoderLayer with our weights
-    x = _randn(seed, 3, 7, 16)
+    x = randn(seed, 3, 7, 16)
     with torch.no_grad():
         torch.testing.assert_close(block(x), layer(x))
         # causal: our is_causal against its float mask (0 / -inf: same meaning in both libraries)
@@ -101,12 +105,13 @@ def test_encoder_block_matches_torch_encoder_layer(norm_first: bool, seed: int) 
         )
 
 
-def test_pre_ln_and_post_ln_differ() -> None:
-    torch.manual_seed(0)
-    pre = EncoderBlock(8, 2).double()
+def test_pre_ln_and_post_ln_differ(
+    randn: Callable[..., torch.Tensor], seeded: Callable[..., nn.Module]
+) -> None:
+    pre = seeded(0, EncoderBlock, 8, 2)
     post = EncoderBlock(8, 2, norm_first=False).double()
     post.load_state_dict(pre.state_dict())
-    x = _randn(3, 2, 5, 8)
+    x = randn(3, 2, 5, 8)
     assert not torch.allclose(pre(x), post(x))
     # post-LN ends with a LayerNorm: every output row has mean 0 and variance 1 ...
     torch.testing.assert_close(post(x).mean(-1), torch.zeros(2, 5, dtype=torch.float64))
@@ -114,23 +119,25 @@ def test_pre_ln_and_post_ln_differ() -> None:
     assert pre(x).mean(-1).abs().max() > 1e-3
 
 
-def test_residual_connections_make_a_silent_block_the_identity() -> None:
-    torch.manual_seed(0)
-    block = EncoderBlock(8, 2).double()
+def test_residual_connections_make_a_silent_block_the_identity(
+    randn: Callable[..., torch.Tensor], seeded: Callable[..., nn.Module]
+) -> None:
+    block = seeded(0, EncoderBlock, 8, 2)
     with torch.no_grad():  # sub-layers that output zero: only the residual path is left
         for linear in (block.self_attn.out_proj, block.ffn.linear2):
             linear.weight.zero_()
             linear.bias.zero_()
-    x = _randn(4, 2, 5, 8)
+    x = randn(4, 2, 5, 8)
     torch.testing.assert_close(block(x), x)
 
 
-def test_encoder_block_causal_outputs_ignore_the_future() -> None:
-    torch.manual_seed(0)
-    block = EncoderBlock(8, 2).double().eval()
-    x = _randn(5, 1, 6, 8)
+def test_encoder_block_causal_outputs_ignore_the_future(
+    randn: Callable[..., torch.Tensor], seeded: Callable[..., nn.Module]
+) -> None:
+    block = seeded(0, EncoderBlock, 8, 2).eval()
+    x = randn(5, 1, 6, 8)
     changed = x.clone()
-    changed[:, 4:] = _randn(6, 1, 2, 8)
+    changed[:, 4:] = randn(6, 1, 2, 8)
     with torch.no_grad():
         before, after = block(x, is_causal=True), block(changed, is_causal=True)
         torch.testing.assert_close(before[:, :4], after[:, :4], rtol=0, atol=1e-12)
@@ -139,7 +146,7 @@ def test_encoder_block_causal_outputs_ignore_the_future() -> None:
         assert not torch.allclose(block(x)[:, :4], block(changed)[:, :4])
 
 
-def test_dropout_acts_in_training_only() -> None:
+def test_dropout_acts_in_training_only(randn: Callable[..., torch.Tensor]) -> None:
     torch.manual_seed(0)
     block = EncoderBlock(8, 2, dropout=0.3)
     x = torch.randn(2, 5, 8)
@@ -152,7 +159,7 @@ def test_dropout_acts_in_training_only() -> None:
     torch.testing.assert_close(no_dropout(x), no_dropout.eval()(x))
 
 
-def test_encoder_block_bad_input() -> None:
+def test_encoder_block_bad_input(randn: Callable[..., torch.Tensor]) -> None:
     block = EncoderBlock(8, 2)
     with pytest.raises(ValueError, match="d_model"):
         block(torch.randn(2, 5, 6))
@@ -180,16 +187,20 @@ def test_block_parameter_count() -> None:
 
 @pytest.mark.parametrize("norm_first", [True, False])
 @pytest.mark.parametrize("seed", [0, 1])
-def test_decoder_block_matches_torch_decoder_layer(norm_first: bool, seed: int) -> None:
-    torch.manual_seed(seed)
-    block = DecoderBlock(16, 4, 24, norm_first=norm_first).double().eval()
+def test_decoder_block_matches_torch_decoder_layer(
+    norm_first: bool,
+    seed: int,
+    randn: Callable[..., torch.Tensor],
+    seeded: Callable[..., nn.Module],
+) -> None:
+    block = seeded(seed, DecoderBlock, 16, 4, 24, norm_first=norm_first).eval()
     _perturb_norms(block, seed)
     layer = block.to_torch()  # nn.TransformerDecoderLayer with our weights
     assert isinstance(layer, nn.TransformerDecoderLayer)
     assert not layer.training
     assert layer.norm_first == norm_first
     assert layer.self_attn.batch_first
-    x, context = _randn(seed, 2, 5, 16), _randn(seed + 10, 2, 9, 16)
+    x, context = randn(seed, 2, 5, 16), randn(seed + 10, 2, 9, 16)
     float_causal = nn.Transformer.generate_square_subsequent_mask(5, dtype=torch.float64)
     pad = padding_mask([9, 6], 9, per_head=True)  # (B, 1, 1, S): the source's padding
     with torch.no_grad():
@@ -198,10 +209,11 @@ def test_decoder_block_matches_torch_decoder_layer(norm_first: bool, seed: int) 
     torch.testing.assert_close(ours, theirs)
 
 
-def test_decoder_block_is_causal_and_reads_the_context() -> None:
-    torch.manual_seed(0)
-    block = DecoderBlock(8, 2).double().eval()
-    x, context = _randn(1, 1, 6, 8), _randn(2, 1, 4, 8)
+def test_decoder_block_is_causal_and_reads_the_context(
+    randn: Callable[..., torch.Tensor], seeded: Callable[..., nn.Module]
+) -> None:
+    block = seeded(0, DecoderBlock, 8, 2).eval()
+    x, context = randn(1, 1, 6, 8), randn(2, 1, 4, 8)
     changed = x.clone()
     changed[:, 3:] += 1.0
     with torch.no_grad():
@@ -213,7 +225,7 @@ def test_decoder_block_is_causal_and_reads_the_context() -> None:
         assert (block(x, context) - block(x, other_context)).abs().amax(-1).min() > 0
 
 
-def test_decoder_block_bad_input() -> None:
+def test_decoder_block_bad_input(randn: Callable[..., torch.Tensor]) -> None:
     block = DecoderBlock(8, 2)
     with pytest.raises(ValueError, match="context"):
         block(torch.randn(2, 5, 8), torch.randn(2, 4, 6))

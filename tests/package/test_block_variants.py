@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -29,11 +30,6 @@ from attnbook.block import (
 )
 from attnbook.multihead import AttentionConfig
 
-
-def _randn(seed: int, *shape: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
-
-
 # ------------------------------------------------------------------ RMSNorm
 
 
@@ -46,24 +42,26 @@ def reference_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> tor
 
 
 @pytest.mark.parametrize("eps", [1e-5, 1e-6, 0.5])
-def test_rms_norm_matches_the_reference(eps: float) -> None:
+def test_rms_norm_matches_the_reference(eps: float, randn: Callable[..., torch.Tensor]) -> None:
     norm = RMSNorm(6, eps=eps).double()
     with torch.no_grad():
-        norm.weight.copy_(1 + 0.3 * _randn(0, 6))
-    x = _randn(1, 2, 3, 6) * 4 + 1
+        norm.weight.copy_(1 + 0.3 * randn(0, 6))
+    x = randn(1, 2, 3, 6) * 4 + 1
     torch.testing.assert_close(norm(x), reference_rms_norm(x, norm.weight, eps))
     layer_norm = F.layer_norm(x, (6,), norm.weight, None, eps)  # subtracts the mean: different
     assert not torch.allclose(norm(x), layer_norm, atol=1e-3)
 
 
-def test_rms_norm_has_one_weight_at_one_and_keeps_bfloat16() -> None:
+def test_rms_norm_has_one_weight_at_one_and_keeps_bfloat16(
+    randn: Callable[..., torch.Tensor],
+) -> None:
     norm = RMSNorm(8)
     assert [name for name, _ in norm.named_parameters()] == ["weight"]
     assert torch.equal(norm.weight, torch.ones(8))
     assert norm.eps == 1e-5
     y = norm(torch.full((2, 8), 3.0))
     torch.testing.assert_close(y, torch.ones(2, 8))  # a constant row has root mean square 3
-    x = _randn(2, 4, 8, dtype=torch.float32) * 100
+    x = randn(2, 4, 8, dtype=torch.float32) * 100
     out = RMSNorm(8).to(torch.bfloat16)(x.to(torch.bfloat16))  # a bfloat16 model, as Llama's
     assert out.dtype == torch.bfloat16
     torch.testing.assert_close(out.float(), norm(x), atol=0.02, rtol=0.02)
@@ -88,11 +86,12 @@ def test_rms_norm_rejects_bad_input(x: object) -> None:
 # ------------------------------------------------------------------ SwiGLU
 
 
-def test_swiglu_matches_the_reference() -> None:
-    torch.manual_seed(0)
-    ffn = SwiGLU(6, 10).double()
+def test_swiglu_matches_the_reference(
+    randn: Callable[..., torch.Tensor], seeded: Callable[..., nn.Module]
+) -> None:
+    ffn = seeded(0, SwiGLU, 6, 10)
     assert [n for n, _ in ffn.named_parameters()] == ["gate.weight", "up.weight", "down.weight"]
-    x = _randn(1, 2, 3, 6)
+    x = randn(1, 2, 3, 6)
     gate = x @ ffn.gate.weight.T
     silu = gate * (1 / (1 + torch.exp(-gate)))  # SiLU written out: z * sigmoid(z)
     expected = (silu * (x @ ffn.up.weight.T)) @ ffn.down.weight.T
@@ -101,10 +100,11 @@ def test_swiglu_matches_the_reference() -> None:
     assert not torch.allclose(ffn(x), ungated)
 
 
-def test_swiglu_with_biases_and_dropout() -> None:
-    torch.manual_seed(0)
-    ffn = SwiGLU(4, 8, bias=True, dropout=0.5).double()
-    x = _randn(2, 5, 4)
+def test_swiglu_with_biases_and_dropout(
+    randn: Callable[..., torch.Tensor], seeded: Callable[..., nn.Module]
+) -> None:
+    ffn = seeded(0, SwiGLU, 4, 8, bias=True, dropout=0.5)
+    x = randn(2, 5, 4)
     g, u, d = ffn.gate, ffn.up, ffn.down
     expected = (F.silu(x @ g.weight.T + g.bias) * (x @ u.weight.T + u.bias)) @ d.weight.T + d.bias
     torch.testing.assert_close(ffn.eval()(x), expected)
@@ -142,10 +142,11 @@ def test_swiglu_rejects_bad_input() -> None:
         SwiGLU(8)(torch.zeros(2, 3, 7))
 
 
-def test_gelu_tanh_is_gpt2s_formula() -> None:
-    torch.manual_seed(0)
-    ffn = FeedForward(6, 10, approximate="tanh").double()
-    x = _randn(1, 3, 6) * 3
+def test_gelu_tanh_is_gpt2s_formula(
+    randn: Callable[..., torch.Tensor], seeded: Callable[..., nn.Module]
+) -> None:
+    ffn = seeded(0, FeedForward, 6, 10, approximate="tanh")
+    x = randn(1, 3, 6) * 3
     h = x @ ffn.linear1.weight.T + ffn.linear1.bias
     gelu_new = 0.5 * h * (1 + torch.tanh(math.sqrt(2 / math.pi) * (h + 0.044715 * h**3)))
     torch.testing.assert_close(ffn(x), gelu_new @ ffn.linear2.weight.T + ffn.linear2.bias)
@@ -187,7 +188,9 @@ def test_block_config_rejects_bad_settings(kwargs: dict, match: str) -> None:
         BlockConfig((8, 2))  # type: ignore[arg-type]
 
 
-def test_a_llama_block_is_rmsnorm_swiglu_rope_without_biases() -> None:
+def test_a_llama_block_is_rmsnorm_swiglu_rope_without_biases(
+    randn: Callable[..., torch.Tensor],
+) -> None:
     torch.manual_seed(0)
     block = EncoderBlock(
         16, 4, rope_base=10000.0, n_kv_heads=2, bias=False, norm="rms", ffn="swiglu", norm_eps=1e-6
@@ -199,9 +202,9 @@ def test_a_llama_block_is_rmsnorm_swiglu_rope_without_biases() -> None:
     assert not any(name.endswith("bias") for name, _ in block.named_parameters())
     assert block.self_attn.k_proj.weight.shape == (8, 16)  # 2 key/value heads of width 4
     with torch.no_grad():
-        block.norm1.weight.copy_(1 + 0.3 * _randn(3, 16))
-        block.norm2.weight.copy_(1 + 0.3 * _randn(4, 16))
-    x = _randn(5, 2, 6, 16)
+        block.norm1.weight.copy_(1 + 0.3 * randn(3, 16))
+        block.norm2.weight.copy_(1 + 0.3 * randn(4, 16))
+    x = randn(5, 2, 6, 16)
     n1 = block.norm1(x)  # one tensor three times: self-attention, so RoPE may rotate
     h = x + block.self_attn(n1, n1, n1, is_causal=True)[0]
     expected = h + block.ffn(reference_rms_norm(h, block.norm2.weight, 1e-6))
@@ -212,7 +215,9 @@ def test_a_llama_block_is_rmsnorm_swiglu_rope_without_biases() -> None:
         block.to_torch()
 
 
-def test_a_decoder_block_takes_grouped_query_attention_and_the_variants() -> None:
+def test_a_decoder_block_takes_grouped_query_attention_and_the_variants(
+    randn: Callable[..., torch.Tensor],
+) -> None:
     torch.manual_seed(0)
     block = DecoderBlock(16, 4, n_kv_heads=1, norm="rms", ffn="gelu_tanh", bias=False).eval()
     assert block.self_attn.n_kv_heads == block.cross_attn.n_kv_heads == 1
@@ -226,13 +231,14 @@ def test_a_decoder_block_takes_grouped_query_attention_and_the_variants() -> Non
         DecoderBlock.from_config(BlockConfig(AttentionConfig(16, 4, rope_base=10000.0)))
 
 
-def test_a_block_without_biases_has_none_in_its_layernorms_and_matches_pytorch() -> None:
-    torch.manual_seed(0)
-    block = EncoderBlock(16, 4, bias=False, norm_eps=1e-6).double().eval()
+def test_a_block_without_biases_has_none_in_its_layernorms_and_matches_pytorch(
+    randn: Callable[..., torch.Tensor], seeded: Callable[..., nn.Module]
+) -> None:
+    block = seeded(0, EncoderBlock, 16, 4, bias=False, norm_eps=1e-6).eval()
     assert block.norm1.bias is None
     assert block.norm1.eps == 1e-6
     theirs = block.to_torch()
-    x = _randn(1, 2, 5, 16)
+    x = randn(1, 2, 5, 16)
     torch.testing.assert_close(block(x), theirs(x))
 
 

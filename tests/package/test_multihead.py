@@ -10,11 +10,13 @@ zeros); and every input error.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
+from torch import nn
 
 from attnbook import (
     MultiHeadAttention,
@@ -26,16 +28,6 @@ from attnbook import (
     to_mha_mask,
 )
 
-
-def _randn(seed: int, *shape: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
-
-
-def _module(d_model: int, n_heads: int, seed: int, **kwargs: object) -> MultiHeadAttention:
-    torch.manual_seed(seed)
-    return MultiHeadAttention(d_model, n_heads, **kwargs).double().eval()
-
-
 # ------------------------------------------------- agreement with nn.MultiheadAttention
 
 
@@ -45,11 +37,18 @@ def _module(d_model: int, n_heads: int, seed: int, **kwargs: object) -> MultiHea
 )
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_causal_self_attention_agrees_with_torch(
-    seed: int, batch: int, seq_len: int, d_model: int, n_heads: int, need_weights: bool
+    seed: int,
+    batch: int,
+    seq_len: int,
+    d_model: int,
+    n_heads: int,
+    need_weights: bool,
+    randn: Callable[..., torch.Tensor],
+    make_mha: Callable[..., nn.Module],
 ) -> None:
-    attn = _module(d_model, n_heads, seed)
+    attn = make_mha(d_model, n_heads, seed)
     mha = attn.to_torch().eval()
-    x = _randn(seed, batch, seq_len, d_model)
+    x = randn(seed, batch, seq_len, d_model)
     mask = causal_mask(seq_len)
     theirs, w_theirs = mha(x, x, x, attn_mask=to_mha_mask(mask), average_attn_weights=False)
     for ours, w_ours in (
@@ -68,11 +67,16 @@ def test_causal_self_attention_agrees_with_torch(
 @pytest.mark.parametrize(("seq_len", "context_len"), [(3, 6), (5, 2)])
 @pytest.mark.parametrize("seed", [0, 1])
 def test_cross_attention_agrees_with_torch(
-    seed: int, seq_len: int, context_len: int, bias: bool
+    seed: int,
+    seq_len: int,
+    context_len: int,
+    bias: bool,
+    randn: Callable[..., torch.Tensor],
+    make_mha: Callable[..., nn.Module],
 ) -> None:
-    attn = _module(8, 2, seed, bias=bias)
+    attn = make_mha(8, 2, seed, bias=bias)
     mha = attn.to_torch().eval()
-    x, c = _randn(seed, 2, seq_len, 8), _randn(seed + 10, 2, context_len, 8)
+    x, c = randn(seed, 2, seq_len, 8), randn(seed + 10, 2, context_len, 8)
     ours, w_ours = attn(x, c, c, need_weights=True)
     theirs, w_theirs = mha(x, c, c, average_attn_weights=False)
     assert ours.shape == (2, seq_len, 8)
@@ -83,10 +87,12 @@ def test_cross_attention_agrees_with_torch(
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_key_padding_agrees_with_torch_in_its_opposite_convention(seed: int) -> None:
-    attn = _module(12, 3, seed)
+def test_key_padding_agrees_with_torch_in_its_opposite_convention(
+    seed: int, randn: Callable[..., torch.Tensor], make_mha: Callable[..., nn.Module]
+) -> None:
+    attn = make_mha(12, 3, seed)
     mha = attn.to_torch().eval()
-    x, c = _randn(seed, 3, 4, 12), _randn(seed + 5, 3, 6, 12)
+    x, c = randn(seed, 3, 4, 12), randn(seed + 5, 3, 6, 12)
     lengths = [6, 3, 1]
     mask = padding_mask(lengths, 6, per_head=True)  # (B, 1, 1, S), True = real key
     key_padding_mask = to_mha_mask(mask[:, 0, 0])  # (B, S), True = *blocked* there
@@ -101,9 +107,11 @@ def test_key_padding_agrees_with_torch_in_its_opposite_convention(seed: int) -> 
     assert not torch.allclose(wrong, theirs)
 
 
-def test_additive_mask_agrees_with_boolean_mask() -> None:
-    attn = _module(8, 2, 0)
-    x = _randn(0, 2, 5, 8)
+def test_additive_mask_agrees_with_boolean_mask(
+    randn: Callable[..., torch.Tensor], make_mha: Callable[..., nn.Module]
+) -> None:
+    attn = make_mha(8, 2, 0)
+    x = randn(0, 2, 5, 8)
     mask = causal_mask(5) & padding_mask([5, 3], 5, per_head=True)  # (B, 1, 5, 5)
     additive = mask_to_additive(mask, torch.float32)  # cast to the inputs' dtype by the module
     for need_weights in (False, True):
@@ -113,10 +121,12 @@ def test_additive_mask_agrees_with_boolean_mask() -> None:
 
 
 @pytest.mark.parametrize("seed", [0, 1])
-def test_average_attn_weights_is_the_mean_of_our_per_head_weights(seed: int) -> None:
-    attn = _module(16, 4, seed)
+def test_average_attn_weights_is_the_mean_of_our_per_head_weights(
+    seed: int, randn: Callable[..., torch.Tensor], make_mha: Callable[..., nn.Module]
+) -> None:
+    attn = make_mha(16, 4, seed)
     mha = attn.to_torch().eval()
-    x = _randn(seed, 2, 6, 16)
+    x = randn(seed, 2, 6, 16)
     _, w_ours = attn(x, x, x, need_weights=True, is_causal=True)  # (B, H, T, S)
     mask = to_mha_mask(causal_mask(6))
     _, w_mean = mha(x, x, x, attn_mask=mask, average_attn_weights=True)  # (B, T, S)
@@ -131,9 +141,15 @@ def test_average_attn_weights_is_the_mean_of_our_per_head_weights(seed: int) -> 
 
 @pytest.mark.parametrize(("d_model", "n_heads"), [(8, 2), (12, 3), (16, 4), (6, 1)])
 @pytest.mark.parametrize("seed", [0, 1])
-def test_a_loop_over_heads_equals_the_batched_module(seed: int, d_model: int, n_heads: int) -> None:
-    attn = _module(d_model, n_heads, seed)
-    x, c = _randn(seed, 2, 5, d_model), _randn(seed + 1, 2, 7, d_model)
+def test_a_loop_over_heads_equals_the_batched_module(
+    seed: int,
+    d_model: int,
+    n_heads: int,
+    randn: Callable[..., torch.Tensor],
+    make_mha: Callable[..., nn.Module],
+) -> None:
+    attn = make_mha(d_model, n_heads, seed)
+    x, c = randn(seed, 2, 5, d_model), randn(seed + 1, 2, 7, d_model)
     mask = padding_mask([7, 4], 7)  # (B, 1, S): one mask for every head
     d_head = d_model // n_heads
     heads, head_weights = [], []
@@ -152,11 +168,13 @@ def test_a_loop_over_heads_equals_the_batched_module(seed: int, d_model: int, n_
     torch.testing.assert_close(attn(x, c, c, mask[:, None])[0], expected)
 
 
-def test_a_per_head_additive_bias_reaches_its_own_head_only() -> None:
+def test_a_per_head_additive_bias_reaches_its_own_head_only(
+    randn: Callable[..., torch.Tensor], make_mha: Callable[..., nn.Module]
+) -> None:
     """A (1, H, T, S) bias (ALiBi's shape, chapter 8) is added to head h's scores only."""
-    attn = _module(8, 2, 0)
-    x = _randn(0, 2, 4, 8)
-    bias = torch.stack([torch.zeros(4, 4), _randn(1, 4, 4)])[None]  # (1, H, T, S); head 0: none
+    attn = make_mha(8, 2, 0)
+    x = randn(0, 2, 4, 8)
+    bias = torch.stack([torch.zeros(4, 4), randn(1, 4, 4)])[None]  # (1, H, T, S); head 0: none
     _, plain = attn(x, x, x, need_weights=True)
     out, biased = attn(x, x, x, bias, need_weights=True)
     torch.testing.assert_close(biased[:, 0], plain[:, 0])
@@ -180,7 +198,7 @@ def test_parameter_count_is_four_full_width_maps(d_model: int, n_heads: int, bia
     assert set(attn.state_dict()) == names
 
 
-def test_gradients_reach_every_projection_on_both_paths() -> None:
+def test_gradients_reach_every_projection_on_both_paths(randn: Callable[..., torch.Tensor]) -> None:
     for need_weights in (False, True):
         attn = MultiHeadAttention(8, 2)
         x = torch.randn(2, 5, 8, requires_grad=True)
@@ -197,9 +215,11 @@ def test_gradients_reach_every_projection_on_both_paths() -> None:
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_need_weights_false_and_true_give_the_same_output(seed: int) -> None:
-    attn = _module(12, 4, seed)
-    x, c = _randn(seed, 2, 5, 12), _randn(seed + 3, 2, 8, 12)
+def test_need_weights_false_and_true_give_the_same_output(
+    seed: int, randn: Callable[..., torch.Tensor], make_mha: Callable[..., nn.Module]
+) -> None:
+    attn = make_mha(12, 4, seed)
+    x, c = randn(seed, 2, 5, 12), randn(seed + 3, 2, 8, 12)
     for args, kwargs in (
         ((x, x, x), {}),
         ((x, x, x), {"is_causal": True}),
@@ -213,9 +233,11 @@ def test_need_weights_false_and_true_give_the_same_output(seed: int) -> None:
         torch.testing.assert_close(weights.sum(-1), torch.ones(weights.shape[:-1], dtype=x.dtype))
 
 
-def test_is_causal_equals_the_causal_mask_and_ands_with_a_mask() -> None:
-    attn = _module(8, 2, 0)
-    x, c = _randn(0, 2, 3, 8), _randn(1, 2, 6, 8)
+def test_is_causal_equals_the_causal_mask_and_ands_with_a_mask(
+    randn: Callable[..., torch.Tensor], make_mha: Callable[..., nn.Module]
+) -> None:
+    attn = make_mha(8, 2, 0)
+    x, c = randn(0, 2, 3, 8), randn(1, 2, 6, 8)
     pad = padding_mask([6, 4], 6, per_head=True)  # (B, 1, 1, S)
     for need_weights in (False, True):
         a = attn(x, c, c, need_weights=need_weights, is_causal=True)[0]
@@ -231,13 +253,17 @@ def test_is_causal_equals_the_causal_mask_and_ands_with_a_mask() -> None:
 @pytest.mark.parametrize("need_weights", [False, True])
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_a_future_token_never_changes_an_earlier_output(
-    seed: int, need_weights: bool, rope_base: float | None
+    seed: int,
+    need_weights: bool,
+    rope_base: float | None,
+    randn: Callable[..., torch.Tensor],
+    make_mha: Callable[..., nn.Module],
 ) -> None:
-    attn = _module(16, 4, seed, rope_base=rope_base)
-    x = _randn(seed, 2, 8, 16)
+    attn = make_mha(16, 4, seed, rope_base=rope_base)
+    x = randn(seed, 2, 8, 16)
     cut = 3 + seed
     changed = x.clone()
-    changed[:, cut:] = _randn(seed + 100, 2, 8 - cut, 16)
+    changed[:, cut:] = randn(seed + 100, 2, 8 - cut, 16)
     before = attn(x, x, x, need_weights=need_weights, is_causal=True)[0]
     after = attn(changed, changed, changed, need_weights=need_weights, is_causal=True)[0]
     torch.testing.assert_close(after[:, :cut], before[:, :cut], rtol=0, atol=1e-12)
@@ -247,7 +273,7 @@ def test_a_future_token_never_changes_an_earlier_output(
     assert not torch.allclose(free[:, :cut], attn(x, x, x, need_weights=need_weights)[0][:, :cut])
 
 
-def test_dropout_only_in_training_mode() -> None:
+def test_dropout_only_in_training_mode(randn: Callable[..., torch.Tensor]) -> None:
     torch.manual_seed(0)
     attn = MultiHeadAttention(16, 4, dropout=0.5)
     twin = MultiHeadAttention(16, 4, dropout=0.0)
@@ -273,10 +299,13 @@ def test_dropout_only_in_training_mode() -> None:
 @pytest.mark.parametrize("bias", [False, True])
 @pytest.mark.parametrize("need_weights", [False, True])
 def test_a_query_that_may_attend_to_nothing_gets_zeros_not_nan(
-    need_weights: bool, bias: bool
+    need_weights: bool,
+    bias: bool,
+    randn: Callable[..., torch.Tensor],
+    make_mha: Callable[..., nn.Module],
 ) -> None:
-    attn = _module(8, 2, 0, bias=bias)
-    x = _randn(0, 3, 4, 8).requires_grad_(True)
+    attn = make_mha(8, 2, 0, bias=bias)
+    x = randn(0, 3, 4, 8).requires_grad_(True)
     mask = padding_mask([4, 0, 2], 4, per_head=True)  # sequence 1 has no real key at all
     output, weights = attn(x, x, x, mask, need_weights=need_weights)
     assert not bool(output.isnan().any())
@@ -287,24 +316,28 @@ def test_a_query_that_may_attend_to_nothing_gets_zeros_not_nan(
     output.sum().backward()
     assert not bool(x.grad.isnan().any())
     # T > S with is_causal: the first T - S queries come before every key.
-    c = _randn(1, 3, 2, 8)
+    c = randn(1, 3, 2, 8)
     output, _ = attn(x, c, c, need_weights=need_weights, is_causal=True)
     assert not bool(output.isnan().any())
     torch.testing.assert_close(output[:, :2], empty_row[:2].expand(3, 2, 8))
 
 
-def test_query_key_value_need_not_be_one_tensor_for_self_attention() -> None:
+def test_query_key_value_need_not_be_one_tensor_for_self_attention(
+    randn: Callable[..., torch.Tensor], make_mha: Callable[..., nn.Module]
+) -> None:
     """Equal values in separate tensors (the unfused projections) give the same result."""
-    attn = _module(8, 2, 0)
-    x = _randn(0, 2, 5, 8)
+    attn = make_mha(8, 2, 0)
+    x = randn(0, 2, 5, 8)
     fused = attn(x, x, x, is_causal=True)[0]
     separate = attn(x, x.clone(), x.clone(), is_causal=True)[0]
     torch.testing.assert_close(fused, separate)
 
 
-def test_validate_false_is_forward_without_checks() -> None:
-    attn = _module(8, 2, 0)
-    x, c = _randn(0, 2, 5, 8), _randn(1, 2, 3, 8)
+def test_validate_false_is_forward_without_checks(
+    randn: Callable[..., torch.Tensor], make_mha: Callable[..., nn.Module]
+) -> None:
+    attn = make_mha(8, 2, 0)
+    x, c = randn(0, 2, 5, 8), randn(1, 2, 3, 8)
     mask = padding_mask([3, 2], 3, per_head=True)
     for need_weights in (False, True):
         a = attn(x, c, c, mask, need_weights=need_weights)
@@ -317,7 +350,7 @@ def test_validate_false_is_forward_without_checks() -> None:
             torch.testing.assert_close(a[1], b[1])
 
 
-def test_float32_module_and_repr() -> None:
+def test_float32_module_and_repr(randn: Callable[..., torch.Tensor]) -> None:
     attn = MultiHeadAttention(8, 2, dropout=0.1)
     output, weights = attn(torch.randn(2, 3, 8), torch.randn(2, 4, 8), torch.randn(2, 4, 8))
     assert output.dtype == torch.float32
@@ -329,11 +362,14 @@ def test_float32_module_and_repr() -> None:
 @pytest.mark.parametrize("rope_base", [None, 10000.0, 100.0])
 @pytest.mark.parametrize("need_weights", [False, True])
 def test_the_last_t_queries_attend_as_inside_the_full_sequence(
-    need_weights: bool, rope_base: float | None
+    need_weights: bool,
+    rope_base: float | None,
+    randn: Callable[..., torch.Tensor],
+    make_mha: Callable[..., nn.Module],
 ) -> None:
     """Bottom-right alignment: T new queries over S keys act like the last T rows of S x S."""
-    attn = _module(16, 4, 0, rope_base=rope_base)
-    x = _randn(0, 2, 7, 16)
+    attn = make_mha(16, 4, 0, rope_base=rope_base)
+    x = randn(0, 2, 7, 16)
     full, w_full = attn(x, x, x, need_weights=need_weights, is_causal=True)
     for n_new in (1, 3):
         tail, w_tail = _last_queries(attn, x, n_new, need_weights=need_weights, is_causal=True)
@@ -363,25 +399,31 @@ def _last_queries(attn: MultiHeadAttention, x: torch.Tensor, n_new: int, **kwarg
 
 
 @pytest.mark.parametrize("need_weights", [False, True])
-def test_rope_refuses_cross_attention(need_weights: bool) -> None:
+def test_rope_refuses_cross_attention(
+    need_weights: bool, randn: Callable[..., torch.Tensor], make_mha: Callable[..., nn.Module]
+) -> None:
     """The two sides of cross-attention have unrelated positions: rotating them is an error."""
-    attn = _module(16, 2, 0, rope_base=10000.0)
-    x, c = _randn(0, 2, 3, 16), _randn(1, 2, 5, 16)
+    attn = make_mha(16, 2, 0, rope_base=10000.0)
+    x, c = randn(0, 2, 3, 16), randn(1, 2, 5, 16)
     with pytest.raises(ValueError, match=r"rope_base .*self-attention \(query is key\)"):
         attn(x, c, c, need_weights=need_weights)
     with pytest.raises(ValueError, match=r"rope_base"):  # the same length does not make it self
         attn(x, x.clone(), x.clone(), need_weights=need_weights)
     # without rotation, cross-attention is fine
-    assert _module(16, 2, 0)(x, c, c, need_weights=need_weights)[0].shape == (2, 3, 16)
+    assert make_mha(16, 2, 0)(x, c, c, need_weights=need_weights)[0].shape == (2, 3, 16)
 
 
 @pytest.mark.parametrize(("seq_len", "context_len"), [(5, 5), (3, 6)])
 @pytest.mark.parametrize("seed", [0, 1])
 def test_rope_rotates_each_heads_queries_and_keys(
-    seed: int, seq_len: int, context_len: int
+    seed: int,
+    seq_len: int,
+    context_len: int,
+    randn: Callable[..., torch.Tensor],
+    make_mha: Callable[..., nn.Module],
 ) -> None:
-    attn = _module(16, 2, seed, rope_base=500.0)
-    c = _randn(seed + 1, 2, context_len, 16)  # the whole sequence
+    attn = make_mha(16, 2, seed, rope_base=500.0)
+    c = randn(seed + 1, 2, context_len, 16)  # the whole sequence
     x = c[:, context_len - seq_len :]  # its last T positions: the queries
     q = attn.q_proj(x).view(2, seq_len, 2, 8).transpose(1, 2)  # (B, H, T, Dh)
     k = attn.k_proj(c).view(2, context_len, 2, 8).transpose(1, 2)  # (B, H, S, Dh)
@@ -394,16 +436,18 @@ def test_rope_rotates_each_heads_queries_and_keys(
         ours, w_ours = _last_queries(attn, c, seq_len, need_weights=need_weights, is_causal=True)
         torch.testing.assert_close(ours, expected)
     torch.testing.assert_close(w_ours, weights)
-    plain = _module(16, 2, seed)  # the same weights without RoPE: a different answer
+    plain = make_mha(16, 2, seed)  # the same weights without RoPE: a different answer
     assert not torch.allclose(plain(x, c, c, is_causal=True)[0], expected)
 
 
-def test_rope_scores_depend_on_the_offset_only() -> None:
+def test_rope_scores_depend_on_the_offset_only(
+    randn: Callable[..., torch.Tensor], make_mha: Callable[..., nn.Module]
+) -> None:
     """Shifting the whole sequence's positions changes nothing: only offsets t - s matter."""
-    attn = _module(8, 2, 3, rope_base=10000.0)
-    x = _randn(3, 1, 6, 8)
+    attn = make_mha(8, 2, 3, rope_base=10000.0)
+    x = randn(3, 1, 6, 8)
     _, weights = attn(x, x, x, need_weights=True)  # positions 0..5 for queries and keys
-    c = torch.cat([_randn(4, 1, 4, 8), x], dim=1)  # 4 extra keys in front: x sits at 4..9
+    c = torch.cat([randn(4, 1, 4, 8), x], dim=1)  # 4 extra keys in front: x sits at 4..9
     _, shifted = _last_queries(attn, c, 6, need_weights=True)  # queries at 4..9, keys at 0..9
     # Among x's own keys, the weights are proportional to the unshifted ones.
     renormalised = shifted[..., 4:] / shifted[..., 4:].sum(-1, keepdim=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -18,11 +19,6 @@ from attnbook import (
     sinusoidal_positional_encoding,
 )
 from attnbook.positional import POSITIONAL_ENCODINGS, PositionalEncoding
-
-
-def _randn(seed: int, *shape: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
-
 
 # ------------------------------------------------------------- sinusoidal
 
@@ -115,8 +111,8 @@ def _rope_by_hand(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.
     return out
 
 
-def test_rope_agrees_with_explicit_rotation_matrices() -> None:
-    x = _randn(0, 2, 3, 5, 8)  # (B, H, T, Dh)
+def test_rope_agrees_with_explicit_rotation_matrices(randn: Callable[..., torch.Tensor]) -> None:
+    x = randn(0, 2, 3, 5, 8)  # (B, H, T, Dh)
     positions = torch.tensor([0, 1, 2, 7, 30])
     torch.testing.assert_close(
         apply_rope(x, positions, base=100.0), _rope_by_hand(x, positions, 100.0)
@@ -134,9 +130,9 @@ def test_rope_rotates_interleaved_pairs_counter_clockwise() -> None:
     torch.testing.assert_close(out[0], x[0])  # position 0 is not rotated
 
 
-def test_rope_keeps_shape_dtype_and_norms() -> None:
+def test_rope_keeps_shape_dtype_and_norms(randn: Callable[..., torch.Tensor]) -> None:
     for dtype in (torch.float32, torch.float64):
-        x = _randn(1, 2, 4, 9, 16, dtype=dtype)
+        x = randn(1, 2, 4, 9, 16, dtype=dtype)
         out = apply_rope(x)
         assert out.shape == x.shape
         assert out.dtype == dtype
@@ -144,16 +140,16 @@ def test_rope_keeps_shape_dtype_and_norms() -> None:
         assert not torch.allclose(out, x)
 
 
-def test_rope_bfloat16_input_stays_bfloat16() -> None:
-    x = _randn(2, 5, 8).to(torch.bfloat16)
+def test_rope_bfloat16_input_stays_bfloat16(randn: Callable[..., torch.Tensor]) -> None:
+    x = randn(2, 5, 8).to(torch.bfloat16)
     out = apply_rope(x)
     assert out.dtype == torch.bfloat16
     torch.testing.assert_close(out.double(), apply_rope(x.double()), atol=0.05, rtol=0.02)
 
 
-def test_rope_fast_and_written_out_paths_agree() -> None:
+def test_rope_fast_and_written_out_paths_agree(randn: Callable[..., torch.Tensor]) -> None:
     # float32/float64 take the complex-number path, float16 the written-out rotation
-    x = _randn(9, 2, 3, 7, 8, dtype=torch.float32)
+    x = randn(9, 2, 3, 7, 8, dtype=torch.float32)
     positions = torch.tensor([0, 1, 2, 5, 17, 60, 61])
     torch.testing.assert_close(
         apply_rope(x.half(), positions).float(), apply_rope(x, positions), atol=5e-3, rtol=5e-3
@@ -163,26 +159,26 @@ def test_rope_fast_and_written_out_paths_agree() -> None:
     )
 
 
-def test_rope_accepts_views_that_are_not_contiguous() -> None:
-    base = _randn(10, 2, 5, 3, 12)  # (B, T, H, 12)
+def test_rope_accepts_views_that_are_not_contiguous(randn: Callable[..., torch.Tensor]) -> None:
+    base = randn(10, 2, 5, 3, 12)  # (B, T, H, 12)
     permuted = base.transpose(1, 2)  # (B, H, T, 12), a strided view
     torch.testing.assert_close(apply_rope(permuted), apply_rope(permuted.contiguous()))
     odd_offset = base[..., 1:9].transpose(1, 2)  # starts at an odd element
     torch.testing.assert_close(apply_rope(odd_offset), apply_rope(odd_offset.contiguous()))
 
 
-def test_rope_gradient() -> None:
-    x = _randn(11, 2, 4, 6).requires_grad_()
+def test_rope_gradient(randn: Callable[..., torch.Tensor]) -> None:
+    x = randn(11, 2, 4, 6).requires_grad_()
     positions = torch.tensor([0, 3, 4, 9])
     assert torch.autograd.gradcheck(lambda t: apply_rope(t, positions), (x,))
     # a rotation is orthogonal: the gradient of sum(out * g) is the inverse rotation of g
-    g = _randn(12, 2, 4, 6)
+    g = randn(12, 2, 4, 6)
     (apply_rope(x, positions) * g).sum().backward()
     torch.testing.assert_close(apply_rope(x.grad, positions), g)
 
 
-def test_rope_score_depends_on_offset_only() -> None:
-    q, k = _randn(2, 1, 16), _randn(3, 1, 16)  # one query vector, one key vector
+def test_rope_score_depends_on_offset_only(randn: Callable[..., torch.Tensor]) -> None:
+    q, k = randn(2, 1, 16), randn(3, 1, 16)  # one query vector, one key vector
     scores = {}
     for t, s in [(5, 2), (10, 7), (103, 100), (3, 0), (8, 8), (20, 20)]:
         q_rot = apply_rope(q, torch.tensor([t]))
@@ -193,8 +189,8 @@ def test_rope_score_depends_on_offset_only() -> None:
     assert abs(scores[3][0] - scores[0][0]) > 1e-3  # and it does depend on the offset
 
 
-def test_rope_default_positions_equal_arange() -> None:
-    x = _randn(4, 3, 6, 8)
+def test_rope_default_positions_equal_arange(randn: Callable[..., torch.Tensor]) -> None:
+    x = randn(4, 3, 6, 8)
     torch.testing.assert_close(apply_rope(x), apply_rope(x, torch.arange(6)))
     # shifting every position by the same amount changes the vectors, not the scores
     shifted = apply_rope(x, torch.arange(6) + 11)
@@ -204,8 +200,8 @@ def test_rope_default_positions_equal_arange() -> None:
     )
 
 
-def test_rope_base_changes_the_frequencies() -> None:
-    x = _randn(5, 4, 8)
+def test_rope_base_changes_the_frequencies(randn: Callable[..., torch.Tensor]) -> None:
+    x = randn(5, 4, 8)
     assert not torch.allclose(apply_rope(x, base=10.0), apply_rope(x))
 
 
@@ -282,10 +278,10 @@ def test_alibi_bias_with_keys_is_bottom_right_aligned() -> None:
     torch.testing.assert_close(bias, alibi_bias(2, 5)[:, 3:, :])
 
 
-def test_alibi_bias_is_a_causal_mask_for_attention() -> None:
+def test_alibi_bias_is_a_causal_mask_for_attention(randn: Callable[..., torch.Tensor]) -> None:
     from attnbook import causal_mask, scaled_dot_product_attention
 
-    q, k, v = _randn(6, 1, 4, 5, 8), _randn(7, 1, 4, 5, 8), _randn(8, 1, 4, 5, 8)
+    q, k, v = randn(6, 1, 4, 5, 8), randn(7, 1, 4, 5, 8), randn(8, 1, 4, 5, 8)
     bias = alibi_bias(4, 5).double()
     with_bias, weights = scaled_dot_product_attention(q, k, v, bias)
     assert torch.all(weights.triu(1) == 0)

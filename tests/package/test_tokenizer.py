@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attnbook import BPETokenizer
-from attnbook.tokenizer import GPT2_PATTERN
+from attnbook.tokenizer import GPT2_PATTERN, merge_pair
 
 CORPUS = (
     "First Citizen:\nBefore we proceed any further, hear me speak.\n\n"
@@ -44,22 +44,36 @@ def reference_train(text: str, vocab_size: int) -> list[tuple[bytes, bytes]]:
             break
         best = max(counts, key=lambda p: (counts[p], p))  # ties: the greater pair of bytes
         merges.append(best)
-        for k, w in enumerate(words):
-            out, i = [], 0
-            while i < len(w):
-                if i + 1 < len(w) and (w[i], w[i + 1]) == best:
-                    out.append(w[i] + w[i + 1])
-                    i += 2
-                else:
-                    out.append(w[i])
-                    i += 1
-            words[k] = out
+        words = [merge_pair(w, best, best[0] + best[1]) for w in words]
     return merges
 
 
 @pytest.fixture(scope="module")
 def tokenizer() -> BPETokenizer:
     return BPETokenizer.train(CORPUS, 256 + len(SPECIALS) + 120, special_tokens=SPECIALS)
+
+
+# --- one merge ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("ids", "pair", "expected"),
+    [
+        ([1, 2, 3, 1, 2], (1, 2), [9, 3, 9]),  # every occurrence
+        ([1, 1, 1], (1, 1), [9, 1]),  # left to right, no overlap
+        ([1, 1, 1, 1], (1, 1), [9, 9]),
+        ([2, 1, 2], (1, 2), [2, 9]),  # the order of the pair matters
+        ([2, 1], (1, 2), [2, 1]),
+        ([], (1, 2), []),
+        ([1], (1, 2), [1]),
+    ],
+)
+def test_merge_pair_replaces_every_occurrence_left_to_right(
+    ids: list[int], pair: tuple[int, int], expected: list[int]
+) -> None:
+    before = list(ids)
+    assert merge_pair(ids, pair, 9) == expected
+    assert ids == before  # a new list: the input is not changed
 
 
 # --- training --------------------------------------------------------------------------

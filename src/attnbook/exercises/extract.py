@@ -109,7 +109,7 @@ LIBRARY_EQUIVALENTS: dict[str, frozenset[str]] = {
     "sliding_window_mask": frozenset({"sliding_window_mask"}),
     "kv_cache_bytes": frozenset({"kv_cache_bytes", "KVCache"}),
     "rms_norm": frozenset({"rms_norm", "RMSNorm", "layer_norm", "LayerNorm", "normalize"}),
-    "bpe_merge": frozenset({"bpe_merge", "_merge_pair", "BPETokenizer"}),
+    "bpe_merge": frozenset({"bpe_merge", "merge_pair", "BPETokenizer"}),
 }
 
 _BANNED_MODULES = frozenset(

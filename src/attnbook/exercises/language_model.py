@@ -9,16 +9,18 @@ Two exercises, each with the typical wrong answers it recognises and names:
   axis, ...);
 - ``check_bpe_merge``: one merge of byte-pair encoding, every occurrence of a
   pair of ids replaced by a new id, left to right, never overlapping (only the
-  first occurrence, overlapping occurrences, the pair in the wrong order, ...).
+  first occurrence, overlapping occurrences, the pair in the wrong order, ...);
+  the reference is the tokenizer's own :func:`attnbook.tokenizer.merge_pair`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import torch
 
 from attnbook.exercises._framework import Case, Mistake, Verdict, run_cases
+from attnbook.tokenizer import merge_pair
 
 __all__ = ["check_bpe_merge", "check_rms_norm"]
 
@@ -143,19 +145,6 @@ def check_rms_norm(fn: Callable[[torch.Tensor, torch.Tensor, float], torch.Tenso
 # ------------------------------------------------------------------ one BPE merge
 
 
-def _bpe_merge(ids: Sequence[int], pair: tuple[int, int], new_id: int) -> list[int]:
-    """The reference: left to right, a match is replaced and both its ids are consumed."""
-    out, i = [], 0
-    while i < len(ids):
-        if i + 1 < len(ids) and (ids[i], ids[i + 1]) == tuple(pair):
-            out.append(new_id)
-            i += 2
-        else:
-            out.append(ids[i])
-            i += 1
-    return out
-
-
 def _first_only(ids, pair, new_id):
     for i in range(len(ids) - 1):
         if (ids[i], ids[i + 1]) == tuple(pair):
@@ -180,11 +169,11 @@ def _overlapping(ids, pair, new_id):
 
 
 def _reversed_pair(ids, pair, new_id):
-    return _bpe_merge(ids, (pair[1], pair[0]), new_id)
+    return merge_pair(ids, (pair[1], pair[0]), new_id)
 
 
 def _right_to_left(ids, pair, new_id):
-    return _bpe_merge(list(ids)[::-1], (pair[1], pair[0]), new_id)[::-1]
+    return merge_pair(list(ids)[::-1], (pair[1], pair[0]), new_id)[::-1]
 
 
 def _kept_second(ids, pair, new_id):
@@ -278,7 +267,7 @@ def check_bpe_merge(fn: Callable[[list[int], tuple[int, int], int], list[int]]) 
     merge it learns and that encoding replays.
     """
     if not callable(fn):
-        return run_cases("bpe_merge", fn, _as_list(_bpe_merge), _MERGE_CASES)
+        return run_cases("bpe_merge", fn, _as_list(merge_pair), _MERGE_CASES)
     return run_cases(
-        "bpe_merge", _as_list(fn), _as_list(_bpe_merge), _MERGE_CASES, mistakes=_MERGE_MISTAKES
+        "bpe_merge", _as_list(fn), _as_list(merge_pair), _MERGE_CASES, mistakes=_MERGE_MISTAKES
     )
