@@ -504,3 +504,52 @@ def test_checks_cells_only_assert(path: Path) -> None:
 )
 def test_a_checks_cell_is_told_from_code_that_computes(source: str, is_check: bool) -> None:
     assert all(_is_check(s) for s in ast.parse(source).body) is is_check
+
+
+# Asserts a reader sees: at most this share of the visible code lines of a chapter (cells not
+# tagged remove-input or remove-cell, comments and blank lines left out). The asserts that are
+# the lesson ("ours equals PyTorch's") stay visible; those that pin quoted numbers go in
+# checks cells. Before checks cells existed, 8-23% of the visible lines were asserts.
+VISIBLE_ASSERT_SHARE = 0.05
+_ASSERT_CALLS = ("assert_close", "assert_allclose", "assert_array_equal", "assert_equal")
+
+
+def visible_assert_lines(nb: nbformat.NotebookNode) -> tuple[int, int]:
+    """(lines of visible asserts, visible code lines) of a chapter."""
+    asserts = code = 0
+    for cell in nb.cells:
+        tags = cell.metadata.get("tags", [])
+        if cell.cell_type != "code" or CHECKS_TAG in tags or "remove-cell" in tags:
+            continue
+        source = "\n".join(
+            "" if line.lstrip().startswith(("%", "!")) else line
+            for line in cell.source.splitlines()
+        )
+        code += sum(
+            1 for line in source.splitlines() if line.strip() and not line.strip().startswith("#")
+        )
+        for node in ast.walk(ast.parse(source)):
+            call = node.func if isinstance(node, ast.Call) else None
+            name = getattr(call, "attr", getattr(call, "id", "")) if call is not None else ""
+            if isinstance(node, ast.Assert) or name in _ASSERT_CALLS:
+                asserts += node.end_lineno - node.lineno + 1
+    return asserts, code
+
+
+@chapter
+def test_few_visible_lines_are_asserts(path: Path) -> None:
+    asserts, code = visible_assert_lines(_read(path))
+    assert asserts <= VISIBLE_ASSERT_SHARE * code, (
+        f"{path.name}: {asserts} of {code} visible code lines are asserts "
+        f"({asserts / code:.1%} > {VISIBLE_ASSERT_SHARE:.0%}): move the ones that pin numbers "
+        "the prose quotes into a checks cell (tag remove-input) after the cell"
+    )
+
+
+def test_the_assert_count_sees_asserts() -> None:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell("x = 1\nassert x == 1\ntorch.testing.assert_close(\n  a, b\n)"),
+        nbformat.v4.new_code_cell("assert x", metadata={"tags": [CHECKS_TAG]}),
+    ]
+    assert visible_assert_lines(nb) == (4, 5)
