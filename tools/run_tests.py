@@ -60,7 +60,7 @@ REPORTS = ROOT / ".test-reports"
 CHROMIUM = Path(os.environ.get("ATTNBOOK_CHROMIUM", "/usr/bin/chromium"))
 IGNORE_LIMIT = 0.05  # at most this share of code cells may skip nbval's comparison
 PYTEST_NO_TESTS = 5  # pytest's exit status when it collected nothing
-# Written by the browser test (tests/browser/test_interactive.py): what a first visit of the
+# Written by the browser test (tests/browser/test_interactive_figures.py): what a first visit of the
 # landing page weighs and how big the built book is; printed before the summary.
 PAGE_WEIGHT = REPORTS / "page-weight.json"
 
