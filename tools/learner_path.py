@@ -320,7 +320,15 @@ def run_chapters(
     env = kernel_env(python, work / "hf_home")
     if jobs > 1:
         threads = max(1, (os.cpu_count() or 1) // jobs)
-        env = {**env, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+        # A chapter that fixes its own thread count (torch.set_num_threads(2)) still asks for
+        # more threads than its share: idle threads must sleep, not spin (OpenMP's default
+        # spin-wait made such chapters several times slower beside another one).
+        env = {
+            **env,
+            "OMP_NUM_THREADS": str(threads),
+            "MKL_NUM_THREADS": str(threads),
+            "OMP_WAIT_POLICY": "PASSIVE",
+        }
 
     def one(chapter: Path) -> ChapterResult:
         result = run_chapter(chapter, ksm, env, work)

@@ -114,7 +114,8 @@ def steps() -> list[Step]:
             "learner",
             "learner path (clean venv)",
             # Two chapters at a time, one core each: on the 2-core machine of CI the step
-            # took 347 s one at a time (PyTorch gains little from a second thread here).
+            # took 347 s one at a time, 235 s two at a time (PyTorch gains little from a
+            # second thread here).
             [sys.executable, "-m", "tools.learner_path", "--jobs", "2"],
         ),
         Step(
