@@ -223,11 +223,13 @@ def inline_chapter_map(body: str, svg: str) -> str:
     match = _MAP_IMG.search(body)
     if not match:
         return body
+    from attnbook.viz import svg_smallest_text
+
     svg = svg[svg.index("<svg") :]  # no XML declaration or doctype inside HTML
     # The smallest text (viz.svg_metadata) stays readable for the browser test's font floor.
-    smallest = re.search(r"<dc:description>smallest text: ([0-9.]+) pt<", svg)
+    recorded = svg_smallest_text(svg)
     svg = re.sub(r"\s*<metadata>.*?</metadata>", "", svg, count=1, flags=re.S)
-    data = f' data-smallest-text-pt="{smallest[1]}"' if smallest else ""
+    data = f' data-smallest-text-pt="{recorded[0]:g}"' if recorded else ""
     svg = svg.replace(
         "<svg ",
         f'<svg class="attnbook-chapter-map" role="group" aria-label="{match[1]}"{data} ',

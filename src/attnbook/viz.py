@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import re
 import struct
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
@@ -44,6 +45,7 @@ __all__ = [
     "png_text",
     "smallest_text_pt",
     "svg_metadata",
+    "svg_smallest_text",
     "to_numpy",
 ]
 
@@ -107,6 +109,19 @@ def svg_metadata(fig: Figure) -> dict[str, str | None]:
     if smallest is not None:
         metadata["Description"] = SVG_SMALLEST_TEXT.format(smallest)
     return metadata
+
+
+def svg_smallest_text(svg: str) -> tuple[float, float] | None:
+    """What `svg_metadata` recorded in an SVG diagram's text: (smallest text, width), in points.
+
+    None if the SVG records no smallest text or does not give its width in points.
+    """
+    number = r"([0-9]+(?:\.[0-9]+)?)"
+    smallest = re.search(re.escape(SVG_SMALLEST_TEXT).replace(re.escape("{:.2f}"), number), svg)
+    width = re.search(r'<svg\b[^>]*\bwidth="' + number + 'pt"', svg)
+    if not smallest or not width:
+        return None
+    return float(smallest[1]), float(width[1])
 
 
 def _drawn(text: Text) -> bool:

@@ -8,27 +8,23 @@ renders at `smallest_pt * column_px / width_pt` CSS px; at the narrowest laptop 
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
 
-from attnbook.viz import SVG_SMALLEST_TEXT
+from attnbook.viz import SVG_SMALLEST_TEXT, svg_smallest_text
 from tools.figure_text import COLUMN_PX, FLOOR_PX
 
 ROOT = Path(__file__).resolve().parents[2]
 DIAGRAMS = sorted(p for p in (ROOT / "images").glob("*.svg") if p.name != "favicon.svg")
-SMALLEST = re.compile(re.escape(SVG_SMALLEST_TEXT).replace(re.escape("{:.2f}"), r"([0-9.]+)"))
-WIDTH = re.compile(r'<svg\b[^>]*\bwidth="([0-9.]+)pt"')
 
 
 def rendered_px(svg: str, column_px: float) -> float:
     """The smallest text of the diagram `svg` in CSS px when shown `column_px` wide."""
-    width = WIDTH.search(svg)
-    smallest = SMALLEST.search(svg)
-    assert width, "the SVG's width is not given in pt"
-    assert smallest, "no smallest text recorded: redraw it with its tools/draw_*.py"
-    return float(smallest[1]) * column_px / float(width[1])
+    recorded = svg_smallest_text(svg)
+    assert recorded, "no smallest text or width in pt recorded: redraw it with its tools/draw_*.py"
+    smallest_pt, width_pt = recorded
+    return smallest_pt * column_px / width_pt
 
 
 def test_every_diagram_is_checked() -> None:

@@ -43,7 +43,7 @@ from pathlib import Path
 
 import pytest
 
-from attnbook.viz import SMALLEST_TEXT_KEY, png_text
+from attnbook.viz import SMALLEST_TEXT_KEY, png_text, svg_smallest_text
 from tools.figure_text import FLOOR_PX
 
 pytestmark = pytest.mark.browser
@@ -249,12 +249,11 @@ def _smallest_text_px(figure: dict, build: Path) -> tuple[float | None, str]:
             return None, f"{path.name} records no smallest text (drawn without course_style)"
         return float(recorded) * figure["width"] / figure["naturalWidth"], path.name
     if path.suffix == ".svg":
-        svg = path.read_text(encoding="utf-8")
-        smallest = re.search(r"<dc:description>smallest text: ([0-9.]+) pt<", svg)
-        width = re.search(r'<svg[^>]*\bwidth="([0-9.]+)pt"', svg)
-        if not smallest or not width:
+        recorded = svg_smallest_text(path.read_text(encoding="utf-8"))
+        if recorded is None:
             return None, f"{path.name} records no smallest text (viz.svg_metadata)"
-        return float(smallest[1]) * figure["width"] / float(width[1]), path.name
+        smallest_pt, width_pt = recorded
+        return smallest_pt * figure["width"] / width_pt, path.name
     return None, f"{path.name}: a {path.suffix} figure, which the test cannot measure"
 
 
