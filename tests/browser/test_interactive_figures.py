@@ -82,12 +82,19 @@ def _drag_slider_to_the_start(page, element: str) -> None:
 
 
 def _hover_cell(page, element: str, row: int, col: int, rows: int, cols: int) -> str:
-    """Hover over cell (row, col) of a heatmap (row 0 at the top); return the hover label."""
+    """Hover over cell (row, col) of a heatmap (row 0 at the top); return the hover label.
+
+    The mouse leaves the plot first and the last cell's label must be gone before it moves in:
+    Plotly throttles hover events, so reading the label right after a move from one cell to
+    the next could return the label of the cell before.
+    """
     area = page.locator(f"#{element} .nsewdrag").first.bounding_box()
+    label = page.locator(f"#{element} .hoverlayer .hovertext")
+    page.mouse.move(area["x"] - 5, area["y"] - 5)
+    label.first.wait_for(state="detached", timeout=5_000)
     x = area["x"] + (col + 0.5) * area["width"] / cols
     y = area["y"] + (row + 0.5) * area["height"] / rows
     page.mouse.move(x, y)
-    label = page.locator(f"#{element} .hoverlayer .hovertext")
     label.first.wait_for(timeout=5_000)
     return " ".join(label.first.text_content().split())
 
