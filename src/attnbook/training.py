@@ -488,9 +488,16 @@ def train(model: nn.Module, data: Data, config: TrainConfig) -> History:
     shard = slice(rank * config.batch_size // world, (rank + 1) * config.batch_size // world)
     is_task = isinstance(data, (SequenceTask, TranslationTask))
     history = History()
-    from tqdm.auto import tqdm  # here, so that importing attnbook stays light
+    # Imported here, so that importing attnbook stays light. tqdm.auto (a widget in Jupyter)
+    # only for a bar that is shown: in a kernel without ipywidgets, importing it prints a
+    # warning, which a run with progress=False must not.
+    shown = config.progress and rank == 0
+    if shown:
+        from tqdm.auto import tqdm
+    else:
+        from tqdm import tqdm
 
-    bar = tqdm(total=config.steps, disable=not config.progress or rank != 0, desc="training")
+    bar = tqdm(total=config.steps, disable=not shown, desc="training")
     trained_seconds = 0.0
     for step in range(config.steps):
         started = time.perf_counter()
