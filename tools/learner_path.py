@@ -15,7 +15,10 @@ it) and open one notebook. So, in a temporary folder outside the repository:
    its runtime `dependencies` (versions constrained by requirements.txt, so torch
    is the pinned CPU build), and ipykernel to run a notebook in it.
 4. Each chapter that needs no extra is copied ALONE into an empty folder and
-   executed there, top to bottom, in that environment's kernel.
+   executed there, top to bottom, in that environment's kernel, under nbval: every
+   output must match the stored one (tests/nbval_sanitize.cfg applies). This is the
+   book's nbval check, in the environment a learner has (`make test` runs no other:
+   `python -m tools.run_tests nbval` is the quicker loop in .venv while writing).
 5. The Colab form: attnbook is reinstalled with the requirement of a chapter's
    own Colab cell (`attnbook[extra] @ git+https://...` from tools/sync_repo_url.py),
    its URL pointed at the snapshot (`git+file://...@package_ref`, the snapshot's commit
@@ -28,7 +31,8 @@ copy starts with a cell that records (Python audit hook) every file it opens or 
 under the repository, and ends with a cell that fails if there was one, or if
 `attnbook` was imported from anywhere but the environment's site-packages. These two
 cells are the harness's, not the chapter's: a failure names the chapter's own code
-cell (counted from 1, as nbval and the tests count them) and its error.
+cell (counted from 1, as nbval and the tests count them) and its error. nbval's JUnit report
+of each chapter goes to `--junit-dir`, if given (`make test`: .test-reports/learner/).
 
 Exit status 0 only if every chapter ran; a summary of times per stage comes last.
 """
@@ -45,6 +49,7 @@ import sys
 import tempfile
 import time
 import venv
+import xml.etree.ElementTree as ET
 import zipfile
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -53,17 +58,16 @@ from pathlib import Path
 from urllib.parse import quote
 
 import nbformat
-from jupyter_client.kernelspec import KernelSpecManager
-from jupyter_client.manager import AsyncKernelManager
-from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 
 from tools import course, exercise_inventory, sync_repo_url
-from tools.notebooks import KERNEL_ENV, TIMEOUT_S, run_notebook
+from tools.notebooks import KERNEL_ENV, TIMEOUT_S
 
 ROOT = Path(__file__).resolve().parent.parent
 CONSTRAINTS = ROOT / "requirements.txt"
 PACKAGE = "attnbook"
 KERNEL_NAME = "attnbook-learner"  # only in the kernel folder this script writes
+SANITIZE = ROOT / "tests" / "nbval_sanitize.cfg"  # what nbval may ignore in an output
+HARNESS_CELLS = 2  # the audit cell before a chapter's cells and the verdict cell after them
 # What a notebook needs to run besides the package: a Jupyter kernel. Not a runtime
 # dependency of attnbook: `import attnbook` works in any Python, and Colab, JupyterLab or
 # VS Code bring their own kernel. The notebooks are driven by nbclient from the Python
@@ -79,13 +83,16 @@ import os as _lp_os
 import sys as _lp_sys
 
 _lp_repo = {root!r}
+_lp_env = _lp_os.path.abspath(_lp_sys.prefix) + _lp_os.sep  # the environment's own files
 _lp_reads = []
 
 
 def _lp_audit(event, args):
     if event in ("open", "os.listdir", "os.scandir") and args and isinstance(args[0], (str, bytes)):
         path = _lp_os.path.abspath(_lp_os.fsdecode(args[0]))
-        if path == _lp_repo or path.startswith(_lp_repo + _lp_os.sep):
+        if (path == _lp_repo or path.startswith(_lp_repo + _lp_os.sep)) and not path.startswith(
+            _lp_env
+        ):
             _lp_reads.append(path)
 
 
@@ -108,7 +115,9 @@ class ChapterResult:
 
     name: str
     seconds: float
-    error: str | None = None  # None: every cell ran
+    error: str | None = None  # None: every cell ran and its output matched the stored one
+    passed: int = 0  # the chapter's code cells whose output nbval found as stored
+    failed: int = 0  # ... that raised or whose output differed (harness cells included)
 
     @property
     def ok(self) -> bool:
@@ -224,9 +233,12 @@ def kernel_env(python: Path, hf_home: Path) -> dict[str, str]:
     return {**env, **KERNEL_ENV}
 
 
-def write_kernelspec(python: Path, kernels: Path) -> KernelSpecManager:
-    """A kernel spec for the learner's python, in a folder no other Jupyter looks at."""
-    spec_dir = kernels / KERNEL_NAME
+def write_kernelspec(python: Path, jupyter_path: Path) -> dict[str, str]:
+    """A kernel spec for the learner's python, in a folder no other Jupyter looks at.
+
+    Returns the variable that makes Jupyter (nbval's kernel manager) find it: JUPYTER_PATH.
+    """
+    spec_dir = jupyter_path / "kernels" / KERNEL_NAME
     spec_dir.mkdir(parents=True, exist_ok=True)
     spec = {
         "argv": [str(python), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
@@ -234,7 +246,7 @@ def write_kernelspec(python: Path, kernels: Path) -> KernelSpecManager:
         "language": "python",
     }
     (spec_dir / "kernel.json").write_text(json.dumps(spec), encoding="utf-8")
-    return KernelSpecManager(kernel_dirs=[str(kernels)])
+    return {"JUPYTER_PATH": str(jupyter_path)}
 
 
 def harnessed(nb: nbformat.NotebookNode, root: Path) -> nbformat.NotebookNode:
@@ -248,65 +260,110 @@ def harnessed(nb: nbformat.NotebookNode, root: Path) -> nbformat.NotebookNode:
     return copy
 
 
-def describe_failure(nb: nbformat.NotebookNode, cell_index: int, error: Exception) -> str:
-    """Name the cell `nb.cells[cell_index]` that failed and its error.
+def cell_results(report: Path) -> list[str | None]:
+    """Per code cell of a harnessed notebook, in order: None if nbval passed it, else why not.
 
-    The chapter's code cells are counted from 1, without the harness's cells.
+    Read from nbval's JUnit report (one test per code cell, named `...Cell N`).
     """
-    code_cells = [i for i, cell in enumerate(nb.cells) if cell.cell_type == "code"]
-    if cell_index == code_cells[0]:
+    results: dict[int, str | None] = {}
+    for case in ET.parse(report).getroot().iter("testcase"):
+        number = re.search(r"Cell (\d+)$", case.get("name", ""))
+        if not number:
+            continue
+        problem = case.find("failure")
+        if problem is None:
+            problem = case.find("error")
+        results[int(number[1])] = (
+            None if problem is None else (problem.text or problem.get("message") or "failed")
+        )
+    return [results[number] for number in sorted(results)]
+
+
+def describe_failure(nb: nbformat.NotebookNode, code_cell: int, why: str) -> str:
+    """Name code cell number `code_cell` of the harnessed `nb` (0: the audit cell) and why.
+
+    The chapter's code cells are counted from 1, without the harness's cells; of nbval's
+    report, the lines that say what was raised or what differed are kept.
+    """
+    cells = [cell for cell in nb.cells if cell.cell_type == "code"]
+    if code_cell == 0:
         where = "the harness's audit cell"
-    elif cell_index == code_cells[-1]:
+    elif code_cell == len(cells) - 1:
         where = "the harness's final check"
     else:
-        number = code_cells.index(cell_index)  # the audit cell is number 0
-        first = next(
-            (line for line in nb.cells[cell_index].source.splitlines() if line.strip()), ""
-        )
-        where = f"code cell {number} (`{first.strip()[:60]}`)"
-    if isinstance(error, CellExecutionError):
-        what = f"{error.ename}: {error.evalue}"
-    elif isinstance(error, CellTimeoutError):
-        what = f"no result within {TIMEOUT_S} s"
-    else:
-        what = f"{type(error).__name__}: {error}"
-    return f"{where}: {what}"
+        first = next((line for line in cells[code_cell].source.splitlines() if line.strip()), "")
+        where = f"code cell {code_cell} (`{first.strip()[:60]}`)"
+    lines = [
+        line.rstrip()[:400] + ("…" if len(line.rstrip()) > 400 else "")
+        for line in re.sub(r"(?:\x1b|#x1B)\[[0-9;]*m", "", why).splitlines()
+        if line.strip()
+    ]
+    keep = [
+        line
+        for line in lines
+        if re.match(r"\s*(\w+(Error|Exception|Interrupt)\b|AssertionError|Timeout|[-+] )", line)
+        or "mismatch" in line.lower()
+        or "read files of the repository" in line
+    ]
+    return f"{where}: " + "\n    ".join((keep or lines)[:12])
 
 
 def run_chapter(
-    chapter: Path, ksm: KernelSpecManager, env: dict[str, str], work: Path, root: Path = ROOT
+    chapter: Path, env: dict[str, str], work: Path, root: Path = ROOT, junit: Path | None = None
 ) -> ChapterResult:
-    """Copy `chapter` alone into an empty folder under `work` and execute it there."""
+    """Copy `chapter` alone into an empty folder under `work`; run it there under nbval.
+
+    `env` is the kernel's environment (kernel_env and write_kernelspec's JUPYTER_PATH); nbval
+    itself runs in the Python running this script. With `junit`, nbval's report is kept there.
+    """
     folder = Path(tempfile.mkdtemp(prefix=f"{chapter.stem}-", dir=work))
-    shutil.copy2(chapter, folder / chapter.name)
-    nb = harnessed(nbformat.read(folder / chapter.name, as_version=4), root)
-    started: list[int] = []
-    # The kernel's own stderr (its start-up warnings, a crash) goes to a log beside the folder.
-    log = folder.with_suffix(".kernel.log")
+    nb = harnessed(nbformat.read(chapter, as_version=4), root)
+    nbformat.write(nb, folder / chapter.name)
+    report = junit or folder.with_suffix(".xml")
+    # An empty ini file of its own: pytest looks for one upwards from the notebook, and must
+    # find neither the repository's configuration nor anyone else's.
+    ini = work / "pytest.ini"
+    if not ini.exists():
+        ini.write_text("[pytest]\n", encoding="utf-8")
+    command = [
+        # Not hypothesis's plugin nor xdist's: a second less to start, fourteen times.
+        sys.executable, "-m", "pytest", "-c", ini, "-q",
+        "-p", "no:cacheprovider", "-p", "no:hypothesispytest", "-p", "no:xdist",
+        "--nbval", "--nbval-kernel-name", KERNEL_NAME, "--nbval-sanitize-with", SANITIZE,
+        "--nbval-cell-timeout", str(TIMEOUT_S), "--color=no", f"--junitxml={report}", chapter.name,
+    ]  # fmt: skip
     start = time.perf_counter()
-    try:
-        with log.open("w", encoding="utf-8") as stream:
-            run_notebook(
-                nb,
-                kernel_name=KERNEL_NAME,
-                timeout=TIMEOUT_S,
-                cwd=folder,
-                env=env,
-                log=stream,
-                km=AsyncKernelManager(kernel_name=KERNEL_NAME, kernel_spec_manager=ksm),
-                shutdown_kernel="immediate",
-                on_cell_start=lambda cell, cell_index: started.append(cell_index),
-            )
-    except (CellExecutionError, CellTimeoutError, DeadKernelError) as error:
-        failure = describe_failure(nb, started[-1] if started else 0, error)
-        if isinstance(error, DeadKernelError):
-            failure += "\n    kernel log: " + " | ".join(log.read_text().splitlines()[-5:])
-        return ChapterResult(chapter.name, time.perf_counter() - start, failure)
-    return ChapterResult(chapter.name, time.perf_counter() - start)
+    finished = subprocess.run(
+        [str(part) for part in command],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    seconds = time.perf_counter() - start
+    results = cell_results(report) if report.is_file() else []
+    failed = [number for number, why in enumerate(results) if why is not None]
+    passed = (
+        len(results)
+        - len(failed)
+        - HARNESS_CELLS
+        + sum(number in (0, len(results) - 1) for number in failed)
+    )
+    if failed:
+        error = describe_failure(nb, failed[0], results[failed[0]])
+        if len(failed) > 1:
+            error += f"\n    (and {len(failed) - 1} more cells: nbval's report has each)"
+        return ChapterResult(chapter.name, seconds, error, max(passed, 0), len(failed))
+    if finished.returncode != 0 or not results:
+        tail = " | ".join((finished.stdout + finished.stderr).strip().splitlines()[-5:])
+        error = f"nbval exited with status {finished.returncode}: {tail}"
+        return ChapterResult(chapter.name, seconds, error, 0, 1)
+    return ChapterResult(chapter.name, seconds, None, passed, 0)
 
 
 def run_chapters(
-    chapters: Sequence[Path], python: Path, work: Path, jobs: int
+    chapters: Sequence[Path], python: Path, work: Path, jobs: int, junit_dir: Path | None = None
 ) -> list[ChapterResult]:
     """Run `chapters` in the kernel of `python`, `jobs` at a time; print one line each.
 
@@ -316,8 +373,7 @@ def run_chapters(
     """
     if not chapters:
         return []
-    ksm = write_kernelspec(python, work / "kernels")
-    env = kernel_env(python, work / "hf_home")
+    env = {**kernel_env(python, work / "hf_home"), **write_kernelspec(python, work / "jupyter")}
     if jobs > 1:
         threads = max(1, (os.cpu_count() or 1) // jobs)
         # A chapter that fixes its own thread count (torch.set_num_threads(2)) still asks for
@@ -331,9 +387,10 @@ def run_chapters(
         }
 
     def one(chapter: Path) -> ChapterResult:
-        result = run_chapter(chapter, ksm, env, work)
-        status = "ok" if result.ok else f"FAILED in {result.error}"
-        print(f"  {result.name:<44} {result.seconds:6.1f} s  {status}", flush=True)
+        junit = junit_dir / f"{chapter.stem}.xml" if junit_dir else None
+        result = run_chapter(chapter, env, work, junit=junit)
+        status = f"{result.passed} cells as stored" if result.ok else f"FAILED in {result.error}"
+        print(f"  {result.name:<40} {result.seconds:6.1f} s  {status}", flush=True)
         return result
 
     if jobs <= 1:
@@ -367,7 +424,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("chapters", nargs="*", type=Path, help="default: chapters/*.ipynb")
     parser.add_argument("--jobs", type=int, default=1, help="chapters run at once (default 1)")
+    parser.add_argument(
+        "--junit-dir", type=Path, help="keep nbval's JUnit report of each chapter here"
+    )
     args = parser.parse_args(argv)
+    if args.junit_dir:
+        shutil.rmtree(args.junit_dir, ignore_errors=True)
+        args.junit_dir.mkdir(parents=True)
     chapters = sorted(args.chapters or (ROOT / "chapters").glob("*.ipynb"))
     base = [chapter for chapter in chapters if extra_of(chapter) is None]
     extras = sorted({extra for chapter in chapters if (extra := extra_of(chapter))})
@@ -398,7 +461,7 @@ def main(argv: list[str] | None = None) -> int:
 
         start = time.perf_counter()
         print(f"chapters that need only the runtime dependencies ({len(base)}):", flush=True)
-        results += run_chapters(base, python, work, args.jobs)
+        results += run_chapters(base, python, work, args.jobs, args.junit_dir)
         stage("those chapters", start)
 
         # The Colab form, with each extra the chapters need (one after the other, in the
@@ -419,13 +482,17 @@ def main(argv: list[str] | None = None) -> int:
             if users:
                 start = time.perf_counter()
                 print(f"chapters that need {requirement.split(' @ ')[0]} ({len(users)}):")
-                results += run_chapters(users, python, work, args.jobs)
+                results += run_chapters(users, python, work, args.jobs, args.junit_dir)
                 stage("those chapters", start)
         start = time.perf_counter()
     stage("removing the temporary folder", start)
 
     failed = [result for result in results if not result.ok]
-    print(f"\nlearner path: {len(results) - len(failed)} of {len(results)} chapters ran")
+    cells = sum(result.passed for result in results)
+    print(
+        f"\nlearner path: {len(results) - len(failed)} of {len(results)} chapters ran with "
+        f"every output as stored ({cells} code cells compared by nbval)"
+    )
     for result in failed:
         print(f"FAILED {result.name}: {result.error}")
     for problem in problems:

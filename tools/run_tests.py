@@ -1,17 +1,21 @@
 """Run every check of the book, in order, and print one summary: what `make test` runs.
 
-Usage: python -m tools.run_tests [STEP ...]     (default: every step; e.g. `... nbval book`)
+Usage: python -m tools.run_tests [STEP ...]     (default: every step but nbval; e.g. `... unit book`)
 
 Steps, each timed; a failing step does not stop the ones after it:
 
   lint      ruff check .
   format    ruff format --check .
-  unit      pytest tests -m "not browser"        the package, the solutions, project files
-  nbval     pytest --nbval chapters/             re-runs every notebook, compares outputs
-  learner   python -m tools.learner_path         the learner's path: attnbook's wheel in a
-            clean venv with only its runtime dependencies, each chapter run alone in an
-            empty folder; then the Colab cell's `attnbook[extra] @ git+...` from a local
-            clone, and the chapters that need the extra
+  unit      pytest tests -m "not browser" -n 2   the package, the solutions, project files
+            (pytest-xdist: two workers)
+  learner   python -m tools.learner_path         nbval on every chapter, in the learner's
+            environment: attnbook's wheel in a clean venv with only its runtime
+            dependencies, each chapter run alone in an empty folder (two at a time) and every
+            output compared with the stored one; then the Colab cell's
+            `attnbook[extra] @ git+...` from a local clone, and the chapters that need the extra
+  nbval     pytest --nbval chapters/ -n 2        the same comparison in .venv's kernel, in
+            place: not run by default (the learner step already compares every output);
+            the quicker loop while writing a chapter (`python -m tools.run_tests nbval`)
   book      jupyter-book build into an emptied _build/html (warnings are errors,
             nitpicky, every page re-read)
   student   python -m tools.make_student --allow-placeholder-url
@@ -20,13 +24,14 @@ Steps, each timed; a failing step does not stop the ones after it:
             student notebook, page, _sources file or the search index
   browser   pytest tests -m browser              the built book in headless Chromium
 
-Each pytest step writes a JUnit XML report to .test-reports/. The last line is
+Each pytest step writes a JUnit XML report to .test-reports/ (the learner step one per
+chapter, in .test-reports/learner/). The last line is
 
   summary: N passed, M failed, K skipped
 
-where N, M and K add up the pytest tests of every step, plus one per step that
-is not pytest (ruff check, ruff format, the book build, the student edition). Failed includes
-errors. The exit status is 0 only if nothing failed. pytest's "no tests
+where N, M and K add up the pytest tests of every step (of the learner step: the chapters'
+code cells, not the harness's), plus one per step that is not pytest (ruff check, ruff
+format, the book build, the student edition). Failed includes errors. The exit status is 0 only if nothing failed. pytest's "no tests
 collected" (exit status 5) is a failure for the unit tests and nbval, and for
 the browser test only where Chromium is installed. Finally the share of code
 cells whose output nbval does not compare (tag `nbval-ignore-output`) must stay
@@ -52,6 +57,7 @@ from pathlib import Path
 
 import nbformat
 
+from tools import learner_path
 from tools.notebooks import KERNEL_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -76,6 +82,9 @@ class Step:
     junit: str | None = None  # the report's file name, for pytest steps
     env: dict[str, str] | None = None
     empty_is_failure: bool = True  # for pytest: is "no tests collected" a failure?
+    default: bool = True  # run when no step is named
+    # The learner step's reports: a folder of them, one per chapter (see learner_path).
+    junit_dir: str | None = None
     # Filled in by run():
     returncode: int | None = None
     seconds: float = 0.0
@@ -94,10 +103,33 @@ def steps() -> list[Step]:
     return [
         Step("lint", "ruff check", [str(BIN / "ruff"), "check", "."]),
         Step("format", "ruff format --check", [str(BIN / "ruff"), "format", "--check", "."]),
-        Step("unit", "pytest (not browser)", [*PYTEST, "tests", "-m", "not browser"], "unit.xml"),
+        # Two workers (pytest-xdist): on the 2-core machine of CI, 108 s against 157 s.
+        Step(
+            "unit",
+            "pytest (not browser)",
+            [*PYTEST, "tests", "-m", "not browser", "-n", "2"],
+            "unit.xml",
+        ),
+        Step(
+            "learner",
+            "nbval, learner's path",
+            # Two chapters at a time, one core each: on the 2-core machine of CI the step
+            # took 347 s one at a time, 235 s two at a time (PyTorch gains little from a
+            # second thread here).
+            [
+                sys.executable,
+                "-m",
+                "tools.learner_path",
+                "--jobs",
+                "2",
+                "--junit-dir",
+                str(REPORTS / "learner"),
+            ],
+            junit_dir="learner",
+        ),
         Step(
             "nbval",
-            "nbval (chapters)",
+            "nbval (chapters, .venv)",
             [
                 *PYTEST,
                 "--nbval",
@@ -105,18 +137,22 @@ def steps() -> list[Step]:
                 "attnbook",  # the kernel of .venv that `make venv` registers
                 "--nbval-sanitize-with",
                 "tests/nbval_sanitize.cfg",
+                # A notebook's cells run in order in one kernel: all of a file to one worker.
+                "-n",
+                "2",
+                "--dist",
+                "loadfile",
                 "chapters/",
             ],
             "nbval.xml",
-            env=NBVAL_ENV,
-        ),
-        Step(
-            "learner",
-            "learner path (clean venv)",
-            # Two chapters at a time, one core each: on the 2-core machine of CI the step
-            # took 347 s one at a time, 235 s two at a time (PyTorch gains little from a
-            # second thread here).
-            [sys.executable, "-m", "tools.learner_path", "--jobs", "2"],
+            # One thread per kernel, two kernels at once; idle OpenMP threads sleep.
+            env={
+                **NBVAL_ENV,
+                "OMP_NUM_THREADS": "1",
+                "MKL_NUM_THREADS": "1",
+                "OMP_WAIT_POLICY": "PASSIVE",
+            },
+            default=False,
         ),
         Step(
             "book",
@@ -183,6 +219,11 @@ def run(step: Step, number: int, total: int) -> None:
 
     if report and report.is_file():
         step.passed, step.failed, step.skipped = junit_counts(report)
+    elif step.junit_dir:
+        for chapter in sorted((REPORTS / step.junit_dir).glob("*.xml")):
+            cells = learner_path.cell_results(chapter)[1:-1]  # not the harness's two cells
+            step.passed += sum(why is None for why in cells)
+            step.failed += sum(why is not None for why in cells)
     elif not report:
         step.passed, step.failed = (1, 0) if step.ok else (0, 1)
     if not step.ok and step.failed == 0:
@@ -232,7 +273,7 @@ def main(selected: list[str]) -> int:
     if unknown:
         print(f"unknown step(s): {', '.join(sorted(unknown))}\n\n{__doc__}")
         return 2
-    chosen = [step for step in all_steps if not selected or step.key in selected]
+    chosen = [step for step in all_steps if step.key in selected or (not selected and step.default)]
 
     REPORTS.mkdir(exist_ok=True)
     for step in chosen:
@@ -254,7 +295,8 @@ def main(selected: list[str]) -> int:
     print(f"{'total':<32}{sum(step.seconds for step in chosen):>9.1f}")
 
     ignore_failed = False
-    nbval = next((step for step in chosen if step.key == "nbval"), None)
+    # Whichever compared the outputs: the learner step (make test), or nbval run alone.
+    nbval = next((step for step in chosen if step.key in ("learner", "nbval")), None)
     if nbval:
         code_cells, ignored = code_cell_census()
         share = len(ignored) / code_cells if code_cells else 0.0

@@ -553,3 +553,13 @@ def test_the_assert_count_sees_asserts() -> None:
         nbformat.v4.new_code_cell("assert x", metadata={"tags": [CHECKS_TAG]}),
     ]
     assert visible_assert_lines(nb) == (4, 5)
+
+
+def test_make_test_compares_every_stored_output_once() -> None:
+    """`make test` runs every chapter once under nbval: in the learner's step, not twice."""
+    default = [step.key for step in run_tests.steps() if step.default]
+    assert "learner" in default
+    assert "nbval" not in default  # the same comparison in .venv: run by name only
+    (learner,) = [step for step in run_tests.steps() if step.key == "learner"]
+    assert "tools.learner_path" in learner.command
+    assert learner.junit_dir  # its per-chapter nbval reports are counted in the summary

@@ -2,10 +2,10 @@
 
 The step itself builds a clean environment and runs every chapter (minutes); these tests
 check its parts in seconds: the Colab requirement pointed at a local clone, the check of
-the wheel's contents, and that a notebook which reads a file of the repository or raises
-is reported with the cell that did it. Those two notebooks run in the kernel of the Python
-running the tests (.venv), whose attnbook is the editable one: the harness must see that
-too.
+the wheel's contents, and that a notebook which reads a file of the repository, raises, or
+prints other than what is stored is reported with the cell that did it (each chapter runs
+under nbval). Those notebooks run in the kernel of the Python running the tests (.venv),
+whose attnbook is the editable one: the harness must see that too.
 """
 
 from __future__ import annotations
@@ -76,18 +76,22 @@ def test_missing_from_wheel_names_a_left_out_file(tmp_path: Path) -> None:
     assert learner_path.missing_from_wheel(wheel, package) == []
 
 
-def _run(tmp_path: Path, *sources: str) -> learner_path.ChapterResult:
-    """Run a notebook of these code cells through the harness, in .venv's kernel."""
+def _run(tmp_path: Path, *cells: str | nbformat.NotebookNode) -> learner_path.ChapterResult:
+    """Run a notebook of these code cells (or sources) through the harness, in .venv's kernel."""
     chapter = tmp_path / "99_probe.ipynb"
     nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell(source) for source in sources]
+    nb.cells = [
+        nbformat.v4.new_code_cell(cell) if isinstance(cell, str) else cell for cell in cells
+    ]
     nbformat.write(nb, chapter)
     work = tmp_path / "work"
     work.mkdir()
     python = Path(sys.executable)
-    ksm = learner_path.write_kernelspec(python, work / "kernels")
-    env = learner_path.kernel_env(python, work / "hf_home")
-    return learner_path.run_chapter(chapter, ksm, env, work)
+    env = {
+        **learner_path.kernel_env(python, work / "hf_home"),
+        **learner_path.write_kernelspec(python, work / "jupyter"),
+    }
+    return learner_path.run_chapter(chapter, env, work)
 
 
 def test_a_chapter_that_reads_a_repository_file_fails(tmp_path: Path) -> None:
@@ -108,3 +112,19 @@ def test_a_failing_cell_is_named_and_its_kernel_shut_down(tmp_path: Path) -> Non
     assert "ZeroDivisionError" in result.error
     with pytest.raises(ProcessLookupError):  # no kernel is left running
         os.kill(int(pid_file.read_text()), 0)
+
+
+def _printed(source: str, stored: str, count: int) -> nbformat.NotebookNode:
+    """A code cell run as number `count`, stored with `stored` on its standard output."""
+    cell = nbformat.v4.new_code_cell(source, execution_count=count)
+    cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=stored)]
+    return cell
+
+
+def test_an_output_unlike_the_stored_one_fails_and_is_shown(tmp_path: Path) -> None:
+    result = _run(tmp_path, _printed("print(1 + 1)", "2\n", 1), _printed("print(2 + 1)", "4\n", 2))
+    assert not result.ok
+    assert result.error.startswith("code cell 2 (`print(2 + 1)`)"), result.error
+    assert "- 3" in result.error, result.error  # what the cell printed
+    assert "+ 4" in result.error, result.error  # what is stored
+    assert result.passed == 1  # the first cell printed what is stored
