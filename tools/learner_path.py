@@ -67,7 +67,6 @@ CONSTRAINTS = ROOT / "requirements.txt"
 PACKAGE = "attnbook"
 KERNEL_NAME = "attnbook-learner"  # only in the kernel folder this script writes
 SANITIZE = ROOT / "tests" / "nbval_sanitize.cfg"  # what nbval may ignore in an output
-HARNESS_CELLS = 2  # the audit cell before a chapter's cells and the verdict cell after them
 # What a notebook needs to run besides the package: a Jupyter kernel. Not a runtime
 # dependency of attnbook: `import attnbook` works in any Python, and Colab, JupyterLab or
 # VS Code bring their own kernel. The notebooks are driven by nbclient from the Python
@@ -279,6 +278,28 @@ def cell_results(report: Path) -> list[str | None]:
     return [results[number] for number in sorted(results)]
 
 
+def chapter_counts(report: Path) -> tuple[int, int]:
+    """(passed, failed) of the chapter's own code cells in nbval's report of its harnessed copy.
+
+    The harness's two cells, the first and the last, are not counted.
+    """
+    cells = cell_results(report)[1:-1]
+    return sum(why is None for why in cells), sum(why is not None for why in cells)
+
+
+def threads_env(jobs: int) -> dict[str, str]:
+    """Environment variables for `jobs` kernels at once: the cores shared out among them.
+
+    A chapter that fixes its own thread count (torch.set_num_threads(2)) still asks for more
+    threads than its share: idle threads must sleep, not spin (OpenMP's default spin-wait made
+    such chapters several times slower beside another one).
+    """
+    if jobs <= 1:
+        return {}
+    threads = str(max(1, (os.cpu_count() or 1) // jobs))
+    return {"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "OMP_WAIT_POLICY": "PASSIVE"}
+
+
 def describe_failure(nb: nbformat.NotebookNode, code_cell: int, why: str) -> str:
     """Name code cell number `code_cell` of the harnessed `nb` (0: the audit cell) and why.
 
@@ -344,17 +365,12 @@ def run_chapter(
     seconds = time.perf_counter() - start
     results = cell_results(report) if report.is_file() else []
     failed = [number for number, why in enumerate(results) if why is not None]
-    passed = (
-        len(results)
-        - len(failed)
-        - HARNESS_CELLS
-        + sum(number in (0, len(results) - 1) for number in failed)
-    )
+    passed = chapter_counts(report)[0] if results else 0
     if failed:
         error = describe_failure(nb, failed[0], results[failed[0]])
         if len(failed) > 1:
             error += f"\n    (and {len(failed) - 1} more cells: nbval's report has each)"
-        return ChapterResult(chapter.name, seconds, error, max(passed, 0), len(failed))
+        return ChapterResult(chapter.name, seconds, error, passed, len(failed))
     if finished.returncode != 0 or not results:
         tail = " | ".join((finished.stdout + finished.stderr).strip().splitlines()[-5:])
         error = f"nbval exited with status {finished.returncode}: {tail}"
@@ -373,18 +389,11 @@ def run_chapters(
     """
     if not chapters:
         return []
-    env = {**kernel_env(python, work / "hf_home"), **write_kernelspec(python, work / "jupyter")}
-    if jobs > 1:
-        threads = max(1, (os.cpu_count() or 1) // jobs)
-        # A chapter that fixes its own thread count (torch.set_num_threads(2)) still asks for
-        # more threads than its share: idle threads must sleep, not spin (OpenMP's default
-        # spin-wait made such chapters several times slower beside another one).
-        env = {
-            **env,
-            "OMP_NUM_THREADS": str(threads),
-            "MKL_NUM_THREADS": str(threads),
-            "OMP_WAIT_POLICY": "PASSIVE",
-        }
+    env = {
+        **kernel_env(python, work / "hf_home"),
+        **write_kernelspec(python, work / "jupyter"),
+        **threads_env(jobs),
+    }
 
     def one(chapter: Path) -> ChapterResult:
         junit = junit_dir / f"{chapter.stem}.xml" if junit_dir else None

@@ -1,6 +1,7 @@
 """Run every check of the book, in order, and print one summary: what `make test` runs.
 
-Usage: python -m tools.run_tests [STEP ...]     (default: every step but nbval; e.g. `... unit book`)
+Usage: python -m tools.run_tests [STEP ...]
+       (default: every step but nbval; e.g. `python -m tools.run_tests unit book`)
 
 Steps, each timed; a failing step does not stop the ones after it:
 
@@ -31,8 +32,9 @@ chapter, in .test-reports/learner/). The last line is
 
 where N, M and K add up the pytest tests of every step (of the learner step: the chapters'
 code cells, not the harness's), plus one per step that is not pytest (ruff check, ruff
-format, the book build, the student edition). Failed includes errors. The exit status is 0 only if nothing failed. pytest's "no tests
-collected" (exit status 5) is a failure for the unit tests and nbval, and for
+format, the book build, the student edition). Failed includes errors. The exit status is 0
+only if nothing failed. pytest's "no tests collected" (exit status 5) is a failure for the
+unit tests and nbval, and for
 the browser test only where Chromium is installed. Finally the share of code
 cells whose output nbval does not compare (tag `nbval-ignore-output`) must stay
 below 5%. Before the last line, the browser test's page weight (a first visit of the landing
@@ -66,8 +68,8 @@ REPORTS = ROOT / ".test-reports"
 CHROMIUM = Path(os.environ.get("ATTNBOOK_CHROMIUM", "/usr/bin/chromium"))
 IGNORE_LIMIT = 0.05  # at most this share of code cells may skip nbval's comparison
 PYTEST_NO_TESTS = 5  # pytest's exit status when it collected nothing
-# Written by the browser test (tests/browser/test_interactive_figures.py): what a first visit of the
-# landing page weighs and how big the built book is; printed before the summary.
+# Written by the browser test (tests/browser/test_interactive_figures.py): what a first visit
+# of the landing page weighs and how big the built book is; printed before the summary.
 PAGE_WEIGHT = REPORTS / "page-weight.json"
 
 PYTEST = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider"]
@@ -113,9 +115,9 @@ def steps() -> list[Step]:
         Step(
             "learner",
             "nbval, learner's path",
-            # Two chapters at a time, one core each: on the 2-core machine of CI the step
+            # Two chapters at a time, one core each: on the 2-core machine of CI the chapters
             # took 347 s one at a time, 235 s two at a time (PyTorch gains little from a
-            # second thread here).
+            # second thread here); the whole step, nbval's comparison included, 271 s.
             [
                 sys.executable,
                 "-m",
@@ -145,13 +147,8 @@ def steps() -> list[Step]:
                 "chapters/",
             ],
             "nbval.xml",
-            # One thread per kernel, two kernels at once; idle OpenMP threads sleep.
-            env={
-                **NBVAL_ENV,
-                "OMP_NUM_THREADS": "1",
-                "MKL_NUM_THREADS": "1",
-                "OMP_WAIT_POLICY": "PASSIVE",
-            },
+            # Two kernels at once, the cores shared out as in the learner step.
+            env={**NBVAL_ENV, **learner_path.threads_env(2)},
             default=False,
         ),
         Step(
@@ -221,9 +218,9 @@ def run(step: Step, number: int, total: int) -> None:
         step.passed, step.failed, step.skipped = junit_counts(report)
     elif step.junit_dir:
         for chapter in sorted((REPORTS / step.junit_dir).glob("*.xml")):
-            cells = learner_path.cell_results(chapter)[1:-1]  # not the harness's two cells
-            step.passed += sum(why is None for why in cells)
-            step.failed += sum(why is not None for why in cells)
+            passed, failed = learner_path.chapter_counts(chapter)
+            step.passed += passed
+            step.failed += failed
     elif not report:
         step.passed, step.failed = (1, 0) if step.ok else (0, 1)
     if not step.ok and step.failed == 0:

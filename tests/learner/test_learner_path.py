@@ -128,3 +128,10 @@ def test_an_output_unlike_the_stored_one_fails_and_is_shown(tmp_path: Path) -> N
     assert "- 3" in result.error, result.error  # what the cell printed
     assert "+ 4" in result.error, result.error  # what is stored
     assert result.passed == 1  # the first cell printed what is stored
+
+
+def test_kernels_run_side_by_side_share_the_cores() -> None:
+    assert learner_path.threads_env(1) == {}  # one at a time: PyTorch's own choice
+    shared = learner_path.threads_env(2)
+    assert shared["OMP_NUM_THREADS"] == str(max(1, (os.cpu_count() or 1) // 2))
+    assert shared["OMP_WAIT_POLICY"] == "PASSIVE"
