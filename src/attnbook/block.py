@@ -416,8 +416,8 @@ class EncoderBlock(_Block):
     With ``norm_first=True`` (pre-LN) it computes what
     ``torch.nn.TransformerEncoderLayer(d_model, n_heads, d_ff, dropout,
     activation="gelu", batch_first=True, norm_first=True)`` computes, given the
-    same weights (its ``self_attn.in_proj_weight`` is our ``q_proj``, ``k_proj``
-    and ``v_proj`` weights stacked); with ``norm_first=False``, its post-LN.
+    same weights (its ``self_attn.in_proj_weight`` is our ``self_attn.in_proj.weight``,
+    stacked alike); with ``norm_first=False``, its post-LN.
 
     Args:
         d_model: ``D``, the width of the residual stream.

@@ -44,6 +44,7 @@ axis, so a per-sequence ``(B, T, S)`` mask (or the ``(B, 1, S)`` of
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,7 +64,14 @@ from attnbook._validation import (
 from attnbook.attention import attend, attend_fused, with_causal
 from attnbook.positional import PositionalEncoding, RotaryPositions
 
-__all__ = ["AttentionConfig", "MultiHeadAttention", "merge_heads", "repeat_kv", "split_heads"]
+__all__ = [
+    "AttentionConfig",
+    "MultiHeadAttention",
+    "RowBlock",
+    "merge_heads",
+    "repeat_kv",
+    "split_heads",
+]
 
 
 def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
@@ -117,6 +125,50 @@ def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
     B, H_kv, S, Dh = x.shape
     x = x[:, :, None].expand(B, H_kv, n_rep, S, Dh)  # (B, H_kv, G, S, Dh), a view
     return x.reshape(B, H_kv * n_rep, S, Dh)  # (B, H, S, Dh)
+
+
+class RowBlock:
+    """One projection inside a stacked ``nn.Linear``: rows ``start..stop-1`` of its weight and bias.
+
+    ``MultiHeadAttention.q_proj``, ``k_proj`` and ``v_proj`` are these: each
+    behaves as its own ``nn.Linear`` (call it on ``x``; ``weight`` and ``bias``
+    are views into ``in_proj``, so writing them under ``torch.no_grad()``
+    writes the module's parameters), while the optimizer sees one parameter.
+    """
+
+    __slots__ = ("linear", "start", "stop")
+
+    def __init__(self, linear: nn.Linear, start: int, stop: int) -> None:
+        self.linear, self.start, self.stop = linear, start, stop
+
+    @property
+    def weight(self) -> torch.Tensor:
+        """Rows ``start..stop-1`` of the stacked weight, ``(out_features, in_features)``, a view."""
+        return self.linear.weight[self.start : self.stop]
+
+    @property
+    def bias(self) -> torch.Tensor | None:
+        """Entries ``start..stop-1`` of the stacked bias (a view), or ``None`` without biases."""
+        b = self.linear.bias
+        return None if b is None else b[self.start : self.stop]
+
+    @property
+    def in_features(self) -> int:
+        return self.linear.in_features
+
+    @property
+    def out_features(self) -> int:
+        return self.stop - self.start
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """``x @ weight.T + bias``, as ``nn.Linear`` computes it."""
+        return F.linear(x, self.weight, self.bias)
+
+    def __repr__(self) -> str:
+        return (
+            f"RowBlock(rows {self.start}..{self.stop - 1} of Linear(in_features={self.in_features}, "
+            f"out_features={self.linear.out_features}))"
+        )
 
 
 @dataclass(frozen=True)
@@ -181,13 +233,19 @@ class MultiHeadAttention(nn.Module):
     decoder self-attention (``is_causal=True``) and encoder-decoder
     cross-attention (``query = X``, ``key = value = C``, ``T != S`` allowed).
 
-    The four maps are ``nn.Linear(d_model, d_model)`` members ``q_proj``,
-    ``k_proj``, ``v_proj`` and ``out_proj``; ``q_proj.weight`` holds ``W_Qᵀ``
-    (``nn.Linear`` computes ``x @ weight.T``), whose rows ``h * Dh`` to
-    ``(h + 1) * Dh - 1`` make head ``h``'s queries (likewise for keys and values).
+    The query, key and value maps are stacked in one ``nn.Linear`` named
+    ``in_proj`` (weight ``(3 D, D)``: rows ``W_Qᵀ``, then ``W_Kᵀ``, then
+    ``W_Vᵀ``, as PyTorch's ``in_proj_weight`` and GPT-2's ``c_attn``), so
+    self-attention makes all three with one matrix multiply and the optimizer
+    updates one tensor; ``out_proj`` is ``nn.Linear(d_model, d_model)``.
+    ``q_proj``, ``k_proj`` and ``v_proj`` are :class:`RowBlock` views of
+    ``in_proj``, each used as its own ``nn.Linear``: ``q_proj.weight`` holds
+    ``W_Qᵀ`` (``nn.Linear`` computes ``x @ weight.T``), whose rows ``h * Dh``
+    to ``(h + 1) * Dh - 1`` make head ``h``'s queries (likewise for keys and
+    values). A state dict saved with three separate maps still loads.
 
     With ``n_kv_heads < n_heads`` (grouped-query attention), ``k_proj`` and
-    ``v_proj`` are ``nn.Linear(d_model, n_kv_heads * d_head)``: each of the
+    ``v_proj`` have ``n_kv_heads * d_head`` rows each: each of the
     ``n_kv_heads`` key/value heads serves ``G = n_heads // n_kv_heads``
     consecutive query heads (query head ``h`` uses key/value head ``h // G``).
     The result equals ordinary multi-head attention whose key and value
@@ -233,11 +291,46 @@ class MultiHeadAttention(nn.Module):
         self.positional = positional  # its rotate hook turns queries and keys, or None
         d_kv = self.n_kv_heads * self.d_head  # = D unless grouped-query
         self.n_rep = self.n_heads // self.n_kv_heads  # G, query heads per key/value head
-        self.qkv_widths = (self.d_model, d_kv, d_kv)  # project_self's split of its output
-        self.q_proj = nn.Linear(self.d_model, self.d_model, bias=bias)  # weight (D, D) = W_Qᵀ
-        self.k_proj = nn.Linear(self.d_model, d_kv, bias=bias)  # weight (H_kv * Dh, D) = W_Kᵀ
-        self.v_proj = nn.Linear(self.d_model, d_kv, bias=bias)  # weight (H_kv * Dh, D) = W_Vᵀ
+        self.qkv_widths = (self.d_model, d_kv, d_kv)  # the row blocks of in_proj: W_Q, W_K, W_V
+        # One stacked (D + 2 H_kv Dh, D) weight, rows W_Qᵀ, then W_Kᵀ, then W_Vᵀ: one matrix
+        # multiply in self-attention, one parameter for the optimizer (PyTorch's in_proj_weight).
+        self.in_proj = nn.utils.skip_init(  # allocated, not yet drawn (the default device)
+            nn.Linear,
+            self.d_model,
+            sum(self.qkv_widths),
+            bias=bias,
+            device=torch.get_default_device(),
+        )
+        self._init_like_three_linears()  # the same random draws as three nn.Linear
+        self.register_load_state_dict_pre_hook(_stack_separate_projections)
         self.out_proj = nn.Linear(self.d_model, self.d_model, bias=bias)  # weight (D, D) = W_Oᵀ
+
+    def _init_like_three_linears(self) -> None:
+        """Draw ``in_proj`` as three ``nn.Linear(d_model, width)`` would be, in the order q, k, v."""
+        with torch.no_grad():
+            for block in (self.q_proj, self.k_proj, self.v_proj):
+                w, b = block.weight, block.bias
+                nn.init.kaiming_uniform_(w, a=math.sqrt(5))  # nn.Linear's default
+                if b is not None:
+                    bound = 1.0 / math.sqrt(self.d_model)
+                    nn.init.uniform_(b, -bound, bound)
+
+    @property
+    def q_proj(self) -> RowBlock:
+        """The query projection: rows ``0..D-1`` of ``in_proj`` (weight ``W_Qᵀ``, ``(D, D)``)."""
+        return RowBlock(self.in_proj, 0, self.d_model)
+
+    @property
+    def k_proj(self) -> RowBlock:
+        """The key projection: the next ``H_kv Dh`` rows of ``in_proj`` (weight ``W_Kᵀ``)."""
+        D, d_kv = self.d_model, self.qkv_widths[1]
+        return RowBlock(self.in_proj, D, D + d_kv)
+
+    @property
+    def v_proj(self) -> RowBlock:
+        """The value projection: the last ``H_kv Dh`` rows of ``in_proj`` (weight ``W_Vᵀ``)."""
+        D, d_kv = self.d_model, self.qkv_widths[1]
+        return RowBlock(self.in_proj, D + d_kv, D + 2 * d_kv)
 
     @classmethod
     def from_config(
@@ -355,21 +448,18 @@ class MultiHeadAttention(nn.Module):
     def project_self(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``q_proj(x)``, ``k_proj(x)``, ``v_proj(x)`` as one matrix multiply (self-attention).
 
-        The three weights stacked ``(D + 2 H_kv Dh, D)``: one pass over ``x``
+        ``in_proj``'s weight ``(D + 2 H_kv Dh, D)``: one pass over ``x``
         instead of three. Returns views ``(B, T, D)``, ``(B, T, H_kv Dh)`` x 2.
         """
-        q, k, v = self.q_proj, self.k_proj, self.v_proj
-        weight = torch.cat((q.weight, k.weight, v.weight))  # (D + 2 H_kv Dh, D)
-        bias = None if q.bias is None else torch.cat((q.bias, k.bias, v.bias))
-        qkv = F.linear(x, weight, bias)  # (B, T, D) @ (D, D + 2 H_kv Dh)
+        qkv = self.in_proj(x)  # (B, T, D) @ (D, D + 2 H_kv Dh)
         return qkv.split(self.qkv_widths, dim=-1)  # views, no copy
 
     def copy_to(self, theirs: nn.MultiheadAttention) -> None:
         """Copy this module's weights into ``theirs``, a ``torch.nn.MultiheadAttention`` of our shape.
 
-        ``in_proj_weight`` ``(3 D, D)`` gets ``W_Qᵀ``, ``W_Kᵀ``, ``W_Vᵀ`` stacked
-        (our ``q_proj``, ``k_proj``, ``v_proj`` weights, in that order), likewise
-        the biases; ``out_proj`` is copied as it is. See :meth:`to_torch`.
+        Its ``in_proj_weight`` ``(3 D, D)`` stacks ``W_Qᵀ``, ``W_Kᵀ``, ``W_Vᵀ`` as
+        our ``in_proj.weight`` does, likewise the biases; ``out_proj`` is copied
+        as it is. See :meth:`to_torch`.
         """
         if self.n_kv_heads != self.n_heads or self.positional is not None:
             raise ValueError(
@@ -377,11 +467,10 @@ class MultiHeadAttention(nn.Module):
                 f"positional rotation, got n_kv_heads = {self.n_kv_heads} and "
                 f"positional = {self.positional!r}"
             )
-        projections = (self.q_proj, self.k_proj, self.v_proj)
         with torch.no_grad():
-            theirs.in_proj_weight.copy_(torch.cat([p.weight for p in projections]))  # (3 D, D)
-            if self.q_proj.bias is not None:
-                theirs.in_proj_bias.copy_(torch.cat([p.bias for p in projections]))  # (3 D,)
+            theirs.in_proj_weight.copy_(self.in_proj.weight)  # (3 D, D), the same stacking
+            if self.in_proj.bias is not None:
+                theirs.in_proj_bias.copy_(self.in_proj.bias)  # (3 D,)
             theirs.out_proj.load_state_dict(self.out_proj.state_dict())
 
     def to_torch(self) -> nn.MultiheadAttention:
@@ -395,8 +484,8 @@ class MultiHeadAttention(nn.Module):
         Only plain multi-head attention has a PyTorch twin: no grouped-query
         heads, no rotary embeddings.
         """
-        bias = self.q_proj.bias is not None
-        weight = self.q_proj.weight
+        bias = self.in_proj.bias is not None
+        weight = self.in_proj.weight
         theirs = nn.MultiheadAttention(
             self.d_model,
             self.n_heads,
@@ -427,10 +516,10 @@ class MultiHeadAttention(nn.Module):
                 raise ValueError(f"{name} must have shape {needed} with at least one position")
             tensors.append(x)
         query, key, value = tensors
-        if not query.dtype == key.dtype == value.dtype == self.q_proj.weight.dtype:
+        if not query.dtype == key.dtype == value.dtype == self.in_proj.weight.dtype:
             raise ValueError(
                 "query, key and value must have the module's dtype "
-                f"{self.q_proj.weight.dtype}, got {query.dtype}, {key.dtype} and {value.dtype}; "
+                f"{self.in_proj.weight.dtype}, got {query.dtype}, {key.dtype} and {value.dtype}; "
                 "convert the inputs (x.to(dtype)) or the module (module.to(dtype))"
             )
         if not query.shape[0] == key.shape[0] == value.shape[0]:
@@ -457,3 +546,18 @@ class MultiHeadAttention(nn.Module):
             if mask.dtype != torch.bool:
                 mask = mask.to(query.dtype)
         return query, key, value, mask
+
+
+def _stack_separate_projections(
+    module: nn.Module, state_dict: dict[str, Any], prefix: str, *args: Any
+) -> None:
+    """Load a state dict saved with separate ``q_proj``/``k_proj``/``v_proj`` weights.
+
+    Before ``in_proj`` stacked them, :class:`MultiHeadAttention` kept three
+    ``nn.Linear``; their entries are stacked here into ``in_proj.weight`` and
+    ``in_proj.bias``, so checkpoints written then still load.
+    """
+    for kind in ("weight", "bias"):
+        names = [f"{prefix}{p}.{kind}" for p in ("q_proj", "k_proj", "v_proj")]
+        if all(name in state_dict for name in names):
+            state_dict[f"{prefix}in_proj.{kind}"] = torch.cat([state_dict.pop(n) for n in names])

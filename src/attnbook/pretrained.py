@@ -7,8 +7,9 @@ is a table of copies and three conversions:
 
 - **GPT-2** keeps its linear maps as ``Conv1D`` modules, whose weight is
   ``(in, out)`` (``x @ W``), the transpose of ``nn.Linear``'s ``(out, in)``;
-  its queries, keys and values come from one fused ``c_attn`` map, cut here
-  into ``q_proj``, ``k_proj`` and ``v_proj``. Its GELU is the tanh
+  its queries, keys and values come from one fused ``c_attn`` map, which is
+  the book's stacked ``in_proj`` (rows ``q_proj``, ``k_proj``, ``v_proj``)
+  transposed. Its GELU is the tanh
   approximation (``gelu_new``: ``ffn="gelu_tanh"``).
 - **Llama** rotates the queries and keys with RoPE pairing feature ``i`` with
   feature ``i + Dh/2`` of each head (``rotate_half``), where the book pairs
@@ -144,17 +145,13 @@ def _llama_config(config: Any) -> GPTConfig:
 
 
 def _gpt2_weights(hf: Any, config: GPTConfig) -> dict[str, torch.Tensor]:
-    """GPT-2's weights under the book's names (``Conv1D`` weights transposed, ``c_attn`` cut)."""
-    t, D = hf.transformer, config.d_model
+    """GPT-2's weights under the book's names (``Conv1D`` weights transposed)."""
+    t = hf.transformer
     state = {"tok_emb.weight": t.wte.weight, "pos_emb.weight": t.wpe.weight}
     for i, layer in enumerate(t.h):
         ours = f"blocks.{i}."
-        qkv_weight = layer.attn.c_attn.weight.t()  # Conv1D (D, 3D) -> (3D, D): q, k, v rows
-        qkv_bias = layer.attn.c_attn.bias  # (3D,)
-        for j, name in enumerate(("q_proj", "k_proj", "v_proj")):
-            state[f"{ours}self_attn.{name}.weight"] = qkv_weight[j * D : (j + 1) * D]  # (D, D)
-            state[f"{ours}self_attn.{name}.bias"] = qkv_bias[j * D : (j + 1) * D]  # (D,)
         copies = {
+            "self_attn.in_proj": layer.attn.c_attn,  # Conv1D (D, 3D): q, k, v columns
             "self_attn.out_proj": layer.attn.c_proj,
             "ffn.linear1": layer.mlp.c_fc,  # Conv1D (D, F)
             "ffn.linear2": layer.mlp.c_proj,  # Conv1D (F, D)
@@ -176,13 +173,13 @@ def _llama_weights(hf: Any, config: GPTConfig) -> dict[str, torch.Tensor]:
     state = {"tok_emb.weight": m.embed_tokens.weight}
     for i, layer in enumerate(m.layers):
         ours, attn, mlp = f"blocks.{i}.", layer.self_attn, layer.mlp
-        state[f"{ours}self_attn.q_proj.weight"] = interleave_rope_rows(
-            attn.q_proj.weight, config.n_heads
-        )  # (H Dh, D), rows reordered per head
-        state[f"{ours}self_attn.k_proj.weight"] = interleave_rope_rows(
-            attn.k_proj.weight, n_kv_heads
-        )  # (H_kv Dh, D)
-        state[f"{ours}self_attn.v_proj.weight"] = attn.v_proj.weight  # (H_kv Dh, D)
+        state[f"{ours}self_attn.in_proj.weight"] = torch.cat(
+            [
+                interleave_rope_rows(attn.q_proj.weight, config.n_heads),  # (H Dh, D) reordered
+                interleave_rope_rows(attn.k_proj.weight, n_kv_heads),  # (H_kv Dh, D)
+                attn.v_proj.weight,  # (H_kv Dh, D), values are not rotated
+            ]
+        )  # (H Dh + 2 H_kv Dh, D): the stacked rows of q_proj, k_proj, v_proj
         state[f"{ours}self_attn.out_proj.weight"] = attn.o_proj.weight  # (D, D)
         state[f"{ours}norm1.weight"] = layer.input_layernorm.weight  # (D,)
         state[f"{ours}norm2.weight"] = layer.post_attention_layernorm.weight  # (D,)

@@ -36,8 +36,10 @@ def _grouped_and_repeated(
     full = MultiHeadAttention(d_model, n_heads, **kwargs).double()
     d_head, group = d_model // n_heads, n_heads // n_kv_heads
     with torch.no_grad():
-        for name in ("q_proj", "out_proj"):
-            getattr(full, name).load_state_dict(getattr(grouped, name).state_dict())
+        full.out_proj.load_state_dict(grouped.out_proj.state_dict())
+        full.q_proj.weight.copy_(grouped.q_proj.weight)  # rows of the stacked in_proj
+        if grouped.q_proj.bias is not None:
+            full.q_proj.bias.copy_(grouped.q_proj.bias)
         for name in ("k_proj", "v_proj"):
             small = getattr(grouped, name)  # weight (H_kv * Dh, D)
             weight = small.weight.view(n_kv_heads, d_head, d_model)  # one block of rows per head

@@ -192,10 +192,50 @@ def test_parameter_count_is_four_full_width_maps(d_model: int, n_heads: int, bia
     assert (
         sum(p.numel() for p in MultiHeadAttention(d_model, 1, bias=bias).parameters()) == expected
     )
-    names = {"q_proj.weight", "k_proj.weight", "v_proj.weight", "out_proj.weight"}
+    names = {"in_proj.weight", "out_proj.weight"}  # q, k, v stacked: one tensor to optimize
     if bias:
-        names |= {"q_proj.bias", "k_proj.bias", "v_proj.bias", "out_proj.bias"}
+        names |= {"in_proj.bias", "out_proj.bias"}
     assert set(attn.state_dict()) == names
+    assert attn.in_proj.weight.shape == (3 * d_model, d_model)
+
+
+@pytest.mark.parametrize("n_kv_heads", [None, 2])
+def test_q_k_v_proj_are_the_row_blocks_of_in_proj(
+    n_kv_heads: int | None, randn: Callable[..., torch.Tensor]
+) -> None:
+    torch.manual_seed(0)
+    attn = MultiHeadAttention(16, 4, n_kv_heads=n_kv_heads).double()
+    d_kv = attn.k_proj.out_features
+    assert d_kv == 16 if n_kv_heads is None else d_kv == 8
+    blocks = (attn.q_proj, attn.k_proj, attn.v_proj)
+    torch.testing.assert_close(torch.cat([b.weight for b in blocks]), attn.in_proj.weight)
+    torch.testing.assert_close(torch.cat([b.bias for b in blocks]), attn.in_proj.bias)
+    x = randn(0, 2, 3, 16)
+    for block in blocks:  # each one behaves as its own nn.Linear
+        torch.testing.assert_close(block(x), x @ block.weight.T + block.bias)
+    with torch.no_grad():
+        attn.k_proj.weight.zero_()  # writes the parameter's rows, and only those
+    assert bool(attn.in_proj.weight[16 : 16 + d_kv].eq(0).all())
+    assert not bool(attn.in_proj.weight[:16].eq(0).any())
+    assert not bool(attn.in_proj.weight[16 + d_kv :].eq(0).any())
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_a_state_dict_with_separate_q_k_v_still_loads(
+    bias: bool, randn: Callable[..., torch.Tensor]
+) -> None:
+    torch.manual_seed(0)
+    saved = MultiHeadAttention(16, 4, n_kv_heads=2, bias=bias).double()
+    old = {"out_proj." + k: v for k, v in saved.out_proj.state_dict().items()}
+    for name in ("q_proj", "k_proj", "v_proj"):  # the layout of three nn.Linear
+        block = getattr(saved, name)
+        old[f"{name}.weight"] = block.weight.detach().clone()
+        if bias:
+            old[f"{name}.bias"] = block.bias.detach().clone()
+    loaded = MultiHeadAttention(16, 4, n_kv_heads=2, bias=bias).double()
+    loaded.load_state_dict(old)  # strict: every key used, none missing
+    x = randn(0, 2, 5, 16)
+    torch.testing.assert_close(loaded(x, x, x)[0], saved(x, x, x)[0], rtol=0, atol=0)
 
 
 def test_gradients_reach_every_projection_on_both_paths(randn: Callable[..., torch.Tensor]) -> None:
@@ -519,3 +559,9 @@ def test_to_torch_refuses_what_pytorch_has_no_twin_for() -> None:
     theirs = MultiHeadAttention(8, 2, bias=False).to_torch()
     assert theirs.in_proj_bias is None
     assert theirs.batch_first
+
+
+def test_in_proj_follows_the_default_device_like_the_other_parameters() -> None:
+    with torch.device("meta"):  # shapes only, as chapter 9 counts GPT-2's parameters
+        attn = MultiHeadAttention(16, 4)
+    assert {p.device.type for p in attn.parameters()} == {"meta"}

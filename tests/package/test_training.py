@@ -143,7 +143,7 @@ def test_optimizer_decays_weight_matrices_only() -> None:
     assert id(model.blocks[0].norm1.weight) in ids(rest)
     assert id(model.blocks[0].ffn.linear1.bias) in ids(rest)
     assert id(model.blocks[0].ffn.linear1.weight) in ids(decay)
-    assert id(model.blocks[0].self_attn.q_proj.weight) in ids(decay)
+    assert id(model.blocks[0].self_attn.in_proj.weight) in ids(decay)  # W_Q, W_K, W_V stacked
 
 
 @pytest.mark.parametrize(
