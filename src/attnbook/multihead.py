@@ -44,7 +44,6 @@ axis, so a per-sequence ``(B, T, S)`` mask (or the ``(B, 1, S)`` of
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -163,6 +162,10 @@ class RowBlock:
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """``x @ weight.T + bias``, as ``nn.Linear`` computes it."""
         return F.linear(x, self.weight, self.bias)
+
+    def reset_parameters(self) -> None:
+        """Draw these rows as ``nn.Linear(in_features, out_features)`` draws its own (in place)."""
+        nn.Linear.reset_parameters(self)  # type: ignore[arg-type]  # reads .weight and .bias
 
     def __repr__(self) -> str:
         return (
@@ -309,28 +312,27 @@ class MultiHeadAttention(nn.Module):
         """Draw ``in_proj`` as three ``nn.Linear(d_model, width)`` would be, in the order q, k, v."""
         with torch.no_grad():
             for block in (self.q_proj, self.k_proj, self.v_proj):
-                w, b = block.weight, block.bias
-                nn.init.kaiming_uniform_(w, a=math.sqrt(5))  # nn.Linear's default
-                if b is not None:
-                    bound = 1.0 / math.sqrt(self.d_model)
-                    nn.init.uniform_(b, -bound, bound)
+                block.reset_parameters()
+
+    def _row_block(self, i: int) -> RowBlock:
+        """Block ``i`` of ``in_proj``'s rows (0: W_Qᵀ, 1: W_Kᵀ, 2: W_Vᵀ), widths ``qkv_widths``."""
+        start = sum(self.qkv_widths[:i])
+        return RowBlock(self.in_proj, start, start + self.qkv_widths[i])
 
     @property
     def q_proj(self) -> RowBlock:
         """The query projection: rows ``0..D-1`` of ``in_proj`` (weight ``W_Qᵀ``, ``(D, D)``)."""
-        return RowBlock(self.in_proj, 0, self.d_model)
+        return self._row_block(0)
 
     @property
     def k_proj(self) -> RowBlock:
         """The key projection: the next ``H_kv Dh`` rows of ``in_proj`` (weight ``W_Kᵀ``)."""
-        D, d_kv = self.d_model, self.qkv_widths[1]
-        return RowBlock(self.in_proj, D, D + d_kv)
+        return self._row_block(1)
 
     @property
     def v_proj(self) -> RowBlock:
         """The value projection: the last ``H_kv Dh`` rows of ``in_proj`` (weight ``W_Vᵀ``)."""
-        D, d_kv = self.d_model, self.qkv_widths[1]
-        return RowBlock(self.in_proj, D + d_kv, D + 2 * d_kv)
+        return self._row_block(2)
 
     @classmethod
     def from_config(

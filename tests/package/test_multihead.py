@@ -565,3 +565,17 @@ def test_in_proj_follows_the_default_device_like_the_other_parameters() -> None:
     with torch.device("meta"):  # shapes only, as chapter 9 counts GPT-2's parameters
         attn = MultiHeadAttention(16, 4)
     assert {p.device.type for p in attn.parameters()} == {"meta"}
+
+
+@pytest.mark.parametrize(("n_kv_heads", "bias"), [(None, True), (2, True), (1, False)])
+def test_in_proj_is_drawn_as_three_linears_would_be(n_kv_heads: int | None, bias: bool) -> None:
+    torch.manual_seed(0)
+    attn = MultiHeadAttention(16, 4, bias=bias, n_kv_heads=n_kv_heads)
+    torch.manual_seed(0)
+    widths = attn.qkv_widths
+    three = [torch.nn.Linear(16, width, bias=bias) for width in widths]  # q, k, v in order
+    out = torch.nn.Linear(16, 16, bias=bias)
+    torch.testing.assert_close(attn.in_proj.weight, torch.cat([p.weight for p in three]))
+    if bias:
+        torch.testing.assert_close(attn.in_proj.bias, torch.cat([p.bias for p in three]))
+    torch.testing.assert_close(attn.out_proj.weight, out.weight)
