@@ -23,15 +23,15 @@ import argparse
 import codecs
 import functools
 import http.server
-import os
 import re
 import sys
 import threading
 import time
 from pathlib import Path
 
+from tools.page_checks import CHROMIUM, RAW_TEX, page_js
+
 ROOT = Path(__file__).resolve().parent.parent
-CHROMIUM = Path(os.environ.get("ATTNBOOK_CHROMIUM", "/usr/bin/chromium"))
 CHROMIUM_ARGS = [
     "--no-sandbox",
     "--disable-gpu",
@@ -39,38 +39,24 @@ CHROMIUM_ARGS = [
     "--disable-background-networking",
 ]
 TIMEOUT_MS = 120_000  # the whole book is one page: loading and typesetting take a while
-RAW_TEX = [r"$$", r"\[", r"\begin{"]
 
 # Run in the page once loaded: typeset maths, open dropdowns, load every image, and report.
-PREPARE_JS = r"""
-async () => {
-  if (window.MathJax && window.MathJax.startup) await window.MathJax.startup.promise;
-  document.querySelectorAll(".toggle-hidden").forEach((e) => e.classList.remove("toggle-hidden"));
-  document.querySelectorAll("details").forEach((d) => { d.open = true; });
+PREPARE_JS = page_js(r"""
+  await mathJaxDone();
+  openDropdowns();
   const main = document.querySelector("main") || document.body;
   const images = [...main.querySelectorAll("img")];
-  images.forEach((img) => { img.loading = "eager"; });
-  await Promise.all(images.map((img) => img.complete ? null : new Promise((done) => {
-    img.addEventListener("load", done); img.addEventListener("error", done);
-  })));
-  const maths = [...main.querySelectorAll(".math.notranslate.nohighlight, div.math")];
-  const skip = "pre, code, script, style, textarea, mjx-container, .highlight";
-  const walker = document.createTreeWalker(main, NodeFilter.SHOW_TEXT);
-  const prose = [];
-  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
-    if (!node.parentElement.closest(skip)) prose.push(node.textContent);
-  }
+  await loadImages(images, null);  // the whole book: as long as it takes
+  const maths = mathsIn(main);
   return {
     maths: maths.length,
-    untypeset: maths.filter((m) => !m.querySelector("mjx-container")).length,
-    prose: prose.join(" "),
-    brokenImages: images.filter((img) => !(img.complete && img.naturalWidth > 0))
-      .map((img) => img.getAttribute("src")),
+    untypeset: maths.filter((m) => !isTypeset(m)).length,
+    prose: proseIn(main),
+    brokenImages: images.filter((img) => !imageLoaded(img)).map((img) => img.getAttribute("src")),
     h1: [...main.querySelectorAll("h1")].map((h) => h.textContent.replace(/[#¶]/g, "")
       .replace(/\s+/g, " ").trim()),
   };
-}
-"""
+""")
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):

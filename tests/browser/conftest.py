@@ -28,11 +28,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tools.page_checks import CHROMIUM, MATHJAX_DONE_JS, page_js
+
 ROOT = Path(__file__).resolve().parents[2]
 # The built book under test: `_build/html`, or `$ATTNBOOK_BOOK_HTML` (a build made elsewhere,
 # e.g. `jupyter-book build . --path-output ../book` -> ../book/_build/html).
 BUILD = Path(os.environ.get("ATTNBOOK_BOOK_HTML") or ROOT / "_build" / "html")
-CHROMIUM = Path(os.environ.get("ATTNBOOK_CHROMIUM", "/usr/bin/chromium"))
 CHROMIUM_ARGS = [
     "--no-sandbox",
     "--disable-gpu",
@@ -156,42 +157,25 @@ def page_source() -> Callable[[str], str]:
 # One round trip gathers everything the tests check. It runs after MathJax has
 # finished typesetting (or was found missing). The "article" is the page's main
 # text (sphinx-book-theme's <article class="bd-article">, else <main>, else <body>).
-COLLECT_JS = r"""
-async () => {
+COLLECT_JS = page_js(r"""
   const article = document.querySelector("article.bd-article") || document.querySelector("main")
       || document.body;
   const snippet = (s) => s.replace(/\s+/g, " ").trim().slice(0, 80);
 
   const images = [...article.querySelectorAll("img")];
-  images.forEach((img) => { if (img.loading === "lazy") img.loading = "eager"; });
-  await Promise.race([
-    Promise.all(images.map((img) => img.complete ? null : new Promise((done) => {
-      img.addEventListener("load", done); img.addEventListener("error", done);
-    }))),
-    new Promise((done) => setTimeout(done, 10000)),
-  ]);
-
-  const maths = [...article.querySelectorAll(".math.notranslate.nohighlight, div.math")];
-  const untypeset = maths.filter((m) => !m.querySelector("mjx-container"));
-
-  // Text outside code, scripts and typeset maths (closed dropdowns included):
-  // raw TeX there was never typeset.
-  const skip = "pre, code, script, style, textarea, mjx-container, .highlight";
-  const walker = document.createTreeWalker(article, NodeFilter.SHOW_TEXT);
-  const prose = [];
-  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
-    if (!node.parentElement.closest(skip)) prose.push(node.textContent);
-  }
+  await loadImages(images, 10000);  // 10 s at most
+  const maths = mathsIn(article);
+  const untypeset = maths.filter((m) => !isTypeset(m));
 
   return {
     title: document.title,
     h1: [...article.querySelectorAll("h1")].map((h) => snippet(h.textContent)),
     mathCount: maths.length,
     untypeset: untypeset.map((m) => m.tagName.toLowerCase() + ": " + snippet(m.textContent)),
-    prose: prose.join(" "),
+    prose: proseIn(article),
     images: images.map((img) => ({
       src: img.getAttribute("src"),
-      loaded: img.complete && img.naturalWidth > 0,
+      loaded: imageLoaded(img),
       alt: (img.getAttribute("alt") || "").trim(),
     })),
     figures: [...article.querySelectorAll("figure")].map((f) => ({
@@ -199,17 +183,14 @@ async () => {
       caption: snippet((f.querySelector("figcaption") || {}).textContent || ""),
     })),
   };
-}
-"""
+""")
 
 # Second round trip, after COLLECT_JS: opens every dropdown (solutions, hidden cells) so
 # that their code is measured and audited too, then looks at bertviz's views and the icons.
-LAYOUT_JS = r"""
-async () => {
+LAYOUT_JS = page_js(r"""
   const article = document.querySelector("article.bd-article") || document.querySelector("main")
       || document.body;
-  document.querySelectorAll(".toggle-hidden").forEach((e) => e.classList.remove("toggle-hidden"));
-  document.querySelectorAll("details").forEach((d) => { d.open = true; });
+  openDropdowns();
   await new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done)));
 
   // bertviz's views: the root <div id="bertviz-..."> and what its script drew.
@@ -265,8 +246,7 @@ async () => {
     frontDoor.links.push({text: link.textContent.trim(), href: link.getAttribute("href"), status});
   }
   return {bertviz, icons, frontDoor};
-}
-"""
+""")
 
 # Every code block (cell inputs, outputs, code in the prose), every dropdown open: its width
 # and its longest line. Run once per width of CODE_WIDTHS, the window resized in between.
@@ -638,10 +618,7 @@ def _wait_for_mathjax(page, report: PageReport) -> None:
             "() => !window.MathJax || (window.MathJax.startup && window.MathJax.startup.promise)",
             timeout=15_000,
         )
-        page.evaluate(
-            "() => window.MathJax && window.MathJax.startup && window.MathJax.startup.promise"
-            ".then(() => true)"
-        )
+        page.evaluate(MATHJAX_DONE_JS)
     except Exception as error:  # a timeout, or MathJax's own failure
         report.mathjax_problem = (
             f"MathJax never finished starting ({type(error).__name__}); "

@@ -45,11 +45,11 @@ import pytest
 
 from attnbook.viz import SMALLEST_TEXT_KEY, png_text, svg_smallest_text
 from tools.figure_text import FLOOR_PX
+from tools.page_checks import RAW_TEX
 
 pytestmark = pytest.mark.browser
 
 # Every test taking `page_name` runs once per built page (conftest.pytest_generate_tests).
-RAW_TEX = [r"$$", r"\[", r"\begin{"]
 OFFLINE_CRITICAL = {"script", "stylesheet", "font"}  # what makes a page break without a network
 AXE_IMPACTS = {"serious", "critical"}  # what fails; "minor" and "moderate" findings do not
 SEARCH_WORD = "attention"  # a word of intro.md, so the search must find at least one page
