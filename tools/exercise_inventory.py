@@ -59,7 +59,14 @@ from pathlib import Path
 import nbformat
 
 from tools import course, sync_repo_url
-from tools.notebooks import KERNEL_NAME, TIMEOUT_S, exercises, run_notebook, strip_solutions
+from tools.notebooks import (
+    KERNEL_NAME,
+    OPTION_LINE,
+    TIMEOUT_S,
+    exercises,
+    run_notebook,
+    strip_solutions,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 GUIDE = ROOT / "instructors.md"
@@ -117,7 +124,6 @@ class Chapter:
         return int(self.stem.split("_", 1)[0])
 
 
-_OPTION = re.compile(r"^\s*:([\w-]+):[ \t]*(.*?)\s*$")
 _DIFFICULTY = re.compile(r"\s*\((easy|medium|harder)\)\s*$")
 _OBJECTIVES = re.compile(
     r"^(:{3,}|`{3,})\{admonition\}\s+Learning objectives\s*\n(.*?)^\1\s*$", re.M | re.S
@@ -131,7 +137,7 @@ def _objectives(markdown: str) -> list[str]:
         return []
     bullets: list[str] = []
     for line in match[2].splitlines():
-        if _OPTION.match(line):
+        if OPTION_LINE.match(line):
             continue
         if line.startswith("- "):
             bullets.append(line[2:].strip())

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from attnbook.exercises.notebooks import (
     KERNEL_ENV,
+    OPTION_LINE,
     Block,
     Exercise,
     checker_calls,
@@ -25,6 +26,7 @@ from attnbook.exercises.notebooks import (
 __all__ = [
     "KERNEL_ENV",
     "KERNEL_NAME",
+    "OPTION_LINE",
     "TIMEOUT_S",
     "Block",
     "Exercise",

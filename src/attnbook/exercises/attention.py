@@ -14,17 +14,13 @@ import torch.nn.functional as F
 
 import attnbook.attention
 from attnbook.attention import scaled_dot_product_attention
-from attnbook.exercises._framework import Case, Mistake, Verdict, forbid_calls, run_cases
+from attnbook.exercises._framework import Case, Mistake, Verdict, forbid_calls, randn, run_cases
 
 __all__ = [
     "check_cross_attention",
     "check_scaled_dot_product_attention",
     "check_self_attention",
 ]
-
-
-def _randn(seed: int, *shape: int) -> torch.Tensor:
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
 
 
 def _worked_example() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -49,24 +45,24 @@ _SDPA_CASES = [
     ),
     Case(
         "T = 2 queries, S = 5 keys, d_k = 4, d_v = 3",
-        lambda: (_randn(401, 2, 4), _randn(402, 5, 4), _randn(403, 5, 3)),
+        lambda: (randn(401, 2, 4), randn(402, 5, 4), randn(403, 5, 3)),
         "The scores have shape (T, S); each query's row is normalised over the keys (the last "
         "axis), and the output has one row per query and the width of a value.",
     ),
     Case(
         "square: T = S = 4 (a transpose mistake hides in the shape)",
-        lambda: (_randn(404, 4, 4), _randn(405, 4, 4), _randn(406, 4, 2)),
+        lambda: (randn(404, 4, 4), randn(405, 4, 4), randn(406, 4, 2)),
         "Transpose the keys, not the queries: entry [t, s] of the scores is query t · key s.",
     ),
     Case(
         "wide vectors, d_k = 64 (the scale matters)",
-        lambda: (_randn(407, 3, 64), _randn(408, 6, 64), _randn(409, 6, 5)),
+        lambda: (randn(407, 3, 64), randn(408, 6, 64), randn(409, 6, 5)),
         "Divide the scores by sqrt(d_k), with d_k the width of a query (the last dimension), "
         "not by d_k itself.",
     ),
     Case(
         "a batch of 2 sequences: shapes (B, T, d_k), (B, S, d_k), (B, S, d_v)",
-        lambda: (_randn(410, 2, 3, 4), _randn(411, 2, 5, 4), _randn(412, 2, 5, 3)),
+        lambda: (randn(410, 2, 3, 4), randn(411, 2, 5, 4), randn(412, 2, 5, 3)),
         "With a batch axis in front, swap only the last two axes of the keys "
         "(key.transpose(-2, -1)) and softmax over dim=-1.",
     ),
@@ -153,13 +149,13 @@ _SELF_CASES = [
     ),
     Case(
         "d_model = 6, d_k = 3, d_v = 2 (all widths differ)",
-        lambda: (_randn(421, 5, 6), _randn(422, 6, 3), _randn(423, 6, 3), _randn(424, 6, 2)),
+        lambda: (randn(421, 5, 6), randn(422, 6, 3), randn(423, 6, 3), randn(424, 6, 2)),
         "Scale by sqrt(d_k), the width of the projected queries, not sqrt(d_model); and the "
         "output is a mix of the projected values V, of width d_v.",
     ),
     Case(
         "a batch of 2 sequences, x of shape (B, T, d_model)",
-        lambda: (_randn(425, 2, 4, 5), _randn(426, 5, 3), _randn(427, 5, 3), _randn(428, 5, 4)),
+        lambda: (randn(425, 2, 4, 5), randn(426, 5, 3), randn(427, 5, 3), randn(428, 5, 4)),
         "x @ W works for a batch too; transpose only the last two axes of K.",
     ),
 ]
@@ -210,11 +206,11 @@ _CROSS_CASES = [
     Case(
         "T = 2 queries of width 4 attend to S = 5 context vectors of width 6",
         lambda: (
-            _randn(431, 2, 4),
-            _randn(432, 5, 6),
-            _randn(433, 4, 3),
-            _randn(434, 6, 3),
-            _randn(435, 6, 2),
+            randn(431, 2, 4),
+            randn(432, 5, 6),
+            randn(433, 4, 3),
+            randn(434, 6, 3),
+            randn(435, 6, 2),
         ),
         "Queries come from x_query; keys and values both come from x_context. The output has "
         "one row per query.",
@@ -222,22 +218,22 @@ _CROSS_CASES = [
     Case(
         "T = S = 3, both inputs of width 4 (a mix-up hides in the shape)",
         lambda: (
-            _randn(436, 3, 4),
-            _randn(437, 3, 4),
-            _randn(438, 4, 4),
-            _randn(439, 4, 4),
-            _randn(440, 4, 4),
+            randn(436, 3, 4),
+            randn(437, 3, 4),
+            randn(438, 4, 4),
+            randn(439, 4, 4),
+            randn(440, 4, 4),
         ),
         "Check which input each projection reads: only W_q sees x_query.",
     ),
     Case(
         "a batch of 2: x_query (B, T, D), x_context (B, S, D_ctx)",
         lambda: (
-            _randn(441, 2, 3, 4),
-            _randn(442, 2, 6, 5),
-            _randn(443, 4, 2),
-            _randn(444, 5, 2),
-            _randn(445, 5, 3),
+            randn(441, 2, 3, 4),
+            randn(442, 2, 6, 5),
+            randn(443, 4, 2),
+            randn(444, 5, 2),
+            randn(445, 5, 3),
         ),
         "Transpose only the last two axes of K, and softmax over the keys (dim=-1).",
     ),

@@ -13,26 +13,22 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnbook.exercises._framework import Case, Mistake, Verdict, run_cases
+from attnbook.exercises._framework import Case, Mistake, Verdict, randn, run_cases
 from attnbook.model import GPT, GPTConfig
 from attnbook.multihead import MultiHeadAttention
 
 __all__ = ["check_feed_forward", "check_gpt_num_parameters", "check_pre_ln_block"]
 
 
-def _randn(seed: int, *shape: int) -> torch.Tensor:
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
-
-
 # ------------------------------------------------------------------ feed-forward
 
 
 def _ffn_args(seed: int, lead: tuple[int, ...], d_model: int, d_ff: int) -> tuple:
-    x = _randn(seed, *lead, d_model)
-    w1 = _randn(seed + 1, d_model, d_ff) / d_model**0.5
-    b1 = _randn(seed + 2, d_ff)
-    w2 = _randn(seed + 3, d_ff, d_model) / d_ff**0.5
-    b2 = _randn(seed + 4, d_model)
+    x = randn(seed, *lead, d_model)
+    w1 = randn(seed + 1, d_model, d_ff) / d_model**0.5
+    b1 = randn(seed + 2, d_ff)
+    w2 = randn(seed + 3, d_ff, d_model) / d_ff**0.5
+    b2 = randn(seed + 4, d_model)
     return x, w1, b1, w2, b2
 
 
@@ -110,8 +106,8 @@ def _block_parts(seed: int, d_model: int, n_heads: int) -> tuple:
     norm1, norm2 = nn.LayerNorm(d_model).double(), nn.LayerNorm(d_model).double()
     with torch.no_grad():  # LayerNorms start as the identity map; give them weights that show
         for i, norm in enumerate((norm1, norm2)):
-            norm.weight.copy_(1 + 0.5 * _randn(seed + 10 + i, d_model))
-            norm.bias.copy_(0.5 * _randn(seed + 20 + i, d_model))
+            norm.weight.copy_(1 + 0.5 * randn(seed + 10 + i, d_model))
+            norm.bias.copy_(0.5 * randn(seed + 20 + i, d_model))
 
     def attention(h: torch.Tensor) -> torch.Tensor:
         return mha(h, h, h, is_causal=True)[0]  # causal self-attention, (B, T, D)
@@ -123,7 +119,7 @@ def _block_parts(seed: int, d_model: int, n_heads: int) -> tuple:
 
 
 def _block_args(seed: int, batch: int, seq_len: int, d_model: int, n_heads: int) -> tuple:
-    return (_randn(seed, batch, seq_len, d_model), *_block_parts(seed, d_model, n_heads))
+    return (randn(seed, batch, seq_len, d_model), *_block_parts(seed, d_model, n_heads))
 
 
 def _pre_ln(x, attention, ffn, norm1, norm2):

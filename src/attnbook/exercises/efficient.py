@@ -14,18 +14,13 @@ from collections.abc import Callable
 
 import torch
 
-from attnbook.exercises._framework import Case, Mistake, Verdict, run_cases
+from attnbook.exercises._framework import Case, Mistake, Verdict, randn, run_cases
 from attnbook.masking import sliding_window_mask
 
 __all__ = ["check_kv_cache_bytes", "check_online_softmax_update", "check_sliding_window_mask"]
 
 State = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 UpdateFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], State]
-
-
-def _randn(seed: int, *shape: int, scale: float = 1.0) -> torch.Tensor:
-    generator = torch.Generator().manual_seed(seed)
-    return scale * torch.randn(*shape, generator=generator, dtype=torch.float64)
 
 
 # ------------------------------------------------------------------ online softmax update
@@ -56,27 +51,27 @@ def _state_after(scores: torch.Tensor, values: torch.Tensor) -> State:
 
 
 def _first_block() -> tuple:
-    return (*_empty_state(3, 2), _randn(1201, 3, 4), _randn(1202, 4, 2))
+    return (*_empty_state(3, 2), randn(1201, 3, 4), randn(1202, 4, 2))
 
 
 def _max_moves_up() -> tuple:
-    state = _state_after(_randn(1203, 3, 4), _randn(1204, 4, 2))
-    return (*state, _randn(1205, 3, 5) + 4.0, _randn(1206, 5, 2))  # every new score is larger
+    state = _state_after(randn(1203, 3, 4), randn(1204, 4, 2))
+    return (*state, randn(1205, 3, 5) + 4.0, randn(1206, 5, 2))  # every new score is larger
 
 
 def _max_stays() -> tuple:
-    state = _state_after(_randn(1207, 3, 4) + 4.0, _randn(1208, 4, 2))
-    return (*state, _randn(1209, 3, 2) - 3.0, _randn(1210, 2, 2))  # every new score is smaller
+    state = _state_after(randn(1207, 3, 4) + 4.0, randn(1208, 4, 2))
+    return (*state, randn(1209, 3, 2) - 3.0, randn(1210, 2, 2))  # every new score is smaller
 
 
 def _mixed_rows() -> tuple:
-    state = _state_after(_randn(1211, 4, 3, scale=2.0), _randn(1212, 3, 3))
-    return (*state, _randn(1213, 4, 3, scale=2.0), _randn(1214, 3, 3))
+    state = _state_after(randn(1211, 4, 3, scale=2.0), randn(1212, 3, 3))
+    return (*state, randn(1213, 4, 3, scale=2.0), randn(1214, 3, 3))
 
 
 def _large_scores() -> tuple:
-    state = _state_after(_randn(1215, 2, 3, scale=1e3) + 1e4, _randn(1216, 3, 2))
-    return (*state, _randn(1217, 2, 3, scale=1e3) + 1e4, _randn(1218, 3, 2))
+    state = _state_after(randn(1215, 2, 3, scale=1e3) + 1e4, randn(1216, 3, 2))
+    return (*state, randn(1217, 2, 3, scale=1e3) + 1e4, randn(1218, 3, 2))
 
 
 def _stacked(fn: UpdateFn) -> Callable[..., torch.Tensor]:

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnbook.attention import scaled_dot_product_attention
-from attnbook.exercises._framework import Case, Mistake, Verdict, forbid_calls, run_cases
+from attnbook.exercises._framework import Case, Mistake, Verdict, forbid_calls, randn, run_cases
 from attnbook.masking import (
     apply_mask,
     causal_mask,
@@ -29,10 +29,6 @@ __all__ = [
     "check_masked_softmax",
     "check_padding_mask",
 ]
-
-
-def _randn(seed: int, *shape: int) -> torch.Tensor:
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
 
 
 _CAUSAL_CASES = [
@@ -83,7 +79,7 @@ def _scores_favour_the_future() -> tuple[torch.Tensor, ...]:
     """Later keys match every query best, so a leak from the future is obvious."""
     query = torch.ones(4, 2, dtype=torch.float64)  # (T, d_k)
     key = torch.arange(4, dtype=torch.float64)[:, None].repeat(1, 2)  # (S, d_k), growing with s
-    value = _randn(501, 4, 3)  # (S, d_v)
+    value = randn(501, 4, 3)  # (S, d_v)
     return query, key, value, causal_mask(4)
 
 
@@ -97,14 +93,14 @@ def _huge_scores_favour_the_future() -> tuple[torch.Tensor, ...]:
     query = torch.ones(4, 2, dtype=torch.float64)  # (T, d_k)
     steps = torch.arange(4, dtype=torch.float64) - 3.0  # -3, -2, -1, 0
     key = 1e9 * steps[:, None].repeat(1, 2)  # (S, d_k): scores 1.4e9 * (s - 3)
-    value = _randn(511, 4, 3)  # (S, d_v)
+    value = randn(511, 4, 3)  # (S, d_v)
     return query, key, value, causal_mask(4)
 
 
 _MASKED_CASES = [
     Case(
         "causal mask, T = S = 4",
-        lambda: (_randn(502, 4, 3), _randn(503, 4, 3), _randn(504, 4, 2), causal_mask(4)),
+        lambda: (randn(502, 4, 3), randn(503, 4, 3), randn(504, 4, 2), causal_mask(4)),
         "Block a pair by setting its score to -inf before the softmax (exp(-inf) = 0); "
         "True in the mask means 'may attend', so block where the mask is False.",
     ),
@@ -117,9 +113,9 @@ _MASKED_CASES = [
     Case(
         "padding mask of shape (B, 1, S) on a batch of 2, T = 3 queries, S = 5 keys",
         lambda: (
-            _randn(505, 2, 3, 4),
-            _randn(506, 2, 5, 4),
-            _randn(507, 2, 5, 3),
+            randn(505, 2, 3, 4),
+            randn(506, 2, 5, 4),
+            randn(507, 2, 5, 3),
             padding_mask([5, 2], 5),
         ),
         "The mask broadcasts against the (B, T, S) scores: use it as it is, without indexing "
@@ -128,9 +124,9 @@ _MASKED_CASES = [
     Case(
         "causal and padding masks combined, shape (B, T, T)",
         lambda: (
-            _randn(508, 2, 4, 3),
-            _randn(509, 2, 4, 3),
-            _randn(510, 2, 4, 2),
+            randn(508, 2, 4, 3),
+            randn(509, 2, 4, 3),
+            randn(510, 2, 4, 2),
             combine_masks(causal_mask(4), padding_mask([4, 3], 4)),
         ),
         "Every False entry is blocked, whatever the reason; every row here has at least one key.",
@@ -342,24 +338,24 @@ def _row_blocked() -> tuple[torch.Tensor, torch.Tensor]:
     mask = torch.ones(2, 3, 5, dtype=torch.bool)
     mask[0, 1] = False
     mask[1, :, 3:] = False
-    return _randn(521, 2, 3, 5), mask
+    return randn(521, 2, 3, 5), mask
 
 
 def _empty_sequence() -> tuple[torch.Tensor, torch.Tensor]:
     """A batch whose second sequence has length 0: all its rows are blocked."""
-    return _randn(522, 2, 4, 4), padding_mask([3, 0], 4)  # (B, T, S), (B, 1, S)
+    return randn(522, 2, 4, 4), padding_mask([3, 0], 4)  # (B, T, S), (B, 1, S)
 
 
 _MASKED_SOFTMAX_CASES = [
     Case(
         "4 queries share a mask (1, 5): keys 3 and 4 are padding",
-        lambda: (_randn(519, 4, 5), torch.tensor([[True, True, True, False, False]])),
+        lambda: (randn(519, 4, 5), torch.tensor([[True, True, True, False, False]])),
         "Set the blocked scores to -inf, then a stable softmax over the keys (the last axis); "
         "True in the mask means 'may attend', and the mask broadcasts over the queries.",
     ),
     Case(
         "a causal mask, every row has an allowed key",
-        lambda: (_randn(520, 4, 4), causal_mask(4)),
+        lambda: (randn(520, 4, 4), causal_mask(4)),
         "Set the blocked scores to -inf, then a stable softmax over the keys (the last axis); "
         "True in the mask means 'may attend'.",
     ),
@@ -438,7 +434,7 @@ def _forward_or_gradient(
 def _gradient_case() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The scores and mask of a fully masked row, and a random upstream gradient."""
     scores, mask = _row_blocked()
-    return scores, mask, _randn(523, 2, 3, 5)
+    return scores, mask, randn(523, 2, 3, 5)
 
 
 def _additive_then_nan_to_num(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

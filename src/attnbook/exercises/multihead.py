@@ -17,17 +17,13 @@ from collections.abc import Callable
 import torch
 
 from attnbook.attention import scaled_dot_product_attention
-from attnbook.exercises._framework import Case, Mistake, Verdict, run_cases
+from attnbook.exercises._framework import Case, Mistake, Verdict, randn, run_cases
 from attnbook.multihead import merge_heads, split_heads
 
 __all__ = ["check_merge_heads", "check_multi_head_attention", "check_split_heads"]
 
 # The running example of the book: "she likes coffee", one 4-d embedding per word.
 _SHE_LIKES_COFFEE = [[0.2, 0.9, 0.1, 0.5], [0.8, 0.3, 0.7, 0.2], [0.4, 0.6, 0.3, 0.9]]
-
-
-def _randn(seed: int, *shape: int) -> torch.Tensor:
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
 
 
 def _she_likes_coffee() -> torch.Tensor:
@@ -51,19 +47,19 @@ _SPLIT_CASES = [
     ),
     Case(
         "B = 2, T = 5, d_model = 6, 3 heads",
-        lambda: (_randn(701, 2, 5, 6), 3),
+        lambda: (randn(701, 2, 5, 6), 3),
         "The result has shape (B, n_heads, T, d_head) with d_head = d_model // n_heads; "
         "transpose the T and head axes (1 and 2), not other ones. " + _SPLIT_HINT,
     ),
     Case(
         "square: T = n_heads = d_head = 4 (a wrong order hides in the shape)",
-        lambda: (_randn(702, 2, 4, 16), 4),
+        lambda: (randn(702, 2, 4, 16), 4),
         "Each head takes a contiguous block of d_head features (not every n_heads-th feature), "
         "and the head axis goes before the positions: (B, n_heads, T, d_head).",
     ),
     Case(
         "one head: the result is x with a head axis of size 1",
-        lambda: (_randn(703, 2, 3, 5), 1),
+        lambda: (randn(703, 2, 3, 5), 1),
         "With n_heads = 1, d_head = d_model and the answer is x.unsqueeze(1).",
     ),
 ]
@@ -91,13 +87,13 @@ _MERGE_CASES = [
     ),
     Case(
         "B = 2, 3 heads, T = 5, d_head = 2",
-        lambda: (_randn(711, 2, 3, 5, 2),),
+        lambda: (randn(711, 2, 3, 5, 2),),
         "The output has shape (B, T, n_heads * d_head): every head's d_head features, side by "
         "side (concatenated, not averaged or summed).",
     ),
     Case(
         "square: n_heads = T = d_head = 4",
-        lambda: (_randn(712, 2, 4, 4, 4),),
+        lambda: (randn(712, 2, 4, 4, 4),),
         "Row t of the output is [head 0 at t, head 1 at t, ...]: transpose to "
         "(B, T, n_heads, d_head) before reshaping (use .reshape, or .contiguous().view).",
     ),
@@ -133,15 +129,15 @@ def _mha_reference(
 
 
 def _mha_args(seed: int, B: int, T: int, S: int, D: int, n_heads: int, *, self_attn: bool):
-    x = _randn(seed, B, T, D)
-    context = x.clone() if self_attn else _randn(seed + 1, B, S, D)
-    ws = [_randn(seed + i, D, D) / D**0.5 for i in range(2, 6)]  # W_Q, W_K, W_V, W_O
+    x = randn(seed, B, T, D)
+    context = x.clone() if self_attn else randn(seed + 1, B, S, D)
+    ws = [randn(seed + i, D, D) / D**0.5 for i in range(2, 6)]  # W_Q, W_K, W_V, W_O
     return (x, context, *ws, n_heads)
 
 
 def _she_likes_coffee_mha() -> tuple:
     x = _she_likes_coffee()  # (1, 3, 4)
-    ws = [_randn(720 + i, 4, 4) for i in range(4)]  # W_Q, W_K, W_V, W_O
+    ws = [randn(720 + i, 4, 4) for i in range(4)]  # W_Q, W_K, W_V, W_O
     return (x, x.clone(), *ws, 2)
 
 

@@ -42,6 +42,7 @@ from typing import Any, TextIO
 
 __all__ = [
     "KERNEL_ENV",
+    "OPTION_LINE",
     "Block",
     "Exercise",
     "checker_calls",
@@ -59,7 +60,9 @@ __all__ = [
 DIRECTIVES = ("exercise", "solution")
 _OPEN = re.compile(r"^\s*(?P<fence>:{3,})\{(?P<name>exercise|solution)\}[ \t]*(?P<arg>.*?)\s*$")
 _BACKTICK_OPEN = re.compile(r"^\s*`{3,}\{(exercise|solution)\}")
-_OPTION = re.compile(r"^\s*:(?P<key>[\w-]+):[ \t]*(?P<value>.*?)\s*$")
+# An option line of a MyST directive, e.g. ":label: ex-softmax" (key, value); used for every
+# directive the tools read, exercises and solutions as well as admonitions.
+OPTION_LINE = re.compile(r"^\s*:(?P<key>[\w-]+):[ \t]*(?P<value>.*?)\s*$")
 _CHECK_CALL = re.compile(r"\b(check_\w+)\s*\(")
 
 # Set in the kernel's environment unless the caller's environment says otherwise: no
@@ -133,7 +136,7 @@ def directive_blocks(source: str, cell: int = 0) -> list[Block]:
             continue
         fence, name = match["fence"], match["name"]
         options, j = {}, i + 1
-        while j < len(lines) and (option := _OPTION.match(lines[j])):
+        while j < len(lines) and (option := OPTION_LINE.match(lines[j])):
             options[option["key"]] = option["value"]
             j += 1
         end = j

@@ -15,16 +15,12 @@ from dataclasses import replace
 import numpy as np
 import torch
 
-from attnbook.exercises._framework import Case, Verdict, run_cases
+from attnbook.exercises._framework import Case, Verdict, randn, run_cases
 from attnbook.positional import apply_rope, sinusoidal_positional_encoding
 
 __all__ = ["check_apply_rope", "check_sinusoidal_positional_encoding"]
 
 _RTOL, _ATOL = 1e-4, 1e-4  # a float32 answer is fine; every mistake below is off by O(1)
-
-
-def _randn(seed: int, *shape: int) -> torch.Tensor:
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
 
 
 def _matches(got: object, expected: torch.Tensor) -> bool:
@@ -189,7 +185,7 @@ _ROPE_MISTAKES = [
 
 
 def _rope_case(seed: int, shape: tuple[int, ...], positions: list[int]) -> Callable[[], tuple]:
-    return lambda: (_randn(seed, *shape), torch.tensor(positions))
+    return lambda: (randn(seed, *shape), torch.tensor(positions))
 
 
 _ROPE_CASES = [
