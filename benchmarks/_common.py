@@ -4,7 +4,9 @@ A figure means little without its machine: each script in `benchmarks/` prints
 the CPU model, torch's version and threads, and the load average (how busy the
 machine was with other work). How they time and what they allocate is measured
 with the package's own helpers, the ones chapter 14 uses:
-`attnbook.runtime.seconds_per_call`, `synchronize` and `largest_allocation`.
+`attnbook.runtime.seconds_per_call`, `synchronize` and `largest_allocation`;
+where a table compares several functions with each other, `interleaved_rounds`
+times them in rounds, one call of each per round, and keeps every figure.
 `NanoGPT` is the minimal GPT that `train_throughput.py` and `shakespeare.py`
 compare `attnbook.GPT` with, written once here. The scripts import this file
 as `_common` (the folder of a script run as `python benchmarks/x.py` is on
@@ -16,11 +18,15 @@ from __future__ import annotations
 import math
 import os
 import platform
+import time
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from attnbook.runtime import synchronize
 
 if TYPE_CHECKING:
     from attnbook import GPTConfig
@@ -57,6 +63,65 @@ def describe(device: torch.device) -> str:
         lines.append(f"GPU {torch.cuda.get_device_name(device)}")
     lines.append(f"load average (1, 5, 15 min) before: {load_average()}")
     return "\n".join(lines)
+
+
+# ------------------------------------------------------------------ timing rows against each other
+
+
+def interleaved_rounds(
+    fns: Sequence[Callable[[], object]],
+    rounds: int,
+    device: str | torch.device,
+    *,
+    warmup: int,
+    number: int = 1,
+    rotate: bool = True,
+) -> list[list[float]]:
+    """Seconds per call of each function in ``fns``, one figure per round, the rounds interleaved.
+
+    Every function first gets ``warmup`` untimed calls (first-call allocations,
+    lazy initialisation). Then each of ``rounds`` rounds times every function
+    once (``number`` calls in a row), so that a burst of load from another
+    program slows all the functions of a round alike instead of skewing one row
+    of a table: the ratio of two functions in the same round is steadier than
+    the ratio of figures measured one after the other. With ``rotate``, round
+    ``r`` starts at function ``r % len(fns)``, so that no function always runs
+    first (after the previous round's last one, into caches it left cold).
+
+    Every timing ends with ``attnbook.runtime.synchronize(device)``: a GPU's
+    queued work is counted, and it has finished before the next timing starts.
+    Unlike ``attnbook.runtime.seconds_per_call`` (the fastest of a few calls of
+    one function), every figure is kept: the scripts report medians, and ratios
+    per round with their quartiles.
+
+    Args:
+        fns: functions of no arguments (the rows of a table).
+        rounds: how many timed rounds.
+        device: the device the functions compute on (nothing to wait for on the CPU).
+        warmup: untimed calls of each function before the first round.
+        number: calls per timing, for calls too short to time one by one; the
+            figure is their mean.
+        rotate: start each round one function further on.
+
+    Returns:
+        ``times[i][r]``: seconds per call of ``fns[i]`` in round ``r``, in the
+        order of ``fns`` whatever order a round ran them in.
+    """
+    for fn in fns:
+        for _ in range(warmup):
+            fn()
+    synchronize(device)
+    times: list[list[float]] = [[] for _ in fns]
+    n = len(fns)
+    for r in range(rounds):
+        first = r % n if rotate and n else 0
+        for i in [*range(first, n), *range(first)]:
+            start = time.perf_counter()
+            for _ in range(number):
+                fns[i]()
+            synchronize(device)
+            times[i].append((time.perf_counter() - start) / number)
+    return times
 
 
 # ------------------------------------------------------------------ the nanoGPT-style peer

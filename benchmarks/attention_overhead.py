@@ -10,8 +10,9 @@ Against it:
 
 - ``forward()``: ``MultiHeadAttention.forward(x, x, x, need_weights=False)``,
   the public call, which checks its inputs on every call;
-- ``_forward_unchecked()``: the same maths without the checks, which is what
-  the transformer blocks call in every layer (a model checks its input once).
+- ``forward(validate=False)``: the same call with ``validate=False``, the
+  same maths without the checks, which is what the transformer blocks call in
+  every layer (a model checks its input once).
 
 Shapes ``(B, T, d_model, heads)`` = ``(32, 64, 128, 4)`` and ``(8, 256, 256, 4)``,
 self-attention, without and with the causal rule, timed as a forward pass in
@@ -35,19 +36,18 @@ more than an idle machine would.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import platform
 import statistics
 import sys
-import time
 from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from _common import cpu_model, load_average
+from _common import cpu_model, interleaved_rounds, load_average
 from torch import nn
 
 import attnbook
-from attnbook.runtime import synchronize
 
 WARMUP = 5  # untimed calls per row before timing: allocations, lazy initialisation
 SHAPES = [(32, 64, 128, 4), (8, 256, 256, 4)]  # (B, T, d_model, heads)
@@ -62,7 +62,14 @@ class BareAttention(nn.Module):
         self.q_proj, self.k_proj, self.v_proj, self.out_proj = (
             nn.Linear(mha.d_model, mha.d_model) for _ in range(4)
         )
-        self.load_state_dict(mha.state_dict())  # the same weights as the module
+        # The same weights as the module. Its W_Q, W_K, W_V are row blocks of one stacked
+        # in_proj, so its state_dict has other keys; q_proj, k_proj, v_proj are views of them.
+        ours = (self.q_proj, self.k_proj, self.v_proj, self.out_proj)
+        theirs = (mha.q_proj, mha.k_proj, mha.v_proj, mha.out_proj)
+        with torch.no_grad():
+            for linear, source in zip(ours, theirs):
+                linear.weight.copy_(source.weight)  # (D, D)
+                linear.bias.copy_(source.bias)  # (D,)
 
     def forward(self, x: torch.Tensor, is_causal: bool) -> torch.Tensor:
         B, T, D = x.shape
@@ -84,14 +91,14 @@ def make_rows(
     grad_out: torch.Tensor,
     is_causal: bool,
 ) -> tuple[list[Row], list[Row]]:
-    """The three rows (peer, ``forward()``, ``_forward_unchecked()``), forward and forward+backward."""
+    """The rows (peer, ``forward()``, ``forward(validate=False)``), as fwd and as fwd+bwd calls."""
     x_grad = x.clone().requires_grad_(True)  # (B, T, D); its gradient is computed, as in a model
     calls: list[tuple[str, Callable[[torch.Tensor], torch.Tensor]]] = [
         ("peer (4 Linear + F.sdpa)", lambda z: bare(z, is_causal)),
         ("forward()", lambda z: mha(z, z, z, need_weights=False, is_causal=is_causal)[0]),
         (
-            "_forward_unchecked()",
-            lambda z: mha._forward_unchecked(z, z, z, None, is_causal, False)[0],
+            "forward(validate=False)",
+            lambda z: mha(z, z, z, is_causal=is_causal, validate=False)[0],
         ),
     ]
 
@@ -110,29 +117,6 @@ def make_rows(
     forward_rows = [(name, forward_of(fn)) for name, fn in calls]
     backward_rows = [(name, backward_of(fn)) for name, fn in calls]
     return forward_rows, backward_rows
-
-
-def time_rounds(
-    fns: list[Callable[[], object]], repeats: int, device: torch.device
-) -> list[list[float]]:
-    """Seconds of each call of each function, in ``repeats`` interleaved rounds.
-
-    Each round calls every function once, starting from a different one each
-    round, so that no function always pays for running first.
-    """
-    for fn in fns:
-        for _ in range(WARMUP):
-            fn()
-    synchronize(device)
-    times: list[list[float]] = [[] for _ in fns]
-    for round_ in range(repeats):
-        first = round_ % len(fns)  # rotate the order: no row always runs first (cold caches)
-        for i in [*range(first, len(fns)), *range(first)]:
-            start = time.perf_counter()
-            fns[i]()
-            synchronize(device)
-            times[i].append(time.perf_counter() - start)
-    return times
 
 
 def quartiles(values: list[float]) -> tuple[float, float, float]:
@@ -171,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         "ratio = time / peer's time in the same round: median [25th, 75th percentile]"
     )
     print()
-    header = f"{'B, T, D, H':<16} {'causal':<7} {'pass':<9} {'row':<22} {'median ms':>10}"
+    header = f"{'B, T, D, H':<16} {'causal':<7} {'pass':<9} {'row':<23} {'median ms':>10}"
     print(f"{header} {'ratio':>7}  spread")
     for B, T, D, H in SHAPES:
         attnbook.set_seed(0)
@@ -186,16 +170,14 @@ def main(argv: list[str] | None = None) -> int:
                 )
             forward_rows, backward_rows = make_rows(mha, bare, x, grad_out, is_causal)
             for pass_name, rows in (("fwd", forward_rows), ("fwd+bwd", backward_rows)):
-                if pass_name == "fwd":
-                    with torch.no_grad():
-                        times = time_rounds([fn for _, fn in rows], args.repeats, device)
-                else:
-                    times = time_rounds([fn for _, fn in rows], args.repeats, device)
+                fns = [fn for _, fn in rows]
+                with torch.no_grad() if pass_name == "fwd" else contextlib.nullcontext():
+                    times = interleaved_rounds(fns, args.repeats, device, warmup=WARMUP)
                 for (name, _), row_times in zip(rows, times):
                     ratios = [t / p for t, p in zip(row_times, times[0])]
                     q1, q2, q3 = quartiles(ratios)
                     label = f"{B}, {T}, {D}, {H}"
-                    line = f"{label:<16} {is_causal!s:<7} {pass_name:<9} {name:<22} "
+                    line = f"{label:<16} {is_causal!s:<7} {pass_name:<9} {name:<23} "
                     line += f"{statistics.median(row_times) * 1e3:>10.3f}"
                     spread = "" if row_times is times[0] else f"[{q1:.2f}, {q3:.2f}]"
                     print(f"{line} {q2:>6.2f}x  {spread}")

@@ -29,39 +29,13 @@ import argparse
 import math
 import statistics
 import sys
-import time
-from collections.abc import Callable
 
 import torch
+from _common import interleaved_rounds
 
 import attnbook
-from attnbook.runtime import synchronize
 
 WARMUP = 3  # untimed calls before timing: first-call allocations, lazy initialisation
-
-
-def median_seconds(
-    fns: list[Callable[[], object]], repeats: int, device: torch.device
-) -> list[float]:
-    """Median wall-clock time of one call of each function in ``fns``.
-
-    Every function first gets ``WARMUP`` untimed calls. The timed calls are
-    interleaved (one call of each function per round, ``repeats`` rounds), so a
-    burst of load from another program slows all of them alike instead of
-    skewing one row of the table.
-    """
-    for fn in fns:
-        for _ in range(WARMUP):
-            fn()
-    synchronize(device)
-    times: list[list[float]] = [[] for _ in fns]
-    for _ in range(repeats):
-        for fn, fn_times in zip(fns, times):
-            start = time.perf_counter()
-            fn()
-            synchronize(device)
-            fn_times.append(time.perf_counter() - start)
-    return [statistics.median(fn_times) for fn_times in times]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -113,7 +87,10 @@ def main(argv: list[str] | None = None) -> int:
         ("attention", "need_weights=False (fused)", attention_fused, False),
     ]
     with torch.inference_mode():
-        medians = median_seconds([fn for _, _, fn, _ in rows], args.repeats, device)
+        times = interleaved_rounds(
+            [fn for _, _, fn, _ in rows], args.repeats, device, warmup=WARMUP, rotate=False
+        )
+    medians = [statistics.median(fn_times) for fn_times in times]
     timed = [
         (group, name, seconds, is_peer) for (group, name, _, is_peer), seconds in zip(rows, medians)
     ]

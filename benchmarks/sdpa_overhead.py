@@ -33,36 +33,15 @@ from __future__ import annotations
 import argparse
 import math
 import statistics
-import time
-from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
+from _common import interleaved_rounds
 
 import attnbook
-from attnbook.runtime import synchronize
 
 SHAPES = [(32, 4, 64, 32), (8, 4, 256, 64)]  # (B, H, T, d_k), T = S
 WARMUP = 3  # untimed calls of each function first
-
-
-def time_rounds(
-    fns: list[Callable[[], object]], rounds: int, number: int, device: torch.device
-) -> list[list[float]]:
-    """Seconds per call of each function, one entry per round, the rounds interleaved."""
-    for fn in fns:
-        for _ in range(WARMUP):
-            fn()
-    synchronize(device)
-    times: list[list[float]] = [[] for _ in fns]
-    for _ in range(rounds):
-        for i, fn in enumerate(fns):
-            start = time.perf_counter()
-            for _ in range(number):
-                fn()
-            synchronize(device)
-            times[i].append((time.perf_counter() - start) / number)
-    return times
 
 
 def naive(
@@ -125,7 +104,9 @@ def main() -> None:
                     q, k, v, need_weights=True, **kw
                 ),
             ]
-            bare, fused, plain, weights = time_rounds(fns, args.rounds, args.number, device)
+            bare, fused, plain, weights = interleaved_rounds(
+                fns, args.rounds, device, warmup=WARMUP, number=args.number, rotate=False
+            )
             fused_ratio = statistics.median(f / b for f, b in zip(fused, bare, strict=True))
             weights_ratio = statistics.median(w / p for w, p in zip(weights, plain, strict=True))
             print(

@@ -30,12 +30,11 @@ from __future__ import annotations
 import argparse
 import math
 import statistics
-import time
 from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from _common import describe, load_average
+from _common import describe, interleaved_rounds, load_average
 from torch import nn
 
 import attnbook
@@ -89,26 +88,6 @@ class TorchEncoderDecoder(nn.Module):
         return self.lm_head(out)  # (B, T, V)
 
 
-def _rounds(runs: dict[str, Callable[[], None]], rounds: int, warmup: int) -> dict[str, list]:
-    """Seconds per run of each variant, one run of each per round, the order rotating."""
-    for run in runs.values():
-        for _ in range(warmup):
-            run()
-    times: dict[str, list[float]] = {name: [] for name in runs}
-    names = list(runs)
-    for r in range(rounds):
-        for name in names[r % len(names) :] + names[: r % len(names)]:
-            start = time.perf_counter()
-            runs[name]()
-            times[name].append(time.perf_counter() - start)
-    return times
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 @torch.no_grad()
 def naive_greedy(model: EncoderDecoder, src: torch.Tensor, n: int, bos_id: int) -> torch.Tensor:
     """Greedy decoding the obvious way: the whole model, source included, at every step."""
@@ -132,8 +111,7 @@ def decoding(device: torch.device, rounds: int) -> None:
 
     def variant(name: str, fn: Callable[[], torch.Tensor]) -> None:
         def run() -> None:
-            outputs[name] = fn()
-            _sync(device)
+            outputs[name] = fn()  # kept, to check that the variants agree
 
         runs[name] = run
 
@@ -147,7 +125,7 @@ def decoding(device: torch.device, rounds: int) -> None:
                 ),
             )
     variant("greedy, naive loop", lambda: naive_greedy(model, src, NEW_TOKENS, 1))
-    times = _rounds(runs, rounds, warmup=1)
+    times = dict(zip(runs, interleaved_rounds(list(runs.values()), rounds, device, warmup=1)))
     assert torch.equal(outputs["greedy, cache"], outputs["greedy, no cache"])
     assert torch.equal(outputs["greedy, cache"], outputs["greedy, naive loop"])
     assert torch.equal(outputs["beam 4, cache"], outputs["beam 4, no cache"])
@@ -189,12 +167,11 @@ def training(device: torch.device, rounds: int) -> None:
             loss.backward()
             nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
-            _sync(device)
 
         steps[name] = step
     print("\nparameters: " + ", ".join(f"{name} {n:,}" for name, n in counts.items()))
     assert len(set(counts.values())) == 1, "the two models must have the same parameters"
-    times = _rounds(steps, rounds, warmup=3)
+    times = dict(zip(steps, interleaved_rounds(list(steps.values()), rounds, device, warmup=3)))
     print(
         f"training steps, batch {BATCH}, source and target {SRC_LEN} tokens, {rounds} "
         f"interleaved rounds; load average after: {load_average()}"

@@ -67,6 +67,7 @@ from torch import nn
 import attnbook
 from attnbook import GPT, GPTConfig
 from attnbook.data import TokenDataset
+from attnbook.runtime import synchronize
 from attnbook.training import TrainConfig, amp_dtype, make_optimizer
 
 
@@ -257,8 +258,7 @@ class Run:
         loss.backward()
         nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
         self.optimizer.step()
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
+        synchronize(self.device)  # a GPU's queued work belongs to this step's seconds
         self.seconds += time.perf_counter() - started
         self.steps += 1
 

@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         hf_train, hf = median_seconds(hf_trained, args.repeats)
 
         def book_encode(tok: BPETokenizer) -> list[list[int]]:
-            tok._cache.clear()  # every repeat a first encoding: no word is cached yet
+            tok.clear_cache()  # every repeat a first encoding: no word is cached yet
             return [tok.encode(line) for line in heldout_lines]
 
         book_enc, book_ids = median_seconds(lambda t=book: book_encode(t), args.repeats)

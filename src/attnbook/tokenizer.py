@@ -50,6 +50,8 @@ from itertools import pairwise
 from pathlib import Path
 from types import ModuleType
 
+from attnbook._validation import check_int
+
 __all__ = ["GPT2_PATTERN", "BPETokenizer", "merge_pair"]
 
 GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
@@ -264,11 +266,12 @@ class BPETokenizer:
             )
         specials = _check_special_tokens(special_tokens)
         smallest = 256 + len(specials)
-        if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < smallest:
-            raise ValueError(
-                f"vocab_size must be an int >= {smallest} (256 bytes + {len(specials)} special "
-                f"tokens), got {vocab_size!r}"
-            )
+        check_int(
+            vocab_size,
+            "vocab_size",
+            minimum=smallest,
+            meaning=f"256 bytes + {len(specials)} special tokens",
+        )
         vocab = {b: bytes([b]) for b in range(256)}
         for offset, token in enumerate(specials):
             vocab[256 + offset] = token.encode("utf-8")
@@ -343,6 +346,15 @@ class BPETokenizer:
             f"BPETokenizer(vocab_size={self.vocab_size}, merges={len(self.merges)}, "
             f"special_tokens={list(self.special_tokens)})"
         )
+
+    def clear_cache(self) -> None:
+        """Forget the ids of the words encoded so far (each is computed again when next met).
+
+        :meth:`encode` keeps the ids of up to 100,000 words, since words repeat
+        a lot in real text; clearing them makes the next encoding a first one,
+        as a benchmark of encoding speed needs. The ids themselves never change.
+        """
+        self._cache.clear()
 
     def _encode_word(self, word: str) -> list[int]:
         """The ids of one pre-tokenized word: replay the merges, earliest learned first."""

@@ -351,3 +351,11 @@ def test_the_package_imports_without_regex_and_the_tokenizer_says_what_it_needs(
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "BPETokenizer needs the `regex` package" in out.stdout
+
+
+def test_clear_cache_forgets_the_words_and_changes_no_id(tokenizer: BPETokenizer) -> None:
+    ids = tokenizer.encode(CORPUS)
+    assert tokenizer._cache  # the words just encoded are remembered
+    tokenizer.clear_cache()
+    assert not tokenizer._cache
+    assert tokenizer.encode(CORPUS) == ids  # computed again, the same ids
