@@ -183,17 +183,22 @@ def check_batch_broadcast(a: Array, b: Array, name_a: str, name_b: str, core_dim
         ) from None
 
 
-def check_int(value: object, name: str, *, minimum: int = 1, meaning: str = "") -> int:
-    """Return ``value`` as an int, raising unless it is an integer ``>= minimum``.
+def check_int(
+    value: object, name: str, *, minimum: int = 1, maximum: int | None = None, meaning: str = ""
+) -> int:
+    """Return ``value`` as an int, raising unless it is an integer in ``[minimum, maximum]``.
 
-    ``True`` and ``False`` are refused (they are ints to Python, never a size).
-    ``meaning`` is a few words on what the number counts, quoted in the
-    message, e.g. ``"keys per block"``.
+    Without ``maximum`` the only bound is ``>= minimum``. ``True`` and
+    ``False`` are refused (they are ints to Python, never a size or a
+    count). ``meaning`` is a few words on what the number counts or where
+    its bound comes from, quoted in the message, e.g. ``"keys per block"``.
     """
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or int(value) < minimum:
-        why = f" ({meaning})" if meaning else ""
-        raise ValueError(f"{name} must be an int >= {minimum}{why}, got {value!r}")
-    return int(value)
+    is_int = not isinstance(value, bool) and isinstance(value, (int, np.integer))
+    if is_int and minimum <= int(value) and (maximum is None or int(value) <= maximum):
+        return int(value)
+    why = f" ({meaning})" if meaning else ""
+    needed = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
+    raise ValueError(f"{name} must be an int {needed}{why}, got {value!r}")
 
 
 def check_number(

@@ -29,6 +29,7 @@ from torch import nn
 from attnbook._validation import (
     as_float_tensor,
     broadcast_shape,
+    check_bool,
     check_int,
     check_mask,
     check_positive_number,
@@ -262,8 +263,8 @@ def scaled_dot_product_attention(
     query, key, value, mask, dropout_p, scale = check_attention_inputs(
         query, key, value, mask, dropout_p, scale
     )
-    if not isinstance(is_causal, bool):
-        raise ValueError(f"is_causal must be True or False, got {type(is_causal).__name__}")
+    check_bool(is_causal, "is_causal")
+    check_bool(need_weights, "need_weights")
     if not need_weights:
         return attend_fused(query, key, value, mask, dropout_p, scale, is_causal=is_causal), None
     if is_causal:
@@ -321,6 +322,7 @@ class SingleHeadAttention(nn.Module):
         x_query: torch.Tensor,
         x_context: torch.Tensor | None = None,
         mask: torch.Tensor | None = None,
+        *,
         need_weights: bool = True,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attend from ``x_query`` to ``x_context`` (or to itself).
@@ -360,3 +362,97 @@ class SingleHeadAttention(nn.Module):
         v = self.v_proj(x_context)  # (..., S, D_ctx) @ (D_ctx, d_v) -> (..., S, d_v)
         dropout_p = self.dropout if self.training else 0.0
         return scaled_dot_product_attention(q, k, v, mask, dropout_p, need_weights=need_weights)
+
+    def copy_to(self, theirs: nn.MultiheadAttention) -> None:
+        """Copy this head into ``theirs``, a one-head ``torch.nn.MultiheadAttention`` of our widths.
+
+        ``theirs`` then computes what this head computes: its query, key and
+        value projections get ours (stacked in its ``in_proj_weight`` ``(3 D, D)``
+        when ``d_context = d_model``, else in its ``q_proj_weight``,
+        ``k_proj_weight`` and ``v_proj_weight``), and its output projection,
+        which a single head does not have, becomes the identity. See :meth:`to_torch`.
+
+        Args:
+            theirs: ``nn.MultiheadAttention(d_model, 1, kdim=d_context, vdim=d_context)``,
+                with biases if this head has them.
+
+        Raises:
+            ValueError: if this head has no PyTorch twin (``d_k`` or ``d_v`` differs
+                from ``d_model``) or ``theirs`` has other widths, heads or biases.
+        """
+        self._check_torch_twin()
+        if not isinstance(theirs, nn.MultiheadAttention):
+            raise ValueError(
+                f"theirs must be an nn.MultiheadAttention, got {type(theirs).__name__}"
+            )
+        got = (theirs.embed_dim, theirs.num_heads, theirs.kdim, theirs.vdim)
+        needed = (self.d_model, 1, self.d_context, self.d_context)
+        if got != needed:
+            raise ValueError(
+                "theirs must have (embed_dim, num_heads, kdim, vdim) = (d_model, 1, d_context, "
+                f"d_context) = {needed}, got {got}"
+            )
+        if theirs.bias_k is not None or theirs.add_zero_attn:
+            raise ValueError("theirs must have add_bias_kv=False and add_zero_attn=False")
+        bias = self.q_proj.bias is not None
+        if bias and theirs.in_proj_bias is None:
+            raise ValueError("theirs must have biases (bias=True): this head has them")
+        projections = (self.q_proj, self.k_proj, self.v_proj)
+        with torch.no_grad():
+            if theirs.in_proj_weight is not None:  # d_context = d_model: one stacked weight
+                theirs.in_proj_weight.copy_(torch.cat([p.weight for p in projections]))  # (3 D, D)
+            else:  # weights (D, D), (D, D_ctx), (D, D_ctx)
+                for mine, their_weight in zip(
+                    projections, (theirs.q_proj_weight, theirs.k_proj_weight, theirs.v_proj_weight)
+                ):
+                    their_weight.copy_(mine.weight)
+            if bias:
+                theirs.in_proj_bias.copy_(torch.cat([p.bias for p in projections]))  # (3 D,)
+            elif theirs.in_proj_bias is not None:
+                theirs.in_proj_bias.zero_()
+            nn.init.eye_(theirs.out_proj.weight)  # (D, D): a single head has no W_O
+            if theirs.out_proj.bias is not None:
+                theirs.out_proj.bias.zero_()
+
+    def to_torch(self) -> nn.MultiheadAttention:
+        """A one-head ``torch.nn.MultiheadAttention`` holding copies of this head's weights.
+
+        It computes the same outputs and weights, which makes it the reference to
+        test this head against: ``nn.MultiheadAttention(d_model, 1, kdim=d_context,
+        vdim=d_context, batch_first=True)`` with our projections and an identity
+        output projection (:meth:`copy_to`); same dropout, device, dtype and
+        training mode. Its boolean ``attn_mask`` means *blocked* where ours means
+        *may attend*: convert it with :func:`attnbook.to_mha_mask`.
+
+        Returns:
+            A new ``nn.MultiheadAttention``; changing it leaves this head unchanged.
+
+        Raises:
+            ValueError: if ``d_k`` or ``d_v`` differs from ``d_model``:
+                PyTorch projects queries, keys and values to ``embed_dim = d_model``.
+        """
+        self._check_torch_twin()
+        weight = self.q_proj.weight
+        theirs = nn.MultiheadAttention(
+            self.d_model,
+            1,
+            dropout=self.dropout,
+            bias=self.q_proj.bias is not None,
+            kdim=self.d_context,
+            vdim=self.d_context,
+            batch_first=True,
+            device=weight.device,
+            dtype=weight.dtype,
+        )
+        self.copy_to(theirs)
+        return theirs.train(self.training)
+
+    def _check_torch_twin(self) -> None:
+        """Raise ``ValueError`` unless ``nn.MultiheadAttention`` can hold this head (``d_k = d_v = D``)."""
+        for name, width in (("d_k", self.d_k), ("d_v", self.d_v)):
+            if width != self.d_model:
+                raise ValueError(
+                    f"to_torch() needs {name} = d_model = {self.d_model} (nn.MultiheadAttention "
+                    f"projects queries, keys and values to its embed_dim, the width of its "
+                    f"queries' inputs), got {name} = {width}"
+                )

@@ -43,7 +43,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 import torch
@@ -79,6 +79,16 @@ def _check_sequence(x: object, name: str, d_model: int, needed: str) -> torch.Te
         raise ValueError(
             f"{name} must have shape {needed} with d_model = {d_model} and at least one "
             f"position, got {shape_str(x)}"
+        )
+    return x
+
+
+def _check_last_axis(x: object, name: str, d_model: int) -> torch.Tensor:
+    """``x`` as a floating-point tensor of shape ``(..., d_model)``, or a ValueError naming it."""
+    x = as_float_tensor(x, name, "(..., d_model)")
+    if x.ndim < 1 or x.shape[-1] != d_model:
+        raise ValueError(
+            f"{name} must have shape (..., d_model) with d_model = {d_model}, got {shape_str(x)}"
         )
     return x
 
@@ -138,27 +148,12 @@ class FeedForward(nn.Module):
             Tensor of the same shape ``(..., D)``.
         """
         if validate:
-            x = as_float_tensor(x, "x", "(..., d_model)")
-            if x.ndim < 1 or x.shape[-1] != self.d_model:
-                raise ValueError(
-                    f"x must have shape (..., d_model) with d_model = {self.d_model}, "
-                    f"got {shape_str(x)}"
-                )
+            x = _check_last_axis(x, "x", self.d_model)
         hidden = self.linear1(x)  # (..., D) @ (D, F) -> (..., F)
         hidden = F.gelu(hidden, approximate=self.approximate)  # exact, or GPT-2's tanh form
         if self.training and self.dropout > 0.0:
             hidden = F.dropout(hidden, self.dropout, training=True)
         return self.linear2(hidden)  # (..., F) @ (F, D) -> (..., D)
-
-
-def _check_last_axis(x: object, name: str, d_model: int) -> torch.Tensor:
-    """``x`` as a floating-point tensor of shape ``(..., d_model)``, or a ValueError naming it."""
-    x = as_float_tensor(x, name, "(..., d_model)")
-    if x.ndim < 1 or x.shape[-1] != d_model:
-        raise ValueError(
-            f"{name} must have shape (..., d_model) with d_model = {d_model}, got {shape_str(x)}"
-        )
-    return x
 
 
 class SwiGLU(nn.Module):
@@ -301,6 +296,7 @@ class BlockConfig:
 
     attention: AttentionConfig  # d_model, n_heads, dropout, bias, n_kv_heads, rope_base
     d_ff: int | None = None  # hidden width of the feed-forward network; None -> its default
+    _: KW_ONLY  # the options below are passed by name
     norm_first: bool = True  # True: pre-LN (norm before each sub-layer); False: post-LN
     norm: str = "layer"  # a key of NORMS: "layer" (LayerNorm) or "rms" (RMSNorm)
     ffn: str = "gelu"  # a key of FEED_FORWARDS: "gelu", "gelu_tanh" or "swiglu"
@@ -457,8 +453,14 @@ class EncoderBlock(_Block):
         ffn: str = "gelu",
         norm_eps: float = 1e-5,
     ) -> None:
-        attention = AttentionConfig(d_model, n_heads, dropout, bias, n_kv_heads, rope_base)
-        super().__init__(BlockConfig(attention, d_ff, norm_first, norm, ffn, norm_eps))
+        attention = AttentionConfig(
+            d_model, n_heads, dropout, bias=bias, n_kv_heads=n_kv_heads, rope_base=rope_base
+        )
+        super().__init__(
+            BlockConfig(
+                attention, d_ff, norm_first=norm_first, norm=norm, ffn=ffn, norm_eps=norm_eps
+            )
+        )
         self.self_attn = MultiHeadAttention.from_config(attention, positional=positional)
         self.norm1 = self.config.make_norm()  # before attention (pre-LN) or after its sum
         self.norm2 = self.config.make_norm()  # the same around the feed-forward network
@@ -504,7 +506,14 @@ class EncoderBlock(_Block):
             x = _check_sequence(x, "x", self.d_model, "(B, T, d_model)")
         h = self.norm1(x) if self.norm_first else x  # (B, T, D)
         update, weights = self.self_attn(
-            h, h, h, mask, need_weights, is_causal=is_causal, cache=cache, validate=validate
+            h,
+            h,
+            h,
+            mask,
+            need_weights=need_weights,
+            is_causal=is_causal,
+            cache=cache,
+            validate=validate,
         )  # (B, T, D)
         x = self._residual(x, update, self.norm1)  # (B, T, D)
         h = self.norm2(x) if self.norm_first else x
@@ -565,8 +574,12 @@ class DecoderBlock(_Block):
         ffn: str = "gelu",
         norm_eps: float = 1e-5,
     ) -> None:
-        attention = AttentionConfig(d_model, n_heads, dropout, bias, n_kv_heads)
-        super().__init__(BlockConfig(attention, d_ff, norm_first, norm, ffn, norm_eps))
+        attention = AttentionConfig(d_model, n_heads, dropout, bias=bias, n_kv_heads=n_kv_heads)
+        super().__init__(
+            BlockConfig(
+                attention, d_ff, norm_first=norm_first, norm=norm, ffn=ffn, norm_eps=norm_eps
+            )
+        )
         self.self_attn = MultiHeadAttention.from_config(attention)
         self.cross_attn = MultiHeadAttention.from_config(attention)
         self.norm1 = self.config.make_norm()  # around the self-attention
@@ -632,7 +645,14 @@ class DecoderBlock(_Block):
                 )
         h = self.norm1(x) if self.norm_first else x  # (B, T, D)
         update, self_weights = self.self_attn(
-            h, h, h, mask, need_weights, is_causal=is_causal, cache=cache, validate=validate
+            h,
+            h,
+            h,
+            mask,
+            need_weights=need_weights,
+            is_causal=is_causal,
+            cache=cache,
+            validate=validate,
         )
         x = self._residual(x, update, self.norm1)  # (B, T, D)
         h = self.norm2(x) if self.norm_first else x  # queries from the target ...
@@ -644,7 +664,7 @@ class DecoderBlock(_Block):
             context,
             context,
             context_mask,
-            need_weights,
+            need_weights=need_weights,
             cache=context_cache,
             validate=validate and fresh,
         )  # ... keys and values from the context: (B, T, D)

@@ -30,7 +30,7 @@ import math
 
 import torch
 
-from attnbook._validation import as_float_tensor, check_int, shape_str
+from attnbook._validation import as_float_tensor, check_bool, check_int, shape_str
 from attnbook.attention import attend_fused, check_attention_inputs
 
 __all__ = ["linformer_attention", "tiled_attention"]
@@ -99,8 +99,7 @@ def tiled_attention(
     """
     query, key, value, _, _, scale = check_attention_inputs(query, key, value, None, 0.0, None)
     block_size = check_int(block_size, "block_size", meaning="keys per block")
-    if not isinstance(causal, bool):
-        raise ValueError(f"causal must be True or False, got {causal!r}")
+    check_bool(causal, "causal")
     n_queries, n_keys = query.shape[-2], key.shape[-2]
     rows = (*torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2]), n_queries)
     m = torch.full((*rows, 1), -math.inf, dtype=query.dtype, device=query.device)  # (..., T, 1)

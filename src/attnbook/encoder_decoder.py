@@ -26,11 +26,11 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from attnbook._validation import check_int, check_token_ids, shape_str
+from attnbook._validation import check_bool, check_int, check_token_ids, shape_str
 from attnbook.block import DecoderBlock, EncoderBlock
 from attnbook.generation import KVCache
 from attnbook.model import check_model_widths, init_gpt2
-from attnbook.positional import sinusoidal_positional_encoding
+from attnbook.positional import SinusoidalPositions
 
 __all__ = ["EncoderDecoder", "EncoderDecoderConfig"]
 
@@ -55,11 +55,7 @@ class EncoderDecoderConfig:
         check_int(self.n_encoder_layers, "n_encoder_layers")
         check_int(self.n_decoder_layers, "n_decoder_layers")
         check_model_widths(self)
-        if self.d_model % 2:
-            raise ValueError(
-                "d_model must be even (the sinusoidal positions pair a sine and a cosine), "
-                f"got d_model = {self.d_model}"
-            )
+        SinusoidalPositions.check_config(self)  # an even d_model
 
 
 class EncoderDecoder(nn.Module):
@@ -91,9 +87,7 @@ class EncoderDecoder(nn.Module):
         self.config = c = config
         self.src_emb = nn.Embedding(c.src_vocab_size, c.d_model)  # (V_src, D)
         self.tgt_emb = nn.Embedding(c.tgt_vocab_size, c.d_model)  # (V_tgt, D)
-        pe = sinusoidal_positional_encoding(c.context_length, c.d_model)  # (T_max, D)
-        self.register_buffer("pos_table", pe, persistent=False)
-        self.embed_scale = math.sqrt(c.d_model)
+        self.pos_emb = SinusoidalPositions(c.context_length, c.d_model)  # both sides' positions
         self.dropout = nn.Dropout(c.dropout)
         self.encoder = nn.ModuleList(
             EncoderBlock(c.d_model, c.n_heads, c.d_ff, c.dropout) for _ in range(c.n_encoder_layers)
@@ -116,8 +110,7 @@ class EncoderDecoder(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
     def _embed(self, idx: torch.Tensor, table: nn.Embedding, start: int = 0) -> torch.Tensor:
-        pe = self.pos_table[start : start + idx.shape[1]].to(table.weight.dtype)  # (T, D)
-        x = table(idx) * self.embed_scale + pe  # (B, T, D), scaled as SinusoidalPositions explains
+        x = self.pos_emb.embed(table(idx), start)  # (B, T, D): scaled tokens + sinusoids
         return self.dropout(x) if self.training and self.config.dropout > 0 else x
 
     def _check_src_mask(
@@ -336,18 +329,13 @@ class EncoderDecoder(nn.Module):
                 f"(the target has no position beyond the context), got {max_new_tokens}"
             )
         V = c.tgt_vocab_size
-        for value, name in ((bos_id, "bos_id"), (eos_id, "eos_id")):
-            if value is None and name == "eos_id":
-                continue
-            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < V:
-                raise ValueError(
-                    f"{name} must be an int in [0, tgt_vocab_size) = [0, {V}), got {value!r}"
-                )
+        check_int(bos_id, "bos_id", minimum=0, maximum=V - 1, meaning="a target token id")
+        if eos_id is not None:
+            check_int(eos_id, "eos_id", minimum=0, maximum=V - 1, meaning="a target token id")
         K = check_int(beam_size, "beam_size", minimum=1)
         if K > V:
             raise ValueError(f"beam_size must be at most tgt_vocab_size = {V}, got {K}")
-        if not isinstance(use_cache, bool):
-            raise ValueError(f"use_cache must be True or False, got {use_cache!r}")
+        check_bool(use_cache, "use_cache")
         was_training = self.training
         self.eval()
         try:

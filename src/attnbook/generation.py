@@ -21,7 +21,7 @@ import math
 import torch
 from torch import nn
 
-from attnbook._validation import check_int, check_token_ids, shape_str
+from attnbook._validation import check_bool, check_int, check_number, check_token_ids, shape_str
 
 __all__ = ["KVCache", "LayerCache", "decode", "generate", "prefill", "sample_next"]
 
@@ -251,26 +251,13 @@ def generate(
         check_token_ids(idx, "idx", c.vocab_size, max(c.context_length, idx.shape[1]))
     else:
         check_token_ids(idx, "idx", c.vocab_size, c.context_length)
-    if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool):
-        raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
-    if max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens}")
-    if (
-        isinstance(temperature, bool)
-        or not isinstance(temperature, (int, float))
-        or not 0.0 <= temperature < math.inf
-    ):
-        raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}")
-    if top_k is not None and (
-        isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= c.vocab_size
-    ):
-        raise ValueError(
-            f"top_k must be None or an int in [1, vocab_size] = [1, {c.vocab_size}], got {top_k!r}"
-        )
+    check_int(max_new_tokens, "max_new_tokens", minimum=0)
+    check_number(temperature, "temperature", 0.0, math.inf)
+    if top_k is not None:
+        check_int(top_k, "top_k", maximum=c.vocab_size, meaning="or None; at most vocab_size")
     if generator is not None and not isinstance(generator, torch.Generator):
         raise ValueError(f"generator must be a torch.Generator or None, got {generator!r}")
-    if not isinstance(use_cache, bool):
-        raise ValueError(f"use_cache must be True or False, got {use_cache!r}")
+    check_bool(use_cache, "use_cache")
     was_training = model.training
     model.eval()
     try:

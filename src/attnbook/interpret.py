@@ -30,7 +30,7 @@ from collections.abc import Sequence
 
 import torch
 
-from attnbook._validation import check_probability, shape_str
+from attnbook._validation import check_int, check_probability, shape_str
 
 __all__ = [
     "attention_rollout",
@@ -127,10 +127,8 @@ def to_bertviz(
     if isinstance(tokens, str) or not all(isinstance(tok, str) for tok in tokens):
         raise ValueError("tokens must be a sequence of strings, one per position")
     tokens = list(tokens)
-    if decimals is not None and (
-        isinstance(decimals, bool) or not isinstance(decimals, int) or decimals < 0
-    ):
-        raise ValueError(f"decimals must be None or an int >= 0, got {decimals!r}")
+    if decimals is not None:
+        check_int(decimals, "decimals", minimum=0, meaning="or None")
     first = weights[0]
     layers = []
     for i, layer in enumerate(weights):
@@ -150,12 +148,7 @@ def to_bertviz(
     B, _, T, _ = first.shape  # (B, H, T, T)
     if len(tokens) != T:
         raise ValueError(f"tokens must have one label per position (T = {T}), got {len(tokens)}")
-    if (
-        isinstance(batch_index, bool)
-        or not isinstance(batch_index, int)
-        or not -B <= batch_index < B
-    ):
-        raise ValueError(f"batch_index must be an int in [0, {B}) (B = {B}), got {batch_index!r}")
+    check_int(batch_index, "batch_index", minimum=-B, maximum=B - 1, meaning=f"B = {B}")
     attention = []
     for layer in layers:
         one = layer[batch_index : batch_index + 1 or None].detach().to("cpu")  # (1, H, T, T)
@@ -316,10 +309,7 @@ def offset_share(
         raise ValueError(
             f"weights must be self-attention weights (..., H, T, T), got {shape_str(weights)}"
         )
-    if isinstance(offset, bool) or not isinstance(offset, int) or not -T < offset < T:
-        raise ValueError(
-            f"offset must be an int in [{-(T - 1)}, {T - 1}] (T = {T}), got {offset!r}"
-        )
+    check_int(offset, "offset", minimum=1 - T, maximum=T - 1, meaning=f"T = {T}")
     index = _query_index(query_positions, T)
     if index is None:
         index = torch.arange(max(0, -offset), min(T, T - offset))

@@ -47,14 +47,12 @@ from attnbook import generation
 from attnbook._validation import (
     check_bool,
     check_int,
-    check_positive_number,
-    check_probability,
     check_token_ids,
 )
 from attnbook.block import BlockConfig, EncoderBlock, SwiGLU
 from attnbook.generation import KVCache
 from attnbook.multihead import AttentionConfig
-from attnbook.positional import POSITIONAL_ENCODINGS
+from attnbook.positional import POSITIONAL_ENCODINGS, RotaryPositions
 
 __all__ = ["GPT", "GPTConfig", "KVCache"]
 
@@ -71,7 +69,6 @@ def check_model_widths(config: object, *, n_kv_heads: int | None = None) -> None
     if config.d_ff is None:
         object.__setattr__(config, "d_ff", 4 * config.d_model)
     check_int(config.d_ff, "d_ff")
-    check_probability(config.dropout, "dropout")
 
 
 @dataclass(frozen=True, repr=False)
@@ -114,8 +111,7 @@ class GPTConfig:
         check_model_widths(self, n_kv_heads=self.n_kv_heads)
         check_bool(self.bias, "bias")
         check_bool(self.tie_embeddings, "tie_embeddings")
-        if check_positive_number(self.rope_base, "rope_base") <= 1.0:
-            raise ValueError(f"rope_base must be a number > 1, got {self.rope_base}")
+        RotaryPositions.check_base(self.rope_base, "rope_base")  # used with positional="rope"
         self.block_config()  # checks norm, ffn and norm_eps
         if not isinstance(self.positional, str) or self.positional not in POSITIONAL_ENCODINGS:
             raise ValueError(
@@ -126,9 +122,16 @@ class GPTConfig:
     def block_config(self) -> BlockConfig:
         """The settings every block of the model shares (pre-LN; rotary positions come apart)."""
         attention = AttentionConfig(
-            self.d_model, self.n_heads, self.dropout, self.bias, n_kv_heads=self.n_kv_heads
+            self.d_model, self.n_heads, self.dropout, bias=self.bias, n_kv_heads=self.n_kv_heads
         )
-        return BlockConfig(attention, self.d_ff, True, self.norm, self.ffn, self.norm_eps)
+        return BlockConfig(
+            attention,
+            self.d_ff,
+            norm_first=True,
+            norm=self.norm,
+            ffn=self.ffn,
+            norm_eps=self.norm_eps,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as a dict, leaving out ``n_kv_heads`` and later fields at their defaults.

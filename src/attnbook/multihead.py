@@ -44,7 +44,7 @@ axis, so a per-sequence ``(B, T, S)`` mask (or the ``(B, 1, S)`` of
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 import torch
@@ -56,7 +56,6 @@ from attnbook._validation import (
     check_bool,
     check_int,
     check_mask,
-    check_positive_number,
     check_probability,
     shape_str,
 )
@@ -181,6 +180,7 @@ class AttentionConfig:
     d_model: int  # D, width of the inputs and the output; a multiple of n_heads
     n_heads: int  # H, number of query heads, each of width d_head = d_model // n_heads
     dropout: float = 0.0  # probability of dropping an attention weight (training mode only)
+    _: KW_ONLY  # the options below are passed by name
     bias: bool = True  # whether the four projections have a bias
     n_kv_heads: int | None = None  # H_kv, key/value heads; must divide n_heads; None -> n_heads
     rope_base: float | None = None  # base (> 1) of rotary embeddings inside attention, or None
@@ -204,16 +204,8 @@ class AttentionConfig:
         check_probability(self.dropout, "dropout")
         check_bool(self.bias, "bias")
         if self.rope_base is not None:
-            if check_positive_number(self.rope_base, "rope_base") <= 1.0:
-                raise ValueError(
-                    f"rope_base must be a number > 1 (rotary frequencies rope_base^(-2i/d_head) "
-                    f"must decrease), got {self.rope_base}"
-                )
-            if self.d_head % 2 != 0:
-                raise ValueError(
-                    "rope_base needs an even head width d_head = d_model // n_heads (rotary "
-                    f"embeddings rotate pairs of features), got d_head = {self.d_head}"
-                )
+            RotaryPositions.check_base(self.rope_base, "rope_base")
+            RotaryPositions.check_config(self)  # an even head width
 
     @property
     def d_head(self) -> int:
@@ -277,14 +269,16 @@ class MultiHeadAttention(nn.Module):
         d_model: int,
         n_heads: int,
         dropout: float = 0.0,
-        bias: bool = True,
         *,
+        bias: bool = True,
         rope_base: float | None = None,
         n_kv_heads: int | None = None,
         positional: PositionalEncoding | None = None,
     ) -> None:
         super().__init__()
-        config = AttentionConfig(d_model, n_heads, dropout, bias, n_kv_heads, rope_base)
+        config = AttentionConfig(
+            d_model, n_heads, dropout, bias=bias, n_kv_heads=n_kv_heads, rope_base=rope_base
+        )
         self.config = config
         self.d_model, self.n_heads, self.d_head = config.d_model, config.n_heads, config.d_head
         self.n_kv_heads = config.kv_heads
@@ -344,7 +338,7 @@ class MultiHeadAttention(nn.Module):
             c.d_model,
             c.n_heads,
             c.dropout,
-            c.bias,
+            bias=c.bias,
             rope_base=c.rope_base,
             n_kv_heads=c.n_kv_heads,
             positional=positional,
@@ -368,8 +362,8 @@ class MultiHeadAttention(nn.Module):
         key: torch.Tensor,
         value: torch.Tensor,
         mask: torch.Tensor | None = None,
-        need_weights: bool = False,
         *,
+        need_weights: bool = False,
         is_causal: bool = False,
         cache: Any = None,
         validate: bool = True,

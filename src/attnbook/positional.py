@@ -33,11 +33,10 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import torch
 from torch import nn
 
-from attnbook._validation import as_float_tensor, check_int, shape_str
+from attnbook._validation import as_float_tensor, check_int, check_positive_number, shape_str
 
 __all__ = [
     "POSITIONAL_ENCODINGS",
@@ -51,17 +50,6 @@ __all__ = [
     "apply_rope",
     "sinusoidal_positional_encoding",
 ]
-
-
-def _check_base(base: object) -> float:
-    if isinstance(base, bool) or not isinstance(base, (int, float, np.integer, np.floating)):
-        raise ValueError(f"base must be a number > 1, got {type(base).__name__}")
-    value = float(base)
-    if not math.isfinite(value) or value <= 1.0:
-        raise ValueError(
-            f"base must be a finite number > 1 (frequencies base^(-2i/d) must decrease), got {base}"
-        )
-    return value
 
 
 def sinusoidal_positional_encoding(
@@ -148,7 +136,7 @@ def apply_rope(
             f"x must have shape (..., T, d) with d even and >= 2 (features are rotated in "
             f"pairs), got {shape_str(x)}"
         )
-    base = _check_base(base)
+    base = RotaryPositions.check_base(base)
     angle_dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
     if positions is None:
         pos = torch.arange(n_pos, device=x.device, dtype=angle_dtype)  # (T,)
@@ -372,7 +360,7 @@ class SinusoidalPositions(PositionalEncoding):
     def check_config(cls, config: object) -> None:
         if config.d_model % 2:
             raise ValueError(
-                "positional='sinusoidal' pairs a sine and a cosine per frequency, so d_model "
+                "sinusoidal positions pair a sine and a cosine per frequency, so d_model "
                 f"must be even, got d_model = {config.d_model}"
             )
 
@@ -394,12 +382,38 @@ class RotaryPositions(PositionalEncoding):
         super().__init__()
         self.base = base  # the base of the rotary frequencies (Su et al. 2021)
 
+    @staticmethod
+    def check_base(value: object, name: str = "base") -> float:
+        """Return ``value`` as a float, raising unless it is a finite number > 1.
+
+        The rotary frequencies ``base^(-2i/d)`` must decrease with ``i``,
+        which needs ``base > 1``. The one statement of this rule, used by
+        :func:`apply_rope`, ``AttentionConfig`` and ``GPTConfig``.
+
+        Args:
+            value: the base to check, e.g. ``10000.0``.
+            name: the argument's name, quoted in the message.
+
+        Returns:
+            ``value`` as a float.
+        """
+        base = check_positive_number(value, name)
+        if base <= 1.0:
+            raise ValueError(
+                f"{name} must be a number > 1 (rotary frequencies {name}^(-2i/d) must "
+                f"decrease), got {value}"
+            )
+        return base
+
     @classmethod
     def check_config(cls, config: object) -> None:
-        if (config.d_model // config.n_heads) % 2:
+        d_head = config.d_model // config.n_heads
+        if d_head % 2:
             raise ValueError(
-                "positional='rope' rotates pairs of features, so d_model / n_heads must be "
-                f"even, got d_model = {config.d_model} and n_heads = {config.n_heads}"
+                "rotary positions (positional='rope', rope_base) turn pairs of features, so "
+                f"the head width d_head = d_model // n_heads must be even, got d_head = {d_head} "
+                f"(d_model = "
+                f"{config.d_model}, n_heads = {config.n_heads})"
             )
 
     @classmethod

@@ -285,13 +285,9 @@ class RNNEncoderDecoder(nn.Module):
         src, _, src_mask = self._check(src, None, src_mask)
         max_new_tokens = check_int(max_new_tokens, "max_new_tokens", minimum=0)
         V = self.config.tgt_vocab_size
-        for value, name in ((bos_id, "bos_id"), (eos_id, "eos_id")):
-            if name == "eos_id" and value is None:
-                continue
-            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < V:
-                raise ValueError(
-                    f"{name} must be an int in [0, tgt_vocab_size) = [0, {V}), got {value!r}"
-                )
+        check_int(bos_id, "bos_id", minimum=0, maximum=V - 1, meaning="a target token id")
+        if eos_id is not None:
+            check_int(eos_id, "eos_id", minimum=0, maximum=V - 1, meaning="a target token id")
         was_training = self.training
         self.eval()
         try:

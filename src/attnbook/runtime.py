@@ -19,6 +19,8 @@ import numpy as np
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from attnbook._validation import check_int
+
 __all__ = [
     "OpRecorder",
     "get_device",
@@ -42,10 +44,9 @@ def set_seed(seed: int) -> None:
     Raises:
         ValueError: if ``seed`` is not an integer in ``[0, 2**32)``.
     """
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise ValueError(f"seed must be an int, got {type(seed).__name__}")
-    if not 0 <= int(seed) < 2**32:
-        raise ValueError(f"seed must be in [0, 2**32), got {seed}")
+    seed = check_int(
+        seed, "seed", minimum=0, maximum=2**32 - 1, meaning="below 2**32, as NumPy needs"
+    )
     random.seed(int(seed))
     np.random.seed(int(seed))  # noqa: NPY002 (learners and published examples use it)
     torch.manual_seed(int(seed))  # also seeds every CUDA device
@@ -80,10 +81,7 @@ def set_print_options(precision: int = 4) -> None:
     Raises:
         ValueError: if ``precision`` is not an int in ``[1, 16]``.
     """
-    if isinstance(precision, bool) or not isinstance(precision, int):
-        raise ValueError(f"precision must be an int, got {type(precision).__name__}")
-    if not 1 <= precision <= 16:
-        raise ValueError(f"precision must be in [1, 16], got {precision}")
+    check_int(precision, "precision", maximum=16, meaning="decimals")
     np.set_printoptions(precision=precision, suppress=True)
     torch.set_printoptions(precision=precision, sci_mode=False)
 
@@ -130,8 +128,7 @@ def seconds_per_call(
     """
     if not callable(fn):
         raise ValueError(f"fn must be a function of no arguments, got {type(fn).__name__}")
-    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-        raise ValueError(f"repeats must be an int >= 1, got {repeats!r}")
+    check_int(repeats, "repeats")
     device = get_device() if device is None else torch.device(device)
     fn()
     times = []
@@ -159,7 +156,10 @@ class OpRecorder(TorchDispatchMode):
     PyTorch's dispatcher shows a ``TorchDispatchMode`` each operation that runs
     underneath a call, with its inputs and its results. The recorder keeps
 
-    - ``ops``: the operations' names (``"bmm"``, ``"_softmax"``, ...);
+    - ``ops``: the set of the operations' names (``"bmm"``, ``"_softmax"``, ...);
+    - ``calls``: the same names as a list, one per call in the order they ran
+      (a name repeats if its operation ran more than once): which kernel ran
+      first, or what ran before it;
     - ``largest``: the bytes of the largest storage one operation allocates
       for its result. A result that is a view of, or the same memory as, one
       of the operation's inputs allocates nothing and is not counted.
@@ -171,6 +171,7 @@ class OpRecorder(TorchDispatchMode):
     def __init__(self) -> None:
         super().__init__()
         self.ops: set[str] = set()  # names of the ATen operations that ran
+        self.calls: list[str] = []  # the same names, in the order they ran, repeats included
         self.largest = 0  # bytes of the largest newly allocated result
 
     def __torch_dispatch__(
@@ -178,7 +179,9 @@ class OpRecorder(TorchDispatchMode):
     ) -> Any:
         """Run ``func`` and record its name and the size of each new result."""
         out = func(*args, **(kwargs or {}))
-        self.ops.add(str(func).removeprefix("aten.").removesuffix(".default"))
+        name = str(func).removeprefix("aten.").removesuffix(".default")
+        self.ops.add(name)
+        self.calls.append(name)
         given = {t.untyped_storage().data_ptr() for t in _tensors_in(args)}
         for t in _tensors_in(out):
             if t.untyped_storage().data_ptr() not in given:

@@ -25,6 +25,7 @@ from attnbook._validation import (
     Array,
     as_float_array,
     check_batch_broadcast,
+    check_int,
     check_positive_number,
     same_kind,
     shape_str,
@@ -199,8 +200,7 @@ class AdditiveScorer(nn.Module):
     def __init__(self, d_query: int, d_key: int, d_attn: int) -> None:
         super().__init__()
         for value, name in ((d_query, "d_query"), (d_key, "d_key"), (d_attn, "d_attn")):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+            check_int(value, name)
         self.W_q = nn.Linear(d_query, d_attn, bias=False)  # weight (d_a, d_q)
         self.W_k = nn.Linear(d_key, d_attn, bias=False)  # weight (d_a, d_k)
         self.v = nn.Linear(d_attn, 1, bias=False)  # weight (1, d_a)

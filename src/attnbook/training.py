@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnbook._validation import check_number
+from attnbook._validation import check_bool, check_int, check_number
 from attnbook.data import (
     IGNORE_INDEX,
     SequenceTask,
@@ -87,17 +87,10 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "eval_every"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-        if (
-            isinstance(self.warmup_steps, bool)
-            or not isinstance(self.warmup_steps, int)
-            or not 0 <= self.warmup_steps <= self.steps
-        ):
-            raise ValueError(
-                f"warmup_steps must be an int in [0, steps], got {self.warmup_steps!r}"
-            )
+            check_int(getattr(self, name), name)
+        check_int(
+            self.warmup_steps, "warmup_steps", minimum=0, maximum=self.steps, meaning="<= steps"
+        )
         check_number(self.lr, "lr", 0.0, math.inf, low_open=True)
         check_number(self.min_lr_ratio, "min_lr_ratio", 0.0, 1.0)
         check_number(self.weight_decay, "weight_decay", 0.0, math.inf)
@@ -107,17 +100,13 @@ class TrainConfig:
             check_number(self.grad_clip, "grad_clip", 0.0, math.inf, low_open=True)
         if self.target_exact_match is not None:
             check_number(self.target_exact_match, "target_exact_match", 0.0, 1.0)
-        if (
-            isinstance(self.seed, bool)
-            or not isinstance(self.seed, int)
-            or not 0 <= self.seed < 2**32
-        ):
-            raise ValueError(f"seed must be an int in [0, 2**32), got {self.seed!r}")
+        check_int(
+            self.seed, "seed", minimum=0, maximum=2**32 - 1, meaning="below 2**32, as NumPy needs"
+        )
         if self.device is not None and not isinstance(self.device, str):
             raise ValueError(f"device must be None or a str such as 'cpu', got {self.device!r}")
         for name in ("compile", "amp", "progress"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
+            check_bool(getattr(self, name), name)
 
 
 def lr_at(step: int, config: TrainConfig) -> float:
@@ -138,8 +127,7 @@ def lr_at(step: int, config: TrainConfig) -> float:
     Returns:
         The learning rate, a float.
     """
-    if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step < config.steps:
-        raise ValueError(f"step must be an int in [0, steps) = [0, {config.steps}), got {step!r}")
+    check_int(step, "step", minimum=0, maximum=config.steps - 1, meaning="0-based, < steps")
     if step < config.warmup_steps:
         return config.lr * (step + 1) / config.warmup_steps
     decay_steps = config.steps - config.warmup_steps

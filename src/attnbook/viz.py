@@ -23,6 +23,7 @@ import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from io import BytesIO
+from types import MappingProxyType
 from typing import Protocol
 
 import matplotlib.pyplot as plt
@@ -49,19 +50,21 @@ __all__ = [
     "to_numpy",
 ]
 
-STYLE: dict[str, object] = {
-    "figure.dpi": 100,
-    "savefig.dpi": 100,
-    "figure.figsize": (5.5, 4.0),
-    "font.size": 10,
-    "axes.titlesize": 11,
-    "axes.titleweight": "bold",
-    "axes.spines.top": False,
-    "axes.spines.right": False,
-    "axes.grid": False,
-    "image.cmap": "viridis",
-}
-"""Matplotlib settings applied (temporarily, never globally) by every helper here."""
+STYLE: Mapping[str, object] = MappingProxyType(
+    {
+        "figure.dpi": 100,
+        "savefig.dpi": 100,
+        "figure.figsize": (5.5, 4.0),
+        "font.size": 10,
+        "axes.titlesize": 11,
+        "axes.titleweight": "bold",
+        "axes.spines.top": False,
+        "axes.spines.right": False,
+        "axes.grid": False,
+        "image.cmap": "viridis",
+    }
+)
+"""Matplotlib settings applied (temporarily, never globally) by every helper here; read-only."""
 
 SEQUENTIAL_CMAP = "viridis"  # weights in [0, 1]: perceptually uniform, colour-blind safe
 DIVERGING_CMAP = "RdBu_r"  # scores of either sign: blue negative, red positive

@@ -441,7 +441,7 @@ def _qkv() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         ({"value": torch.randn(5)}, r"value must have shape \(\.\.\., S, d_v\)"),
         ({"key": torch.randn(2, 5, 4, dtype=torch.float64)}, r"query, key and value must share one dtype"),
         ({"key": torch.randn(2, 0, 4), "value": torch.randn(2, 0, 6)}, r"key must have shape \(\.\.\., S, d_k\) with S >= 1"),
-        ({"is_causal": 1}, r"is_causal must be True or False, got int"),
+        ({"is_causal": 1}, r"is_causal must be True or False, got 1"),
     ],
 )  # fmt: skip
 def test_bad_inputs_raise_a_clear_value_error(change: dict, match: str) -> None:

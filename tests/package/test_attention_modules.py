@@ -1,8 +1,9 @@
 """Tests of attnbook.SingleHeadAttention and the additive (Bahdanau) scorer.
 
 Shapes for self- and cross-attention, agreement with a computation written out
-by hand and with ``nn.MultiheadAttention(num_heads=1)`` (weights copied over,
-boolean masks converted to its opposite convention), and the additive score.
+by hand and with ``nn.MultiheadAttention(num_heads=1)`` (weights copied over by
+``SingleHeadAttention.to_torch()``, boolean masks converted to its opposite
+convention), and the additive score.
 """
 
 from __future__ import annotations
@@ -66,38 +67,13 @@ def test_matches_the_computation_written_out(
     torch.testing.assert_close(fast, expected)
 
 
-def _mha_like(attn: SingleHeadAttention, bias: bool) -> nn.MultiheadAttention:
-    """An nn.MultiheadAttention(num_heads=1) holding the same projections and an identity W_O."""
-    d = attn.d_model
-    mha = nn.MultiheadAttention(
-        d, 1, bias=bias, batch_first=True, kdim=attn.d_context, vdim=attn.d_context
-    )
-    mha = mha.double().eval()
-    with torch.no_grad():
-        if mha._qkv_same_embed_dim:
-            mha.in_proj_weight.copy_(
-                torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight])
-            )
-        else:
-            mha.q_proj_weight.copy_(attn.q_proj.weight)
-            mha.k_proj_weight.copy_(attn.k_proj.weight)
-            mha.v_proj_weight.copy_(attn.v_proj.weight)
-        mha.out_proj.weight.copy_(torch.eye(d, dtype=torch.float64))  # no W_O in a single head
-        if bias:
-            mha.in_proj_bias.copy_(
-                torch.cat([attn.q_proj.bias, attn.k_proj.bias, attn.v_proj.bias])
-            )
-            mha.out_proj.bias.zero_()
-    return mha
-
-
 @pytest.mark.parametrize("bias", [False, True])
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_agrees_with_torch_multihead_attention_with_one_head(
     bias: bool, seed: int, randn: Callable[..., torch.Tensor], seeded: Callable[..., nn.Module]
 ) -> None:
     attn = seeded(seed, SingleHeadAttention, 8, 8, 8, bias=bias).eval()
-    mha = _mha_like(attn, bias)
+    mha = attn.to_torch()  # nn.MultiheadAttention(8, 1) with our projections, W_O = identity
     x = randn(seed, 2, 5, 8)
     mask = causal_mask(5)
     ours, w_ours = attn(x, mask=mask)
@@ -111,17 +87,80 @@ def test_agrees_with_torch_multihead_attention_with_one_head(
     assert bool((w_wrong[:, ~mask[:4, :4]] > 0).all())
 
 
+@pytest.mark.parametrize("bias", [False, True])
 def test_cross_attention_agrees_with_torch_multihead_attention(
-    randn: Callable[..., torch.Tensor], seeded: Callable[..., nn.Module]
+    bias: bool, randn: Callable[..., torch.Tensor], seeded: Callable[..., nn.Module]
 ) -> None:
-    attn = seeded(3, SingleHeadAttention, 8, 8, 8, d_context=5, bias=False).eval()
-    mha = _mha_like(attn, bias=False)
+    attn = seeded(3, SingleHeadAttention, 8, 8, 8, d_context=5, bias=bias).eval()
+    mha = attn.to_torch()  # kdim = vdim = 5: separate q/k/v weights in PyTorch
+    assert mha.in_proj_weight is None
     x, c = randn(3, 2, 3, 8), randn(4, 2, 6, 5)
     lengths = [6, 4]
     ours, w_ours = attn(x, c, padding_mask(lengths, 6))
     theirs, w_theirs = mha(x, c, c, key_padding_mask=to_mha_mask(padding_mask(lengths, 6)[:, 0]))
     torch.testing.assert_close(ours, theirs)
     torch.testing.assert_close(w_ours, w_theirs)
+
+
+@pytest.mark.parametrize("d_context", [8, 5])
+@pytest.mark.parametrize("block", [0, 1, 2])  # the query, key or value projection
+def test_agreement_detects_a_perturbed_weight(
+    d_context: int, block: int, randn: Callable[..., torch.Tensor], seeded: Callable[..., nn.Module]
+) -> None:
+    attn = seeded(5, SingleHeadAttention, 8, 8, d_context=d_context, bias=True).eval()
+    mha = attn.to_torch()
+    x, c = randn(5, 2, 4, 8), randn(6, 2, 6, d_context)
+    torch.testing.assert_close(attn(x, c)[0], mha(x, c, c)[0])
+    with torch.no_grad():  # nudge one entry of one projection in PyTorch's copy only
+        if mha.in_proj_weight is not None:
+            mha.in_proj_weight[block * 8, 0] += 0.1
+        else:
+            (mha.q_proj_weight, mha.k_proj_weight, mha.v_proj_weight)[block][0, 0] += 0.1
+    with pytest.raises(AssertionError, match="not close"):
+        torch.testing.assert_close(attn(x, c)[0], mha(x, c, c)[0])
+    torch.testing.assert_close(attn(x, c)[0], attn.to_torch()(x, c, c)[0])  # ours untouched
+
+
+def test_to_torch_copies_with_the_same_dropout_dtype_and_mode() -> None:
+    attn = SingleHeadAttention(6, 6, bias=True, dropout=0.25)  # training mode, float32
+    mha = attn.to_torch()
+    assert (mha.embed_dim, mha.num_heads, mha.dropout, mha.training) == (6, 1, 0.25, True)
+    assert mha.batch_first
+    assert mha.in_proj_weight.dtype == torch.float32
+    torch.testing.assert_close(mha.out_proj.weight, torch.eye(6))  # a single head has no W_O
+    torch.testing.assert_close(mha.out_proj.bias, torch.zeros(6))
+    before = attn.q_proj.weight.clone()
+    with torch.no_grad():
+        mha.in_proj_weight.zero_()  # copies, not shared storage
+    torch.testing.assert_close(attn.q_proj.weight, before)
+    assert not attn.eval().to_torch().training
+    assert attn.double().to_torch().in_proj_weight.dtype == torch.float64
+    # copy_to fills an existing module, and zeros its biases for a head without any.
+    no_bias = SingleHeadAttention(6, 6)
+    theirs = nn.MultiheadAttention(6, 1, batch_first=True)
+    no_bias.copy_to(theirs)
+    assert bool((theirs.in_proj_bias == 0).all())
+    x = torch.randn(1, 3, 6)
+    torch.testing.assert_close(no_bias(x)[0], theirs(x, x, x)[0])
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda: SingleHeadAttention(8, 4).to_torch(), r"to_torch\(\) needs d_k = d_model = 8.*got d_k = 4"),
+        (lambda: SingleHeadAttention(8, 8, 6).to_torch(), r"to_torch\(\) needs d_v = d_model = 8.*got d_v = 6"),
+        (lambda: SingleHeadAttention(8, 8).copy_to(nn.MultiheadAttention(8, 2)), r"\(embed_dim, num_heads, kdim, vdim\) = .*\(8, 1, 8, 8\), got \(8, 2, 8, 8\)"),
+        (lambda: SingleHeadAttention(8, 8, d_context=5).copy_to(nn.MultiheadAttention(8, 1)), r"= \(8, 1, 5, 5\), got \(8, 1, 8, 8\)"),
+        (lambda: SingleHeadAttention(8, 8, bias=True).copy_to(nn.MultiheadAttention(8, 1, bias=False)), r"theirs must have biases"),
+        (lambda: SingleHeadAttention(8, 8).copy_to(nn.MultiheadAttention(8, 1, add_bias_kv=True)), r"add_bias_kv=False"),
+        (lambda: SingleHeadAttention(8, 8).copy_to(nn.Linear(8, 8)), r"theirs must be an nn.MultiheadAttention, got Linear"),
+    ],
+)  # fmt: skip
+def test_to_torch_refuses_what_pytorch_has_no_twin_for(
+    call: Callable[[], object], match: str
+) -> None:
+    with pytest.raises(ValueError, match=match):
+        call()
 
 
 def test_dropout_only_in_training_mode(randn: Callable[..., torch.Tensor]) -> None:

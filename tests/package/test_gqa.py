@@ -72,8 +72,10 @@ def test_grouped_equals_repeated_heads(
         mask = torch.rand(2, 1, 7, 7, generator=g) > 0.3  # (B, 1, T, S), some rows may be empty
     if mode == "alibi":
         mask = alibi_bias(n_heads, 7).double()[None]  # (1, H, T, T), one bias per query head
-    out, weights = grouped(x, key, key, mask, need_weights, is_causal=is_causal)
-    expected, expected_weights = full(x, key, key, mask, need_weights, is_causal=is_causal)
+    out, weights = grouped(x, key, key, mask, need_weights=need_weights, is_causal=is_causal)
+    expected, expected_weights = full(
+        x, key, key, mask, need_weights=need_weights, is_causal=is_causal
+    )
     torch.testing.assert_close(out, expected)
     if need_weights:
         assert weights.shape == (2, n_heads, 7, key.shape[1])

@@ -29,8 +29,8 @@ def test_set_seed_makes_python_numpy_and_torch_repeat() -> None:
 @pytest.mark.parametrize(
     ("seed", "match"),
     [
-        (-1, r"\[0, 2\*\*32\)"),
-        (2**32, r"\[0, 2\*\*32\)"),
+        (-1, r"in \[0, 4294967295\] \(below 2\*\*32"),
+        (2**32, r"in \[0, 4294967295\] \(below 2\*\*32"),
         (1.5, "must be an int"),
         (True, "must be an int"),
     ],
@@ -54,7 +54,7 @@ def test_print_options_round_numbers() -> None:
         attnbook.set_print_options(3)
         assert repr(np.array([1 / 3])) == "array([0.333])"
         assert "0.333" in repr(torch.tensor([1 / 3]))
-        with pytest.raises(ValueError, match="precision must be in"):
+        with pytest.raises(ValueError, match=r"precision must be an int in \[1, 16\]"):
             attnbook.set_print_options(0)
     finally:
         np.set_printoptions(**old_np)
@@ -116,6 +116,19 @@ def test_op_recorder_sees_the_operations_and_the_largest_new_result() -> None:
         weights.view(-1)  # a view allocates nothing
     assert {"bmm", "_softmax"} <= recorder.ops
     assert recorder.largest == 1 * 2 * 64 * 64 * 4
+    calls = recorder.calls  # in order, with repeats: the scores' product comes before the softmax
+    assert calls.index("bmm") < calls.index("_softmax")
+    assert set(calls) == recorder.ops
+
+
+def test_op_recorder_keeps_the_order_and_the_repeats() -> None:
+    x = torch.randn(4, 4)
+    with attnbook.runtime.OpRecorder() as recorder:
+        y = x.exp()
+        y = y * 2
+        y.exp()
+    assert recorder.calls == ["exp", "mul.Tensor", "exp"]
+    assert recorder.ops == {"exp", "mul.Tensor"}
 
 
 def test_largest_allocation_counts_results_not_inputs_or_views() -> None:

@@ -336,3 +336,17 @@ def test_train_refuses_a_model_too_small_for_the_task(task: TranslationTask) -> 
     )
     with pytest.raises(ValueError, match="context_length"):
         train(short, task, TrainConfig(steps=1, warmup_steps=0, progress=False))
+
+
+def test_both_sides_get_the_sinusoids_added_to_scaled_embeddings() -> None:
+    """The encoder-decoder's positions are SinusoidalPositions: a fixed table, not saved."""
+    from attnbook import sinusoidal_positional_encoding
+
+    model = EncoderDecoder(EncoderDecoderConfig(9, 7, 12, 16, 2, 1, 1)).eval()
+    torch.testing.assert_close(model.pos_emb.table, sinusoidal_positional_encoding(12, 16))
+    assert not any(key.startswith("pos_emb") for key in model.state_dict())
+    src = torch.tensor([[1, 2, 3]])
+    expected = model.src_emb(src) * 16**0.5 + sinusoidal_positional_encoding(12, 16)[:3]
+    torch.testing.assert_close(model.pos_emb.embed(model.src_emb(src), 0), expected)
+    with pytest.raises(ValueError, match="d_model must be even"):
+        EncoderDecoderConfig(9, 7, 12, 15, 3, 1, 1)
