@@ -137,10 +137,7 @@ def apply_rope(
             f"pairs), got {shape_str(x)}"
         )
     base = RotaryPositions.check_base(base)
-    angle_dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
-    if positions is None:
-        pos = torch.arange(n_pos, device=x.device, dtype=angle_dtype)  # (T,)
-    else:
+    if positions is not None:
         if not isinstance(positions, torch.Tensor):
             raise ValueError(
                 f"positions must be an integer torch tensor of shape (T,) = ({n_pos},), "
@@ -160,6 +157,16 @@ def apply_rope(
                 f"positions must have shape (T,) = ({n_pos},) (one per row of x "
                 f"{shape_str(x)}), got {shape_str(positions)}"
             )
+    return _rotate_pairs(x, positions, base)
+
+
+def _rotate_pairs(x: torch.Tensor, positions: torch.Tensor | None, base: float) -> torch.Tensor:
+    """:func:`apply_rope` after its checks: what every layer of a rotary model runs, unchecked."""
+    n_pos, d = x.shape[-2], x.shape[-1]
+    angle_dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
+    if positions is None:
+        pos = torch.arange(n_pos, device=x.device, dtype=angle_dtype)  # (T,)
+    else:
         pos = positions.to(device=x.device, dtype=angle_dtype)  # (T,)
     two_i = torch.arange(0, d, 2, device=x.device, dtype=angle_dtype)  # (d/2,)
     freqs = base ** (-two_i / d)  # (d/2,)
@@ -380,7 +387,7 @@ class RotaryPositions(PositionalEncoding):
 
     def __init__(self, base: float = 10000.0) -> None:
         super().__init__()
-        self.base = base  # the base of the rotary frequencies (Su et al. 2021)
+        self.base = self.check_base(base)  # the base of the rotary frequencies (Su et al. 2021)
 
     @staticmethod
     def check_base(value: object, name: str = "base") -> float:
@@ -426,12 +433,13 @@ class RotaryPositions(PositionalEncoding):
     def rotate(
         self, q: torch.Tensor, k: torch.Tensor, start: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        # The attention layer has checked q and k, and the model the base: no checks per layer.
         n_queries, n_keys = q.shape[-2], k.shape[-2]
         if start == 0 and n_queries == n_keys:  # the usual case: positions 0..T-1 for both
-            return apply_rope(q, None, self.base), apply_rope(k, None, self.base)
+            return _rotate_pairs(q, None, self.base), _rotate_pairs(k, None, self.base)
         key_positions = torch.arange(start, start + n_keys, device=q.device)  # (S,)
-        q = apply_rope(q, key_positions[n_keys - n_queries :], self.base)  # (B, H, T, Dh)
-        return q, apply_rope(k, key_positions, self.base)  # (B, H_kv, S, Dh)
+        q = _rotate_pairs(q, key_positions[n_keys - n_queries :], self.base)  # (B, H, T, Dh)
+        return q, _rotate_pairs(k, key_positions, self.base)  # (B, H_kv, S, Dh)
 
 
 class AlibiPositions(PositionalEncoding):

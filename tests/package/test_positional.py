@@ -18,7 +18,7 @@ from attnbook import (
     set_seed,
     sinusoidal_positional_encoding,
 )
-from attnbook.positional import POSITIONAL_ENCODINGS, PositionalEncoding
+from attnbook.positional import POSITIONAL_ENCODINGS, PositionalEncoding, RotaryPositions
 
 # ------------------------------------------------------------- sinusoidal
 
@@ -350,3 +350,14 @@ def test_a_new_encoding_is_one_class_and_one_table_entry(monkeypatch: pytest.Mon
         GPTConfig(
             vocab_size=11, context_length=8, d_model=16, n_heads=2, n_layers=1, positional="none"
         )
+
+
+def test_rotary_positions_rotate_as_apply_rope_and_check_their_base_once() -> None:
+    """The layers' unchecked rotation is apply_rope's; the base is checked when built."""
+    rope = RotaryPositions(500.0)
+    q, k = torch.randn(2, 4, 3, 8), torch.randn(2, 2, 7, 8)  # (B, H, T, Dh), (B, H_kv, S, Dh)
+    q_rot, k_rot = rope.rotate(q, k, start=5)  # keys at 5..11, queries at 9..11
+    torch.testing.assert_close(q_rot, apply_rope(q, torch.arange(9, 12), 500.0), rtol=0, atol=0)
+    torch.testing.assert_close(k_rot, apply_rope(k, torch.arange(5, 12), 500.0), rtol=0, atol=0)
+    with pytest.raises(ValueError, match="base must be a number > 1"):
+        RotaryPositions(0.5)
