@@ -41,12 +41,11 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from _common import NanoGPT, describe, init_like_attnbook, load_average
+from _common import NanoGPT, describe, init_like_attnbook, interleaved_rounds, load_average
 from torch import nn
 
 import attnbook
@@ -116,21 +115,6 @@ def make_step(
     return step
 
 
-def _rounds(steps: dict[str, Callable[[], None]], rounds: int) -> dict[str, list[float]]:
-    """Seconds per step of each model, one step of each per round, the order rotating."""
-    for step in steps.values():
-        for _ in range(WARMUP):
-            step()
-    times: dict[str, list[float]] = {name: [] for name in steps}
-    names = list(steps)
-    for r in range(rounds):
-        for name in names[r % len(names) :] + names[: r % len(names)]:
-            start = time.perf_counter()
-            steps[name]()
-            times[name].append(time.perf_counter() - start)
-    return times
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=30)
@@ -162,7 +146,8 @@ def main() -> None:
             attnbook.set_seed(0)
             model = cls(CONFIG).to(device).train()
             steps[name] = make_step(model, device, args.batch, args.context)
-        times = _rounds(steps, args.rounds)
+        fns = list(steps.values())  # one step of each per round, the order rotating
+        times = dict(zip(steps, interleaved_rounds(fns, args.rounds, device, warmup=WARMUP)))
         print(
             f"\n{threads} thread(s), {args.rounds} interleaved rounds, batch {args.batch}, "
             f"context {args.context}; load average after: {load_average()}"

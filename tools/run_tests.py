@@ -61,11 +61,11 @@ import nbformat
 
 from tools import learner_path
 from tools.notebooks import KERNEL_ENV
+from tools.page_checks import CHROMIUM
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent  # the virtual environment's bin/, not resolved on purpose
 REPORTS = ROOT / ".test-reports"
-CHROMIUM = Path(os.environ.get("ATTNBOOK_CHROMIUM", "/usr/bin/chromium"))
 IGNORE_LIMIT = 0.05  # at most this share of code cells may skip nbval's comparison
 PYTEST_NO_TESTS = 5  # pytest's exit status when it collected nothing
 # Written by the browser test (tests/browser/test_interactive_figures.py): what a first visit

@@ -272,6 +272,32 @@ def scaled_dot_product_attention(
     return attend(query, key, value, mask, dropout_p, scale)
 
 
+def check_torch_twin(
+    theirs: object, *, embed_dim: int, num_heads: int, kdim: int, bias: bool
+) -> nn.MultiheadAttention:
+    """``theirs``, if it is an ``nn.MultiheadAttention`` that can hold a copy of our weights.
+
+    The check of every ``copy_to`` into PyTorch's attention: its widths and
+    its number of heads must be ours (``kdim`` is also its ``vdim``), it must
+    have biases if we have (without ours, the copy zeroes its biases), and it
+    must add nothing of its own (``add_bias_kv``, ``add_zero_attn``);
+    otherwise a ``ValueError`` says what differs.
+    """
+    if not isinstance(theirs, nn.MultiheadAttention):
+        raise ValueError(f"theirs must be an nn.MultiheadAttention, got {type(theirs).__name__}")
+    got = (theirs.embed_dim, theirs.num_heads, theirs.kdim, theirs.vdim)
+    needed = (embed_dim, num_heads, kdim, kdim)
+    if got != needed:
+        raise ValueError(
+            f"theirs must have (embed_dim, num_heads, kdim, vdim) = {needed}, got {got}"
+        )
+    if theirs.bias_k is not None or theirs.add_zero_attn:
+        raise ValueError("theirs must have add_bias_kv=False and add_zero_attn=False")
+    if bias and theirs.in_proj_bias is None:
+        raise ValueError("theirs must have biases (bias=True), as the module copied into it has")
+    return theirs
+
+
 class SingleHeadAttention(nn.Module):
     """One attention head with learned projections: ``Q = X W_Q``, ``K = C W_K``, ``V = C W_V``.
 
@@ -380,23 +406,11 @@ class SingleHeadAttention(nn.Module):
             ValueError: if this head has no PyTorch twin (``d_k`` or ``d_v`` differs
                 from ``d_model``) or ``theirs`` has other widths, heads or biases.
         """
-        self._check_torch_twin()
-        if not isinstance(theirs, nn.MultiheadAttention):
-            raise ValueError(
-                f"theirs must be an nn.MultiheadAttention, got {type(theirs).__name__}"
-            )
-        got = (theirs.embed_dim, theirs.num_heads, theirs.kdim, theirs.vdim)
-        needed = (self.d_model, 1, self.d_context, self.d_context)
-        if got != needed:
-            raise ValueError(
-                "theirs must have (embed_dim, num_heads, kdim, vdim) = (d_model, 1, d_context, "
-                f"d_context) = {needed}, got {got}"
-            )
-        if theirs.bias_k is not None or theirs.add_zero_attn:
-            raise ValueError("theirs must have add_bias_kv=False and add_zero_attn=False")
+        self._check_widths_for_torch()
         bias = self.q_proj.bias is not None
-        if bias and theirs.in_proj_bias is None:
-            raise ValueError("theirs must have biases (bias=True): this head has them")
+        check_torch_twin(
+            theirs, embed_dim=self.d_model, num_heads=1, kdim=self.d_context, bias=bias
+        )
         projections = (self.q_proj, self.k_proj, self.v_proj)
         with torch.no_grad():
             if theirs.in_proj_weight is not None:  # d_context = d_model: one stacked weight
@@ -409,7 +423,7 @@ class SingleHeadAttention(nn.Module):
             if bias:
                 theirs.in_proj_bias.copy_(torch.cat([p.bias for p in projections]))  # (3 D,)
             elif theirs.in_proj_bias is not None:
-                theirs.in_proj_bias.zero_()
+                theirs.in_proj_bias.zero_()  # a head without biases: theirs add nothing
             nn.init.eye_(theirs.out_proj.weight)  # (D, D): a single head has no W_O
             if theirs.out_proj.bias is not None:
                 theirs.out_proj.bias.zero_()
@@ -431,7 +445,7 @@ class SingleHeadAttention(nn.Module):
             ValueError: if ``d_k`` or ``d_v`` differs from ``d_model``:
                 PyTorch projects queries, keys and values to ``embed_dim = d_model``.
         """
-        self._check_torch_twin()
+        self._check_widths_for_torch()
         weight = self.q_proj.weight
         theirs = nn.MultiheadAttention(
             self.d_model,
@@ -447,7 +461,7 @@ class SingleHeadAttention(nn.Module):
         self.copy_to(theirs)
         return theirs.train(self.training)
 
-    def _check_torch_twin(self) -> None:
+    def _check_widths_for_torch(self) -> None:
         """Raise ``ValueError`` unless ``nn.MultiheadAttention`` can hold this head (``d_k = d_v = D``)."""
         for name, width in (("d_k", self.d_k), ("d_v", self.d_v)):
             if width != self.d_model:

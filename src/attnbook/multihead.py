@@ -59,7 +59,7 @@ from attnbook._validation import (
     check_probability,
     shape_str,
 )
-from attnbook.attention import attend, attend_fused, with_causal
+from attnbook.attention import attend, attend_fused, check_torch_twin, with_causal
 from attnbook.positional import PositionalEncoding, RotaryPositions
 
 __all__ = [
@@ -455,7 +455,11 @@ class MultiHeadAttention(nn.Module):
 
         Its ``in_proj_weight`` ``(3 D, D)`` stacks ``W_Qᵀ``, ``W_Kᵀ``, ``W_Vᵀ`` as
         our ``in_proj.weight`` does, likewise the biases; ``out_proj`` is copied
-        as it is. See :meth:`to_torch`.
+        as it is; without biases of ours, its biases are zeroed. See :meth:`to_torch`.
+
+        Raises:
+            ValueError: for grouped-query or rotary attention (no PyTorch twin), or
+                when ``theirs`` has other widths or heads, or lacks our biases.
         """
         if self.n_kv_heads != self.n_heads or self.positional is not None:
             raise ValueError(
@@ -463,11 +467,21 @@ class MultiHeadAttention(nn.Module):
                 f"positional rotation, got n_kv_heads = {self.n_kv_heads} and "
                 f"positional = {self.positional!r}"
             )
+        bias = self.in_proj.bias is not None
+        check_torch_twin(
+            theirs, embed_dim=self.d_model, num_heads=self.n_heads, kdim=self.d_model, bias=bias
+        )
         with torch.no_grad():
             theirs.in_proj_weight.copy_(self.in_proj.weight)  # (3 D, D), the same stacking
-            if self.in_proj.bias is not None:
-                theirs.in_proj_bias.copy_(self.in_proj.bias)  # (3 D,)
-            theirs.out_proj.load_state_dict(self.out_proj.state_dict())
+            theirs.out_proj.weight.copy_(self.out_proj.weight)  # (D, D)
+            for mine, their in (
+                (self.in_proj.bias, theirs.in_proj_bias),  # (3 D,)
+                (self.out_proj.bias, theirs.out_proj.bias),  # (D,)
+            ):
+                if their is not None and mine is not None:
+                    their.copy_(mine)
+                elif their is not None:  # without biases of ours, theirs add nothing
+                    their.zero_()
 
     def to_torch(self) -> nn.MultiheadAttention:
         """A ``torch.nn.MultiheadAttention`` holding copies of this module's weights.

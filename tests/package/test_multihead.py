@@ -561,6 +561,31 @@ def test_to_torch_refuses_what_pytorch_has_no_twin_for() -> None:
     assert theirs.batch_first
 
 
+@pytest.mark.parametrize(
+    ("theirs", "match"),
+    [
+        (nn.MultiheadAttention(8, 4), r"\(embed_dim, num_heads, kdim, vdim\) = \(8, 2, 8, 8\), got \(8, 4, 8, 8\)"),
+        (nn.MultiheadAttention(8, 2, bias=False), r"theirs must have biases \(bias=True\)"),
+        (nn.MultiheadAttention(8, 2, add_zero_attn=True), r"add_zero_attn=False"),
+        (nn.Linear(8, 8), r"theirs must be an nn.MultiheadAttention, got Linear"),
+    ],
+)  # fmt: skip
+def test_copy_to_refuses_a_torch_attention_of_another_shape(theirs: nn.Module, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        MultiHeadAttention(8, 2).copy_to(theirs)
+
+
+def test_copy_to_zeroes_the_biases_of_a_torch_attention_for_a_module_without_any() -> None:
+    ours = MultiHeadAttention(8, 2, bias=False)
+    theirs = nn.MultiheadAttention(8, 2, batch_first=True)
+    with torch.no_grad():
+        theirs.in_proj_bias.fill_(1.0)
+        theirs.out_proj.bias.fill_(1.0)
+    ours.copy_to(theirs)
+    x = torch.randn(2, 5, 8)
+    torch.testing.assert_close(theirs(x, x, x)[0], ours(x, x, x)[0])
+
+
 def test_in_proj_follows_the_default_device_like_the_other_parameters() -> None:
     with torch.device("meta"):  # shapes only, as chapter 9 counts GPT-2's parameters
         attn = MultiHeadAttention(16, 4)
