@@ -554,6 +554,38 @@ def test_tripwires_catch_the_library_where_the_static_check_is_bypassed(tmp_path
 
 
 @needs_bwrap
+@needs_bwrap
+def test_on_run_reports_how_the_notebook_run_ended(tmp_path: Path) -> None:
+    solutions = list(_solutions().values())
+    clean = _mini(tmp_path / "clean" / "02_softmax.ipynb", IMPORTS, *solutions)
+    broken = _mini(tmp_path / "broken" / "02_softmax.ipynb", IMPORTS, "1 / 0", *solutions)
+    seen: dict[str, list[grade.NotebookRun]] = {"clean": [], "broken": []}
+    for name, notebook in (("clean", clean), ("broken", broken)):
+        settings = grade.Settings(seed=3, cell_timeout=60)
+        records = grade.grade_notebook(notebook, settings=settings, on_run=seen[name].append)
+        assert {r.status for r in records} == {"passed"}  # the grades never depend on the run
+    ((ran_clean,), (ran_broken,)) = seen["clean"], seen["broken"]
+    assert ran_clean.ok
+    assert ran_clean.summary() == "ok"
+    assert not ran_broken.ok
+    assert ran_broken.errors == {2: "ZeroDivisionError"}  # after the title and the imports
+    assert ran_broken.summary() == "cell 3 raised ZeroDivisionError"
+    skipped: list[grade.NotebookRun] = []
+    grade.grade_notebook(
+        clean, settings=grade.Settings(run_notebook=False, seed=3), on_run=skipped.append
+    )
+    assert skipped == []  # no notebook run, no report
+
+
+def test_a_notebook_run_summary_names_each_failing_cell_and_the_stop() -> None:
+    run = grade.NotebookRun({4: "ValueError", 1: "NameError"}, "CellTimeoutError: 60 s")
+    assert not run.ok
+    assert (
+        run.summary() == "cell 2 raised NameError; cell 5 raised ValueError; CellTimeoutError: 60 s"
+    )
+    assert not grade.NotebookRun({}, "DeadKernelError").ok
+
+
 def test_a_killed_grader_loses_nothing_and_resumes(tmp_path: Path) -> None:
     solutions = _solutions()
     for who in ("ann", "ben"):

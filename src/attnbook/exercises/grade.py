@@ -107,6 +107,7 @@ __all__ = [
     "FIELDS",
     "STATUSES",
     "GradeRecord",
+    "NotebookRun",
     "Settings",
     "checker_calls",
     "find_notebooks",
@@ -144,6 +145,28 @@ class GradeRecord:
 
 
 FIELDS = tuple(field.name for field in dataclasses.fields(GradeRecord))
+
+
+@dataclasses.dataclass(frozen=True)
+class NotebookRun:
+    """How a submission's sandboxed notebook run ended ("Restart and run all").
+
+    Read back from the executed notebook, which the submission could have
+    written itself: it explains failures and never decides a grade.
+    """
+
+    errors: dict[int, str]  # cell index (from 0) -> the name of the error it raised
+    stopped: str  # why the run ended before the last cell; "" if it did not
+
+    @property
+    def ok(self) -> bool:
+        """Every cell ran, and none raised."""
+        return not self.errors and not self.stopped
+
+    def summary(self) -> str:
+        """``"ok"``, or what went wrong: ``"cell 4 raised ValueError; <why it stopped>"``."""
+        problems = [f"cell {i + 1} raised {name}" for i, name in sorted(self.errors.items())]
+        return "; ".join(problems + ([self.stopped] if self.stopped else [])) or "ok"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -387,12 +410,11 @@ def _judge(name: str, spec: CheckSpec, args: list[tuple], folder: Path) -> tuple
     return "passed", f"✅ {name}: all {n} cases pass (inputs drawn by the grader)."
 
 
-def _run_errors(folder: Path) -> tuple[dict[int, str], str]:
-    """From the executed notebook (untrusted): cell index -> the error's name, and why the
-    run stopped early. Used only to explain a failure."""
+def _read_run(folder: Path) -> NotebookRun:
+    """How the sandboxed run ended, from the executed notebook it left (untrusted)."""
     path = folder / "executed.ipynb"
     if not _readable(path, folder):
-        return {}, "the notebook run did not finish (time limit, or the kernel died)"
+        return NotebookRun({}, "the notebook run did not finish (time limit, or the kernel died)")
     try:
         import nbformat
 
@@ -403,13 +425,17 @@ def _run_errors(folder: Path) -> tuple[dict[int, str], str]:
                 if output.get("output_type") == "error":
                     errors[index] = str(output.get("ename", "Error"))[:60]
         stopped = str(nb.metadata.get("attnbook_run", {}).get("stopped", ""))[:200]
-        return errors, stopped
+        return NotebookRun(errors, stopped)
     except Exception:
-        return {}, "the executed notebook cannot be read"
+        return NotebookRun({}, "the executed notebook cannot be read")
 
 
 def grade_notebook(
-    path: str | Path, *, student: str | None = None, settings: Settings | None = None
+    path: str | Path,
+    *,
+    student: str | None = None,
+    settings: Settings | None = None,
+    on_run: Callable[[NotebookRun], None] | None = None,
 ) -> list[GradeRecord]:
     """Grade one notebook in its own sandboxes (see the module's docstring).
 
@@ -420,6 +446,11 @@ def grade_notebook(
         path: the submitted notebook.
         student: the student's name (default: the file's name without suffix).
         settings: how to grade (default: :class:`Settings()`, with a fresh seed).
+        on_run: called with how the notebook run ended (a :class:`NotebookRun`),
+            once it has, when ``settings.run_notebook`` is on. The records
+            only mention the run where it explains a failed exercise; this
+            says whether the whole notebook ran, e.g. for a check that the
+            book's own solutions run cleanly.
 
     Returns:
         One record per exercise of its chapter (``missing`` ones included),
@@ -489,8 +520,7 @@ def grade_notebook(
             specs[name] = (spec, args)
             jobs.append({"exercise": name, "program": answer.program, "args": sent, "seeds": seeds})
     with tempfile.TemporaryDirectory(prefix="attnbook-grade-") as tmp:
-        errors: dict[int, str] = {}
-        stopped = ""
+        run = NotebookRun({}, "")
         limits = sandbox.Limits(memory_bytes=settings.memory_bytes)
         timeouts = {
             "cell_timeout": settings.cell_timeout,
@@ -505,7 +535,9 @@ def grade_notebook(
             sandbox.run_sandboxed(
                 "execute", run_dir, dataclasses.replace(limits, wall_s=wall), unsafe=settings.unsafe
             )
-            errors, stopped = _run_errors(run_dir)
+            run = _read_run(run_dir)
+            if on_run is not None:
+                on_run(run)
         if jobs:
             eval_dir = Path(tmp) / "eval"
             eval_dir.mkdir()
@@ -526,10 +558,13 @@ def grade_notebook(
         status, message = results[name]
         answer = found.get(name)
         if status not in ("passed", "missing") and answer is not None:
-            if answer.cell in errors:
-                message += f"\n   (In the notebook run, cell {answer.cell + 1} raised {errors[answer.cell]}.)"
-            elif stopped:
-                message += f"\n   (The notebook run stopped early: {stopped})"
+            if answer.cell in run.errors:
+                message += (
+                    f"\n   (In the notebook run, cell {answer.cell + 1} raised "
+                    f"{run.errors[answer.cell]}.)"
+                )
+            elif run.stopped:
+                message += f"\n   (The notebook run stopped early: {run.stopped})"
         records.append(record(title, name, labels.get(name, ""), status, message))
     return records
 
