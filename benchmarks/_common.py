@@ -124,6 +124,41 @@ def interleaved_rounds(
     return times
 
 
+def median_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, float]:
+    """A distribution-free confidence interval for the median of ``values``.
+
+    The order statistics ``x_(j) <= x_(n+1-j)`` of ``n`` independent draws
+    bracket the population's median unless at least ``n + 1 - j`` draws fall
+    on one side of it, so the interval covers it with probability
+    ``1 - 2 P(B <= j - 1)``, ``B ~ Binomial(n, 1/2)``; ``j`` is the largest
+    index whose coverage is at least ``level``. It assumes nothing about the
+    shape of the distribution (timings are skewed), only that rounds are
+    independent draws. With too few values for ``level`` (fewer than 6 for
+    95%) it is the whole range, whose coverage is then below ``level``.
+
+    Args:
+        values: one figure per round, e.g. the per-round speed ratios.
+        level: the coverage asked for, in (0, 1).
+
+    Returns:
+        ``(low, high)``.
+    """
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    x = sorted(values)
+    n = len(x)
+    if n == 0:
+        raise ValueError("values must not be empty")
+
+    def coverage(j: int) -> float:  # of (x_(j), x_(n+1-j)): 1 - 2 P(B <= j - 1)
+        return 1 - 2 * sum(math.comb(n, i) for i in range(j)) / 2**n
+
+    j = 1
+    while 2 * (j + 1) <= n + 1 and coverage(j + 1) >= level:
+        j += 1
+    return x[j - 1], x[n - j]
+
+
 # ------------------------------------------------------------------ the nanoGPT-style peer
 
 

@@ -31,8 +31,10 @@ with a gradient scaler), one pass instead of one per thread count. For each thre
 count the three models run in interleaved rounds (one step of each per
 round, the order rotating, after warm-up steps), so a burst of load from
 another program slows all alike; the table reports each model's median step
-time and, against each peer, the median of the per-round ratio with its
-25th and 75th percentiles. A benchmark, not a test: it asserts only the
+time and, against each peer, the median of the per-round ratio with a 95%
+confidence interval for that median (``_common.median_interval``:
+distribution-free, from order statistics) and its 25th and 75th percentiles.
+An interval that contains 1.0 means the run cannot tell the two apart. A benchmark, not a test: it asserts only the
 equal parameter counts and exits 0. The load average printed before and
 after says how busy the machine was.
 """
@@ -45,7 +47,14 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from _common import NanoGPT, describe, init_like_attnbook, interleaved_rounds, load_average
+from _common import (
+    NanoGPT,
+    describe,
+    init_like_attnbook,
+    interleaved_rounds,
+    load_average,
+    median_interval,
+)
 from torch import nn
 
 import attnbook
@@ -161,9 +170,10 @@ def main() -> None:
         for peer in peers:
             ratios = [p / o for o, p in zip(times[ours], times[peer])]
             q1, med, q3 = statistics.quantiles(ratios, n=4)
+            low, high = median_interval(ratios)
             print(
                 f"  speed ratio attnbook / {peer} (per round, >1 = attnbook faster): "
-                f"median {med:.3f}x, IQR {q1:.3f}-{q3:.3f}x"
+                f"median {med:.3f}x (95% CI {low:.3f}-{high:.3f}x), IQR {q1:.3f}-{q3:.3f}x"
             )
 
 
