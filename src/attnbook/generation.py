@@ -130,7 +130,8 @@ def prefill(model: nn.Module, idx: torch.Tensor) -> tuple[torch.Tensor, KVCache]
     Args:
         model: a :class:`attnbook.GPT`.
         idx: the prompts, token ids of shape ``(B, T)``, int64 in
-            ``[0, vocab_size)``, ``1 <= T <= context_length``.
+            ``[0, vocab_size)``, ``1 <= T <= context_length``; all of one
+            length (no padding mask: see :func:`generate`).
 
     Returns:
         ``(logits, cache)``: the logits of the token after each prompt,
@@ -236,6 +237,10 @@ def generate(
         model: a :class:`attnbook.GPT`.
         idx: the prompts, token ids of shape ``(B, T)``, int64 in
             ``[0, vocab_size)``, ``T >= 1`` (longer than ``context_length`` is fine).
+            All ``B`` prompts have the same length: there is no padding mask
+            and no per-row position, so for prompts of different lengths call
+            ``generate`` once per length (a batch padded on the left would
+            attend to its padding and place every token at a shifted position).
         max_new_tokens: ``N >= 0``, the number of tokens to append.
         temperature: ``>= 0``; ``0`` means greedy.
         top_k: ``None`` (all tokens) or an int in ``[1, vocab_size]``.
