@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import os
 import platform
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
@@ -157,6 +158,22 @@ def median_interval(values: Sequence[float], level: float = 0.95) -> tuple[float
     while 2 * (j + 1) <= n + 1 and coverage(j + 1) >= level:
         j += 1
     return x[j - 1], x[n - j]
+
+
+def ratio_summary(ratios: Sequence[float]) -> str:
+    """``"median 1.012x (95% CI 0.998-1.020x), IQR 0.97-1.05x"``: per-round speed ratios in brief.
+
+    The median of the ratios, its distribution-free 95% interval
+    (:func:`median_interval`; fewer than 6 rounds cannot give one, and say
+    so) and their 25th-75th percentiles.
+    """
+    q1, med, q3 = statistics.quantiles(ratios, n=4)
+    if len(ratios) < 6:
+        interval = "too few rounds for a 95% CI"
+    else:
+        low, high = median_interval(ratios)
+        interval = f"95% CI {low:.3f}-{high:.3f}x"
+    return f"median {med:.3f}x ({interval}), IQR {q1:.3f}-{q3:.3f}x"
 
 
 # ------------------------------------------------------------------ the nanoGPT-style peer

@@ -34,7 +34,7 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from _common import describe, interleaved_rounds, load_average, median_interval
+from _common import describe, interleaved_rounds, load_average, ratio_summary
 from torch import nn
 
 import attnbook
@@ -180,11 +180,9 @@ def training(device: torch.device, rounds: int) -> None:
         med = statistics.median(ts)
         print(f"  {name:24s} median {1e3 * med:7.1f} ms/step ({1 / med:6.2f} steps/s)")
     ratios = [t / o for o, t in zip(times["attnbook.EncoderDecoder"], times["nn.Transformer"])]
-    q1, med, q3 = statistics.quantiles(ratios, n=4)
-    low, high = median_interval(ratios)
     print(
         f"  speed ratio attnbook / nn.Transformer (per round, >1 = attnbook faster): "
-        f"median {med:.3f}x (95% CI {low:.3f}-{high:.3f}x), IQR {q1:.3f}-{q3:.3f}x"
+        f"{ratio_summary(ratios)}"
     )
 
 

@@ -32,11 +32,11 @@ count the three models run in interleaved rounds (one step of each per
 round, the order rotating, after warm-up steps), so a burst of load from
 another program slows all alike; the table reports each model's median step
 time and, against each peer, the median of the per-round ratio with a 95%
-confidence interval for that median (``_common.median_interval``:
-distribution-free, from order statistics) and its 25th and 75th percentiles.
-An interval that contains 1.0 means the run cannot tell the two apart. A benchmark, not a test: it asserts only the
-equal parameter counts and exits 0. The load average printed before and
-after says how busy the machine was.
+confidence interval for that median (``_common.ratio_summary``:
+distribution-free, from order statistics) and its 25th and 75th percentiles;
+an interval that contains 1.0 means the run cannot tell the two apart. A
+benchmark, not a test: it asserts only the equal parameter counts and exits
+0. The load average printed before and after says how busy the machine was.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ from _common import (
     init_like_attnbook,
     interleaved_rounds,
     load_average,
-    median_interval,
+    ratio_summary,
 )
 from torch import nn
 
@@ -169,11 +169,9 @@ def main() -> None:
             )
         for peer in peers:
             ratios = [p / o for o, p in zip(times[ours], times[peer])]
-            q1, med, q3 = statistics.quantiles(ratios, n=4)
-            low, high = median_interval(ratios)
             print(
                 f"  speed ratio attnbook / {peer} (per round, >1 = attnbook faster): "
-                f"median {med:.3f}x (95% CI {low:.3f}-{high:.3f}x), IQR {q1:.3f}-{q3:.3f}x"
+                f"{ratio_summary(ratios)}"
             )
 
 
