@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import os
 import platform
+import random
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -76,7 +77,8 @@ def interleaved_rounds(
     *,
     warmup: int,
     number: int = 1,
-    rotate: bool = True,
+    order: str = "rotate",
+    seed: int = 0,
 ) -> list[list[float]]:
     """Seconds per call of each function in ``fns``, one figure per round, the rounds interleaved.
 
@@ -85,9 +87,14 @@ def interleaved_rounds(
     once (``number`` calls in a row), so that a burst of load from another
     program slows all the functions of a round alike instead of skewing one row
     of a table: the ratio of two functions in the same round is steadier than
-    the ratio of figures measured one after the other. With ``rotate``, round
-    ``r`` starts at function ``r % len(fns)``, so that no function always runs
-    first (after the previous round's last one, into caches it left cold).
+    the ratio of figures measured one after the other. The ``order`` of the
+    functions within a round: ``"rotate"`` starts round ``r`` at function
+    ``r % len(fns)``, so that no function always runs first (after the
+    previous round's last one, into caches it left cold); ``"random"`` draws
+    a fresh order for every round (from ``seed``), so that no function
+    follows another more often than chance (with three functions, rotating
+    puts the first after the third in two rounds of three); ``"fixed"``
+    keeps the order of ``fns``.
 
     Every timing ends with ``attnbook.runtime.synchronize(device)``: a GPU's
     queued work is counted, and it has finished before the next timing starts.
@@ -102,21 +109,28 @@ def interleaved_rounds(
         warmup: untimed calls of each function before the first round.
         number: calls per timing, for calls too short to time one by one; the
             figure is their mean.
-        rotate: start each round one function further on.
+        order: ``"rotate"``, ``"random"`` or ``"fixed"``, see above.
+        seed: the seed of the random orders (``order="random"`` only).
 
     Returns:
         ``times[i][r]``: seconds per call of ``fns[i]`` in round ``r``, in the
         order of ``fns`` whatever order a round ran them in.
     """
+    if order not in ("rotate", "random", "fixed"):
+        raise ValueError(f"order must be 'rotate', 'random' or 'fixed', got {order!r}")
     for fn in fns:
         for _ in range(warmup):
             fn()
     synchronize(device)
     times: list[list[float]] = [[] for _ in fns]
     n = len(fns)
+    draw = random.Random(seed)
     for r in range(rounds):
-        first = r % n if rotate and n else 0
-        for i in [*range(first, n), *range(first)]:
+        first = r % n if order == "rotate" and n else 0
+        indices = [*range(first, n), *range(first)]
+        if order == "random":
+            draw.shuffle(indices)
+        for i in indices:
             start = time.perf_counter()
             for _ in range(number):
                 fns[i]()

@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     with torch.inference_mode():
         times = interleaved_rounds(
-            [fn for _, _, fn, _ in rows], args.repeats, device, warmup=WARMUP, rotate=False
+            [fn for _, _, fn, _ in rows], args.repeats, device, warmup=WARMUP, order="fixed"
         )
     medians = [statistics.median(fn_times) for fn_times in times]
     timed = [

@@ -105,7 +105,7 @@ def main() -> None:
                 ),
             ]
             bare, fused, plain, weights = interleaved_rounds(
-                fns, args.rounds, device, warmup=WARMUP, number=args.number, rotate=False
+                fns, args.rounds, device, warmup=WARMUP, number=args.number, order="fixed"
             )
             fused_ratio = statistics.median(f / b for f, b in zip(fused, bare, strict=True))
             weights_ratio = statistics.median(w / p for w, p in zip(weights, plain, strict=True))

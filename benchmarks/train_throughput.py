@@ -2,7 +2,7 @@
 
 Usage:
     python benchmarks/train_throughput.py [--rounds 30] [--threads 1 2] [--device auto]
-        [--batch 64] [--context 64]
+        [--batch 64] [--context 64] [--order rotate]
 
 Two peers, both with the same maths and initialisation as ``attnbook.GPT``
 (pre-LN, GELU, learned positions, a final LayerNorm, a head tied to the token
@@ -29,8 +29,9 @@ cross-entropy, backward, gradient clipping, an AdamW step; on a GPU under
 autocast, as ``train`` does (bf16 where the GPU runs it natively, else fp16
 with a gradient scaler), one pass instead of one per thread count. For each thread
 count the three models run in interleaved rounds (one step of each per
-round, the order rotating, after warm-up steps), so a burst of load from
-another program slows all alike; the table reports each model's median step
+round, after warm-up steps; the order rotating, or with ``--order random``
+drawn afresh each round), so a burst of load from another program slows all
+alike; the table reports each model's median step
 time and, against each peer, the median of the per-round ratio with a 95%
 confidence interval for that median (``_common.ratio_summary``:
 distribution-free, from order statistics) and its 25th and 75th percentiles;
@@ -133,6 +134,12 @@ def main() -> None:
     parser.add_argument(
         "--context", type=int, default=CONFIG.context_length, help="tokens per sequence"
     )
+    parser.add_argument(
+        "--order",
+        choices=["rotate", "random"],
+        default="rotate",
+        help="the models' order within a round: rotating, or a fresh random one each round",
+    )
     args = parser.parse_args()
     if not 1 <= args.context <= CONFIG.context_length:
         parser.error(f"--context must be between 1 and {CONFIG.context_length}")
@@ -155,11 +162,12 @@ def main() -> None:
             attnbook.set_seed(0)
             model = cls(CONFIG).to(device).train()
             steps[name] = make_step(model, device, args.batch, args.context)
-        fns = list(steps.values())  # one step of each per round, the order rotating
-        times = dict(zip(steps, interleaved_rounds(fns, args.rounds, device, warmup=WARMUP)))
+        fns = list(steps.values())  # one step of each per round
+        rounds = interleaved_rounds(fns, args.rounds, device, warmup=WARMUP, order=args.order)
+        times = dict(zip(steps, rounds))
         print(
-            f"\n{threads} thread(s), {args.rounds} interleaved rounds, batch {args.batch}, "
-            f"context {args.context}; load average after: {load_average()}"
+            f"\n{threads} thread(s), {args.rounds} interleaved rounds ({args.order} order), "
+            f"batch {args.batch}, context {args.context}; load average after: {load_average()}"
         )
         for name, ts in times.items():
             q1, med, q3 = statistics.quantiles(ts, n=4)

@@ -550,10 +550,6 @@ def test_tripwires_catch_the_library_where_the_static_check_is_bypassed(tmp_path
     assert "torch.softmax" in message
 
 
-# ------------------------------------------------------------------ a killed grader
-
-
-@needs_bwrap
 @needs_bwrap
 def test_on_run_reports_how_the_notebook_run_ended(tmp_path: Path) -> None:
     solutions = list(_solutions().values())
@@ -584,6 +580,9 @@ def test_a_notebook_run_summary_names_each_failing_cell_and_the_stop() -> None:
         run.summary() == "cell 2 raised NameError; cell 5 raised ValueError; CellTimeoutError: 60 s"
     )
     assert not grade.NotebookRun({}, "DeadKernelError").ok
+
+
+# ------------------------------------------------------------------ a killed grader
 
 
 def test_a_killed_grader_loses_nothing_and_resumes(tmp_path: Path) -> None:
