@@ -22,7 +22,7 @@ import random
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import torch
 import torch.nn.functional as F
@@ -77,7 +77,7 @@ def interleaved_rounds(
     *,
     warmup: int,
     number: int = 1,
-    order: str = "rotate",
+    order: Literal["rotate", "random", "fixed"] = "rotate",
     seed: int = 0,
 ) -> list[list[float]]:
     """Seconds per call of each function in ``fns``, one figure per round, the rounds interleaved.

@@ -419,8 +419,7 @@ class RotaryPositions(PositionalEncoding):
             raise ValueError(
                 "rotary positions (positional='rope', rope_base) turn pairs of features, so "
                 f"the head width d_head = d_model // n_heads must be even, got d_head = {d_head} "
-                f"(d_model = "
-                f"{config.d_model}, n_heads = {config.n_heads})"
+                f"(d_model = {config.d_model}, n_heads = {config.n_heads})"
             )
 
     @classmethod

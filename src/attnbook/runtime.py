@@ -47,9 +47,9 @@ def set_seed(seed: int) -> None:
     seed = check_int(
         seed, "seed", minimum=0, maximum=2**32 - 1, meaning="below 2**32, as NumPy needs"
     )
-    random.seed(int(seed))
-    np.random.seed(int(seed))  # noqa: NPY002 (learners and published examples use it)
-    torch.manual_seed(int(seed))  # also seeds every CUDA device
+    random.seed(seed)
+    np.random.seed(seed)  # noqa: NPY002 (learners and published examples use it)
+    torch.manual_seed(seed)  # also seeds every CUDA device
 
 
 def get_device() -> torch.device:
