@@ -309,3 +309,32 @@ def check_token_ids(idx: object, name: str, vocab_size: int, context_length: int
                 f"from {low} to {high}"
             )
     return idx
+
+
+def check_left_pad(left_pad: object, idx: torch.Tensor, name: str = "left_pad") -> torch.Tensor:
+    """The boundary check of a left-padded batch's padding counts, ``(B,)`` int64 in ``[0, T - 1]``.
+
+    ``left_pad[b]`` is the number of padding tokens at the start of row ``b``
+    of ``idx`` ``(B, T)`` (checked already); every row keeps at least one
+    real token, and the counts sit on ``idx``'s device.
+    """
+    needed = f"({idx.shape[0]},), one count per row of idx"
+    if not isinstance(left_pad, torch.Tensor):
+        raise ValueError(
+            f"{name} must be a torch tensor of shape {needed}, dtype torch.int64, or None, "
+            f"got {type(left_pad).__name__}"
+        )
+    if left_pad.dtype != torch.int64:
+        raise ValueError(f"{name} must have dtype torch.int64 (torch.long), got {left_pad.dtype}")
+    if left_pad.shape != (idx.shape[0],):
+        raise ValueError(f"{name} must have shape {needed}, got {shape_str(left_pad)}")
+    if left_pad.device != idx.device:
+        raise ValueError(f"{name} must be on idx's device {idx.device}, got {left_pad.device}")
+    if left_pad.numel():
+        low, high = (int(v) for v in torch.aminmax(left_pad))
+        if low < 0 or high >= idx.shape[1]:
+            raise ValueError(
+                f"{name} must hold counts in [0, T - 1] = [0, {idx.shape[1] - 1}] (every row keeps "
+                f"at least one real token), got counts from {low} to {high}"
+            )
+    return left_pad

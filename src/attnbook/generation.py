@@ -8,6 +8,9 @@ given a :class:`KVCache` (``model(idx, cache=cache, last_only=True)``).
 In a causal model the keys and values of a position never change once
 computed, so generation can keep them (the cache): :func:`prefill` reads the
 prompt once, and :func:`decode` then costs one position per new token.
+Prompts of different lengths share one batch padded on the left
+(:func:`pad_left`; the ``left_pad`` argument of :func:`prefill` and
+:func:`generate`).
 
 Shape legend used in this module:
     ``B`` batch, ``T`` positions, ``S`` cached positions, ``H_kv`` key/value
@@ -17,13 +20,21 @@ Shape legend used in this module:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 from torch import nn
 
-from attnbook._validation import check_bool, check_int, check_number, check_token_ids, shape_str
+from attnbook._validation import (
+    check_bool,
+    check_int,
+    check_left_pad,
+    check_number,
+    check_token_ids,
+    shape_str,
+)
 
-__all__ = ["KVCache", "LayerCache", "decode", "generate", "prefill", "sample_next"]
+__all__ = ["KVCache", "LayerCache", "decode", "generate", "pad_left", "prefill", "sample_next"]
 
 
 class KVCache:
@@ -49,12 +60,16 @@ class KVCache:
         keys: one tensor ``(B, H_kv, S, Dh)`` per layer (with rotary positions,
             already rotated), or ``None`` per layer while empty.
         values: one tensor ``(B, H_kv, S, Dh)`` per layer, or ``None``.
+        left_pad: for a left-padded batch, the padding tokens at the start of
+            each row ``(B,)`` (set by the first forward pass, the prefill, and
+            used by every step after it); ``None`` for a batch without padding.
     """
 
     def __init__(self, n_layers: int) -> None:
         n_layers = check_int(n_layers, "n_layers")
         self.keys: list[torch.Tensor | None] = [None] * n_layers
         self.values: list[torch.Tensor | None] = [None] * n_layers
+        self.left_pad: torch.Tensor | None = None
 
     @property
     def n_layers(self) -> int:
@@ -90,9 +105,10 @@ class KVCache:
         if self.keys[0] is None:
             return f"KVCache(n_layers={self.n_layers}, empty)"
         B, H_kv, S, Dh = self.keys[0].shape
+        pad = "" if self.left_pad is None else f", left_pad={self.left_pad.tolist()}"
         return (
             f"KVCache(n_layers={self.n_layers}, batch_size={B}, n_kv_heads={H_kv}, "
-            f"length={S}, d_head={Dh}, dtype={self.keys[0].dtype}, nbytes={self.nbytes})"
+            f"length={S}, d_head={Dh}, dtype={self.keys[0].dtype}, nbytes={self.nbytes}{pad})"
         )
 
 
@@ -119,7 +135,9 @@ class LayerCache:
         self.cache.values[self.index] = tensor
 
 
-def prefill(model: nn.Module, idx: torch.Tensor) -> tuple[torch.Tensor, KVCache]:
+def prefill(
+    model: nn.Module, idx: torch.Tensor, *, left_pad: torch.Tensor | None = None
+) -> tuple[torch.Tensor, KVCache]:
     """Read a prompt once and keep every layer's keys and values: generation's first step.
 
     Costs one ordinary forward pass over the prompt (all positions at once,
@@ -130,20 +148,25 @@ def prefill(model: nn.Module, idx: torch.Tensor) -> tuple[torch.Tensor, KVCache]
     Args:
         model: a :class:`attnbook.GPT`.
         idx: the prompts, token ids of shape ``(B, T)``, int64 in
-            ``[0, vocab_size)``, ``1 <= T <= context_length``; all of one
-            length (no padding mask: see :func:`generate`).
+            ``[0, vocab_size)``, ``1 <= T <= context_length``; prompts of
+            different lengths padded on the left (:func:`pad_left`).
+        left_pad: ``None`` (all prompts fill their row), or the number of
+            padding tokens at the start of each row, ``(B,)`` int64 in
+            ``[0, T - 1]``; the cache keeps it for :func:`decode`.
 
     Returns:
         ``(logits, cache)``: the logits of the token after each prompt,
-        shape ``(B, V)`` (equal to ``model(idx)[:, -1]`` up to rounding),
-        and a :class:`KVCache` holding ``T`` positions.
+        shape ``(B, V)`` (equal to ``model(idx, left_pad=left_pad)[:, -1]``
+        up to rounding), and a :class:`KVCache` holding ``T`` positions.
     """
     c = model.config
     idx = check_token_ids(idx, "idx", c.vocab_size, c.context_length)
+    if left_pad is not None:
+        left_pad = check_left_pad(left_pad, idx)
     cache = KVCache(c.n_layers)
     with torch.no_grad():
-        logits = model(idx, cache=cache, last_only=True, validate=False)  # (B, V)
-    return logits, cache
+        logits = model(idx, cache=cache, left_pad=left_pad, last_only=True, validate=False)
+    return logits, cache  # (B, V), the cache
 
 
 def decode(model: nn.Module, next_idx: torch.Tensor, cache: KVCache) -> torch.Tensor:
@@ -211,6 +234,7 @@ def generate(
     top_k: int | None = None,
     generator: torch.Generator | None = None,
     use_cache: bool = True,
+    left_pad: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Continue token sequences autoregressively: sample a token, append it, repeat.
 
@@ -237,19 +261,24 @@ def generate(
         model: a :class:`attnbook.GPT`.
         idx: the prompts, token ids of shape ``(B, T)``, int64 in
             ``[0, vocab_size)``, ``T >= 1`` (longer than ``context_length`` is fine).
-            All ``B`` prompts have the same length: there is no padding mask
-            and no per-row position, so for prompts of different lengths call
-            ``generate`` once per length (a batch padded on the left would
-            attend to its padding and place every token at a shifted position).
+            Prompts of different lengths are padded on the left
+            (:func:`pad_left`) and ``left_pad`` says by how much.
         max_new_tokens: ``N >= 0``, the number of tokens to append.
         temperature: ``>= 0``; ``0`` means greedy.
         top_k: ``None`` (all tokens) or an int in ``[1, vocab_size]``.
         generator: the random number generator of the sampling (``None``:
             torch's global one); on the model's device.
         use_cache: keep a :class:`KVCache` between steps (faster, same tokens).
+        left_pad: ``None``, or the number of padding tokens at the start of
+            each row of ``idx``, ``(B,)`` int64 in ``[0, T - 1]``. Each row
+            then generates exactly what it would alone (up to rounding): its
+            positions count from its first real token, nothing attends to the
+            padding, and once the window slides a row loses its padding
+            before its tokens.
 
     Returns:
-        Token ids of shape ``(B, T + N)``: the prompts followed by the new tokens.
+        Token ids of shape ``(B, T + N)``: the prompts followed by the new
+        tokens (row ``b``'s sequence starts at column ``left_pad[b]``).
     """
     c = model.config
     if isinstance(idx, torch.Tensor) and idx.ndim == 2:  # any length: cropped below
@@ -263,6 +292,8 @@ def generate(
     if generator is not None and not isinstance(generator, torch.Generator):
         raise ValueError(f"generator must be a torch.Generator or None, got {generator!r}")
     check_bool(use_cache, "use_cache")
+    if left_pad is not None:
+        left_pad = check_left_pad(left_pad, idx)
     was_training = model.training
     model.eval()
     try:
@@ -270,26 +301,81 @@ def generate(
             out = idx
             if use_cache and max_new_tokens:
                 cache = KVCache(c.n_layers)
-                logits = _step(model, out[:, -c.context_length :], cache)  # (B, V)
+                logits = _step(model, *_window(out, left_pad, c.context_length), cache)  # (B, V)
             for step in range(max_new_tokens):
                 if not use_cache:
-                    logits = _step(model, out[:, -c.context_length :], None)  # (B, V)
+                    logits = _step(model, *_window(out, left_pad, c.context_length), None)
                 token = sample_next(logits.float(), temperature, top_k, generator)  # (B, 1)
                 out = torch.cat([out, token], dim=1)
                 if use_cache and step + 1 < max_new_tokens:
                     if cache.length < c.context_length:
-                        logits = _step(model, token, cache)  # decode one position
+                        logits = _step(model, token, None, cache)  # decode one position
                     else:  # the window slides: rebuild the cache (see the docstring)
                         cache = KVCache(c.n_layers)
-                        logits = _step(model, out[:, -c.context_length :], cache)
+                        logits = _step(model, *_window(out, left_pad, c.context_length), cache)
     finally:
         model.train(was_training)
     return out  # (B, T + N)
 
 
-def _step(model: nn.Module, idx: torch.Tensor, cache: KVCache | None) -> torch.Tensor:
+def pad_left(prompts: Sequence[torch.Tensor], pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Stack prompts of different lengths into one batch, padded on the left.
+
+    Left, not right: every row then ends with its last real token, so the
+    next-token logits of all rows sit in the last column, and each new token
+    is appended in one column for the whole batch.
+
+    Args:
+        prompts: ``B >= 1`` one-dimensional int64 tensors of token ids, each of
+            length ``>= 1``, on one device.
+        pad_id: the token id written into the padding (any valid id: the
+            padding is masked out and never read).
+
+    Returns:
+        ``(idx, left_pad)``: the batch ``(B, T)`` with ``T`` the longest
+        prompt's length, and the padding tokens at the start of each row
+        ``(B,)``, for ``generate(..., left_pad=left_pad)``.
+    """
+    if isinstance(prompts, torch.Tensor) or not isinstance(prompts, Sequence) or not prompts:
+        raise ValueError(
+            "prompts must be a non-empty list of one-dimensional token-id tensors, "
+            f"got {type(prompts).__name__}"
+        )
+    pad_id = check_int(pad_id, "pad_id", minimum=0)
+    for i, p in enumerate(prompts):
+        if not isinstance(p, torch.Tensor) or p.ndim != 1 or p.dtype != torch.int64 or not len(p):
+            got = shape_str(p) + f" {p.dtype}" if isinstance(p, torch.Tensor) else type(p).__name__
+            raise ValueError(
+                f"prompts[{i}] must be a one-dimensional int64 tensor of token ids, (T_{i},) "
+                f"with T_{i} >= 1, got {got}"
+            )
+        if p.device != prompts[0].device:
+            raise ValueError(
+                f"prompts must share one device: prompts[0] is on {prompts[0].device}, "
+                f"prompts[{i}] on {p.device}"
+            )
+    longest = max(len(p) for p in prompts)
+    idx = torch.full((len(prompts), longest), pad_id, dtype=torch.int64, device=prompts[0].device)
+    for row, p in zip(idx, prompts):
+        row[longest - len(p) :] = p  # the prompt at the right end, padding before it
+    left_pad = torch.tensor([longest - len(p) for p in prompts], device=idx.device)  # (B,)
+    return idx, left_pad  # (B, T), (B,)
+
+
+def _window(
+    out: torch.Tensor, left_pad: torch.Tensor | None, context_length: int
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The last ``context_length`` columns of ``out`` and the padding left in each row."""
+    crop = max(out.shape[1] - context_length, 0)  # columns that slid out of the window
+    pad = None if left_pad is None else (left_pad - crop).clamp(min=0)  # padding goes first
+    return out[:, crop:], pad  # (B, <= context_length), (B,) or None
+
+
+def _step(
+    model: nn.Module, idx: torch.Tensor, left_pad: torch.Tensor | None, cache: KVCache | None
+) -> torch.Tensor:
     """The next-token logits ``(B, V)`` after ``idx`` (checked by the caller), growing ``cache``."""
-    return model(idx, cache=cache, last_only=True, validate=False)
+    return model(idx, cache=cache, left_pad=left_pad, last_only=True, validate=False)
 
 
 def sample_next(

@@ -47,6 +47,7 @@ from attnbook import generation
 from attnbook._validation import (
     check_bool,
     check_int,
+    check_left_pad,
     check_token_ids,
 )
 from attnbook.block import BlockConfig, EncoderBlock, SwiGLU
@@ -339,6 +340,7 @@ class GPT(nn.Module):
         idx: torch.Tensor,
         *,
         cache: KVCache | None = None,
+        left_pad: torch.Tensor | None = None,
         last_only: bool = False,
         validate: bool = True,
     ) -> torch.Tensor:
@@ -351,6 +353,13 @@ class GPT(nn.Module):
                 (generation, chapter 14): ``idx`` then holds the ``T`` new tokens,
                 at positions ``cache.length..``, and their keys and values are
                 appended to ``cache``.
+            left_pad: ``None``, or for a batch of sequences of different lengths
+                padded on the left (:func:`attnbook.generation.pad_left`), the
+                number of padding tokens at the start of each row, ``(B,)``
+                int64 in ``[0, T - 1]``. Each row's first real token is then
+                at position 0, and no position attends to padding. Given to the
+                first call with a cache (the prefill), which keeps it for the
+                calls that follow.
             last_only: return only the last position's logits ``(B, V)`` (what
                 generation needs; the head then runs on one position).
             validate: ``False`` skips the checks of ``idx`` (for a caller that
@@ -369,26 +378,49 @@ class GPT(nn.Module):
                     f"idx must fit the context after the cache's {cache.length} positions: "
                     f"cache.length + T <= context_length = {c.context_length}, got T = {idx.shape[1]}"
                 )
-        x, _ = self._hidden(idx, cache, need_weights=False)  # (B, T, D)
+            if left_pad is not None:
+                if cache is not None and cache.length:
+                    raise ValueError(
+                        "left_pad must be None once the cache holds positions: give it to the "
+                        "first call with the cache (the prefill), which keeps it in cache.left_pad"
+                    )
+                left_pad = check_left_pad(left_pad, idx)
+        if cache is not None:
+            if cache.length:
+                left_pad = cache.left_pad  # the padding of the prefill, still in the cache
+            else:
+                cache.left_pad = left_pad
+        x, _ = self._hidden(idx, cache, need_weights=False, left_pad=left_pad)  # (B, T, D)
         if last_only:
             x = x[:, -1]  # (B, D)
         return self.lm_head(self.norm(x))  # (..., D) @ (D, V) -> (..., V)
 
     def _hidden(
-        self, idx: torch.Tensor, cache: KVCache | None, need_weights: bool
+        self,
+        idx: torch.Tensor,
+        cache: KVCache | None,
+        need_weights: bool,
+        left_pad: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
         """The residual stream after the last block ``(B, T, D)``, and each layer's weights."""
         start = 0 if cache is None else cache.length  # S_past, positions already cached
-        x = self.pos_emb.embed(self.tok_emb(idx), start)  # (B, T) -> (B, T, D)
+        # In a left-padded batch each row counts positions from its first real token.
+        first = start if left_pad is None else start - left_pad[:, None]  # int, or (B, 1)
+        x = self.pos_emb.embed(self.tok_emb(idx), first)  # (B, T) -> (B, T, D)
         if self.training and self.config.dropout > 0:
             x = self.dropout(x)
         T = idx.shape[1]
         bias = self.pos_emb.bias(T, start + T, device=x.device, dtype=x.dtype)  # (H, T, S) or None
+        mask = bias
+        if left_pad is not None:  # no query attends to padding: mask those keys' columns
+            is_token = torch.arange(start + T, device=x.device) >= left_pad[:, None]  # (B, S)
+            is_token = is_token[:, None, None, :]  # (B, 1, 1, S): for every head and query
+            mask = is_token if bias is None else bias.masked_fill(~is_token, float("-inf"))
         all_weights = []
         for i, block in enumerate(self.blocks):
             out = block(
                 x,
-                bias,
+                mask,  # None, the bias (H, T, S), the padding (B, 1, 1, S) or both (B, H, T, S)
                 is_causal=bias is None,  # a bias already holds the causal -inf
                 need_weights=need_weights,
                 cache=None if cache is None else cache.layer(i),
@@ -419,13 +451,15 @@ class GPT(nn.Module):
             _, weights = self._hidden(idx, None, need_weights=True)
         return weights
 
-    def prefill(self, idx: torch.Tensor) -> tuple[torch.Tensor, KVCache]:
+    def prefill(
+        self, idx: torch.Tensor, *, left_pad: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, KVCache]:
         """Read a prompt once and keep every layer's keys and values: generation's first step.
 
         The work is done by :func:`attnbook.generation.prefill` (``model=self``),
         whose docstring gives the arguments, the shapes and the result.
         """
-        return generation.prefill(self, idx)
+        return generation.prefill(self, idx, left_pad=left_pad)
 
     def decode(self, next_idx: torch.Tensor, cache: KVCache) -> torch.Tensor:
         """One generation step with the cache: run one new token per sequence, append to ``cache``.
@@ -444,6 +478,7 @@ class GPT(nn.Module):
         top_k: int | None = None,
         generator: torch.Generator | None = None,
         use_cache: bool = True,
+        left_pad: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Continue token sequences autoregressively: sample a token, append it, repeat.
 
@@ -458,4 +493,5 @@ class GPT(nn.Module):
             top_k=top_k,
             generator=generator,
             use_cache=use_cache,
+            left_pad=left_pad,
         )

@@ -48,6 +48,7 @@ __all__ = [
     "alibi_bias",
     "alibi_slopes",
     "apply_rope",
+    "row_positions",
     "sinusoidal_positional_encoding",
 ]
 
@@ -266,6 +267,19 @@ def alibi_bias(
 # ------------------------------------------------------------- encodings a model can plug in
 
 
+def row_positions(start: torch.Tensor, n: int) -> torch.Tensor:
+    """Each row's positions ``start[b] .. start[b] + n - 1`` ``(B, n)``, padding at position 0.
+
+    In a left-padded batch, row ``b``'s first real token sits in column
+    ``left_pad[b]`` but at position 0, so a window of columns ``c..c+n-1``
+    holds positions ``c - left_pad[b]..``: ``start = c - left_pad[:, None]``
+    ``(B, 1)``. Columns of padding get negative positions; they are clamped
+    to 0 (any valid row would do: the padding is masked out of attention and
+    its outputs are never read).
+    """
+    return (start + torch.arange(n, device=start.device)).clamp(min=0)  # (B, 1) + (n,) -> (B, n)
+
+
 class PositionalEncoding(nn.Module):
     """One way of giving a model positions: up to three hooks, each a no-op unless overridden.
 
@@ -294,8 +308,13 @@ class PositionalEncoding(nn.Module):
         """Build the encoding for a model of ``config`` (``context_length``, ``d_model``, ``n_heads``)."""
         return cls()
 
-    def embed(self, x: torch.Tensor, start: int) -> torch.Tensor:
-        """Token embeddings ``x`` ``(B, T, D)`` of positions ``start..start+T-1`` -> model input ``(B, T, D)``."""
+    def embed(self, x: torch.Tensor, start: int | torch.Tensor) -> torch.Tensor:
+        """Token embeddings ``x`` ``(B, T, D)`` of positions ``start..start+T-1`` -> model input ``(B, T, D)``.
+
+        ``start`` is an int, or in a left-padded batch one start per row,
+        a tensor ``(B, 1)`` (see :func:`row_positions`): each row's tokens then
+        count from their own first real token.
+        """
         return x
 
     def rotate(
@@ -305,6 +324,9 @@ class PositionalEncoding(nn.Module):
 
         The keys sit at positions ``start..start+S-1`` and the queries at the
         last ``T`` of them (bottom-right, as the causal rule aligns them).
+        ``start`` counts columns, the same for every row even in a left-padded
+        batch: the hook must depend on positions only through their
+        differences (rotations do), which no padding shifts.
         """
         return q, k
 
@@ -314,6 +336,8 @@ class PositionalEncoding(nn.Module):
         """An additive mask ``(H, T, S)`` for the scores (queries at the last ``T`` of ``S``), or ``None``.
 
         A bias replaces the causal rule, so it must hold ``-inf`` above the diagonal.
+        Like :meth:`rotate`, it must depend on distances ``s - t`` only (the
+        model adds the padding mask of a left-padded batch itself).
         """
         return None
 
@@ -333,8 +357,10 @@ class LearnedPositions(nn.Embedding, PositionalEncoding):
     def from_config(cls, config: object) -> LearnedPositions:
         return cls(config.context_length, config.d_model)
 
-    def embed(self, x: torch.Tensor, start: int) -> torch.Tensor:
-        return x + self.weight[start : start + x.shape[1]]  # (B, T, D) + (T, D)
+    def embed(self, x: torch.Tensor, start: int | torch.Tensor) -> torch.Tensor:
+        if isinstance(start, int):
+            return x + self.weight[start : start + x.shape[1]]  # (B, T, D) + (T, D)
+        return x + self.weight[row_positions(start, x.shape[1])]  # (B, T, D) + (B, T, D)
 
 
 class SinusoidalPositions(PositionalEncoding):
@@ -375,9 +401,12 @@ class SinusoidalPositions(PositionalEncoding):
     def from_config(cls, config: object) -> SinusoidalPositions:
         return cls(config.context_length, config.d_model)
 
-    def embed(self, x: torch.Tensor, start: int) -> torch.Tensor:
-        table = self.table[start : start + x.shape[1]].to(x.dtype)  # (T, D)
-        return x * self.scale + table  # (B, T, D) + (T, D)
+    def embed(self, x: torch.Tensor, start: int | torch.Tensor) -> torch.Tensor:
+        if isinstance(start, int):
+            table = self.table[start : start + x.shape[1]]  # (T, D)
+        else:
+            table = self.table[row_positions(start, x.shape[1])]  # (B, T, D), a row per sequence
+        return x * self.scale + table.to(x.dtype)  # (B, T, D) + (T or B, T, D)
 
 
 class RotaryPositions(PositionalEncoding):

@@ -585,6 +585,7 @@ def test_a_notebook_run_summary_names_each_failing_cell_and_the_stop() -> None:
 # ------------------------------------------------------------------ a killed grader
 
 
+@needs_bwrap
 def test_a_killed_grader_loses_nothing_and_resumes(tmp_path: Path) -> None:
     solutions = _solutions()
     for who in ("ann", "ben"):
@@ -599,6 +600,7 @@ def test_a_killed_grader_loses_nothing_and_resumes(tmp_path: Path) -> None:
     while time.monotonic() < deadline:  # kill it as soon as one notebook is in the state
         if state.exists() and len(state.read_text().splitlines()) >= 2:
             break
+        assert process.poll() is None, process.stderr.read().decode()[-2000:]  # ended by itself
         time.sleep(0.05)
     process.send_signal(signal.SIGKILL)
     process.wait()

@@ -35,7 +35,7 @@ SOLUTIONS = {
     "11_language_model": 3,
     "12_translation": 3,
     "13_inside_attention": 4,
-    "14_efficient_attention": 4,
+    "14_efficient_attention": 5,
 }
 CHECKERS = {
     "ex-ch01-score-matrix": ("check_score_matrix",),
@@ -76,7 +76,7 @@ CHECKERS = {
 def test_the_parser_finds_every_solution_of_the_book() -> None:
     found = {path.stem: len(solutions(path)) for path in CHAPTERS}
     assert found == SOLUTIONS
-    assert sum(found.values()) == 67
+    assert sum(found.values()) == 68
 
 
 def test_every_exercise_has_one_solution_with_its_label() -> None:
@@ -91,7 +91,7 @@ def test_the_parser_finds_every_checker_call_of_the_book() -> None:
     found = {e.label: e.checkers for path in CHAPTERS for e in exercises(path) if e.checkers}
     assert found == CHECKERS
     n_exercises = sum(len(exercises(path)) for path in CHAPTERS)
-    assert n_exercises == 67
+    assert n_exercises == 68
 
 
 def test_a_block_has_its_argument_options_body_and_place() -> None:

@@ -7,7 +7,11 @@
   and seeded sampling, batch > 1, prompts shorter than, reaching and longer
   than the context, and generation past it (the window slides);
 - ``nbytes`` is the memory formula and the tensors' real size;
-- bad input raises ``ValueError`` naming the argument.
+- bad input raises ``ValueError`` naming the argument;
+- left-padded batches (``pad_left``, ``left_pad=``): each row gets the logits
+  and writes the tokens it gets alone, in every positional mode, with and
+  without the cache and once the window slides; what the padding holds does
+  not matter; without ``left_pad`` the rows change (so the comparisons can fail).
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ import pytest
 import torch
 
 from attnbook import GPT, GPTConfig, KVCache
+from attnbook.generation import pad_left
+from attnbook.positional import row_positions
 
 CONTEXT = 10
 
@@ -244,3 +250,157 @@ def test_bad_decode() -> None:
     assert cache.length == 4  # nothing was appended by the failed calls
     with pytest.raises(ValueError, match="use_cache"):
         model.generate(good, 2, use_cache=1)
+
+
+# ------------------------------------------------------------ left-padded batches
+
+
+def _prompts(*lengths: int) -> list[torch.Tensor]:
+    generator = torch.Generator().manual_seed(1)
+    return [torch.randint(0, 13, (n,), generator=generator) for n in lengths]
+
+
+def test_pad_left_puts_each_prompt_at_the_right_end() -> None:
+    prompts = _prompts(3, 1, 5)
+    idx, left_pad = pad_left(prompts, pad_id=7)
+    assert idx.shape == (3, 5)
+    assert left_pad.tolist() == [2, 4, 0]
+    for row, pad, prompt in zip(idx, left_pad, prompts):
+        assert torch.equal(row[pad:], prompt)
+        assert (row[:pad] == 7).all()
+
+
+def test_row_positions_count_from_each_rows_first_token() -> None:
+    start = torch.tensor([[0], [-2], [3]])  # (B, 1): no padding, two pads, a later window
+    assert row_positions(start, 4).tolist() == [[0, 1, 2, 3], [0, 0, 0, 1], [3, 4, 5, 6]]
+
+
+@pytest.mark.parametrize("n_kv_heads", [None, 1])
+@pytest.mark.parametrize("positional", MODES)
+def test_each_row_gets_its_logits_alone(positional: str, n_kv_heads: int | None) -> None:
+    model = _model(positional, n_kv_heads)
+    prompts = _prompts(6, 2, 4, 1)
+    idx, left_pad = pad_left(prompts)
+    with torch.no_grad():
+        batch = model(idx, left_pad=left_pad)  # (B, T, V)
+        naive = model(idx)  # the same batch, the padding read as tokens
+        assert torch.isfinite(batch).all()  # rows of padding attend to nothing: zeros, no NaN
+        for row, (pad, prompt) in enumerate(zip(left_pad, prompts)):
+            alone = model(prompt[None])[0]  # (T_b, V)
+            torch.testing.assert_close(batch[row, pad:], alone)
+            if pad:
+                assert not torch.allclose(naive[row, pad:], alone, atol=1e-3)
+
+
+@pytest.mark.parametrize("positional", MODES)
+def test_what_the_padding_holds_does_not_matter(positional: str) -> None:
+    model = _model(positional)
+    prompts = _prompts(5, 2)
+    (idx_a, left_pad), (idx_b, _) = pad_left(prompts, pad_id=0), pad_left(prompts, pad_id=12)
+    with torch.no_grad():
+        a, b = model(idx_a, left_pad=left_pad), model(idx_b, left_pad=left_pad)
+    torch.testing.assert_close(a[1, 3:], b[1, 3:])
+    torch.testing.assert_close(a[0], b[0])
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+@pytest.mark.parametrize("positional", MODES)
+def test_generate_writes_what_each_prompt_gets_alone(positional: str, use_cache: bool) -> None:
+    model = _model(positional, n_kv_heads=2)
+    prompts = _prompts(12, 2, 7)  # the longest is cropped to the context from the start
+    idx, left_pad = pad_left(prompts)
+    new = 9  # the window slides at once, and each row loses its padding first
+    out = model.generate(idx, new, temperature=0, left_pad=left_pad, use_cache=use_cache)
+    assert out.shape == (3, 12 + new)
+    for row, (pad, prompt) in enumerate(zip(left_pad, prompts)):
+        alone = model.generate(prompt[None], new, temperature=0, use_cache=use_cache)[0]
+        assert torch.equal(out[row, pad:], alone)
+
+
+@pytest.mark.parametrize("positional", MODES)
+def test_without_left_pad_the_padding_changes_what_a_row_writes(positional: str) -> None:
+    model = _model(positional)
+    prompts = _prompts(6, 2, 3)
+    idx, left_pad = pad_left(prompts)
+    naive = model.generate(idx, 9, temperature=0)  # the padding read as tokens
+    alone = [model.generate(prompt[None], 9, temperature=0)[0] for prompt in prompts]
+    assert any(
+        not torch.equal(naive[row, pad:], a) for row, (pad, a) in enumerate(zip(left_pad, alone))
+    )
+
+
+@pytest.mark.parametrize("positional", MODES)
+def test_sampling_a_padded_batch_is_the_same_with_and_without_cache(positional: str) -> None:
+    model = _model(positional)
+    idx, left_pad = pad_left(_prompts(3, 8, 1))
+    runs = [
+        model.generate(
+            idx, 6, left_pad=left_pad, generator=torch.Generator().manual_seed(3), use_cache=cached
+        )
+        for cached in (True, False)
+    ]
+    assert torch.equal(runs[0], runs[1])
+
+
+def test_prefill_keeps_the_padding_and_decode_uses_it() -> None:
+    model = _model("rope")
+    idx, left_pad = pad_left(_prompts(4, 2))
+    logits, cache = model.prefill(idx, left_pad=left_pad)
+    assert torch.equal(cache.left_pad, left_pad)
+    assert "left_pad=[0, 2]" in repr(cache)
+    token = logits.argmax(-1, keepdim=True)  # (B, 1)
+    step = model.decode(token, cache)
+    with torch.no_grad():
+        full = model(torch.cat([idx, token], 1), left_pad=left_pad)[:, -1]
+    torch.testing.assert_close(step, full)
+    assert "left_pad" not in repr(model.prefill(idx)[1])  # no padding, nothing shown
+
+
+BAD_LEFT_PAD = [
+    ([0, 1], "torch tensor"),
+    (torch.tensor([0.0, 1.0]), "int64"),
+    (torch.tensor([0, 1, 0]), r"shape \(2,\)"),
+    (torch.tensor([[0, 1]]), r"shape \(2,\)"),
+    (torch.tensor([0, -1]), r"\[0, T - 1\] = \[0, 3\]"),
+    (torch.tensor([0, 4]), r"at least one real token"),
+]
+
+
+@pytest.mark.parametrize(("left_pad", "message"), BAD_LEFT_PAD)
+def test_bad_left_pad(left_pad: object, message: str) -> None:
+    model = _model()
+    idx = torch.zeros(2, 4, dtype=torch.long)
+    for call in (
+        lambda: model(idx, left_pad=left_pad),
+        lambda: model.prefill(idx, left_pad=left_pad),
+        lambda: model.generate(idx, 2, left_pad=left_pad),
+    ):
+        with pytest.raises(ValueError, match="left_pad") as info:
+            call()
+        assert info.match(message)
+
+
+def test_left_pad_goes_to_the_first_call_with_a_cache() -> None:
+    model = _model()
+    idx, left_pad = pad_left(_prompts(3, 1))
+    _, cache = model.prefill(idx, left_pad=left_pad)
+    with pytest.raises(ValueError, match="left_pad must be None once the cache"):
+        model(idx[:, :1], cache=cache, left_pad=left_pad)
+
+
+@pytest.mark.parametrize(
+    ("prompts", "message"),
+    [
+        ([], "non-empty list"),
+        (torch.zeros(2, 3, dtype=torch.long), "non-empty list"),
+        ([torch.zeros(2, 3, dtype=torch.long)], r"prompts\[0\].*one-dimensional"),
+        ([torch.zeros(3, dtype=torch.long), torch.zeros(2)], r"prompts\[1\].*int64"),
+        ([torch.zeros(0, dtype=torch.long)], r"prompts\[0\].*>= 1"),
+        ([[1, 2]], r"prompts\[0\]"),
+    ],
+)
+def test_bad_pad_left(prompts: object, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        pad_left(prompts)
+    with pytest.raises(ValueError, match="pad_id"):
+        pad_left([torch.zeros(2, dtype=torch.long)], pad_id=-1)
