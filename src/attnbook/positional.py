@@ -48,7 +48,7 @@ __all__ = [
     "alibi_bias",
     "alibi_slopes",
     "apply_rope",
-    "row_positions",
+    "position_index",
     "sinusoidal_positional_encoding",
 ]
 
@@ -267,16 +267,20 @@ def alibi_bias(
 # ------------------------------------------------------------- encodings a model can plug in
 
 
-def row_positions(start: torch.Tensor, n: int) -> torch.Tensor:
-    """Each row's positions ``start[b] .. start[b] + n - 1`` ``(B, n)``, padding at position 0.
+def position_index(start: int | torch.Tensor, n: int) -> slice | torch.Tensor:
+    """Where ``n`` tokens from ``start`` sit in a table of positions: an index for ``table[...]``.
 
-    In a left-padded batch, row ``b``'s first real token sits in column
-    ``left_pad[b]`` but at position 0, so a window of columns ``c..c+n-1``
-    holds positions ``c - left_pad[b]..``: ``start = c - left_pad[:, None]``
-    ``(B, 1)``. Columns of padding get negative positions; they are clamped
-    to 0 (any valid row would do: the padding is masked out of attention and
-    its outputs are never read).
+    With one ``start`` for the whole batch, the slice ``start..start+n-1``
+    (``table[...]`` is then ``(n, D)``, a view). In a left-padded batch each
+    row's first real token sits in column ``left_pad[b]`` but at position 0,
+    so a window of columns ``c..c+n-1`` starts at ``c - left_pad[b]``:
+    ``start = c - left_pad[:, None]`` ``(B, 1)``, and the index is each row's
+    positions ``(B, n)`` (``table[...]`` is ``(B, n, D)``). Columns of padding
+    get negative positions, clamped to 0 (any valid row would do: padding is
+    masked out of attention and its outputs are never read).
     """
+    if isinstance(start, int):
+        return slice(start, start + n)
     return (start + torch.arange(n, device=start.device)).clamp(min=0)  # (B, 1) + (n,) -> (B, n)
 
 
@@ -312,7 +316,7 @@ class PositionalEncoding(nn.Module):
         """Token embeddings ``x`` ``(B, T, D)`` of positions ``start..start+T-1`` -> model input ``(B, T, D)``.
 
         ``start`` is an int, or in a left-padded batch one start per row,
-        a tensor ``(B, 1)`` (see :func:`row_positions`): each row's tokens then
+        a tensor ``(B, 1)`` (see :func:`position_index`): each row's tokens then
         count from their own first real token.
         """
         return x
@@ -358,9 +362,7 @@ class LearnedPositions(nn.Embedding, PositionalEncoding):
         return cls(config.context_length, config.d_model)
 
     def embed(self, x: torch.Tensor, start: int | torch.Tensor) -> torch.Tensor:
-        if isinstance(start, int):
-            return x + self.weight[start : start + x.shape[1]]  # (B, T, D) + (T, D)
-        return x + self.weight[row_positions(start, x.shape[1])]  # (B, T, D) + (B, T, D)
+        return x + self.weight[position_index(start, x.shape[1])]  # (B, T, D) + ([B,] T, D)
 
 
 class SinusoidalPositions(PositionalEncoding):
@@ -402,11 +404,8 @@ class SinusoidalPositions(PositionalEncoding):
         return cls(config.context_length, config.d_model)
 
     def embed(self, x: torch.Tensor, start: int | torch.Tensor) -> torch.Tensor:
-        if isinstance(start, int):
-            table = self.table[start : start + x.shape[1]]  # (T, D)
-        else:
-            table = self.table[row_positions(start, x.shape[1])]  # (B, T, D), a row per sequence
-        return x * self.scale + table.to(x.dtype)  # (B, T, D) + (T or B, T, D)
+        table = self.table[position_index(start, x.shape[1])].to(x.dtype)  # ([B,] T, D)
+        return x * self.scale + table  # (B, T, D) + ([B,] T, D)
 
 
 class RotaryPositions(PositionalEncoding):

@@ -21,7 +21,7 @@ import torch
 
 from attnbook import GPT, GPTConfig, KVCache
 from attnbook.generation import pad_left
-from attnbook.positional import row_positions
+from attnbook.positional import position_index
 
 CONTEXT = 10
 
@@ -270,9 +270,10 @@ def test_pad_left_puts_each_prompt_at_the_right_end() -> None:
         assert (row[:pad] == 7).all()
 
 
-def test_row_positions_count_from_each_rows_first_token() -> None:
+def test_position_index_counts_from_each_rows_first_token() -> None:
     start = torch.tensor([[0], [-2], [3]])  # (B, 1): no padding, two pads, a later window
-    assert row_positions(start, 4).tolist() == [[0, 1, 2, 3], [0, 0, 0, 1], [3, 4, 5, 6]]
+    assert position_index(start, 4).tolist() == [[0, 1, 2, 3], [0, 0, 0, 1], [3, 4, 5, 6]]
+    assert position_index(3, 4) == slice(3, 7)  # one start for the whole batch: a view
 
 
 @pytest.mark.parametrize("n_kv_heads", [None, 1])
