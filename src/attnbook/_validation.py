@@ -51,6 +51,18 @@ def as_float_array(x: object, name: str) -> Array:
     return arr
 
 
+def compute_dtype(x: Array) -> object:
+    """The dtype to compute in: 16-bit (and 8-bit) floats are widened to float32.
+
+    PyTorch's own softmax does the same; it keeps small constants (an ``eps`` of
+    ``1e-8`` is 0 in float16) and sums of many terms from underflowing or
+    overflowing. Cast the result back to the input's dtype.
+    """
+    if isinstance(x, torch.Tensor):
+        return torch.float32 if torch.finfo(x.dtype).bits < 32 else x.dtype
+    return np.float32 if x.dtype.itemsize < 4 else x.dtype
+
+
 def check_finite(x: Array, name: str) -> None:
     """Raise if ``x`` holds NaN or infinite values."""
     bad = (

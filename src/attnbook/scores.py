@@ -27,6 +27,7 @@ from attnbook._validation import (
     check_batch_broadcast,
     check_int,
     check_positive_number,
+    compute_dtype,
     same_kind,
     shape_str,
 )
@@ -79,20 +80,27 @@ def cosine_similarity(a: Array, b: Array, eps: float = 1e-8) -> Array:
         a: shape ``(..., d)``.
         b: shape ``(..., d)``; leading dimensions broadcast against ``a``'s.
         eps: each norm is clamped to at least ``eps``, so a zero vector gets
-            similarity 0 instead of NaN (PyTorch's ``F.cosine_similarity`` does the same).
+            similarity 0 instead of NaN (PyTorch's ``F.cosine_similarity`` does the
+            same). A vector shorter than ``eps`` is therefore treated as if it had
+            length ``eps``: its similarities shrink towards 0.
 
     Returns:
-        Shape ``(...)``.
+        Shape ``(...)``, in the dtype of ``a * b``; 16-bit inputs are computed
+        in float32 (where ``1e-8`` would round to 0) and cast back.
     """
     a, b = _check_pair(a, b, "a", "b")
     eps = check_positive_number(eps, "eps")
     if isinstance(a, torch.Tensor):
+        out = torch.promote_types(a.dtype, b.dtype)
+        a, b = a.to(compute_dtype(a)), b.to(compute_dtype(b))
         norm_a = torch.linalg.vector_norm(a, dim=-1).clamp_min(eps)
         norm_b = torch.linalg.vector_norm(b, dim=-1).clamp_min(eps)
-    else:
-        norm_a = np.maximum(np.linalg.norm(a, axis=-1), eps)
-        norm_b = np.maximum(np.linalg.norm(b, axis=-1), eps)
-    return (a * b).sum(-1) / (norm_a * norm_b)
+        return ((a * b).sum(-1) / (norm_a * norm_b)).to(out)
+    out = np.result_type(a, b)
+    a, b = a.astype(compute_dtype(a), copy=False), b.astype(compute_dtype(b), copy=False)
+    norm_a = np.maximum(np.linalg.norm(a, axis=-1), eps)
+    norm_b = np.maximum(np.linalg.norm(b, axis=-1), eps)
+    return ((a * b).sum(-1) / (norm_a * norm_b)).astype(out, copy=False)
 
 
 def score_matrix(queries: Array, keys: Array, scale: float | None = None) -> Array:

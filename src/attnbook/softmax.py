@@ -16,21 +16,12 @@ from attnbook._validation import (
     as_float_array,
     check_no_nan,
     check_positive_number,
+    compute_dtype,
     normalize_axis,
     shape_str,
 )
 
 __all__ = ["log_softmax", "softmax", "softmax_jacobian"]
-
-
-_LOW_PRECISION_TORCH = {torch.float16, torch.bfloat16}
-
-
-def _compute_dtype(x: Array) -> object:
-    """16-bit (and 8-bit) floats are computed in float32, as PyTorch's own softmax does."""
-    if isinstance(x, torch.Tensor):
-        return torch.float32 if torch.finfo(x.dtype).bits < 32 else x.dtype
-    return np.float32 if x.dtype.itemsize < 4 else x.dtype
 
 
 def _shifted_scores(x: object, axis: int, temperature: float) -> tuple[Array, int]:
@@ -56,10 +47,10 @@ def _shifted_scores(x: object, axis: int, temperature: float) -> tuple[Array, in
     if bool(xp.isposinf(x).any()):
         raise ValueError("x contains +inf; softmax is undefined there (inf - inf)")
     if isinstance(x, torch.Tensor):
-        x = x.to(_compute_dtype(x))
+        x = x.to(compute_dtype(x))
         top = x.amax(dim=ax, keepdim=True).detach()  # the shift does not change the softmax
     else:
-        x = x.astype(_compute_dtype(x), copy=False)
+        x = x.astype(compute_dtype(x), copy=False)
         top = x.max(axis=ax, keepdims=True)
     if bool(xp.isneginf(top).any()):
         raise ValueError(

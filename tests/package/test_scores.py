@@ -58,6 +58,23 @@ def test_cosine_of_a_zero_vector_is_zero_not_nan() -> None:
     assert cosine_similarity(np.zeros(3), np.ones(3)) == 0.0
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_cosine_in_low_precision_keeps_the_zero_vector_rule(dtype: torch.dtype) -> None:
+    """In float16 ``eps = 1e-8`` is 0: computing in float32 keeps the rule (no NaN)."""
+    zero, one = torch.zeros(3, dtype=dtype), torch.ones(3, dtype=dtype)
+    small = torch.tensor([1e-4, 0.0], dtype=dtype)  # its squared length underflows in float16
+    for a, b, want in ((zero, one, 0.0), (small, small, 1.0), (one, -one, -1.0)):
+        got = cosine_similarity(a, b)
+        assert got.dtype == dtype
+        assert float(got) == pytest.approx(want, abs=1e-2)
+    if dtype != torch.bfloat16:  # NumPy has no bfloat16
+        np_dtype = {torch.float16: np.float16, torch.float32: np.float32, torch.float64: np.float64}
+        got = cosine_similarity(zero.numpy(), one.numpy())
+        assert got.dtype == np_dtype[dtype]
+        assert got == 0.0
+        assert cosine_similarity(small.numpy(), small.numpy()) == pytest.approx(1.0, abs=1e-2)
+
+
 @pytest.mark.parametrize(
     ("fn", "args", "match"),
     [
