@@ -11,9 +11,11 @@ is a table of copies and three conversions:
   the book's stacked ``in_proj`` (rows ``q_proj``, ``k_proj``, ``v_proj``)
   transposed. Its GELU is the tanh
   approximation (``gelu_new``: ``ffn="gelu_tanh"``).
-- **Llama** rotates the queries and keys with RoPE pairing feature ``i`` with
-  feature ``i + Dh/2`` of each head (``rotate_half``), where the book pairs
-  ``2i`` with ``2i + 1`` (:func:`attnbook.apply_rope`). Both rotate pair ``i``
+- **Llama** in ``transformers`` rotates the queries and keys with RoPE pairing
+  feature ``i`` with feature ``i + Dh/2`` of each head (``rotate_half``; the
+  script that converted Meta's checkpoints permuted their query and key rows,
+  since Meta's own code pairs adjacent features, as the book does). The book
+  pairs ``2i`` with ``2i + 1`` (:func:`attnbook.apply_rope`). Both rotate pair ``i``
   by ``position * base^(-2i/Dh)``; so reordering the rows of each head of
   ``q_proj`` and ``k_proj`` as ``0, Dh/2, 1, Dh/2 + 1, ...`` makes the book's
   rotation see exactly Llama's pairs. Queries and keys are permuted alike, so
@@ -50,7 +52,7 @@ SUPPORTED = ("GPT2LMHeadModel", "LlamaForCausalLM")
 def interleave_rope_rows(weight: torch.Tensor, n_heads: int) -> torch.Tensor:
     """Reorder each head's rows of a query/key weight from half-split RoPE pairs to interleaved ones.
 
-    Llama's rotary code rotates feature ``i`` of a head together with feature
+    The rotary code of ``transformers``' Llama rotates feature ``i`` of a head together with feature
     ``i + Dh/2``; :func:`attnbook.apply_rope` rotates ``2i`` with ``2i + 1``.
     Output row ``2i`` of each head is input row ``i``, row ``2i + 1`` is
     input row ``i + Dh/2``, so the book's pair ``i`` is Llama's pair ``i``.

@@ -13,7 +13,7 @@ word by word. The three decoders differ only in what they read of the source:
   (Bahdanau et al. 2015).
 - :class:`DotDecoder`: after each word, its new state scores every source
   state by a dot product (:func:`~attnbook.scores.score_matrix`, as in chapter
-  4) and mixes the average into its output (Luong et al. 2015, "global dot").
+  1) and mixes the average into its output (Luong et al. 2015, "global dot").
 
 Each is one small class in :data:`DECODERS`; a reader adds a variant by writing
 one more. The weights use the package's one masked softmax

@@ -463,7 +463,7 @@ _ALL_MASKED_SOFTMAX_MISTAKES = [
         "scores + mask, with -inf in the mask, gives a row of -inf whose softmax is NaN; "
         "nan_to_num repairs the values but not the backward pass, which multiplies by those "
         "NaNs. Block with scores.masked_fill(~mask, float('-inf')) (its backward pass zeroes "
-        "the filled entries) or shift an empty row by 0 and divide by 1, as the chapter does.",
+        "the filled entries), and give an empty row weights of 0 without computing 0 / 0.",
     ),
     *(
         Mistake(mistake.name, _forward_or_gradient(mistake.answer), mistake.hint)
