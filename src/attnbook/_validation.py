@@ -7,7 +7,9 @@ of failing three calls deeper or silently returning NaN.
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterable
 
 import numpy as np
 import torch
@@ -247,7 +249,53 @@ def check_bool(value: object, name: str) -> bool:
     return value
 
 
-def check_mask(mask: object, scores_shape: tuple[int, ...], name: str = "mask") -> torch.Tensor:
+def check_device(value: object, name: str = "device", *, available: bool = False) -> torch.device:
+    """Return ``value`` (a string such as ``"cuda:1"`` or a ``torch.device``) as a ``torch.device``.
+
+    With ``available=True`` a CUDA or MPS device that this machine does not
+    have is refused too (other device types are left to PyTorch).
+    """
+    parsed = value if isinstance(value, torch.device) else None
+    if isinstance(value, str):
+        with contextlib.suppress(RuntimeError):  # an unknown name: refused below
+            parsed = torch.device(value)
+    if parsed is None:
+        raise ValueError(
+            f"{name} must be a device such as 'cpu', 'cuda', 'cuda:1' or 'mps', got {value!r}"
+        )
+    if not available:
+        return parsed
+    if parsed.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ValueError(
+                f"{name}={value!r} asks for a CUDA GPU, but CUDA is not available on this machine "
+                "(torch.cuda.is_available() is False); use 'cpu', or None for the fastest device "
+                "there is"
+            )
+        if parsed.index is not None and parsed.index >= count:
+            raise ValueError(
+                f"{name}={value!r} asks for CUDA GPU {parsed.index}, but GPU {parsed.index} is not "
+                f"available: this machine has {count} (cuda:0 to cuda:{count - 1})"
+            )
+    elif parsed.type == "mps":
+        mps = getattr(torch.backends, "mps", None)
+        if mps is None or not mps.is_available():
+            raise ValueError(
+                f"{name}={value!r} asks for Apple's MPS, but MPS is not available on this "
+                "machine (torch.backends.mps.is_available() is False); use 'cpu', or None for "
+                "the fastest device there is"
+            )
+    return parsed
+
+
+def check_mask(
+    mask: object,
+    scores_shape: tuple[int, ...],
+    name: str = "mask",
+    *,
+    dtype: torch.dtype | None = None,
+) -> torch.Tensor:
     """Validate a boolean or additive mask against scores of shape ``scores_shape``.
 
     Used by :func:`attnbook.apply_mask`, attention and multi-head attention.
@@ -257,9 +305,12 @@ def check_mask(mask: object, scores_shape: tuple[int, ...], name: str = "mask") 
             ``-inf``) tensor, broadcastable to ``scores_shape``.
         scores_shape: the shape ``(..., T, S)`` of the scores it will mask.
         name: the argument's name, for error messages.
+        dtype: the scores' dtype, if known: an additive mask is cast to it, and
+            a finite value too large for it (``7e4`` for float16) is refused,
+            since it would turn into ``+inf`` there and the softmax into NaN.
 
     Returns:
-        ``mask`` unchanged.
+        ``mask``; an additive one in ``dtype`` when it is given.
     """
     scores_text = "(" + ", ".join(str(int(d)) for d in scores_shape) + ")"
     if not isinstance(mask, torch.Tensor):
@@ -284,7 +335,53 @@ def check_mask(mask: object, scores_shape: tuple[int, ...], name: str = "mask") 
         raise ValueError(
             f"additive {name} must hold finite numbers or -inf, but it contains NaN or +inf"
         )
+    if mask.dtype != torch.bool and dtype is not None and mask.dtype != dtype:
+        mask = mask.to(dtype)
+        if not bool((mask < math.inf).all()):
+            raise ValueError(
+                f"additive {name} holds values above the largest {dtype} number "
+                f"({torch.finfo(dtype).max:.4g}), which become +inf in the scores' dtype; "
+                "block with -inf, and keep a bias within that range"
+            )
     return mask
+
+
+def check_token_id_list(
+    ids: object, name: str, vocab_size: int, needed: str = "(T,)", meaning: str = ""
+) -> list[int]:
+    """``ids`` as a list of token ids, checked: each an int in ``[0, vocab_size)``.
+
+    Takes a 1-D integer tensor or NumPy array, or a sequence of ints (NumPy
+    ints included); bools are refused (``True`` is not the id 1), as are
+    floats. Used by the tokenizers' ``decode`` and ``TranslationTask.decode``;
+    ``meaning`` says whose ids they are, quoted in the message.
+    """
+    if isinstance(ids, (torch.Tensor, np.ndarray)):
+        if isinstance(ids, torch.Tensor):
+            integer = not (ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool)
+        else:
+            integer = np.issubdtype(ids.dtype, np.integer)
+        if ids.ndim != 1 or not integer:
+            raise ValueError(
+                f"{name} must be a 1-D integer tensor or array of token ids {needed}, "
+                f"got dtype {ids.dtype} and shape {tuple(ids.shape)}"
+            )
+        ids = ids.tolist()
+    elif isinstance(ids, (str, bytes)) or not isinstance(ids, Iterable):
+        raise ValueError(
+            f"{name} must be a sequence of int token ids or a 1-D integer tensor or array "
+            f"{needed}, got {type(ids).__name__}"
+        )
+    else:
+        ids = list(ids)
+    bad = [
+        i
+        for i in ids
+        if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or not 0 <= i < vocab_size
+    ]
+    if bad:
+        raise ValueError(f"{name} must be ints in [0, {vocab_size}){meaning}, got {bad[:5]!r}")
+    return ids
 
 
 def check_token_ids(idx: object, name: str, vocab_size: int, context_length: int) -> torch.Tensor:

@@ -119,9 +119,7 @@ def check_attention_inputs(
             "and (..., S, d_v) whose leading dimensions '...' are equal or 1"
         )
     if mask is not None:
-        mask = check_mask(mask, (*batch, query.shape[-2], n_keys))
-        if mask.dtype != torch.bool:
-            mask = mask.to(query.dtype)
+        mask = check_mask(mask, (*batch, query.shape[-2], n_keys), dtype=query.dtype)
     dropout_p = check_probability(dropout_p, "dropout_p")
     scale = 1.0 / math.sqrt(d_k) if scale is None else check_positive_number(scale, "scale")
     return query, key, value, mask, dropout_p, scale

@@ -73,12 +73,19 @@ __all__ = [
 ]
 
 
-def _check_sequence(x: object, name: str, d_model: int, needed: str) -> torch.Tensor:
+def _check_sequence(
+    x: object, name: str, d_model: int, needed: str, dtype: torch.dtype
+) -> torch.Tensor:
     x = as_float_tensor(x, name, needed)
     if x.ndim != 3 or x.shape[-1] != d_model or x.shape[1] == 0:
         raise ValueError(
             f"{name} must have shape {needed} with d_model = {d_model} and at least one "
             f"position, got {shape_str(x)}"
+        )
+    if x.dtype != dtype:  # else a norm before attention would fail inside torch
+        raise ValueError(
+            f"{name} must have the block's dtype {dtype}, got {x.dtype}; convert the input "
+            f"({name}.to(dtype)) or the block (block.to(dtype))"
         )
     return x
 
@@ -253,7 +260,9 @@ class RMSNorm(nn.Module):
             x: shape ``(..., D)``, floating point.
 
         Returns:
-            Tensor of the same shape and dtype.
+            Tensor of the same shape, in the dtype of ``weight * x`` (as in
+            Llama: ``x``'s dtype when the module has been converted to it,
+            float32 for 16-bit inputs to a float32 module).
         """
         ok = isinstance(x, torch.Tensor) and x.is_floating_point() and x.ndim >= 1
         if not ok or x.shape[-1] != self.d_model:  # the cheap test first: norms run in every block
@@ -503,7 +512,8 @@ class EncoderBlock(_Block):
             ``(output, weights)``.
         """
         if validate:
-            x = _check_sequence(x, "x", self.d_model, "(B, T, d_model)")
+            dtype = self.self_attn.in_proj.weight.dtype
+            x = _check_sequence(x, "x", self.d_model, "(B, T, d_model)", dtype)
         h = self.norm1(x) if self.norm_first else x  # (B, T, D)
         update, weights = self.self_attn(
             h,
@@ -636,8 +646,9 @@ class DecoderBlock(_Block):
             ``(output, (self_weights (B, H, T, T_all), cross_weights (B, H, T, S)))``.
         """
         if validate:
-            x = _check_sequence(x, "x", self.d_model, "(B, T, d_model)")
-            context = _check_sequence(context, "context", self.d_model, "(B, S, d_model)")
+            dtype = self.self_attn.in_proj.weight.dtype
+            x = _check_sequence(x, "x", self.d_model, "(B, T, d_model)", dtype)
+            context = _check_sequence(context, "context", self.d_model, "(B, S, d_model)", dtype)
             if context.shape[0] != x.shape[0]:
                 raise ValueError(
                     f"context must have shape (B, S, d_model) with B = {x.shape[0]} (x's batch), "

@@ -11,12 +11,14 @@ tokenizer's characters, the training config).
 from __future__ import annotations
 
 import json
-from dataclasses import fields
+import os
+from dataclasses import MISSING, fields
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from attnbook._validation import check_device
 from attnbook.model import GPT, GPTConfig
 
 __all__ = ["load_checkpoint", "read_checkpoint_extra", "save_checkpoint"]
@@ -35,6 +37,16 @@ def _unique_state(model: nn.Module) -> dict[str, torch.Tensor]:
         seen.add(key)
         state[name] = tensor.detach().cpu().contiguous()
     return state
+
+
+def _as_path(path: object, needed: str) -> Path:
+    """``path`` as a ``Path``, raising unless it is a str or an ``os.PathLike`` (e.g. a ``Path``)."""
+    if isinstance(path, (str, os.PathLike)):
+        try:
+            return Path(path)
+        except TypeError:  # an os.PathLike that gives bytes
+            pass
+    raise ValueError(f"path must be a str or a pathlib.Path ({needed}), got {type(path).__name__}")
 
 
 def save_checkpoint(path: str | Path, model: GPT, extra: dict | None = None) -> Path:
@@ -59,20 +71,44 @@ def save_checkpoint(path: str | Path, model: GPT, extra: dict | None = None) -> 
         raise ValueError(f"model must be an attnbook.GPT, got {type(model).__name__}")
     if extra is not None and not isinstance(extra, dict):
         raise ValueError(f"extra must be None or a dict, got {type(extra).__name__}")
-    path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
+    path = _as_path(path, "a folder, created if missing")
     config = model.config.to_dict()  # leaves out n_kv_heads and later fields at their defaults,
     # so checkpoints of plain models read as they did before those fields existed
     document = {"gpt_config": config, "extra": extra or {}}
-    text = json.dumps(document, indent=2, sort_keys=True)  # fails early if extra is not JSON
+    try:  # before anything is written: a failed save leaves no empty folder behind
+        text = json.dumps(document, indent=2, sort_keys=True)
+    except (TypeError, ValueError) as error:
+        raise ValueError(
+            "extra must be JSON-serialisable (dicts with str keys, lists, str, numbers, bools, "
+            f"None): {error}"
+        ) from None
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        file = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), path)
+        raise ValueError(
+            f"path must be a folder (created if missing), but {str(file)!r} is a file"
+        ) from None
     save_file(_unique_state(model), str(path / WEIGHTS_FILE))
     (path / CONFIG_FILE).write_text(text + "\n")
     return path
 
 
 def read_checkpoint_extra(path: str | Path) -> dict:
-    """The ``extra`` dict saved with a checkpoint (``{}`` if none)."""
-    return _read_document(Path(path)).get("extra", {})
+    """The ``extra`` dict saved with a checkpoint (``{}`` if none).
+
+    Raises:
+        ValueError: if a file is missing, or ``config.json`` is invalid (its
+            ``"extra"``, if there, must be a JSON object).
+    """
+    path = _as_path(path, "a checkpoint folder")
+    extra = _read_document(path).get("extra", {})
+    if not isinstance(extra, dict):
+        raise ValueError(
+            f"{CONFIG_FILE} in {str(path)!r}: 'extra' must be a JSON object (a dict), "
+            f"got {type(extra).__name__}"
+        )
+    return extra
 
 
 def _read_document(path: Path) -> dict:
@@ -84,7 +120,7 @@ def _read_document(path: Path) -> dict:
             )
     try:
         document = json.loads((path / CONFIG_FILE).read_text())
-    except json.JSONDecodeError as error:
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise ValueError(f"{CONFIG_FILE} in {str(path)!r} is not valid JSON: {error}") from None
     if not isinstance(document, dict) or not isinstance(document.get("gpt_config"), dict):
         raise ValueError(f"{CONFIG_FILE} in {str(path)!r} has no 'gpt_config' object")
@@ -94,29 +130,53 @@ def _read_document(path: Path) -> dict:
 def load_checkpoint(path: str | Path, device: str | torch.device | None = None) -> GPT:
     """Rebuild a GPT saved by :func:`save_checkpoint`, weights and all, in ``eval()`` mode.
 
+    The model's parameters are float32 whatever dtype was saved: a
+    checkpoint of a bfloat16 or float16 model (``save_checkpoint`` writes the
+    tensors in their dtype) loads upcast to float32, which keeps every value
+    but takes twice the memory; ``.to(torch.bfloat16)`` gives the saved dtype back.
+
     Args:
         path: the checkpoint folder.
-        device: where to put the model (default: the CPU).
+        device: where to put the model (default: the CPU), e.g. ``"cuda"``;
+            it must be available on this machine.
 
     Returns:
-        The :class:`~attnbook.GPT`.
+        The :class:`~attnbook.GPT`, float32, in ``eval()`` mode.
 
     Raises:
-        ValueError: if a file is missing, the config is invalid, or the saved
-            weights do not match the config (missing, unexpected or
-            differently shaped tensors).
+        ValueError: if ``path`` or ``device`` is invalid, a file is missing or
+            corrupt, the config is invalid, or the saved weights do not match the
+            config (missing, unexpected or differently shaped tensors).
     """
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
-    path = Path(path)
+    path = _as_path(path, "a checkpoint folder")
+    device = check_device("cpu" if device is None else device, "device", available=True)
     raw = _read_document(path)["gpt_config"]
     known = {f.name for f in fields(GPTConfig)}
     if set(raw) - known:
         raise ValueError(f"{CONFIG_FILE}: unknown GPTConfig fields {sorted(set(raw) - known)}")
+    required = [
+        f.name
+        for f in fields(GPTConfig)
+        if f.default is MISSING and f.default_factory is MISSING and f.name not in raw
+    ]
+    if required:
+        raise ValueError(
+            f"{CONFIG_FILE} in {str(path)!r}: 'gpt_config' is missing the required GPTConfig "
+            f"fields {required}"
+        )
     config = GPTConfig(**raw)  # raises ValueError on bad values
     model = GPT(config)
     expected = {k: tuple(v.shape) for k, v in _unique_state(model).items()}
-    state = load_file(str(path / WEIGHTS_FILE))
+    try:
+        state = load_file(str(path / WEIGHTS_FILE))
+    except SafetensorError as error:
+        raise ValueError(
+            f"{str(path / WEIGHTS_FILE)!r} is not a valid safetensors file (written by "
+            f"save_checkpoint): {error}"
+        ) from None
     found = {k: tuple(v.shape) for k, v in state.items()}
     if expected != found:
         missing = sorted(expected.keys() - found.keys())
@@ -132,4 +192,4 @@ def load_checkpoint(path: str | Path, device: str | torch.device | None = None) 
             f"different shapes {shapes[:5]}"
         )
     model.load_state_dict(state, strict=False)  # the tied head's second name is not in the file
-    return model.to("cpu" if device is None else device).eval()
+    return model.to(device).eval()

@@ -42,6 +42,7 @@ Shape legend used in this module:
 from __future__ import annotations
 
 import math
+import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,7 +50,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from attnbook._validation import check_int
+from attnbook._validation import check_int, check_token_id_list
 
 __all__ = [
     "IGNORE_INDEX",
@@ -415,15 +416,9 @@ class CharTokenizer:
             )
         return torch.tensor([self._ids[ch] for ch in text], dtype=torch.int64)
 
-    def decode(self, ids: torch.Tensor | list[int]) -> str:
-        """The text of token ids ``(T,)`` (a 1-D tensor or a list of ints)."""
-        if isinstance(ids, torch.Tensor):
-            if ids.ndim != 1 or ids.is_floating_point():
-                raise ValueError(f"ids must be a 1-D integer tensor (T,), got {tuple(ids.shape)}")
-            ids = ids.tolist()
-        bad = [i for i in ids if not isinstance(i, int) or not 0 <= i < self.vocab_size]
-        if bad:
-            raise ValueError(f"ids must be ints in [0, {self.vocab_size}), got {bad[:5]}")
+    def decode(self, ids: torch.Tensor | np.ndarray | list[int]) -> str:
+        """The text of token ids ``(T,)`` (a 1-D integer tensor or array, or a list of ints)."""
+        ids = check_token_id_list(ids, "ids", self.vocab_size)
         return "".join(self.chars[i] for i in ids)
 
 
@@ -437,12 +432,19 @@ def load_text(path: str | Path) -> str:
         Its contents.
 
     Raises:
-        ValueError: if the file does not exist or holds no text.
+        ValueError: if the file does not exist, is not UTF-8 or holds no text.
     """
+    if not isinstance(path, (str, os.PathLike)):
+        raise ValueError(f"path must be a str or a pathlib.Path, got {type(path).__name__}")
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"path must be an existing text file, got {str(path)!r}")
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(
+            f"the text file {str(path)!r} is not valid UTF-8 ({error}); convert it to UTF-8 first"
+        ) from None
     if not text.strip():
         raise ValueError(f"the text file {str(path)!r} is empty: there is nothing to train on")
     return text
@@ -534,15 +536,21 @@ class TokenDataset:
 
     def _ids(self, ids: object, split: str) -> torch.Tensor:
         """``ids`` as a 1-D int64 tensor, checked: ids in ``[0, V)``, longer than a window."""
+        given = ids
         if not isinstance(ids, torch.Tensor):
             try:
-                ids = torch.as_tensor(ids, dtype=torch.int64)
+                # No dtype= here: a cast to int64 would truncate floats and bools to ids.
+                ids = torch.as_tensor(ids)
             except (TypeError, ValueError, RuntimeError) as error:
                 raise ValueError(f"{split} must be a 1-D sequence of token ids: {error}") from None
-        if ids.ndim != 1 or ids.is_floating_point() or ids.dtype == torch.bool:
+            if ids.numel() == 0 and ids.is_floating_point():
+                ids = ids.to(torch.int64)  # an empty list: no value to be wrong about
+        if ids.ndim != 1 or ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
+            kind = "a NumPy array" if isinstance(given, np.ndarray) else f"a {type(given).__name__}"
+            source = "" if given is ids else f" (from {kind})"
             raise ValueError(
                 f"{split} must be a 1-D integer tensor of token ids (N,), got dtype {ids.dtype} "
-                f"and shape {tuple(ids.shape)}"
+                f"and shape {tuple(ids.shape)}{source}; token ids are ints, not floats or bools"
             )
         ids = ids.to(torch.int64)
         if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self._vocab_size):
@@ -1340,6 +1348,11 @@ class TranslationTask:
                 f"src and tgt must have the same batch size, got {tuple(src.shape)} and "
                 f"{tuple(tgt.shape)}"
             )
+        if src.shape[0] == 0:
+            raise ValueError(
+                f"src and tgt must hold at least one example (B >= 1), got shapes "
+                f"{tuple(src.shape)} and {tuple(tgt.shape)}"
+            )
         src = src[:, : max(1, int((src != 0).sum(1).max()))]  # (B, S')
         tgt = tgt[:, : max(2, int((tgt != 0).sum(1).max()))]  # (B, T')
         targets = tgt[:, 1:].masked_fill(tgt[:, 1:] == 0, IGNORE_INDEX)  # (B, T' - 1)
@@ -1362,13 +1375,18 @@ class TranslationTask:
         rows = self.split(split)
         return self.inputs_targets(rows.src, rows.tgt)
 
-    def decode(self, ids: torch.Tensor | list[int], side: str = "tgt") -> str:
-        """The words of token ids ``(L,)`` of ``side`` ("src" or "tgt"), padding left out."""
+    def decode(self, ids: torch.Tensor | np.ndarray | list[int], side: str = "tgt") -> str:
+        """The words of token ids ``(L,)`` of ``side`` ("src" or "tgt"), padding left out.
+
+        ``ids`` is a 1-D integer tensor or array, or a list of ints, each in
+        ``[0, V_side)``; anything else raises ``ValueError``.
+        """
         if side not in ("src", "tgt"):
             raise ValueError(f"side must be 'src' or 'tgt', got {side!r}")
         vocab = self.src_vocab if side == "src" else self.tgt_vocab
-        if isinstance(ids, torch.Tensor):
-            ids = ids.tolist()
+        ids = check_token_id_list(
+            ids, "ids", len(vocab), "(L,)", f" (ids of the {side} vocabulary)"
+        )
         return " ".join(vocab[i] for i in ids if i != self.pad_id)
 
 

@@ -30,7 +30,7 @@ import math
 
 import torch
 
-from attnbook._validation import as_float_tensor, check_bool, check_int, shape_str
+from attnbook._validation import as_float_tensor, check_bool, check_int, compute_dtype, shape_str
 from attnbook.attention import attend_fused, check_attention_inputs
 
 __all__ = ["linformer_attention", "tiled_attention"]
@@ -68,6 +68,12 @@ def tiled_attention(
     same ``exp(-m)`` in the end. Only ``T x block_size`` scores exist at any
     time, so memory grows like ``T * (block_size + d_v)`` instead of ``T * S``.
 
+    For 16-bit inputs (float16, bfloat16) the scores, ``m``, ``l`` and ``acc``
+    are computed in float32 and the output is rounded to the inputs' dtype
+    once at the end: ``l`` and ``acc`` are sums over all ``S`` keys, which
+    overflow float16 (largest value 65504) or stop growing in bfloat16 (8
+    bits of mantissa) for long sequences.
+
     The real FlashAttention kernel does this inside the GPU's fast on-chip
     memory, tiling the queries too, and is fast because it reads and writes
     the large, slow memory far less; this Python loop shows the arithmetic and
@@ -102,16 +108,19 @@ def tiled_attention(
     check_bool(causal, "causal")
     n_queries, n_keys = query.shape[-2], key.shape[-2]
     rows = (*torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2]), n_queries)
-    m = torch.full((*rows, 1), -math.inf, dtype=query.dtype, device=query.device)  # (..., T, 1)
-    l = torch.zeros((*rows, 1), dtype=query.dtype, device=query.device)  # (..., T, 1)  # noqa: E741
-    acc = torch.zeros((*rows, value.shape[-1]), dtype=query.dtype, device=query.device)
+    out_dtype = query.dtype
+    dtype = compute_dtype(query)  # float32 for 16-bit inputs, else the inputs' own dtype
+    query = query.to(dtype)  # (..., T, d_k); the same tensor unless it was 16-bit
+    m = torch.full((*rows, 1), -math.inf, dtype=dtype, device=query.device)  # (..., T, 1)
+    l = torch.zeros((*rows, 1), dtype=dtype, device=query.device)  # (..., T, 1)  # noqa: E741
+    acc = torch.zeros((*rows, value.shape[-1]), dtype=dtype, device=query.device)
     # acc: (..., T, d_v)
     first_pos = n_keys - n_queries  # query t sits at position t + S - T
     query_pos = torch.arange(first_pos, n_keys, device=query.device)  # (T,)
     for start in range(0, n_keys, block_size):
         stop = min(start + block_size, n_keys)
-        key_block = key[..., start:stop, :]  # (..., Sb, d_k), a view
-        value_block = value[..., start:stop, :]  # (..., Sb, d_v), a view
+        key_block = key[..., start:stop, :].to(dtype)  # (..., Sb, d_k), a view unless 16-bit
+        value_block = value[..., start:stop, :].to(dtype)  # (..., Sb, d_v), a view unless 16-bit
         # (..., T, d_k) @ (..., d_k, Sb) -> (..., T, Sb): only this block's scores exist
         scores = (query @ key_block.transpose(-2, -1)) * scale
         if causal and stop - 1 > first_pos:  # some key of this block is in some query's future
@@ -128,7 +137,7 @@ def tiled_attention(
         acc = correction * acc + p @ value_block  # (..., T, Sb) @ (..., Sb, d_v) -> (..., T, d_v)
         m = m_new
     # Rows with no allowed key have l = 0 and acc = 0: divide by 1 there, leaving zeros.
-    return acc / l.masked_fill(l == 0, 1.0)  # (..., T, d_v)
+    return (acc / l.masked_fill(l == 0, 1.0)).to(out_dtype)  # (..., T, d_v), rounded once
 
 
 def _check_projection(proj: object, name: str, n_keys: int) -> torch.Tensor:

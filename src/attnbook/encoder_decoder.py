@@ -164,6 +164,7 @@ class EncoderDecoder(nn.Module):
         """
         if validate:
             c = self.config
+            check_bool(validate, "validate")
             src = check_token_ids(src, "src", c.src_vocab_size, c.context_length)
             self._check_src_mask(src_mask, src)
         key_mask = None if src_mask is None else src_mask[:, None, None, :]  # (B, 1, 1, S)
@@ -336,6 +337,8 @@ class EncoderDecoder(nn.Module):
         if K > V:
             raise ValueError(f"beam_size must be at most tgt_vocab_size = {V}, got {K}")
         check_bool(use_cache, "use_cache")
+        if src.shape[0] == 0:  # no source sentence: an empty batch of targets
+            return src.new_full((0, 1), bos_id)
         was_training = self.training
         self.eval()
         try:

@@ -34,7 +34,17 @@ from attnbook._validation import (
     shape_str,
 )
 
-__all__ = ["KVCache", "LayerCache", "decode", "generate", "pad_left", "prefill", "sample_next"]
+__all__ = [
+    "KVCache",
+    "LayerCache",
+    "check_cache",
+    "check_model",
+    "decode",
+    "generate",
+    "pad_left",
+    "prefill",
+    "sample_next",
+]
 
 
 class KVCache:
@@ -135,6 +145,50 @@ class LayerCache:
         self.cache.values[self.index] = tensor
 
 
+def check_model(model: object) -> nn.Module:
+    """Return ``model``, raising unless it is a GPT-like model (``config``, ``blocks``) to generate with."""
+    if (
+        not isinstance(model, nn.Module)
+        or not hasattr(model, "config")
+        or not hasattr(model, "blocks")
+    ):
+        raise ValueError(f"model must be an attnbook.GPT, got {type(model).__name__}")
+    return model
+
+
+def check_cache(model: nn.Module, cache: object, batch_size: int | None = None) -> KVCache:
+    """Return ``cache``, raising unless it can serve ``model`` (and a batch of ``batch_size`` rows).
+
+    An empty cache needs only one entry per layer; a filled one must also hold
+    keys of this model's shape ``(B, H_kv, S, Dh)``, for ``batch_size`` rows.
+    """
+    c = model.config
+    if not isinstance(cache, KVCache):
+        raise ValueError(
+            "cache must be a KVCache (from GPT.prefill, or KVCache(n_layers) to fill), got "
+            f"{type(cache).__name__}"
+        )
+    if cache.n_layers != c.n_layers:
+        raise ValueError(
+            f"cache must have one entry per layer of this model, n_layers = {c.n_layers}, "
+            f"got {cache!r}"
+        )
+    if cache.length:
+        B, n_kv, _, d_head = cache.keys[0].shape
+        if (n_kv, d_head) != (model.blocks[0].self_attn.n_kv_heads, c.d_model // c.n_heads):
+            raise ValueError(
+                "cache must hold keys of shape (B, H_kv, S, Dh) = (B, "
+                f"{model.blocks[0].self_attn.n_kv_heads}, S, {c.d_model // c.n_heads}) "
+                f"for this model, got {shape_str(cache.keys[0])}"
+            )
+        if batch_size is not None and batch_size != B:
+            raise ValueError(
+                f"cache holds {B} sequences, but idx has {batch_size} rows: one new row per "
+                "cached sequence"
+            )
+    return cache
+
+
 def prefill(
     model: nn.Module, idx: torch.Tensor, *, left_pad: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, KVCache]:
@@ -159,7 +213,7 @@ def prefill(
         shape ``(B, V)`` (equal to ``model(idx, left_pad=left_pad)[:, -1]``
         up to rounding), and a :class:`KVCache` holding ``T`` positions.
     """
-    c = model.config
+    c = check_model(model).config
     idx = check_token_ids(idx, "idx", c.vocab_size, c.context_length)
     if left_pad is not None:
         left_pad = check_left_pad(left_pad, idx)
@@ -190,20 +244,11 @@ def decode(model: nn.Module, next_idx: torch.Tensor, cache: KVCache) -> torch.Te
         (up to rounding) to the last row of a full forward pass over all
         ``cache.length`` tokens (counted after the append).
     """
-    c = model.config
-    if not isinstance(cache, KVCache):
-        raise ValueError(f"cache must be a KVCache from GPT.prefill, got {type(cache).__name__}")
-    if cache.n_layers != c.n_layers or cache.length == 0:
+    c = check_model(model).config
+    check_cache(model, cache)
+    if cache.length == 0:
         raise ValueError(
-            f"cache must come from this model's prefill: {c.n_layers} layers and at least "
-            f"one position, got {cache!r}"
-        )
-    _, n_kv, _, d_head = cache.keys[0].shape
-    if (n_kv, d_head) != (model.blocks[0].self_attn.n_kv_heads, c.d_model // c.n_heads):
-        raise ValueError(
-            "cache must hold keys of shape (B, H_kv, S, Dh) = (B, "
-            f"{model.blocks[0].self_attn.n_kv_heads}, S, {c.d_model // c.n_heads}) "
-            f"for this model, got {shape_str(cache.keys[0])}"
+            f"cache must come from this model's prefill: at least one position, got {cache!r}"
         )
     next_idx = check_token_ids(next_idx, "next_idx", c.vocab_size, c.context_length)
     if next_idx.shape != (cache.batch_size, 1):
@@ -280,7 +325,7 @@ def generate(
         Token ids of shape ``(B, T + N)``: the prompts followed by the new
         tokens (row ``b``'s sequence starts at column ``left_pad[b]``).
     """
-    c = model.config
+    c = check_model(model).config
     if isinstance(idx, torch.Tensor) and idx.ndim == 2:  # any length: cropped below
         check_token_ids(idx, "idx", c.vocab_size, max(c.context_length, idx.shape[1]))
     else:

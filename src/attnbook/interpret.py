@@ -26,11 +26,18 @@ Shape legend used in this module:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
+import numpy as np
 import torch
 
-from attnbook._validation import check_int, check_probability, shape_str
+from attnbook._validation import (
+    check_finite,
+    check_int,
+    check_probability,
+    compute_dtype,
+    shape_str,
+)
 
 __all__ = [
     "attention_rollout",
@@ -42,9 +49,19 @@ __all__ = [
 
 _WEIGHTS_SHAPE = "(..., H, T, S)"
 
+# The dtypes a tensor of positions may have: those that index and compare on every device.
+_INDEX_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
 
-def _check_weights(weights: object, name: str = "weights") -> torch.Tensor:
-    """Validate attention weights of shape ``(..., H, T, S)``: float, finite, in [0, 1]."""
+
+def _check_weights(
+    weights: object, name: str = "weights", *, rows_sum_to_one: bool = False
+) -> torch.Tensor:
+    """Validate attention weights of shape ``(..., H, T, S)``: float, finite, in [0, 1].
+
+    With ``rows_sum_to_one`` every row must also sum to 1 (softmax weights) or
+    be a row of zeros (a query that may attend to no key, as attention returns
+    it), up to the rounding of the weights' dtype.
+    """
     if not isinstance(weights, torch.Tensor):
         raise ValueError(
             f"{name} must be a torch tensor of shape {_WEIGHTS_SHAPE}, got {type(weights).__name__}"
@@ -68,21 +85,57 @@ def _check_weights(weights: object, name: str = "weights") -> torch.Tensor:
             f"{name} must hold attention weights in [0, 1] (after the softmax), "
             f"got values in [{weights.min().item():.3g}, {weights.max().item():.3g}]"
         )
+    if rows_sum_to_one:
+        sums = weights.sum(dim=-1, dtype=compute_dtype(weights))  # (..., H, T)
+        tol = max(1e-3, 4 * torch.finfo(weights.dtype).eps)  # bfloat16 rounds to 2^-8
+        bad = ((sums - 1).abs() > tol) & (sums > tol)  # neither 1 nor a row of zeros
+        if bool(bad.any()):
+            low, high = (v.item() for v in torch.aminmax(sums[bad]))
+            raise ValueError(
+                f"{name} must have rows summing to 1 (softmax weights over the keys; a row "
+                "of zeros, a query that may attend to no key, is accepted too), got rows "
+                f"summing to values in [{low:.4g}, {high:.4g}]"
+            )
     return weights
+
+
+def _describe(value: object) -> str:
+    """A short description of an argument for an error message: its repr, or type and shape."""
+    if isinstance(value, (torch.Tensor, np.ndarray)):
+        kind = "tensor" if isinstance(value, torch.Tensor) else "NumPy array"
+        return f"a {kind} of dtype {value.dtype} and shape {shape_str(value)}"
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _as_positions(positions: object, name: str, needed: str) -> torch.Tensor:
+    """``positions`` as an integer tensor, or a ``ValueError`` naming ``name`` and ``needed``."""
+    index = None
+    if not isinstance(positions, (str, bytes)):
+        try:
+            index = torch.as_tensor(positions)
+        except (TypeError, ValueError, RuntimeError, OverflowError):
+            index = None  # None, strings, objects, ragged lists, generators, ...
+    if index is None or index.dtype not in _INDEX_DTYPES:
+        shown = isinstance(positions, (torch.Tensor, np.ndarray)) or index is None
+        kind = "" if shown else f" (dtype {index.dtype})"
+        raise ValueError(f"{name} must be {needed}, got {_describe(positions)}{kind}")
+    return index
 
 
 def _query_index(query_positions: object, T: int) -> torch.Tensor | None:
     """``None`` (every query) or a 1-D long tensor of query positions in ``[0, T)``."""
     if query_positions is None:
         return None
-    index = torch.as_tensor(query_positions)
-    if index.dtype == torch.bool or torch.is_floating_point(index) or index.ndim != 1:
-        raise ValueError(
-            "query_positions must be a 1-D sequence of integer query positions, "
-            f"got {query_positions!r}"
-        )
+    needed = "a 1-D sequence of integer query positions (or None for every query)"
+    index = _as_positions(query_positions, "query_positions", needed)
+    if index.ndim != 1:
+        raise ValueError(f"query_positions must be {needed}, got {_describe(query_positions)}")
     if index.numel() == 0 or bool((index < 0).any()) or bool((index >= T).any()):
-        raise ValueError(f"query_positions must be non-empty, each in [0, {T}) (T = {T})")
+        raise ValueError(
+            f"query_positions must be non-empty, each in [0, {T}) (T = {T}), "
+            f"got {_describe(query_positions)}"
+        )
     return index.long()
 
 
@@ -105,7 +158,8 @@ def to_bertviz(
     Args:
         weights: one tensor of shape ``(B, H, T, T)`` per layer (a list or a
             tuple), every layer with the same ``B``, ``H`` and ``T``.
-        tokens: ``T`` strings, the label of each position.
+        tokens: ``T`` strings, the label of each position (a list, a tuple or
+            any other iterable of strings, read once).
         batch_index: which sequence of the batch to show, in ``[0, B)``.
         decimals: if given, round the weights to this many decimals and return
             them as float64, so that bertviz writes short numbers such as
@@ -116,6 +170,10 @@ def to_bertviz(
         ``(attention, tokens)``: a tuple of ``n_layers`` tensors of shape
         ``(1, H, T, T)`` (float32 on the CPU, or float64 if ``decimals`` is
         given) and the tokens as a list of ``T`` strings.
+
+    The weights must be finite and non-negative. They need not lie in
+    ``[0, 1]`` nor sum to 1 per row: a model in training mode returns its
+    weights after dropout (scaled by ``1 / (1 - p)``), and bertviz draws those.
     """
     if isinstance(weights, torch.Tensor) or not isinstance(weights, (list, tuple)):
         raise ValueError(
@@ -124,9 +182,18 @@ def to_bertviz(
         )
     if len(weights) == 0:
         raise ValueError("weights must hold at least one layer, got an empty sequence")
-    if isinstance(tokens, str) or not all(isinstance(tok, str) for tok in tokens):
-        raise ValueError("tokens must be a sequence of strings, one per position")
-    tokens = list(tokens)
+    # A set has no order and a str is one label split into characters: both refused.
+    if isinstance(tokens, (str, bytes, set, frozenset)) or not isinstance(tokens, Iterable):
+        raise ValueError(
+            f"tokens must be a sequence of strings, one per position, got {type(tokens).__name__}"
+        )
+    tokens = list(tokens)  # a generator is read once, here
+    if not all(isinstance(tok, str) for tok in tokens):
+        kinds = sorted({type(tok).__name__ for tok in tokens if not isinstance(tok, str)})
+        raise ValueError(
+            "tokens must be a sequence of strings, one per position, got elements of type "
+            + ", ".join(kinds)
+        )
     if decimals is not None:
         check_int(decimals, "decimals", minimum=0, meaning="or None")
     first = weights[0]
@@ -144,8 +211,19 @@ def to_bertviz(
                 f"every layer must have the same shape (B, H, T, T): weights[0] is "
                 f"{shape_str(first)}, weights[{i}] is {shape_str(layer)}"
             )
+        check_finite(layer, f"weights[{i}]")
+        if bool((layer < 0).any()):
+            raise ValueError(
+                f"weights[{i}] must hold attention weights >= 0 (after the softmax), got "
+                f"values down to {layer.min().item():.3g}"
+            )
         layers.append(layer)
     B, _, T, _ = first.shape  # (B, H, T, T)
+    if B == 0:
+        raise ValueError(
+            f"weights must hold at least one sequence (B >= 1) to draw, got layers of shape "
+            f"(B, H, T, T) = {shape_str(first)}"
+        )
     if len(tokens) != T:
         raise ValueError(f"tokens must have one label per position (T = {T}), got {len(tokens)}")
     check_int(batch_index, "batch_index", minimum=-B, maximum=B - 1, meaning=f"B = {B}")
@@ -171,6 +249,14 @@ def attention_rollout(weights: Sequence[torch.Tensor], *, residual: float = 0.5)
     each input position contributes to position ``t`` at the top, *if* the
     information mixed linearly as the weights say; it ignores the values, the
     output projections and the feed-forward networks.
+
+    A query that may attend to no key has a row of zero weights (what
+    :func:`attnbook.scaled_dot_product_attention` returns for it). With
+    ``residual > 0`` its row becomes the identity's (the position keeps
+    itself); with ``residual = 0`` there is nothing to renormalise and the row
+    stays 0: that position receives nothing from the input positions, as its
+    attention output is 0, and the rollout stays the plain product of the
+    heads' means. Such rows, and rows that read only from them, sum to 0, not 1.
 
     Args:
         weights: one tensor of shape ``(B, H, T, T)`` per layer (a list or tuple,
@@ -199,13 +285,25 @@ def attention_rollout(weights: Sequence[torch.Tensor], *, residual: float = 0.5)
         raise ValueError(
             f"weights must have shape (L, B, H, T, T) (self-attention), got {shape_str(stacked)}"
         )
+    if stacked.shape[0] == 0:
+        raise ValueError(
+            f"weights must hold at least one layer, got shape (L, B, H, T, T) = "
+            f"{shape_str(stacked)}"
+        )
+    if stacked.shape[2] == 0:
+        raise ValueError(
+            "weights must have at least one head (H >= 1) to average, got shape "
+            f"(L, B, H, T, T) = {shape_str(stacked)}"
+        )
     residual = check_probability(residual, "residual")
     B, T = stacked.shape[1], stacked.shape[-1]  # (L, B, H, T, T)
     eye = torch.eye(T, dtype=stacked.dtype, device=stacked.device)  # (T, T)
     rollout = eye.expand(B, T, T)  # (B, T, T): before any layer, each position is itself
     for layer in stacked:  # (B, H, T, T), the first layer first
         mixed = residual * eye + (1 - residual) * layer.mean(dim=1)  # (B, T, T)
-        mixed = mixed / mixed.sum(dim=-1, keepdim=True)  # rows sum to 1 again
+        sums = mixed.sum(dim=-1, keepdim=True)  # (B, T, 1)
+        # rows sum to 1 again; a row of zeros (residual 0, a query that saw no key) stays 0
+        mixed = mixed / sums.masked_fill(sums == 0, 1.0)
         rollout = mixed @ rollout  # (B, T, T) @ (B, T, T) -> (B, T, T)
     return rollout
 
@@ -216,21 +314,25 @@ def head_entropy(weights: torch.Tensor, *, query_positions: object = None) -> to
     A row's entropy ``-sum_s A_ts ln A_ts`` is 0 when the query puts all its
     weight on one key and ``ln S`` when it spreads it evenly over ``S`` keys
     (``ln (t + 1)`` for a causal row). A low-entropy head *selects*; a
-    high-entropy head *averages*. Zero weights (masked keys) add nothing.
+    high-entropy head *averages*. Zero weights (masked keys) add nothing, and
+    get gradient 0 (the derivative ``ln A + 1`` has no finite value at 0).
 
     Args:
-        weights: attention weights of shape ``(..., H, T, S)``, rows summing to 1.
+        weights: attention weights of shape ``(..., H, T, S)``, rows summing to 1
+            (a row of zeros, a query that may attend to no key, counts as entropy 0).
         query_positions: the query rows to average over (a 1-D sequence of
             positions); ``None`` averages over all ``T``.
 
     Returns:
         The mean row entropy of each head, shape ``(..., H)``.
     """
-    weights = _check_weights(weights)
+    weights = _check_weights(weights, rows_sum_to_one=True)
     index = _query_index(query_positions, weights.shape[-2])
     if index is not None:
         weights = weights[..., index.to(weights.device), :]  # (..., H, T', S)
-    logs = torch.where(weights > 0, weights.log(), torch.zeros_like(weights))  # 0 ln 0 = 0
+    # 0 ln 0 = 0: take the log of 1 where a weight is 0, so that the backward pass never
+    # meets log(0) either (0 * inf would make that weight's gradient NaN); it gets 0
+    logs = torch.where(weights > 0, weights, torch.ones_like(weights)).log()  # (..., H, T', S)
     return -(weights * logs).sum(dim=-1).mean(dim=-1)  # (..., H, T) -> (..., H)
 
 
@@ -264,16 +366,17 @@ def attention_share(
             )
         selected = key_positions.to(weights.device)  # (T, S)
     else:
-        keys = torch.as_tensor(key_positions)
+        needed = "an int, a 1-D sequence of ints or a boolean (T, S) tensor"
+        keys = _as_positions(key_positions, "key_positions", needed)
         if keys.ndim == 0:
             keys = keys.reshape(1)
-        if keys.dtype == torch.bool or torch.is_floating_point(keys) or keys.ndim != 1:
+        if keys.ndim != 1:
+            raise ValueError(f"key_positions must be {needed}, got {_describe(key_positions)}")
+        if keys.numel() == 0 or bool((keys < 0).any()) or bool((keys >= S).any()):
             raise ValueError(
-                "key_positions must be an int, a 1-D sequence of ints or a boolean (T, S) "
-                f"tensor, got {key_positions!r}"
+                f"key_positions must be non-empty, each in [0, {S}) (S = {S}), "
+                f"got {_describe(key_positions)}"
             )
-        if keys.numel() == 0 or bool((keys < -S).any()) or bool((keys >= S).any()):
-            raise ValueError(f"key_positions must be non-empty, each in [0, {S}) (S = {S})")
         selected = torch.zeros(S, dtype=torch.bool, device=weights.device)
         selected[keys.long().to(weights.device)] = True  # (S,): the same keys for every query
         selected = selected.expand(T, S)

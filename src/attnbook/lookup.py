@@ -20,6 +20,9 @@ same kind. There is no ``1 / sqrt(d)`` scaling here; that comes in chapter 4.
 
 from __future__ import annotations
 
+import numpy as np
+import torch
+
 from attnbook._validation import Array, as_float_array, same_kind, shape_str
 from attnbook.softmax import softmax
 
@@ -50,7 +53,20 @@ def _check_lookup(query: object, keys: object, values: object) -> tuple[Array, A
 
 
 def _scores(query: Array, keys: Array) -> Array:
-    return query @ keys.T  # (..., d) @ (d, S) -> (..., S)
+    """``query · keys`` for every key, refusing NaN or inf: no best key, no softmax exists then."""
+    if isinstance(query, torch.Tensor):
+        scores = query @ keys.T  # (..., d) @ (d, S) -> (..., S)
+        finite = bool(scores.isfinite().all())
+    else:
+        with np.errstate(invalid="ignore", over="ignore"):  # reported below, not as a warning
+            scores = query @ keys.T
+        finite = bool(np.isfinite(scores).all())
+    if not finite:
+        raise ValueError(
+            "the scores query · keys must be finite, but some are NaN or inf: query and keys "
+            f"must hold finite numbers, small enough that their dot products fit in {scores.dtype}"
+        )
+    return scores
 
 
 def hard_lookup(query: Array, keys: Array, values: Array) -> Array:

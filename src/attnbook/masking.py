@@ -270,10 +270,10 @@ def apply_mask(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         raise ValueError(f"scores must have shape (..., T, S), got {shape_str(scores)}")
     if mask is None:
         return scores
-    mask = check_mask(mask, tuple(scores.shape))
+    mask = check_mask(mask, tuple(scores.shape), dtype=scores.dtype)
     if mask.dtype == torch.bool:
         return scores.masked_fill(~mask, float("-inf"))  # (..., T, S)
-    return scores + mask.to(scores.dtype)  # (..., T, S) + (broadcast to ..., T, S)
+    return scores + mask  # (..., T, S) + (broadcast to ..., T, S)
 
 
 def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -293,6 +293,11 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None) -> to
         with no allowed key, which are all 0. Blocked pairs get exactly 0.
     """
     scores = apply_mask(scores, mask)  # (..., T, S)
+    if not bool((scores < math.inf).all()):  # one pass: NaN (it compares False) and +inf
+        raise ValueError(
+            "scores must hold finite numbers or -inf where the mask allows a key, but they "
+            "contain NaN or +inf (a NaN would pass for a blocked key, and +inf has no softmax)"
+        )
     return softmax_with_mask(scores, scores > -math.inf)  # a key is allowed if its score is finite
 
 

@@ -330,7 +330,7 @@ class GPT(nn.Module):
             The number of scalar parameters.
         """
         n = sum(p.numel() for p in self.parameters())  # parameters() yields a tied tensor once
-        if not include_embeddings:
+        if not check_bool(include_embeddings, "include_embeddings"):
             n -= self.tok_emb.weight.numel()
             n -= sum(p.numel() for p in self.pos_emb.parameters())
         return n
@@ -372,7 +372,11 @@ class GPT(nn.Module):
         """
         if validate:
             c = self.config
+            check_bool(validate, "validate")
+            check_bool(last_only, "last_only")
             idx = check_token_ids(idx, "idx", c.vocab_size, c.context_length)
+            if cache is not None:
+                generation.check_cache(self, cache, idx.shape[0])
             if cache is not None and cache.length + idx.shape[1] > c.context_length:
                 raise ValueError(
                     f"idx must fit the context after the cache's {cache.length} positions: "

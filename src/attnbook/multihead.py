@@ -218,6 +218,22 @@ class AttentionConfig:
         return self.n_heads if self.n_kv_heads is None else int(self.n_kv_heads)
 
 
+def _check_positional(positional: object, config: AttentionConfig) -> None:
+    """Refuse a ``positional`` that is not an encoding, that fights ``rope_base``, or that cannot rotate."""
+    if not isinstance(positional, PositionalEncoding):
+        raise ValueError(
+            "positional must be a PositionalEncoding (e.g. RotaryPositions(10000.0)) or None, "
+            f"got {positional!r}; for rotary positions by number use rope_base=10000.0"
+        )
+    if config.rope_base is not None:
+        raise ValueError(
+            f"give rope_base or positional, not both: got rope_base = {config.rope_base} and "
+            f"positional = {positional!r}"
+        )
+    if positional.rotates:
+        positional.check_config(config)  # e.g. an even head width for rotary positions
+
+
 class MultiHeadAttention(nn.Module):
     """``H`` attention heads in parallel over one model width, mixed by an output projection.
 
@@ -283,7 +299,9 @@ class MultiHeadAttention(nn.Module):
         self.d_model, self.n_heads, self.d_head = config.d_model, config.n_heads, config.d_head
         self.n_kv_heads = config.kv_heads
         self.dropout = float(config.dropout)
-        if positional is None and rope_base is not None:
+        if positional is not None:
+            _check_positional(positional, config)
+        elif rope_base is not None:
             positional = RotaryPositions(float(rope_base))
         self.positional = positional  # its rotate hook turns queries and keys, or None
         d_kv = self.n_kv_heads * self.d_head  # = D unless grouped-query
@@ -404,7 +422,7 @@ class MultiHeadAttention(nn.Module):
             ``output`` row is ``out_proj``'s bias), never NaN.
         """
         if validate:
-            query, key, value, mask = self._validate(query, key, value, mask)
+            query, key, value, mask = self._validate(query, key, value, mask, cache)
             check_bool(need_weights, "need_weights")
             check_bool(is_causal, "is_causal")
         if query is key and key is value:  # self-attention: one multiply for Q, K and V
@@ -509,7 +527,7 @@ class MultiHeadAttention(nn.Module):
         return theirs.train(self.training)
 
     def _validate(
-        self, query: object, key: object, value: object, mask: object
+        self, query: object, key: object, value: object, mask: object, cache: Any = None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """Check :meth:`forward`'s inputs; return them (an additive mask in the inputs' dtype)."""
         names = (("query", "(B, T, d_model)"), ("key", "(B, S, d_model)"))
@@ -542,8 +560,9 @@ class MultiHeadAttention(nn.Module):
                 f"value must have shape (B, S, d_model) with S = {key.shape[1]} (one value per "
                 f"key), got value {shape_str(value)} for key {shape_str(key)}"
             )
+        n_past = 0 if cache is None else self._check_cache(cache, query)  # S_past
         if mask is not None:
-            scores_shape = (query.shape[0], self.n_heads, query.shape[1], key.shape[1])
+            scores_shape = (query.shape[0], self.n_heads, query.shape[1], n_past + key.shape[1])
             if isinstance(mask, torch.Tensor) and mask.ndim == 3 and mask.shape[0] != 1:
                 raise ValueError(
                     f"mask of shape {shape_str(mask)} is ambiguous for the scores' shape "
@@ -552,10 +571,33 @@ class MultiHeadAttention(nn.Module):
                     "mask[:, None] for one mask per sequence (B, 1, T, S) (a padding mask: "
                     "padding_mask(lengths, per_head=True)), mask[None] for one per head (1, H, T, S)"
                 )
-            mask = check_mask(mask, scores_shape)
-            if mask.dtype != torch.bool:
-                mask = mask.to(query.dtype)
+            mask = check_mask(mask, scores_shape, dtype=query.dtype)
         return query, key, value, mask
+
+    def _check_cache(self, cache: Any, query: torch.Tensor) -> int:
+        """Raise unless ``cache`` can hold this layer's keys and values; return ``S_past``."""
+        if not hasattr(cache, "key") or not hasattr(cache, "value"):
+            raise ValueError(
+                "cache must have attributes key and value (e.g. KVCache.layer(i)), got "
+                f"{type(cache).__name__}"
+            )
+        if cache.key is None and cache.value is None:
+            return 0
+        needed = (query.shape[0], self.n_kv_heads, self.d_head)  # (B, H_kv, Dh)
+        text = f"(B, H_kv, S_past, Dh) = ({needed[0]}, {needed[1]}, S_past, {needed[2]})"
+        for name, past in (("key", cache.key), ("value", cache.value)):
+            ok = isinstance(past, torch.Tensor) and past.ndim == 4
+            if not ok or (past.shape[0], past.shape[1], past.shape[3]) != needed:
+                got = shape_str(past) if isinstance(past, torch.Tensor) else type(past).__name__
+                raise ValueError(f"cache.{name} must have shape {text}, got {got}")
+            if past.dtype != query.dtype:
+                raise ValueError(f"cache.{name} must have dtype {query.dtype}, got {past.dtype}")
+        if cache.key.shape[2] != cache.value.shape[2]:
+            raise ValueError(
+                "cache.key and cache.value must hold the same positions, got "
+                f"{shape_str(cache.key)} and {shape_str(cache.value)}"
+            )
+        return cache.key.shape[2]
 
 
 def _stack_separate_projections(

@@ -267,7 +267,9 @@ def alibi_bias(
 # ------------------------------------------------------------- encodings a model can plug in
 
 
-def position_index(start: int | torch.Tensor, n: int) -> slice | torch.Tensor:
+def position_index(
+    start: int | torch.Tensor, n: int, *, context_length: int | None = None
+) -> slice | torch.Tensor:
     """Where ``n`` tokens from ``start`` sit in a table of positions: an index for ``table[...]``.
 
     With one ``start`` for the whole batch, the slice ``start..start+n-1``
@@ -278,8 +280,23 @@ def position_index(start: int | torch.Tensor, n: int) -> slice | torch.Tensor:
     positions ``(B, n)`` (``table[...]`` is ``(B, n, D)``). Columns of padding
     get negative positions, clamped to 0 (any valid row would do: padding is
     masked out of attention and its outputs are never read).
+
+    With ``context_length`` (the table's number of rows), an int ``start``
+    is checked: positions ``start..start+n-1`` must lie in
+    ``[0, context_length)``, else a ``ValueError`` (a slice past the end would
+    come back short, and one row left would broadcast over all ``n`` tokens).
+    The check is a plain comparison of Python ints, cheap on every forward
+    pass. Per-row tensor starts are not checked here, which would read the
+    tensor back from the device; the model checks ``cache.length + T``
+    itself.
     """
     if isinstance(start, int):
+        if context_length is not None and (start < 0 or start + n > context_length):
+            raise ValueError(
+                f"positions start..start+T-1 = {start}..{start + n - 1} must lie in the table "
+                f"of context_length = {context_length} positions (0..{context_length - 1}), "
+                f"got start = {start} for T = {n} tokens"
+            )
         return slice(start, start + n)
     return (start + torch.arange(n, device=start.device)).clamp(min=0)  # (B, 1) + (n,) -> (B, n)
 
@@ -355,6 +372,8 @@ class LearnedPositions(nn.Embedding, PositionalEncoding):
     """
 
     def __init__(self, context_length: int, d_model: int) -> None:
+        context_length = check_int(context_length, "context_length")
+        d_model = check_int(d_model, "d_model")
         super().__init__(context_length, d_model)  # weight (T_max, D)
 
     @classmethod
@@ -362,7 +381,8 @@ class LearnedPositions(nn.Embedding, PositionalEncoding):
         return cls(config.context_length, config.d_model)
 
     def embed(self, x: torch.Tensor, start: int | torch.Tensor) -> torch.Tensor:
-        return x + self.weight[position_index(start, x.shape[1])]  # (B, T, D) + ([B,] T, D)
+        index = position_index(start, x.shape[1], context_length=self.num_embeddings)
+        return x + self.weight[index]  # (B, T, D) + ([B,] T, D)
 
 
 class SinusoidalPositions(PositionalEncoding):
@@ -404,7 +424,8 @@ class SinusoidalPositions(PositionalEncoding):
         return cls(config.context_length, config.d_model)
 
     def embed(self, x: torch.Tensor, start: int | torch.Tensor) -> torch.Tensor:
-        table = self.table[position_index(start, x.shape[1])].to(x.dtype)  # ([B,] T, D)
+        index = position_index(start, x.shape[1], context_length=self.table.shape[0])
+        table = self.table[index].to(x.dtype)  # ([B,] T, D)
         return x * self.scale + table  # (B, T, D) + ([B,] T, D)
 
 
@@ -464,6 +485,11 @@ class RotaryPositions(PositionalEncoding):
         n_queries, n_keys = q.shape[-2], k.shape[-2]
         if start == 0 and n_queries == n_keys:  # the usual case: positions 0..T-1 for both
             return _rotate_pairs(q, None, self.base), _rotate_pairs(k, None, self.base)
+        if n_queries > n_keys:  # the queries are the last T of the S key positions
+            raise ValueError(
+                "q and k must have T <= S (the queries sit at the last T of the S key "
+                f"positions), got more queries than keys: T = {n_queries}, S = {n_keys}"
+            )
         key_positions = torch.arange(start, start + n_keys, device=q.device)  # (S,)
         q = _rotate_pairs(q, key_positions[n_keys - n_queries :], self.base)  # (B, H, T, Dh)
         return q, _rotate_pairs(k, key_positions, self.base)  # (B, H_kv, S, Dh)
@@ -474,7 +500,7 @@ class AlibiPositions(PositionalEncoding):
 
     def __init__(self, n_heads: int) -> None:
         super().__init__()
-        self.n_heads = n_heads
+        self.n_heads = check_int(n_heads, "n_heads")
 
     @classmethod
     def from_config(cls, config: object) -> AlibiPositions:

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from attnbook._validation import check_int, check_token_ids, shape_str
+from attnbook._validation import check_bool, check_int, check_token_ids, shape_str
 from attnbook.masking import softmax_with_mask
 from attnbook.scores import AdditiveScorer, score_matrix
 
@@ -60,7 +60,7 @@ class RNNConfig:
     def __post_init__(self) -> None:
         for name in ("src_vocab_size", "tgt_vocab_size", "context_length", "d_embed", "d_hidden"):
             check_int(getattr(self, name), name)
-        if self.attention not in DECODERS:
+        if not isinstance(self.attention, str) or self.attention not in DECODERS:
             raise ValueError(f"attention must be one of {sorted(DECODERS)}, got {self.attention!r}")
 
 
@@ -191,11 +191,11 @@ class RNNEncoderDecoder(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
     def _check(
-        self, src: object, tgt: object, src_mask: object
+        self, src: object, tgt: object, src_mask: object, *, with_tgt: bool = True
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
         c = self.config
         src = check_token_ids(src, "src", c.src_vocab_size, c.context_length)
-        if tgt is not None:
+        if with_tgt:  # generate has no target
             tgt = check_token_ids(tgt, "tgt", c.tgt_vocab_size, c.context_length)
             if tgt.shape[0] != src.shape[0]:
                 raise ValueError(
@@ -211,8 +211,16 @@ class RNNEncoderDecoder(nn.Module):
                 f"src_mask must have shape (B, S) = {shape_str(src)} like src, "
                 f"got {shape_str(src_mask)}"
             )
-        if not bool(src_mask[:, 0].all()):
-            raise ValueError("src_mask must be True at position 0 of every row (right padding)")
+        # encode() reads the first state at position src_mask.sum(1) - 1, so each row must be
+        # True on a prefix (the words) and False after it (the padding); one check, one sync.
+        lengths = src_mask.sum(1, keepdim=True)  # (B, 1)
+        prefix = torch.arange(src_mask.shape[1], device=src_mask.device) < lengths  # (B, S)
+        if not bool((src_mask[:, :1] & (src_mask == prefix)).all()):
+            raise ValueError(
+                "src_mask must be True on a prefix of each row (the words, at least one) and "
+                "False after it (padding at the end), e.g. [True, True, False]; got a row with "
+                "a False before a True or with no True"
+            )
         return src, tgt, src_mask
 
     def encode(
@@ -251,6 +259,7 @@ class RNNEncoderDecoder(nn.Module):
             looked to write word ``t + 1``), ``None`` without attention.
         """
         src, tgt, src_mask = self._check(src, tgt, src_mask)
+        need_weights = check_bool(need_weights, "need_weights")
         memory, state = self.encode(src, src_mask)
         features, weights, _ = self.decoder(self.tgt_emb(tgt), state, memory, src_mask)
         logits = self.lm_head(features)  # (B, T, Hd) @ (Hd, V) -> (B, T, V)
@@ -282,7 +291,7 @@ class RNNEncoderDecoder(nn.Module):
         Returns:
             Target ids ``(B, 1 + n)``, ``n <= N``, starting with ``bos_id``.
         """
-        src, _, src_mask = self._check(src, None, src_mask)
+        src, _, src_mask = self._check(src, None, src_mask, with_tgt=False)
         max_new_tokens = check_int(max_new_tokens, "max_new_tokens", minimum=0)
         V = self.config.tgt_vocab_size
         check_int(bos_id, "bos_id", minimum=0, maximum=V - 1, meaning="a target token id")

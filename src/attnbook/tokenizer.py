@@ -50,7 +50,10 @@ from itertools import pairwise
 from pathlib import Path
 from types import ModuleType
 
-from attnbook._validation import check_int
+import numpy as np
+import torch
+
+from attnbook._validation import check_int, check_token_id_list
 
 __all__ = ["GPT2_PATTERN", "BPETokenizer", "merge_pair"]
 
@@ -186,6 +189,12 @@ class BPETokenizer:
         vocab: ``dict[int, bytes]``, id -> bytes.
         merges: ``list[tuple[bytes, bytes]]``, in the order learned.
         special_tokens: ``dict[str, int]``, special token -> id.
+
+    Raises:
+        ValueError: unless the ids are exactly ``0 .. len(vocab) - 1``, the vocabulary
+            holds all 256 bytes and no byte string under two ordinary ids, the special
+            tokens are distinct non-empty str matching their ``vocab`` entries, and
+            every merge's parts and result are in ``vocab``.
     """
 
     def __init__(
@@ -198,15 +207,29 @@ class BPETokenizer:
         self.vocab = dict(vocab)
         self.merges = [(bytes(a), bytes(b)) for a, b in merges]
         self.special_tokens = special_tokens
+        _check_special_tokens(special_tokens)
         ids_of = {}  # bytes -> id of the ordinary (non-special) tokens
         special_ids = set(special_tokens.values())
         for i, token in self.vocab.items():
             if i not in special_ids:
+                if token in ids_of:
+                    raise ValueError(
+                        f"vocab holds {token!r} under two ids ({ids_of[token]} and {i}); "
+                        "each ordinary token (not a special one) must have one id"
+                    )
                 ids_of[token] = i
         missing = [b for b in range(256) if bytes([b]) not in ids_of]
         if missing:
             raise ValueError(
                 f"vocab must hold all 256 single bytes (byte-level BPE), missing {missing[:10]}"
+            )
+        # n distinct keys, all ints in [0, n) (type(...) is int: no bools): exactly 0 .. n - 1.
+        n = len(self.vocab)
+        odd = [i for i in self.vocab if type(i) is not int or not 0 <= i < n]
+        if odd:
+            raise ValueError(
+                f"vocab ids must be 0 .. len(vocab) - 1 = 0 .. {n - 1}, each once (encode "
+                f"promises ids in [0, vocab_size)), got {odd[:5]!r}"
             )
         for token, i in special_tokens.items():
             if self.vocab.get(i) != token.encode("utf-8"):
@@ -265,6 +288,13 @@ class BPETokenizer:
                 f"text must be a non-empty str, got {type(text).__name__} {text!r:.40}"
             )
         specials = _check_special_tokens(special_tokens)
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as error:
+            raise ValueError(
+                f"text must be valid Unicode (UTF-8 encodable), it has {error.reason}: "
+                f"{error.object[error.start : error.end]!r}"
+            ) from None
         smallest = 256 + len(specials)
         check_int(
             vocab_size,
@@ -411,7 +441,7 @@ class BPETokenizer:
             ) from error
         return ids
 
-    def decode(self, ids: Sequence[int]) -> str:
+    def decode(self, ids: Sequence[int] | torch.Tensor | np.ndarray) -> str:
         """The text of token ids: their bytes, joined, read as UTF-8.
 
         A list that ends in the middle of a character (e.g. the first of the
@@ -419,7 +449,8 @@ class BPETokenizer:
         U+FFFD, the replacement character, as in GPT-2.
 
         Args:
-            ids: a sequence of ints in ``[0, vocab_size)``.
+            ids: a sequence of ints in ``[0, vocab_size)``, or a 1-D integer
+                tensor or NumPy array of them.
 
         Returns:
             The text.
@@ -427,17 +458,7 @@ class BPETokenizer:
         Raises:
             ValueError: if ``ids`` holds anything but ints of the vocabulary.
         """
-        if isinstance(ids, (str, bytes)) or not isinstance(ids, Iterable):
-            raise ValueError(f"ids must be a sequence of ints, got {type(ids).__name__}")
-        ids = list(ids)
-        bad = [
-            i for i in ids if isinstance(i, bool) or not isinstance(i, int) or i not in self.vocab
-        ]
-        if bad:
-            raise ValueError(
-                f"ids must be ints in [0, {self.vocab_size}) (ids of the vocabulary), "
-                f"got {bad[:5]!r}"
-            )
+        ids = check_token_id_list(ids, "ids", self.vocab_size, meaning=" (ids of the vocabulary)")
         return b"".join(self.vocab[i] for i in ids).decode("utf-8", errors="replace")
 
     # ------------------------------------------------------------------ files
@@ -490,7 +511,10 @@ class BPETokenizer:
             raise ValueError(
                 f"path {str(path)!r} is not a {FORMAT} file of version {FORMAT_VERSION}: {error}"
             ) from error
-        return cls(vocab, merges, specials)
+        try:
+            return cls(vocab, merges, specials)
+        except ValueError as error:
+            raise ValueError(f"path {str(path)!r} holds an invalid tokenizer: {error}") from None
 
     @classmethod
     def from_gpt2_files(cls, vocab_json: str | Path, merges_txt: str | Path) -> BPETokenizer:

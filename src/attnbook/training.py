@@ -37,7 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnbook._validation import check_bool, check_int, check_number
+from attnbook._validation import check_bool, check_device, check_int, check_number
 from attnbook.data import (
     IGNORE_INDEX,
     SequenceTask,
@@ -106,6 +106,8 @@ class TrainConfig:
         )
         if self.device is not None and not isinstance(self.device, str):
             raise ValueError(f"device must be None or a str such as 'cpu', got {self.device!r}")
+        if self.device is not None:  # a valid name; whether this machine has it: in train()
+            check_device(self.device, "device")
         for name in ("compile", "amp", "progress"):
             check_bool(getattr(self, name), name)
 
@@ -128,6 +130,8 @@ def lr_at(step: int, config: TrainConfig) -> float:
     Returns:
         The learning rate, a float.
     """
+    if not isinstance(config, TrainConfig):
+        raise ValueError(f"config must be a TrainConfig, got {type(config).__name__}")
     check_int(step, "step", minimum=0, maximum=config.steps - 1, meaning="0-based, < steps")
     if step < config.warmup_steps:
         return config.lr * (step + 1) / config.warmup_steps
@@ -156,6 +160,10 @@ def make_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.AdamW:
     Returns:
         A ``torch.optim.AdamW`` with two parameter groups (decayed first).
     """
+    if not isinstance(model, nn.Module):
+        raise ValueError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if not isinstance(config, TrainConfig):
+        raise ValueError(f"config must be a TrainConfig, got {type(config).__name__}")
     no_decay = set()
     for module in model.modules():
         if isinstance(module, (nn.Embedding, nn.LayerNorm)):
@@ -311,6 +319,7 @@ def exact_match(
         raise ValueError(
             f"task must be a SequenceTask or a TranslationTask, got {type(task).__name__}"
         )
+    check_int(batch_size, "batch_size")
     return _evaluate(model, task, split, batch_size)["exact_match"]
 
 
@@ -341,6 +350,7 @@ def per_example_accuracy(
         raise ValueError(
             f"task must be a SequenceTask or a TranslationTask, got {type(task).__name__}"
         )
+    check_int(batch_size, "batch_size")
     inputs, targets = task.eval_data(split)
     device = next(model.parameters()).device
     was_training = model.training
@@ -408,6 +418,7 @@ def evaluate(
         ``{"loss": ...}``, plus ``"exact_match"`` for a task.
     """
     _check_model_data(model, data)
+    check_int(batch_size, "batch_size")
     return _evaluate(model, data, split, batch_size)
 
 
@@ -458,7 +469,11 @@ def train(model: nn.Module, data: Data, config: TrainConfig) -> History:
             f"batch_size must be a multiple of the number of processes {world}, "
             f"got {config.batch_size}"
         )
-    device = torch.device(config.device) if config.device is not None else get_device()
+    device = (
+        check_device(config.device, "device", available=True)
+        if config.device is not None
+        else get_device()
+    )
     if world > 1 and device.type == "cuda":
         device = torch.device("cuda", torch.cuda.current_device())
     set_seed(config.seed)  # dropout and anything else drawn from the global generators

@@ -463,6 +463,20 @@ def test_hard_lookup_returns_the_value_of_the_best_key() -> None:
     np.testing.assert_array_equal(hard_lookup(queries, keys, values), [[20.0], [30.0], [10.0]])
 
 
+@pytest.mark.parametrize("lookup", [hard_lookup, soft_lookup])
+def test_lookups_refuse_scores_that_are_not_finite(lookup) -> None:
+    """A NaN query would pick key 0, and scores that overflow float16 tie at inf."""
+    keys, values = torch.eye(2), torch.tensor([[10.0], [20.0]])
+    with pytest.raises(ValueError, match="scores query · keys must be finite"):
+        lookup(torch.tensor([float("nan"), 1.0]), keys, values)
+    big_query = torch.full((4,), 300.0, dtype=torch.float16)  # 300 · 200 · 4 > 65504
+    big_keys = torch.stack([torch.full((4,), 200.0), torch.full((4,), 300.0)]).half()
+    with pytest.raises(ValueError, match=r"fit in torch\.float16"):
+        lookup(big_query, big_keys, torch.eye(2).half())
+    with pytest.raises(ValueError, match="scores query · keys must be finite"):
+        lookup(np.array([np.inf, 0.0]), keys.numpy(), values.numpy())
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_soft_lookup_tends_to_hard_lookup_and_to_the_mean(seed: int) -> None:
     rng = np.random.default_rng(seed)

@@ -171,6 +171,12 @@ def test_encoder_block_bad_input(randn: Callable[..., torch.Tensor]) -> None:
         EncoderBlock(8, 2, norm_first="pre")
     with pytest.raises(ValueError, match="mask"):
         block(torch.randn(2, 5, 8), torch.ones(4, 4, dtype=torch.bool))
+    # a float64 input reached the first LayerNorm and failed inside torch
+    with pytest.raises(ValueError, match=r"x must have the block's dtype torch\.float32"):
+        block(torch.randn(2, 5, 8, dtype=torch.float64))
+    # the name of an encoding is a GPTConfig field; a block takes the encoding itself
+    with pytest.raises(ValueError, match="positional must be a PositionalEncoding"):
+        EncoderBlock(8, 2, positional="rope")
 
 
 def test_block_parameter_count() -> None:
@@ -233,6 +239,8 @@ def test_decoder_block_bad_input(randn: Callable[..., torch.Tensor]) -> None:
         block(torch.randn(2, 5, 8), torch.randn(3, 4, 8))
     with pytest.raises(ValueError, match="x"):
         block(torch.randn(2, 5, 7), torch.randn(2, 4, 8))
+    with pytest.raises(ValueError, match=r"context must have the block's dtype torch\.float32"):
+        block(torch.randn(2, 5, 8), torch.randn(2, 4, 8, dtype=torch.float64))
 
 
 def test_to_torch_copies_and_does_not_share() -> None:

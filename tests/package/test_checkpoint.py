@@ -66,3 +66,80 @@ def test_checkpoint_mismatch_is_refused(tmp_path: Path) -> None:
 def test_the_package_re_exports_the_checkpoint_functions() -> None:
     assert attnbook.save_checkpoint is save_checkpoint
     assert attnbook.load_checkpoint is load_checkpoint
+
+
+def test_load_checkpoint_refuses_a_broken_checkpoint(tmp_path: Path) -> None:
+    path = save_checkpoint(tmp_path / "ckpt", _model())
+    config_text = (path / "config.json").read_text()
+    document = json.loads(config_text)
+    del document["gpt_config"]["d_model"]
+    (path / "config.json").write_text(json.dumps(document))
+    with pytest.raises(ValueError, match=r"gpt_config.*missing.*\['d_model'\]"):
+        load_checkpoint(path)
+    (path / "config.json").write_text(config_text)
+    weights = (path / "model.safetensors").read_bytes()
+    (path / "model.safetensors").write_bytes(b"garbage")
+    with pytest.raises(ValueError, match=r"model\.safetensors.*not a valid safetensors file"):
+        load_checkpoint(path)
+    (path / "model.safetensors").write_bytes(weights[: len(weights) // 2])  # cut short
+    with pytest.raises(ValueError, match="not a valid safetensors file"):
+        load_checkpoint(path)
+    for bad in (None, 3):
+        with pytest.raises(
+            ValueError, match=f"path must be a str or a pathlib.Path.*, got {type(bad).__name__}"
+        ):
+            load_checkpoint(bad)
+        with pytest.raises(ValueError, match="path must be a str"):
+            read_checkpoint_extra(bad)
+
+
+def test_read_checkpoint_extra_returns_a_dict_or_refuses(tmp_path: Path) -> None:
+    path = save_checkpoint(tmp_path / "ckpt", _model())
+    assert read_checkpoint_extra(path) == {}
+    document = json.loads((path / "config.json").read_text())
+    document["extra"] = [1, 2]
+    (path / "config.json").write_text(json.dumps(document))
+    with pytest.raises(ValueError, match=r"'extra' must be a JSON object .*, got list"):
+        read_checkpoint_extra(path)
+
+
+def test_load_checkpoint_bad_device(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = save_checkpoint(tmp_path / "ckpt", _model())
+    assert next(load_checkpoint(path, device=torch.device("cpu")).parameters()).device.type == "cpu"
+    for bad in ("gpu", "", 0):
+        with pytest.raises(ValueError, match=f"device must be .*, got {bad!r}"):
+            load_checkpoint(path, device=bad)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    for device in ("cuda", torch.device("cuda", 0), "mps"):
+        with pytest.raises(ValueError, match=r"device=.* not available"):
+            load_checkpoint(path, device=device)
+
+
+def test_save_checkpoint_refuses_before_writing(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="extra must be JSON-serialisable"):
+        save_checkpoint(tmp_path / "ckpt", _model(), extra={"x": object()})
+    assert not (tmp_path / "ckpt").exists()  # no empty folder left behind
+    circular: dict = {}
+    circular["self"] = circular
+    with pytest.raises(ValueError, match="extra must be JSON-serialisable"):
+        save_checkpoint(tmp_path / "ckpt", _model(), extra=circular)
+    assert not (tmp_path / "ckpt").exists()
+    (tmp_path / "file").write_text("x")
+    for path in (tmp_path / "file", tmp_path / "file" / "ckpt"):
+        with pytest.raises(ValueError, match=r"path must be a folder.* is a file"):
+            save_checkpoint(path, _model())
+    for bad in (None, 3):
+        with pytest.raises(
+            ValueError, match=f"path must be a str or a pathlib.Path.*, got {type(bad).__name__}"
+        ):
+            save_checkpoint(bad, _model())
+
+
+def test_a_16_bit_checkpoint_loads_as_float32(tmp_path: Path) -> None:
+    """As the docstring says: the weights are saved in their dtype and loaded upcast, losslessly."""
+    model = _model().to(torch.bfloat16)
+    loaded = load_checkpoint(save_checkpoint(tmp_path / "ckpt", model))
+    assert {p.dtype for p in loaded.parameters()} == {torch.float32}
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(loaded.state_dict()[name], tensor.float())

@@ -7,6 +7,9 @@ windows are the text shifted by one), determinism of the seeds, and bad input.
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import numpy as np
 import pytest
 import torch
 
@@ -16,12 +19,14 @@ from attnbook.data import (
     CharTokenizer,
     SequenceTask,
     TextDataset,
+    TranslationTask,
     associative_recall_task,
     check_task_fits,
     grammar_corpus,
     load_text,
     reverse_task,
     sort_task,
+    translation_task,
 )
 
 
@@ -352,3 +357,139 @@ def test_grammar_entropy_matches_the_generator() -> None:
         assert abs(values.mean() - target) < 4 * values.std() / np.sqrt(len(values))
     assert exact.nats_per_char == pytest.approx(exact.nats_per_sentence / exact.chars_per_sentence)
     assert round(exact.nats_per_char, 3) == 0.327
+
+
+# ------------------------------------------------------------ bad ids and files (fuzzing report B)
+
+
+@pytest.mark.parametrize(
+    "ids",
+    [
+        [0.5, 1.7, 2.9, 3.2] * 5,  # floats: int64 would truncate them to 0, 1, 2, 3
+        np.array([0.5, 1.7] * 10),
+        [np.float64(1.0)] * 20,
+        [True, False] * 10,  # bools: they would become ids 1 and 0
+        np.array([True, False] * 10),
+    ],
+    ids=["float-list", "float-array", "np-float-list", "bool-list", "bool-array"],
+)
+def test_token_dataset_rejects_floats_and_bools_in_any_container(ids: object) -> None:
+    from attnbook.data import TokenDataset
+
+    with pytest.raises(ValueError, match=r"train must be a 1-D integer tensor.*got dtype"):
+        TokenDataset(ids, list(range(10)), seq_len=4, vocab_size=10)
+    with pytest.raises(ValueError, match=r"test must be a 1-D integer tensor.*got dtype"):
+        TokenDataset(list(range(10)), ids, seq_len=4, vocab_size=10)
+
+
+def test_token_dataset_takes_ints_in_any_container() -> None:
+    from attnbook.data import TokenDataset
+
+    ids = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3]
+    expected = torch.tensor(ids)
+    for given in (ids, tuple(ids), np.array(ids), np.array(ids, dtype=np.int32), expected):
+        ds = TokenDataset(given, given, seq_len=4, vocab_size=10)
+        assert ds.train.dtype == ds.test.dtype == torch.int64
+        assert torch.equal(ds.train, expected)
+    with pytest.raises(ValueError, match="the train split has 0 tokens"):
+        TokenDataset([], ids, seq_len=4, vocab_size=10)
+
+
+@pytest.mark.parametrize(
+    "ids",
+    [
+        torch.tensor([True, False]),
+        [True, False],
+        [0, np.True_],
+        None,
+        3,
+        "ab",
+        torch.tensor([[0, 1]]),
+        torch.tensor([0.0, 1.0]),
+        np.array([0.0, 1.0]),
+        np.array([[0, 1]]),
+        [0, 2],
+        [-1],
+        [0, 1.0],
+    ],
+)
+def test_char_tokenizer_decode_rejects_what_is_not_token_ids(ids: object) -> None:
+    with pytest.raises(ValueError, match="ids must"):
+        CharTokenizer("ab").decode(ids)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "ids",
+    [
+        [1, 0],
+        (1, 0),
+        torch.tensor([1, 0]),
+        torch.tensor([1, 0], dtype=torch.int32),
+        np.array([1, 0]),
+        np.array([1, 0], dtype=np.uint8),
+        [np.int64(1), 0],
+    ],
+)
+def test_char_tokenizer_decodes_ids_in_any_container(ids: object) -> None:
+    assert CharTokenizer("ab").decode(ids) == "ba"  # type: ignore[arg-type]
+
+
+def test_load_text_names_a_file_that_is_not_utf8(tmp_path: Path) -> None:
+    path = tmp_path / "latin1.txt"
+    path.write_bytes("café au lait".encode("latin-1"))
+    with pytest.raises(ValueError, match=r"latin1\.txt.*UTF-8"):
+        load_text(path)
+    with pytest.raises(ValueError, match="path"):
+        load_text(None)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def small_translation() -> TranslationTask:
+    return translation_task(n_train=50, n_test=10, n_test_long=10, seed=0)
+
+
+@pytest.mark.parametrize(
+    ("ids", "match"),
+    [
+        ([-1, -2], r"ids must be ints in \[0, 32\)"),  # would index the vocabulary from the end
+        ([True, 3], r"ids must be ints in \[0, 32\)"),  # would read as <bos>
+        ([10**6], r"ids must be ints in \[0, 32\)"),
+        (torch.tensor([1.0, 3.0]), r"ids must be a 1-D integer .*\(L,\)"),
+        (torch.tensor([[1, 3], [1, 4]]), r"ids must be a 1-D integer .*\(L,\).*\(2, 2\)"),
+        (np.array([1.0, 3.0]), r"ids must be a 1-D integer .*\(L,\)"),
+        (torch.tensor([True, False]), r"ids must be a 1-D integer"),
+        (None, "ids must be"),
+        (3, "ids must be"),
+        ("abc", "ids must be"),
+    ],
+)
+def test_translation_decode_rejects_what_is_not_token_ids(
+    small_translation: TranslationTask, ids: object, match: str
+) -> None:
+    with pytest.raises(ValueError, match=match):
+        small_translation.decode(ids)  # type: ignore[arg-type]
+
+
+def test_translation_decode_checks_against_the_side_vocabulary(
+    small_translation: TranslationTask,
+) -> None:
+    task = small_translation
+    assert (task.src_vocab_size, task.tgt_vocab_size) == (34, 32)
+    with pytest.raises(ValueError, match=r"\[0, 32\)"):
+        task.decode([33])
+    assert task.decode([33], "src") == task.src_vocab[33]
+    row = task.train.tgt[0]
+    words = task.decode(row)
+    assert words.startswith("<bos> ")
+    assert words.endswith(" <eos>")
+    assert task.decode(row.tolist()) == task.decode(row.numpy()) == words
+
+
+def test_translation_inputs_targets_rejects_an_empty_batch(
+    small_translation: TranslationTask,
+) -> None:
+    task = small_translation
+    with pytest.raises(ValueError, match=r"at least one example.*\(0, "):
+        task.inputs_targets(task.train.src[:0], task.train.tgt[:0])
+    (src, tgt_in, mask), targets = task.inputs_targets(task.train.src[:1], task.train.tgt[:1])
+    assert src.shape[0] == tgt_in.shape[0] == mask.shape[0] == targets.shape[0] == 1

@@ -108,6 +108,28 @@ def test_tiled_is_stable_for_large_scores() -> None:
     torch.testing.assert_close(output, expected, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_tiled_keeps_16_bit_running_sums_in_float32(dtype: torch.dtype) -> None:
+    """8192 equal keys: l = 8192 and acc = 81920 overflow float16 (max 65504) if kept in it."""
+    query = torch.zeros(1, 1, 4, dtype=dtype)
+    key = torch.zeros(1, 8192, 4, dtype=dtype)
+    value = torch.full((1, 8192, 2), 10.0, dtype=dtype)
+    output = tiled_attention(query, key, value, block_size=1024)
+    assert output.dtype == dtype
+    torch.testing.assert_close(output, torch.full((1, 1, 2), 10.0, dtype=dtype), rtol=0, atol=0)
+    # 70000 keys: the running sum l alone would overflow float16
+    key, value = torch.zeros(1, 70000, 4, dtype=dtype), torch.ones(1, 70000, 2, dtype=dtype)
+    output = tiled_attention(query, key, value, block_size=8192)
+    torch.testing.assert_close(output, torch.ones(1, 1, 2, dtype=dtype), rtol=0, atol=0)
+    # random inputs: the float32 computation, rounded once to the 16-bit dtype
+    query, key, value = _qkv(7, (2, 9, 8), (2, 300, 8), 5, torch.float32)
+    output = tiled_attention(query.to(dtype), key.to(dtype), value.to(dtype), block_size=32)
+    reference = tiled_attention(
+        *(x.to(dtype).float() for x in (query, key, value)), block_size=32
+    ).to(dtype)
+    torch.testing.assert_close(output, reference, rtol=0, atol=0)
+
+
 def test_tiled_gradients_match() -> None:
     query, key, value = _qkv(5, (2, 9, 4), (2, 11, 4), 3, torch.float64)
     for x in (query, key, value):

@@ -109,11 +109,24 @@ def test_to_bertviz_output_draws_in_bertviz() -> None:
         ([torch.rand(1, 2, 3, 3)], list("abc"), {"batch_index": 1}, "batch_index"),
         ([torch.rand(1, 2, 3, 3)], list("abc"), {"decimals": -1}, "decimals"),
         ([torch.ones(1, 2, 3, 3, dtype=torch.long)], list("abc"), {}, "floating-point"),
+        ([torch.rand(1, 2, 3, 3)], None, {}, "tokens must be a sequence of strings"),
+        ([torch.rand(1, 2, 3, 3)], [1, 2, 3], {}, "tokens must be a sequence of strings"),
+        ([torch.zeros(0, 2, 3, 3)], list("abc"), {}, r"at least one sequence \(B >= 1\)"),
+        ([torch.full((1, 2, 3, 3), float("nan"))], list("abc"), {}, r"weights\[0\] must be finite"),
+        ([torch.rand(1, 2, 3, 3), -torch.rand(1, 2, 3, 3)], list("abc"), {}, r"weights\[1\].*>= 0"),
     ],
 )
 def test_to_bertviz_rejects_bad_input(weights, tokens, kwargs, match) -> None:
     with pytest.raises(ValueError, match=match):
         to_bertviz(weights, tokens, **kwargs)
+
+
+def test_to_bertviz_takes_tokens_from_any_iterable() -> None:
+    layers = [_weights(1, 2, 3, 3, seed=s) for s in range(2)]
+    _, tokens = to_bertviz(layers, (tok for tok in "abc"))  # a generator is read once
+    assert tokens == ["a", "b", "c"]
+    _, tokens = to_bertviz(layers, ("x", "y", "z"))
+    assert tokens == ["x", "y", "z"]
 
 
 # ------------------------------------------------------------------ attention rollout
@@ -149,6 +162,26 @@ def test_rollout_rows_sum_to_one_and_list_equals_stacked() -> None:
     torch.testing.assert_close(attention_rollout(layers, residual=0.0), product)
 
 
+def test_rollout_without_residual_keeps_a_fully_masked_query_at_zero() -> None:
+    """A query that may attend to no key gets weights 0 (not NaN): with residual 0, a zero row."""
+    weights = torch.tensor([[0.0, 0.0, 0.0], [0.5, 0.5, 0.0], [0.2, 0.3, 0.5]])  # row 0 masked
+    layers = [weights[None, None], weights[None, None]]  # (B = 1, H = 1, T, T) per layer
+    rollout = attention_rollout(layers, residual=0.0)[0]
+    torch.testing.assert_close(rollout, weights @ weights)
+    assert torch.equal(rollout[0], torch.zeros(3))
+    # the package's own attention produces such rows: still no NaN, with or without the residual
+    from attnbook import scaled_dot_product_attention
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 3, 4, generator=g) for _ in range(3))
+    mask = torch.tensor([[False] * 3, [True] * 3, [True] * 3])
+    w = scaled_dot_product_attention(q, k, v, mask=mask)[1]  # (1, 3, 3), row 0 all zero
+    for residual in (0.0, 0.5):
+        rollout = attention_rollout([w[:, None]], residual=residual)
+        assert torch.isfinite(rollout).all()
+    assert torch.equal(attention_rollout([w[:, None]], residual=0.0), w)
+
+
 def test_rollout_of_identity_attention_is_the_identity() -> None:
     weights = torch.eye(4).expand(3, 1, 2, 4, 4)  # (L, B, H, T, T)
     torch.testing.assert_close(attention_rollout(weights), torch.eye(4)[None])
@@ -164,6 +197,8 @@ def test_rollout_of_identity_attention_is_the_identity() -> None:
         (torch.full((1, 1, 1, 2, 2), float("nan")), {}, "finite"),
         ([torch.rand(1, 2, 3, 3), torch.rand(1, 2, 4, 4)], {}, "one shape"),
         ("weights", {}, "list of"),
+        (torch.zeros(1, 1, 0, 3, 3), {}, r"at least one head \(H >= 1\)"),
+        (torch.zeros(0, 1, 2, 3, 3), {}, "at least one layer"),
     ],
 )
 def test_rollout_rejects_bad_input(weights, kwargs, match) -> None:
@@ -191,6 +226,23 @@ def test_entropy_matches_the_formula_and_selects_queries() -> None:
     torch.testing.assert_close(
         head_entropy(weights, query_positions=[1, 3]), by_hand[..., [1, 3]].mean(-1)
     )
+
+
+def test_entropy_gradient_is_finite_where_weights_are_zero() -> None:
+    """d(w ln w)/dw = ln w + 1 where w > 0; a zero (masked) weight gets gradient 0, not NaN."""
+    weights = torch.tensor([[[1.0, 0.0, 0.0], [0.25, 0.75, 0.0]]], requires_grad=True)
+    head_entropy(weights).sum().backward()
+    expected = torch.tensor([[[1.0, 0.0, 0.0], [math.log(0.25) + 1, math.log(0.75) + 1, 0.0]]])
+    torch.testing.assert_close(weights.grad, -expected / 2)  # the mean over 2 queries
+
+
+def test_entropy_accepts_rows_of_zeros_and_refuses_rows_not_summing_to_one() -> None:
+    weights = torch.tensor([[[0.0, 0.0], [0.5, 0.5]]])  # a fully masked query: a row of zeros
+    torch.testing.assert_close(head_entropy(weights), torch.tensor([math.log(2) / 2]))
+    with pytest.raises(ValueError, match="rows summing to 1"):
+        head_entropy(torch.ones(1, 2, 4))
+    with pytest.raises(ValueError, match="rows summing to 1"):
+        head_entropy(_weights(1, 3, 5)[..., :4])  # some keys cut off
 
 
 def test_share_on_fixed_keys_and_on_a_selection_per_query() -> None:
@@ -239,6 +291,16 @@ def test_offset_share_finds_a_previous_token_head() -> None:
         (lambda w: offset_share(w, 5), "offset"),
         (lambda w: offset_share(w[..., :4], -1), "self-attention"),
         (lambda w: offset_share(w, -1, query_positions=[0]), "query_positions"),
+        (lambda w: head_entropy(w, query_positions="01"), "query_positions"),
+        (lambda w: head_entropy(w, query_positions=[None]), "query_positions"),
+        (lambda w: head_entropy(w, query_positions=[[1]]), "query_positions"),
+        (lambda w: head_entropy(w, query_positions=[-1]), "query_positions"),
+        (lambda w: head_entropy(w, query_positions=np.array([1], np.uint64)), "query_positions"),
+        (lambda w: attention_share(w, None), "key_positions"),
+        (lambda w: attention_share(w, "0"), "key_positions"),
+        (lambda w: attention_share(w, -1), r"key_positions .*each in \[0, 5\)"),
+        (lambda w: attention_share(w, [], query_positions=[0]), "key_positions"),
+        (lambda w: attention_share(w, 0, query_positions=object()), "query_positions"),
     ],
 )
 def test_statistics_reject_bad_input(call, match) -> None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnbook import GPT, GPTConfig, KVCache
+from attnbook import GPT, GPTConfig, KVCache, generation
 from attnbook.generation import pad_left
 from attnbook.positional import position_index
 
@@ -250,6 +250,41 @@ def test_bad_decode() -> None:
     assert cache.length == 4  # nothing was appended by the failed calls
     with pytest.raises(ValueError, match="use_cache"):
         model.generate(good, 2, use_cache=1)
+
+
+def test_forward_checks_the_cache_it_is_given() -> None:
+    """The public forward(cache=...) makes decode's checks, before anything is appended."""
+    model = _model()
+    _, cache = model.prefill(_ids(2, 4))
+    good = _ids(2, 1)
+    bad = [
+        ({}, "cache must be a KVCache"),
+        (KVCache(3), r"one entry per layer of this model, n_layers = 2"),
+        (_model(n_kv_heads=1).prefill(_ids(2, 4))[1], r"keys of shape \(B, H_kv, S, Dh\) = \(B, 4, S, 8\)"),
+    ]  # fmt: skip
+    for other, match in bad:
+        with pytest.raises(ValueError, match=match):
+            model(good, cache=other)
+    with pytest.raises(ValueError, match="cache holds 2 sequences, but idx has 3 rows"):
+        model(_ids(3, 1), cache=cache)
+    assert cache.length == 4  # nothing was appended by the failed calls
+    assert model(good, cache=KVCache(2)).shape == (2, 1, 13)  # an empty cache of the right size
+
+
+def test_flags_and_models_are_checked() -> None:
+    model, idx = _model(), _ids(2, 3)
+    with pytest.raises(ValueError, match="last_only must be True or False, got 'y'"):
+        model(idx, last_only="y")
+    with pytest.raises(ValueError, match="include_embeddings must be True or False, got 'no'"):
+        model.num_parameters(include_embeddings="no")
+    not_a_gpt = torch.nn.Linear(2, 2)
+    for call in (
+        lambda: generation.prefill(not_a_gpt, idx),
+        lambda: generation.generate(not_a_gpt, idx, 2),
+        lambda: generation.decode(not_a_gpt, idx[:, :1], KVCache(2)),
+    ):
+        with pytest.raises(ValueError, match=r"model must be an attnbook\.GPT, got Linear"):
+            call()
 
 
 # ------------------------------------------------------------ left-padded batches

@@ -200,8 +200,23 @@ def test_multihead_attention_reads_boolean_masks_the_opposite_way() -> None:
         (lambda: apply_mask(torch.zeros(3, 4), torch.full((3, 4), float("inf"))), r"additive mask must hold finite numbers or -inf"),
         (lambda: apply_mask(torch.zeros(4), None), r"scores must have shape \(\.\.\., T, S\), got \(4\)"),
         (lambda: masked_softmax(np.zeros((2, 2))), r"scores must be a floating-point torch tensor"),
+        # a NaN score would pass for a blocked key (weight 0) and +inf has no softmax
+        (lambda: masked_softmax(torch.tensor([[1.0, float("nan"), 2.0]])), r"contain NaN or \+inf"),
+        (lambda: masked_softmax(torch.tensor([[float("inf"), 0.0]])), r"contain NaN or \+inf"),
+        # finite in the mask's dtype, +inf in the scores': float32 7e4 on float16, 1e39 on float32
+        (lambda: apply_mask(torch.zeros(2, 2, dtype=torch.float16), torch.full((2, 2), 7e4)), r"above the largest torch.float16 number"),
+        (lambda: masked_softmax(torch.zeros(1, 2), torch.tensor([[1e39, 0.0]], dtype=torch.float64)), r"above the largest torch.float32 number"),
+        (lambda: scaled_dot_product_attention(*torch.zeros(3, 1, 2, 4).half(), mask=torch.full((2, 2), 7e4)), r"above the largest torch.float16 number"),
     ],
 )  # fmt: skip
 def test_bad_inputs_raise_a_clear_value_error(call, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_a_large_negative_additive_mask_still_blocks_in_half_precision() -> None:
+    """-1e9 becomes -inf in float16: that blocks, so it is no overflow to refuse."""
+    scores = torch.zeros(1, 2, dtype=torch.float16)
+    weights = masked_softmax(scores, torch.tensor([[0.0, -1e9]]))
+    assert weights.dtype == torch.float16
+    assert weights.tolist() == [[1.0, 0.0]]

@@ -27,6 +27,7 @@ from attnbook import (
     scaled_dot_product_attention,
     to_mha_mask,
 )
+from attnbook.positional import RotaryPositions
 
 # ------------------------------------------------- agreement with nn.MultiheadAttention
 
@@ -435,6 +436,40 @@ def _last_queries(attn: MultiHeadAttention, x: torch.Tensor, n_new: int, **kwarg
     return attn(tail, tail, tail, cache=cache, **kwargs)
 
 
+def test_a_cache_is_checked_and_counted_in_the_mask_shape(
+    randn: Callable[..., torch.Tensor],
+) -> None:
+    """With S_past cached positions the scores have S_past + T keys: the mask is checked so."""
+    attn = MultiHeadAttention(8, 2).eval()
+    x = randn(0, 2, 7, 8).float()
+    cache = SimpleNamespace(key=None, value=None)
+    attn(x[:, :4], x[:, :4], x[:, :4], cache=cache)  # 4 positions cached
+    tail = x[:, 4:]
+    full, _ = attn(x, x, x, is_causal=True)
+    stepped = SimpleNamespace(key=cache.key, value=cache.value)
+    out, _ = attn(tail, tail, tail, cache=stepped, mask=causal_mask(3, 7))  # (T, S_past + T)
+    torch.testing.assert_close(out, full[:, 4:])
+    with pytest.raises(
+        ValueError, match=r"mask of shape \(3, 3\) does not broadcast .* \(2, 2, 3, 7\)"
+    ):
+        attn(
+            tail,
+            tail,
+            tail,
+            cache=SimpleNamespace(key=cache.key, value=cache.value),
+            mask=causal_mask(3),
+        )
+    bad = [
+        (object(), "cache must have attributes key and value"),
+        (SimpleNamespace(key=cache.key, value=cache.value[:, :, :3]), "the same positions"),
+        (SimpleNamespace(key=cache.key[:1], value=cache.value[:1]), r"cache.key must have shape \(B, H_kv, S_past, Dh\) = \(2, 2, S_past, 4\), got \(1, 2, 4, 4\)"),
+        (SimpleNamespace(key=cache.key.double(), value=cache.value.double()), r"cache.key must have dtype torch.float32"),
+    ]  # fmt: skip
+    for other, match in bad:
+        with pytest.raises(ValueError, match=match):
+            attn(tail, tail, tail, cache=other)
+
+
 # ------------------------------------------------------------------------- RoPE
 
 
@@ -511,6 +546,10 @@ def test_rope_scores_depend_on_the_offset_only(
         ({"d_model": 8, "n_heads": 2, "rope_base": 1.0}, r"rope_base must be a number > 1"),
         ({"d_model": 8, "n_heads": 2, "rope_base": "10000"}, r"rope_base must be a positive number, got str"),
         ({"d_model": 6, "n_heads": 2, "rope_base": 10000.0}, r"d_head = d_model // n_heads must be even, got d_head = 3"),
+        # an encoding object, not its name; one way of asking for rotary positions; an even head
+        ({"d_model": 8, "n_heads": 2, "positional": "rope"}, r"positional must be a PositionalEncoding .* got 'rope'"),
+        ({"d_model": 8, "n_heads": 2, "rope_base": 100.0, "positional": RotaryPositions()}, r"give rope_base or positional, not both"),
+        ({"d_model": 6, "n_heads": 2, "positional": RotaryPositions()}, r"d_head = d_model // n_heads must be even, got d_head = 3"),
     ],
 )  # fmt: skip
 def test_constructor_bad_arguments(kwargs: dict, match: str) -> None:

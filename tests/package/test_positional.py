@@ -18,7 +18,15 @@ from attnbook import (
     set_seed,
     sinusoidal_positional_encoding,
 )
-from attnbook.positional import POSITIONAL_ENCODINGS, PositionalEncoding, RotaryPositions
+from attnbook.positional import (
+    POSITIONAL_ENCODINGS,
+    AlibiPositions,
+    LearnedPositions,
+    PositionalEncoding,
+    RotaryPositions,
+    SinusoidalPositions,
+    position_index,
+)
 
 # ------------------------------------------------------------- sinusoidal
 
@@ -361,3 +369,49 @@ def test_rotary_positions_rotate_as_apply_rope_and_check_their_base_once() -> No
     torch.testing.assert_close(k_rot, apply_rope(k, torch.arange(5, 12), 500.0), rtol=0, atol=0)
     with pytest.raises(ValueError, match="base must be a number > 1"):
         RotaryPositions(0.5)
+
+
+@pytest.mark.parametrize("cls", [SinusoidalPositions, LearnedPositions])
+@pytest.mark.parametrize(
+    ("start", "n_tokens"),
+    [(3, 3), (2, 3), (5, 1), (-1, 3), (0, 5)],  # one row left (it used to broadcast), ..., T > 4
+)
+def test_embed_refuses_positions_past_the_table(cls: type, start: int, n_tokens: int) -> None:
+    encoding = cls(4, 8)  # context_length 4
+    with pytest.raises(ValueError, match=r"start.*context_length = 4"):
+        encoding.embed(torch.zeros(1, n_tokens, 8), start)
+    assert encoding.embed(torch.zeros(2, 2, 8), 2).shape == (2, 2, 8)  # the last two positions
+
+
+def test_position_index_checks_an_int_start_against_the_table() -> None:
+    assert position_index(1, 3, context_length=4) == slice(1, 4)
+    for start, n in ((2, 3), (-1, 2), (0, 5)):
+        with pytest.raises(ValueError, match=f"got start = {start}"):
+            position_index(start, n, context_length=4)
+    # per-row starts of a left-padded batch: negative positions are padding, clamped to 0
+    start = torch.tensor([[0], [-2]])
+    assert position_index(start, 3, context_length=4).tolist() == [[0, 1, 2], [0, 0, 0]]
+
+
+def test_rotary_positions_refuse_more_queries_than_keys() -> None:
+    rope = RotaryPositions()
+    with pytest.raises(ValueError, match="more queries than keys"):
+        rope.rotate(torch.randn(1, 1, 6, 4), torch.randn(1, 1, 5, 4), 0)
+    with pytest.raises(ValueError, match=r"T = 3, S = 2"):
+        rope.rotate(torch.randn(1, 1, 3, 4), torch.randn(1, 1, 2, 4), 4)
+
+
+@pytest.mark.parametrize(
+    ("build", "name"),
+    [
+        (lambda: AlibiPositions("8"), "n_heads"),
+        (lambda: AlibiPositions(0), "n_heads"),
+        (lambda: AlibiPositions(2.5), "n_heads"),
+        (lambda: LearnedPositions(4.0, 8), "context_length"),
+        (lambda: LearnedPositions(0, 8), "context_length"),
+        (lambda: LearnedPositions(4, True), "d_model"),
+    ],
+)
+def test_encodings_check_their_sizes_when_built(build: Callable[[], object], name: str) -> None:
+    with pytest.raises(ValueError, match=name):
+        build()

@@ -104,6 +104,9 @@ def test_greedy_generation_is_the_argmax_of_teacher_forcing(attention: str) -> N
         (lambda m, s, k, t: m.generate(s, 4, bos_id=20, src_mask=k), "bos_id"),
         (lambda m, s, k, t: m.generate(s, 4, bos_id=1, eos_id=-2), "eos_id"),
         (lambda m, s, k, t: m.generate(s, -1, bos_id=1), "max_new_tokens"),
+        (lambda m, s, k, t: m(s, None, k), "tgt must be a torch tensor"),
+        (lambda m, s, k, t: m(s, t, k, need_weights="no"), "need_weights must be True or False"),
+        (lambda m, s, k, t: m(s, t, k, need_weights=1), "need_weights must be True or False"),
     ],
 )
 def test_bad_input_names_the_argument(call: object, name: str) -> None:
@@ -113,9 +116,35 @@ def test_bad_input_names_the_argument(call: object, name: str) -> None:
         call(model, src, mask, tgt)
 
 
+@pytest.mark.parametrize("attention", VARIANTS)
+@pytest.mark.parametrize(
+    "row",
+    [
+        [True, False, True, False, False, False, False],  # a hole: words at 0 and 2
+        [True, False, True, True, True, True, True],
+        [True, True, True, True, True, True, False][::-1],  # padding first
+        [False] * 7,
+    ],
+)
+def test_src_mask_must_be_true_on_a_prefix_of_each_row(attention: str, row: list[bool]) -> None:
+    # The first state comes from position src_mask.sum(1) - 1: a mask with a hole was
+    # read as a shorter sentence, silently.
+    model = _model(attention)
+    src, mask, tgt = _batch()
+    mask = mask.clone()
+    mask[1] = torch.tensor(row)
+    with pytest.raises(ValueError, match="src_mask must be True on a prefix of each row"):
+        model(src, tgt, mask)
+    with pytest.raises(ValueError, match="src_mask must be True on a prefix of each row"):
+        model.generate(src, 3, bos_id=1, src_mask=mask)
+
+
 def test_config_checks_its_fields() -> None:
     with pytest.raises(ValueError, match="attention"):
         RNNConfig(10, 10, 8, attention="multiplicative")
+    for attention in (["dot"], None, 1):
+        with pytest.raises(ValueError, match="attention must be one of"):
+            RNNConfig(10, 10, 8, attention=attention)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="d_hidden"):
         RNNConfig(10, 10, 8, d_hidden=0)
     with pytest.raises(ValueError, match="config"):

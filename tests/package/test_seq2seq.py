@@ -277,6 +277,7 @@ def test_attention_weights_keep_the_training_mode() -> None:
         (lambda m, s, k: m.generate(s, 50, bos_id=1), "max_new_tokens"),
         (lambda m, s, k: m.generate(s, 5, bos_id=1, beam_size=31), "beam_size"),
         (lambda m, s, k: m.generate(s, 5, bos_id=1, use_cache=1), "use_cache"),
+        (lambda m, s, k: m.encode(s, k, validate="no"), "validate"),
         (
             lambda m, s, k: m.attention_weights(s, torch.ones(2, 3, dtype=torch.int64), k),
             "batch size",
@@ -288,6 +289,14 @@ def test_bad_input_names_the_argument(call: object, name: str) -> None:
     src, mask = _batch()
     with pytest.raises(ValueError, match=name):
         call(model, src, mask)
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_generate_an_empty_batch(beam_size: int) -> None:
+    """No source sentence: an empty batch of targets, as GPT.generate returns one."""
+    out = _model().generate(torch.zeros(0, 4, dtype=torch.int64), 5, bos_id=1, beam_size=beam_size)
+    assert out.shape == (0, 1)
+    assert out.dtype == torch.int64
 
 
 # ------------------------------------------------------------------------------ training

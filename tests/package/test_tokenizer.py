@@ -16,8 +16,10 @@ from collections import Counter
 from itertools import pairwise
 from pathlib import Path
 
+import numpy as np
 import pytest
 import regex
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -359,3 +361,102 @@ def test_clear_cache_forgets_the_words_and_changes_no_id(tokenizer: BPETokenizer
     tokenizer.clear_cache()
     assert not tokenizer._cache
     assert tokenizer.encode(CORPUS) == ids  # computed again, the same ids
+
+
+# --- bad files and constructor arguments (fuzzing report B) ---------------------------
+
+
+def _edit_saved(tokenizer: BPETokenizer, tmp_path: Path, edit: str) -> Path:
+    """Save ``tokenizer`` and break its file as ``edit`` says."""
+    path = tmp_path / "tok.json"
+    tokenizer.save(path)
+    data = json.loads(path.read_text())
+    last = tokenizer.vocab_size - 1
+    if edit == "id too large":
+        data["vocab"]["5000"] = data["vocab"].pop(str(last))
+    elif edit == "negative id":
+        data["vocab"]["-5"] = data["vocab"].pop(str(last))
+    elif edit == "empty special token":
+        data["special_tokens"][""] = last + 1
+        data["vocab"][str(last + 1)] = ""
+    elif edit == "a byte under two ids":
+        data["vocab"][str(last + 1)] = b"t".hex()
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("edit", "match"),
+    [
+        ("id too large", r"vocab ids must be 0 \.\. len\(vocab\) - 1"),
+        ("negative id", r"vocab ids must be 0 \.\. len\(vocab\) - 1"),
+        ("empty special token", "special_tokens must all be non-empty str"),
+        ("a byte under two ids", r"vocab holds b't' under two ids"),
+    ],
+)
+def test_load_rejects_files_whose_ids_break_the_layout(
+    tokenizer: BPETokenizer, tmp_path: Path, edit: str, match: str
+) -> None:
+    path = _edit_saved(tokenizer, tmp_path, edit)
+    with pytest.raises(ValueError, match=match) as error:
+        BPETokenizer.load(path)
+    assert str(path) in str(error.value)  # the file is named
+
+
+@pytest.mark.parametrize(
+    ("vocab_edit", "specials", "match"),
+    [
+        ({300: b"xy"}, {}, r"vocab ids must be 0 \.\. len\(vocab\) - 1"),
+        ({-1: b"xy"}, {}, r"vocab ids must be 0 \.\. len\(vocab\) - 1"),
+        ({256.0: b"xy"}, {}, r"vocab ids must be 0 \.\. len\(vocab\) - 1"),
+        ({256: b"a"}, {}, r"vocab holds b'a' under two ids \(97 and 256\)"),
+        ({256: b""}, {"": 256}, "special_tokens must all be non-empty str"),
+        ({256: b"1"}, {1: 256}, "special_tokens must all be non-empty str"),
+    ],
+)
+def test_the_constructor_checks_the_id_layout(vocab_edit: dict, specials: dict, match: str) -> None:
+    vocab = {b: bytes([b]) for b in range(256)} | vocab_edit
+    with pytest.raises(ValueError, match=match):
+        BPETokenizer(vocab, [], specials)
+
+
+def test_a_special_token_may_share_its_bytes_with_an_ordinary_token() -> None:
+    tok = BPETokenizer.train("a b c", 257, special_tokens=["a"])
+    assert tok.vocab[256] == tok.vocab[ord("a")] == b"a"
+    assert tok.encode("ab") == [256, ord("b")]
+
+
+def test_train_names_text_that_is_not_valid_unicode() -> None:
+    with pytest.raises(ValueError, match=r"text must be valid Unicode.*'\\ud800'"):
+        BPETokenizer.train("ab\ud800 cd", 260)
+
+
+@pytest.mark.parametrize(
+    "ids",
+    [
+        [116, 104],
+        (116, 104),
+        torch.tensor([116, 104]),
+        torch.tensor([116, 104], dtype=torch.int32),
+        np.array([116, 104]),
+        [np.int64(116), 104],
+    ],
+)
+def test_decode_takes_ids_in_any_container(tokenizer: BPETokenizer, ids: object) -> None:
+    assert tokenizer.decode(ids) == "th"  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("ids", "match"),
+    [
+        (torch.tensor([True, False]), r"ids must be a 1-D integer tensor or array.*torch\.bool"),
+        (torch.tensor([[116, 104]]), r"ids must be a 1-D integer tensor or array.*\(1, 2\)"),
+        (torch.tensor([116.0]), r"ids must be a 1-D integer tensor or array.*float"),
+        (np.array([116.0]), r"ids must be a 1-D integer tensor or array.*float64"),
+        (torch.tensor([10_000]), r"ids must be ints in \[0, 378\)"),
+        ([np.True_], r"ids must be ints in \[0, 378\)"),
+    ],
+)
+def test_decode_says_what_it_needs(tokenizer: BPETokenizer, ids: object, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        tokenizer.decode(ids)  # type: ignore[arg-type]

@@ -27,6 +27,7 @@ from attnbook.training import (
     exact_match,
     lr_at,
     make_optimizer,
+    per_example_accuracy,
     reverse_recipe,
     train,
 )
@@ -130,6 +131,17 @@ def test_lr_at_bad_step(step: object) -> None:
         lr_at(step, TrainConfig(steps=100))
 
 
+def test_lr_at_and_make_optimizer_bad_config_or_model() -> None:
+    with pytest.raises(ValueError, match="config must be a TrainConfig, got NoneType"):
+        lr_at(0, None)
+    with pytest.raises(ValueError, match="config must be a TrainConfig, got dict"):
+        lr_at(0, {"steps": 10})
+    with pytest.raises(ValueError, match=r"model must be a torch\.nn\.Module, got NoneType"):
+        make_optimizer(None, _config())
+    with pytest.raises(ValueError, match="config must be a TrainConfig, got NoneType"):
+        make_optimizer(_model(), None)
+
+
 def test_optimizer_decays_weight_matrices_only() -> None:
     model = _model()
     decay, rest = make_optimizer(model, _config()).param_groups
@@ -162,6 +174,10 @@ def test_optimizer_decays_weight_matrices_only() -> None:
         ({"seed": -1}, "seed"),
         ({"compile": "yes"}, "compile"),
         ({"eval_every": 0}, "eval_every"),
+        ({"device": 0}, "device"),
+        ({"device": "gpu"}, "device must be .*, got 'gpu'"),
+        ({"device": ""}, "device"),
+        ({"device": "cuda:x"}, "device"),
     ],
 )
 def test_train_config_bad_fields(overrides: dict, match: str) -> None:
@@ -222,6 +238,26 @@ def test_train_rejects_what_does_not_fit() -> None:
         train(_model(), TASK, {"steps": 3})
     with pytest.raises(ValueError, match="data"):
         train(_model(), TASK.train, _config())
+
+
+@pytest.mark.parametrize("device", ["cuda", "cuda:0", "mps"])
+def test_train_refuses_a_device_this_machine_lacks(
+    monkeypatch: pytest.MonkeyPatch, device: str
+) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    config = _config(
+        steps=1, warmup_steps=0, device=device
+    )  # a valid name: the config may be used elsewhere
+    with pytest.raises(ValueError, match=f"device={device!r} .* not available"):
+        train(_model(), TASK, config)
+
+
+@pytest.mark.parametrize("evaluation", [exact_match, evaluate, per_example_accuracy])
+@pytest.mark.parametrize("batch_size", [0, -1, 2.5, True, None])
+def test_evaluation_bad_batch_size(evaluation: object, batch_size: object) -> None:
+    with pytest.raises(ValueError, match=f"batch_size must be an int >= 1, got {batch_size!r}"):
+        evaluation(_model(), TASK, batch_size=batch_size)
 
 
 def test_exact_match_is_greedy_decoding() -> None:
