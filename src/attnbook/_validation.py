@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 from collections.abc import Iterable
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -287,6 +289,21 @@ def check_device(value: object, name: str = "device", *, available: bool = False
                 "the fastest device there is"
             )
     return parsed
+
+
+def check_path(path: object, name: str = "path", needed: str = "") -> Path:
+    """``path`` as a ``Path``, raising unless it is a str or an ``os.PathLike`` (e.g. a ``Path``).
+
+    ``needed`` says what the path must name (e.g. ``"a checkpoint folder"``),
+    quoted in the message.
+    """
+    if isinstance(path, (str, os.PathLike)):
+        try:
+            return Path(path)
+        except TypeError:  # an os.PathLike that gives bytes
+            pass
+    what = f" ({needed})" if needed else ""
+    raise ValueError(f"{name} must be a str or a pathlib.Path{what}, got {type(path).__name__}")
 
 
 def check_mask(

@@ -11,14 +11,13 @@ tokenizer's characters, the training config).
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import MISSING, fields
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from attnbook._validation import check_device
+from attnbook._validation import check_device, check_path
 from attnbook.model import GPT, GPTConfig
 
 __all__ = ["load_checkpoint", "read_checkpoint_extra", "save_checkpoint"]
@@ -37,16 +36,6 @@ def _unique_state(model: nn.Module) -> dict[str, torch.Tensor]:
         seen.add(key)
         state[name] = tensor.detach().cpu().contiguous()
     return state
-
-
-def _as_path(path: object, needed: str) -> Path:
-    """``path`` as a ``Path``, raising unless it is a str or an ``os.PathLike`` (e.g. a ``Path``)."""
-    if isinstance(path, (str, os.PathLike)):
-        try:
-            return Path(path)
-        except TypeError:  # an os.PathLike that gives bytes
-            pass
-    raise ValueError(f"path must be a str or a pathlib.Path ({needed}), got {type(path).__name__}")
 
 
 def save_checkpoint(path: str | Path, model: GPT, extra: dict | None = None) -> Path:
@@ -71,7 +60,7 @@ def save_checkpoint(path: str | Path, model: GPT, extra: dict | None = None) -> 
         raise ValueError(f"model must be an attnbook.GPT, got {type(model).__name__}")
     if extra is not None and not isinstance(extra, dict):
         raise ValueError(f"extra must be None or a dict, got {type(extra).__name__}")
-    path = _as_path(path, "a folder, created if missing")
+    path = check_path(path, "path", "a folder, created if missing")
     config = model.config.to_dict()  # leaves out n_kv_heads and later fields at their defaults,
     # so checkpoints of plain models read as they did before those fields existed
     document = {"gpt_config": config, "extra": extra or {}}
@@ -101,7 +90,7 @@ def read_checkpoint_extra(path: str | Path) -> dict:
         ValueError: if a file is missing, or ``config.json`` is invalid (its
             ``"extra"``, if there, must be a JSON object).
     """
-    path = _as_path(path, "a checkpoint folder")
+    path = check_path(path, "path", "a checkpoint folder")
     extra = _read_document(path).get("extra", {})
     if not isinstance(extra, dict):
         raise ValueError(
@@ -151,7 +140,7 @@ def load_checkpoint(path: str | Path, device: str | torch.device | None = None) 
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
-    path = _as_path(path, "a checkpoint folder")
+    path = check_path(path, "path", "a checkpoint folder")
     device = check_device("cpu" if device is None else device, "device", available=True)
     raw = _read_document(path)["gpt_config"]
     known = {f.name for f in fields(GPTConfig)}

