@@ -144,6 +144,15 @@ def as_float_tensor(x: object, name: str, needed: str) -> torch.Tensor:
     return x
 
 
+def check_rank(x: object, name: str, ndim: int, needed: str) -> torch.Tensor:
+    """Return ``x`` if it is a torch tensor with ``ndim`` axes, else raise, quoting ``needed`` (e.g. ``"(B, T, D)"``)."""
+    if isinstance(x, torch.Tensor) and x.ndim == ndim:
+        return x
+    got = f"shape {shape_str(x)}" if isinstance(x, (torch.Tensor, np.ndarray)) else type(x).__name__
+    kind = "a NumPy array of " if isinstance(x, np.ndarray) else ""
+    raise ValueError(f"{name} must be a torch tensor of shape {needed}, got {kind}{got}")
+
+
 def check_probability(value: object, name: str) -> float:
     """Return ``value`` as a float, raising unless ``0 <= value < 1``."""
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):

@@ -57,6 +57,7 @@ from attnbook._validation import (
     check_int,
     check_mask,
     check_probability,
+    check_rank,
     shape_str,
 )
 from attnbook.attention import attend, attend_fused, check_torch_twin, with_causal
@@ -85,7 +86,9 @@ def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
     Returns:
         A view of shape ``(B, H, T, Dh)``.
     """
-    B, T, width = x.shape
+    B, T, width = check_rank(x, "x", 3, "(B, T, H * Dh)").shape
+    if width % check_int(n_heads, "n_heads"):
+        raise ValueError(f"n_heads ({n_heads}) must divide the width of x's last axis, {width}")
     return x.view(B, T, n_heads, width // n_heads).transpose(1, 2)  # (B, T, H, Dh) -> (B, H, T, Dh)
 
 
@@ -98,7 +101,7 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
     Returns:
         Tensor of shape ``(B, T, H * Dh)``: head ``h``'s features at ``h * Dh .. (h + 1) * Dh - 1``.
     """
-    B, H, T, Dh = x.shape
+    B, H, T, Dh = check_rank(x, "x", 4, "(B, H, T, Dh)").shape
     return x.transpose(1, 2).reshape(B, T, H * Dh)  # (B, T, H, Dh) -> (B, T, H * Dh)
 
 
@@ -118,9 +121,9 @@ def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
     Returns:
         Tensor of shape ``(B, H_kv * G, S, Dh)``.
     """
-    if n_rep == 1:
+    B, H_kv, S, Dh = check_rank(x, "x", 4, "(B, H_kv, S, Dh)").shape
+    if check_int(n_rep, "n_rep", meaning="query heads per key/value head") == 1:
         return x
-    B, H_kv, S, Dh = x.shape
     x = x[:, :, None].expand(B, H_kv, n_rep, S, Dh)  # (B, H_kv, G, S, Dh), a view
     return x.reshape(B, H_kv * n_rep, S, Dh)  # (B, H, S, Dh)
 

@@ -23,8 +23,11 @@ from attnbook import (
     apply_rope,
     causal_mask,
     mask_to_additive,
+    merge_heads,
     padding_mask,
+    repeat_kv,
     scaled_dot_product_attention,
+    split_heads,
     to_mha_mask,
 )
 from attnbook.positional import RotaryPositions
@@ -643,3 +646,39 @@ def test_in_proj_is_drawn_as_three_linears_would_be(n_kv_heads: int | None, bias
     if bias:
         torch.testing.assert_close(attn.in_proj.bias, torch.cat([p.bias for p in three]))
     torch.testing.assert_close(attn.out_proj.weight, out.weight)
+
+
+# ------------------------------------------------- split_heads, merge_heads, repeat_kv
+def test_split_heads_gives_head_h_its_own_slice_of_features_and_merge_heads_undoes_it() -> None:
+    x = torch.arange(2 * 3 * 12, dtype=torch.float32).reshape(2, 3, 12)
+    heads = split_heads(x, 4)  # (2, 4, 3, 3)
+    assert heads.shape == (2, 4, 3, 3)
+    for h in range(4):
+        torch.testing.assert_close(heads[:, h], x[..., 3 * h : 3 * (h + 1)])
+    torch.testing.assert_close(merge_heads(heads), x, rtol=0, atol=0)
+
+
+def test_repeat_kv_gives_query_head_h_key_value_head_h_over_g() -> None:
+    kv = torch.randn(2, 3, 5, 4)
+    torch.testing.assert_close(repeat_kv(kv, 2), kv.repeat_interleave(2, dim=1), rtol=0, atol=0)
+    assert repeat_kv(kv, 1) is kv
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda: split_heads(torch.randn(2, 5, 10), 3), r"n_heads \(3\) must divide the width of x's last axis, 10"),
+        (lambda: split_heads(torch.randn(5, 8), 4), r"x must be a torch tensor of shape \(B, T, H \* Dh\), got shape \(5, 8\)"),
+        (lambda: split_heads(np.ones((2, 5, 8)), 4), r"x must be a torch tensor .* got a NumPy array of shape \(2, 5, 8\)"),
+        (lambda: split_heads(_X, 0), r"n_heads must be an int >= 1, got 0"),
+        (lambda: split_heads(_X, True), r"n_heads must be an int >= 1, got True"),
+        (lambda: merge_heads(_X), r"x must be a torch tensor of shape \(B, H, T, Dh\), got shape \(2, 5, 8\)"),
+        (lambda: merge_heads([1.0]), r"x must be a torch tensor of shape \(B, H, T, Dh\), got list"),
+        (lambda: repeat_kv(torch.randn(2, 2, 5, 4), 0), r"n_rep must be an int >= 1 \(query heads per key/value head\), got 0"),
+        (lambda: repeat_kv(torch.randn(2, 2, 5, 4), 2.0), r"n_rep must be an int >= 1 .* got 2.0"),
+        (lambda: repeat_kv(_X, 1), r"x must be a torch tensor of shape \(B, H_kv, S, Dh\), got shape \(2, 5, 8\)"),
+    ],
+)  # fmt: skip
+def test_head_helpers_bad_inputs(call: Callable[[], object], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        call()
