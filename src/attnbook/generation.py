@@ -439,5 +439,6 @@ def sample_next(
         logits = logits.masked_fill(logits < kth, -math.inf)  # (B, V), the rest cannot be drawn
     if temperature == 0:
         return logits.argmax(dim=-1, keepdim=True)  # (B, 1)
+    logits = logits - logits.amax(dim=-1, keepdim=True)  # (B, V), max 0: no overflow at tiny T
     probs = torch.softmax(logits / temperature, dim=-1)  # (B, V)
     return torch.multinomial(probs, 1, generator=generator)  # (B, 1)

@@ -16,6 +16,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -170,6 +172,37 @@ def test_sampling_depends_on_the_seed() -> None:
     a = model.generate(idx, 12, generator=torch.Generator().manual_seed(11))
     b = model.generate(idx, 12, generator=torch.Generator().manual_seed(12))
     assert not torch.equal(a, b)
+
+
+@pytest.mark.parametrize("temperature", [1e-30, 1e-40])
+def test_a_tiny_temperature_samples_the_greedy_tokens(temperature: float) -> None:
+    """logits / 1e-40 overflows to inf; sampling subtracts each row's maximum first."""
+    model = _model()
+    idx = _ids(3, 4)
+    greedy = model.generate(idx, 12, temperature=0.0)
+    cold = model.generate(
+        idx, 12, temperature=temperature, generator=torch.Generator().manual_seed(0)
+    )
+    assert torch.equal(cold, greedy)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("temperature", [1.0, 0.5])
+def test_at_the_book_s_temperatures_the_shift_moves_no_sample(
+    seed: int, temperature: float
+) -> None:
+    """At T = 1 and T = 0.5 (exact in binary) the shifted logits draw what the plain softmax drew."""
+    logits = 4 * torch.randn(500, 13, generator=torch.Generator().manual_seed(seed))
+    for top_k in (None, 5):
+        kept = logits
+        if top_k is not None:
+            kept = logits.masked_fill(logits < torch.topk(logits, top_k).values[:, -1:], -math.inf)
+        probs = torch.softmax(kept / temperature, dim=-1)
+        plain = torch.multinomial(probs, 1, generator=torch.Generator().manual_seed(seed))
+        drawn = generation.sample_next(
+            logits, temperature, top_k, torch.Generator().manual_seed(seed)
+        )
+        assert torch.equal(drawn, plain)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
