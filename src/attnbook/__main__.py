@@ -52,18 +52,21 @@ TASKS = ("reverse", "sort", "recall", "text")
 TRAIN_HELP = "Train an attnbook.GPT on a generated task or a text (data-parallel under torchrun)."
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
+    """The command line's parser and its ``train`` command's (whose usage a bad argument shows)."""
     parser = argparse.ArgumentParser(
         prog="python -m attnbook", description="The command line of the attnbook package."
     )
     commands = parser.add_subparsers(dest="command", required=True)
-    _train_arguments(commands.add_parser("train", help=TRAIN_HELP, description=TRAIN_HELP))
-    return parser
+    train = commands.add_parser("train", help=TRAIN_HELP, description=TRAIN_HELP)
+    return parser, _train_arguments(train)
 
 
 def _train_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--task", choices=TASKS, default="reverse")
     p.add_argument("--length", type=int, default=16, help="reverse/sort: symbols per prompt")
+    p.add_argument("--n-train", type=int, default=20000, help="reverse/sort/recall: examples")
+    p.add_argument("--n-test", type=int, default=1000, help="reverse/sort/recall: held out")
     p.add_argument("--text", type=Path, help="text: a UTF-8 file (default: the grammar corpus)")
     p.add_argument("--seq-len", type=int, default=64, help="text: characters per window")
     p.add_argument("--d-model", type=int, default=64)
@@ -86,12 +89,13 @@ def _train_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 
 def _data(args: argparse.Namespace) -> object:
+    sizes = {"n_train": args.n_train, "n_test": args.n_test, "seed": args.seed}
     if args.task == "reverse":
-        return reverse_task(length=args.length, seed=args.seed)
+        return reverse_task(length=args.length, **sizes)
     if args.task == "sort":
-        return sort_task(length=args.length, seed=args.seed)
+        return sort_task(length=args.length, **sizes)
     if args.task == "recall":
-        return associative_recall_task(seed=args.seed)
+        return associative_recall_task(**sizes)
     text = load_text(args.text) if args.text is not None else grammar_corpus(4000, args.seed)
     return TextDataset(text, args.seq_len)
 
@@ -105,8 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     Returns:
         The exit status, 0.
     """
-    args = _parser().parse_args(argv)
-    return _train(args)
+    parser, train_parser = _parsers()
+    return _train(parser.parse_args(argv), train_parser)
 
 
 def train_command(argv: list[str] | None = None) -> int:
@@ -119,11 +123,16 @@ def train_command(argv: list[str] | None = None) -> int:
         The exit status, 0.
     """
     parser = argparse.ArgumentParser(prog="python -m attnbook.distributed", description=TRAIN_HELP)
-    return _train(_train_arguments(parser).parse_args(argv))
+    return _train(_train_arguments(parser).parse_args(argv), parser)
 
 
-def _train(args: argparse.Namespace) -> int:
-    """Train as ``args`` say, and save what was asked for (process 0)."""
+def _train(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """Train as ``args`` say, and save what was asked for (process 0).
+
+    A bad argument (a ``ValueError`` while the data and configs are built)
+    ends in ``parser.error``: the usage and the message, exit status 2, no
+    traceback. Errors once training has started keep their traceback.
+    """
     world = int(os.environ.get("WORLD_SIZE", "1"))
     device = args.device
     if world > 1:  # launched by torchrun: one process per rank
@@ -137,25 +146,28 @@ def _train(args: argparse.Namespace) -> int:
         dist.init_process_group(backend="nccl" if use_cuda else "gloo")
     rank = int(os.environ.get("RANK", "0"))
     try:
-        data = _data(args)
-        config = GPTConfig(
-            vocab_size=data.vocab_size,
-            context_length=data.input_len,
-            d_model=args.d_model,
-            n_heads=args.n_heads,
-            n_layers=args.n_layers,
-        )
-        train_config = TrainConfig(
-            steps=args.steps,
-            batch_size=args.batch_size,
-            lr=args.lr,
-            warmup_steps=min(args.warmup_steps, args.steps),  # --steps 20: a 20-step warmup
-            eval_every=args.eval_every,
-            seed=args.seed,
-            device=device,
-            compile=args.compile,
-            progress=not args.no_progress,
-        )
+        try:
+            data = _data(args)
+            config = GPTConfig(
+                vocab_size=data.vocab_size,
+                context_length=data.input_len,
+                d_model=args.d_model,
+                n_heads=args.n_heads,
+                n_layers=args.n_layers,
+            )
+            train_config = TrainConfig(
+                steps=args.steps,
+                batch_size=args.batch_size,
+                lr=args.lr,
+                warmup_steps=min(args.warmup_steps, args.steps),  # --steps 20: a 20-step warmup
+                eval_every=args.eval_every,
+                seed=args.seed,
+                device=device,
+                compile=args.compile,
+                progress=not args.no_progress,
+            )
+        except ValueError as error:  # e.g. --d-model 30 --n-heads 4
+            parser.error(str(error))
         set_seed(args.seed)  # the same initial weights on every process
         model = GPT(config)
         history = train(model, data, train_config)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -117,3 +118,37 @@ def test_fewer_steps_than_the_default_warmup_run(tmp_path: object) -> None:
     assert main([*args, "--history-json", str(out)]) == 0
     lrs = json.loads(out.read_text())["lr"]
     assert lrs == pytest.approx([1e-3, 2e-3, 3e-3])  # a 3-step warmup up to --lr 3e-3
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--d-model", "30", "--n-heads", "4"], "d_model must be a multiple of n_heads"),
+        (["--steps", "0"], "steps must be an int >= 1, got 0"),
+        (["--device", "gpu"], "device must be a device such as 'cpu'"),
+        (["--length", "3"], r"n_train \+ n_test = 21000 distinct examples are asked for"),
+        (["--n-test", "0"], "n_test must be an int >= 1, got 0"),
+    ],
+)
+def test_a_bad_argument_is_a_usage_error_not_a_traceback(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from attnbook.__main__ import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["train", *args])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: python -m attnbook train")
+    assert re.search(rf"python -m attnbook train: error: {message}", err), err
+
+
+def test_n_train_and_n_test_size_a_small_task(tmp_path: object) -> None:
+    """--length 3 has about 1e3 distinct prompts: too few for the default 21 000 examples."""
+    from attnbook.__main__ import main
+
+    out = tmp_path / "history.json"
+    args = ["train", "--length", "3", "--n-train", "400", "--n-test", "50", "--steps", "2"]
+    args += ["--d-model", "16", "--n-layers", "1", "--batch-size", "8", "--no-progress"]
+    assert main([*args, "--device", "cpu", "--history-json", str(out)]) == 0
+    assert len(json.loads(out.read_text())["train_loss"]) == 2
