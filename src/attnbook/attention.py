@@ -55,8 +55,9 @@ def attend(
     so do the package's modules once they have checked theirs.
     """
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
-    scores = query @ key.transpose(-2, -1)  # (..., T, d_k) @ (..., d_k, S) -> (..., T, S)
-    scores = scores.mul_(scale)  # in place: the product is ours, and mul's gradient needs neither
+    # The queries scaled, not the product: in float16, q . k can pass 65504 (and become inf)
+    # where q . k / sqrt(d_k) does not.
+    scores = (query * scale) @ key.transpose(-2, -1)  # (..., T, d_k) @ (..., d_k, S) -> (..., T, S)
     weights = softmax_with_mask(scores, mask)  # (..., T, S); a row with no allowed key: all 0
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p, training=True)  # (..., T, S)

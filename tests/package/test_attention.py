@@ -308,6 +308,23 @@ def test_half_precision_runs_and_is_close_to_float32(dtype: torch.dtype) -> None
     torch.testing.assert_close(output.float(), reference, atol=3e-2, rtol=3e-2)
 
 
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_float16_scores_past_65504_before_scaling_are_not_nan(need_weights: bool) -> None:
+    """q . k = 64 * 40 * 40 = 102400 overflows float16; q . k / 8 = 12800 does not (both paths).
+
+    Every key the same: each query's weights are 1/5 each, its output the mean value.
+    """
+    q, k = torch.full((2, 3, 64), 40.0), torch.full((2, 5, 64), 40.0)  # (B, T, d_k), (B, S, d_k)
+    v = torch.randn(2, 5, 4, generator=torch.Generator().manual_seed(0))  # (B, S, d_v)
+    output, weights = scaled_dot_product_attention(
+        q.half(), k.half(), v.half(), need_weights=need_weights
+    )
+    expected = v.mean(dim=1, keepdim=True).expand(2, 3, 4)  # (B, T, d_v)
+    torch.testing.assert_close(output.float(), expected, atol=2e-3, rtol=0)
+    if need_weights:
+        assert torch.equal(weights, torch.full((2, 3, 5), 0.2, dtype=torch.float16))
+
+
 def test_additive_and_boolean_masks_mean_the_same() -> None:
     q, k, v = _inputs(6, ((2, 5, 4), (2, 5, 4), (2, 5, 3)), torch.float64)
     mask = causal_mask(5)
