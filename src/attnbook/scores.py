@@ -25,6 +25,7 @@ from attnbook._validation import (
     Array,
     as_float_array,
     check_batch_broadcast,
+    check_finite,
     check_int,
     check_positive_number,
     compute_dtype,
@@ -87,20 +88,44 @@ def cosine_similarity(a: Array, b: Array, eps: float = 1e-8) -> Array:
     Returns:
         Shape ``(...)``, in the dtype of ``a * b``; 16-bit inputs are computed
         in float32 (where ``1e-8`` would round to 0) and cast back.
+
+    Raises:
+        ValueError: for NaN or infinite entries, or vectors so long that the
+            product of their lengths overflows (float32: about ``1.8e19`` each).
     """
     a, b = _check_pair(a, b, "a", "b")
+    check_finite(a, "a")
+    check_finite(b, "b")
     eps = check_positive_number(eps, "eps")
     if isinstance(a, torch.Tensor):
         out = torch.promote_types(a.dtype, b.dtype)
         a, b = a.to(compute_dtype(a)), b.to(compute_dtype(b))
         norm_a = torch.linalg.vector_norm(a, dim=-1).clamp_min(eps)
         norm_b = torch.linalg.vector_norm(b, dim=-1).clamp_min(eps)
+        _check_lengths_fit(norm_a * norm_b)
         return ((a * b).sum(-1) / (norm_a * norm_b)).to(out)
     out = np.result_type(a, b)
     a, b = a.astype(compute_dtype(a), copy=False), b.astype(compute_dtype(b), copy=False)
-    norm_a = np.maximum(np.linalg.norm(a, axis=-1), eps)
-    norm_b = np.maximum(np.linalg.norm(b, axis=-1), eps)
+    with np.errstate(over="ignore"):  # an overflow is reported by the check below
+        norm_a = np.maximum(np.linalg.norm(a, axis=-1), eps)
+        norm_b = np.maximum(np.linalg.norm(b, axis=-1), eps)
+        _check_lengths_fit(norm_a * norm_b)
     return ((a * b).sum(-1) / (norm_a * norm_b)).astype(out, copy=False)
+
+
+def _check_lengths_fit(lengths: Array) -> None:
+    """Raise if a product of two lengths overflowed (the dot product, no larger, then fits)."""
+    fits = (
+        torch.isfinite(lengths).all()
+        if isinstance(lengths, torch.Tensor)
+        else np.isfinite(lengths).all()
+    )
+    if not fits:
+        raise ValueError(
+            f"a and b are too long for {lengths.dtype}: the product of their lengths "
+            "overflows; cosine similarity ignores length, so divide each vector by its "
+            "largest absolute entry first"
+        )
 
 
 def score_matrix(queries: Array, keys: Array, scale: float | None = None) -> Array:

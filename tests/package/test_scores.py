@@ -111,3 +111,28 @@ def test_cosine_in_low_precision_keeps_the_zero_vector_rule(dtype: torch.dtype) 
 def test_bad_input_raises_a_clear_value_error(fn, args: tuple, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         fn(*args)
+
+
+@pytest.mark.parametrize("kind", ["torch", "numpy"])
+@pytest.mark.parametrize(
+    ("a", "b", "match"),
+    [
+        ([float("inf"), 1.0], [1.0, 1.0], "a must be finite"),
+        ([1.0, 1.0], [float("nan"), 1.0], "b must be finite"),
+        ([1e20, 1e20], [1e20, 1e20], "a and b are too long for .*float32"),
+        ([1e20, 0.0], [1e-20, 1e-20], "a and b are too long"),  # |a|^2 = 1e40 overflows
+    ],
+)
+def test_cosine_refuses_what_would_be_nan(a: list, b: list, match: str, kind: str) -> None:
+    """Before: NaN for an infinite entry, and NaN for float32 vectors longer than about 1.8e19."""
+    make = torch.tensor if kind == "torch" else (lambda x: np.array(x, dtype=np.float32))
+    with pytest.raises(ValueError, match=match):
+        cosine_similarity(make(a), make(b))
+
+
+def test_cosine_of_long_vectors_that_fit_is_exact() -> None:
+    a, b = torch.tensor([1e18, 0.0]), torch.tensor([1e18, 1e18])
+    assert cosine_similarity(a, b) == pytest.approx(2**-0.5)
+    assert cosine_similarity(np.array([1e150, 0.0]), np.array([1e100, 1e100])) == pytest.approx(
+        2**-0.5
+    )
