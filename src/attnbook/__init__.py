@@ -110,6 +110,7 @@ from attnbook.tokenizer import BPETokenizer
 from attnbook.training import (
     History,
     TrainConfig,
+    TrainingDiverged,
     exact_match,
     reverse_recipe,
     train,
@@ -152,6 +153,7 @@ __all__ = [
     "SwiGLU",
     "TextDataset",
     "TrainConfig",
+    "TrainingDiverged",
     "TranslationTask",
     "additive_scores",
     "alibi_bias",

@@ -42,7 +42,7 @@ from attnbook.data import (
 )
 from attnbook.model import GPT, GPTConfig
 from attnbook.runtime import set_seed
-from attnbook.training import TrainConfig, train
+from attnbook.training import TrainConfig, TrainingDiverged, train
 
 __all__ = ["main", "train_command"]
 
@@ -170,7 +170,10 @@ def _train(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             parser.error(str(error))
         set_seed(args.seed)  # the same initial weights on every process
         model = GPT(config)
-        history = train(model, data, train_config)
+        try:
+            history = train(model, data, train_config)
+        except TrainingDiverged as error:  # not a bug to trace: say what happened, exit 1
+            raise SystemExit(f"{parser.prog}: {error}") from None
         if rank == 0:
             last = {k: round(v[-1], 4) for k, v in history.eval_metrics.items()}
             print(

@@ -54,6 +54,7 @@ from attnbook.runtime import get_device, set_seed
 __all__ = [
     "History",
     "TrainConfig",
+    "TrainingDiverged",
     "amp_dtype",
     "evaluate",
     "exact_match",
@@ -203,6 +204,27 @@ class History:
         if name not in self.eval_metrics or not self.eval_metrics[name]:
             raise ValueError(f"name must be one of {sorted(self.eval_metrics)}, got {name!r}")
         return self.eval_metrics[name][-1]
+
+
+class TrainingDiverged(FloatingPointError):
+    """:func:`train` stopped: the loss of a step was NaN or infinite.
+
+    The gradient of such a loss is NaN too, and the step writes NaN into the
+    weights (except under float16 autocast, where the ``GradScaler`` skips a
+    step with a non-finite gradient), so the run stops at once instead of
+    training on. ``history`` holds what was measured up to and including that
+    step; ``step`` is its index.
+    """
+
+    def __init__(self, history: History, step: int) -> None:
+        self.history, self.step = history, step
+        loss, lr = history.train_loss[step], history.lr[step]
+        super().__init__(
+            f"the training loss is {loss} at step {step} (learning rate {lr:.3g}): the run "
+            "diverged. Lower the learning rate (TrainConfig.lr), keep gradient clipping on "
+            "(TrainConfig.grad_clip), and check the inputs; this error's .history holds the "
+            "steps so far"
+        )
 
 
 def amp_dtype(device: torch.device | str) -> torch.dtype | None:
@@ -459,6 +481,11 @@ def train(model: nn.Module, data: Data, config: TrainConfig) -> History:
 
     Returns:
         A :class:`History`.
+
+    Raises:
+        TrainingDiverged: at the first step whose loss is NaN or infinite
+            (e.g. a learning rate far too high); its ``history`` holds the
+            steps up to that one.
     """
     _check_model_data(model, data)
     if not isinstance(config, TrainConfig):
@@ -526,6 +553,10 @@ def train(model: nn.Module, data: Data, config: TrainConfig) -> History:
         history.train_loss.append(float(loss))
         history.lr.append(lr)
         trained_seconds += time.perf_counter() - started
+        if not math.isfinite(history.train_loss[-1]):  # the weights are lost: stop, and say so
+            bar.close()
+            history.seconds = trained_seconds
+            raise TrainingDiverged(history, step)
         bar.update(1)
         done = step + 1
         if done % config.eval_every == 0 or done == config.steps:

@@ -152,3 +152,15 @@ def test_n_train_and_n_test_size_a_small_task(tmp_path: object) -> None:
     args += ["--d-model", "16", "--n-layers", "1", "--batch-size", "8", "--no-progress"]
     assert main([*args, "--device", "cpu", "--history-json", str(out)]) == 0
     assert len(json.loads(out.read_text())["train_loss"]) == 2
+
+
+def test_a_diverging_run_ends_with_a_message_not_a_traceback() -> None:
+    from attnbook.__main__ import main
+
+    args = ["train", "--length", "6", "--n-train", "400", "--n-test", "50", "--lr", "1e6"]
+    args += ["--warmup-steps", "1", "--d-model", "16", "--n-layers", "1", "--batch-size", "8"]
+    with pytest.raises(SystemExit) as exit_:
+        main([*args, "--steps", "20", "--no-progress", "--device", "cpu"])
+    assert re.match(
+        r"python -m attnbook train: the training loss is nan at step \d+", exit_.value.code
+    )

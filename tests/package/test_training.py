@@ -22,6 +22,7 @@ from attnbook import GPT, GPTConfig, set_seed
 from attnbook.data import TextDataset, grammar_corpus, reverse_task
 from attnbook.training import (
     TrainConfig,
+    TrainingDiverged,
     amp_dtype,
     evaluate,
     exact_match,
@@ -199,6 +200,23 @@ def test_training_solves_a_small_reverse_task() -> None:
     assert history.train_loss[-1] < 0.2 * history.train_loss[0]
     assert len(history.train_loss) == len(history.lr) == history.eval_step[-1]
     assert history.eval_seconds == sorted(history.eval_seconds)
+
+
+def test_a_diverging_run_stops_at_its_first_nan_loss() -> None:
+    """Before, a learning rate of 1e6 trained on for every step and reported a held-out loss of NaN."""
+    config = _config(lr=1e6, warmup_steps=1, grad_clip=None)  # NaN at step 1, measured
+    model = _model()
+    with pytest.raises(
+        TrainingDiverged, match=r"the training loss is nan at step \d+ \(learning rate"
+    ) as caught:
+        train(model, TASK, config)
+    history, step = caught.value.history, caught.value.step
+    assert not all(torch.isfinite(p).all() for p in model.parameters())  # as chapter 10 says
+    assert isinstance(caught.value, FloatingPointError)
+    assert len(history.train_loss) == len(history.lr) == step + 1 < config.steps
+    assert not math.isfinite(history.train_loss[-1])
+    assert all(math.isfinite(loss) for loss in history.train_loss[:-1])
+    assert history.eval_step == []  # no evaluation of NaN weights
 
 
 def test_training_is_reproducible() -> None:
