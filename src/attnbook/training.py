@@ -210,10 +210,12 @@ class TrainingDiverged(FloatingPointError):
     """:func:`train` stopped: the loss of a step was NaN or infinite.
 
     The gradient of such a loss is NaN too, and the step writes NaN into the
-    weights (except under float16 autocast, where the ``GradScaler`` skips a
-    step with a non-finite gradient), so the run stops at once instead of
-    training on. ``history`` holds what was measured up to and including that
-    step; ``step`` is its index.
+    weights, so the run stops at once instead of training on. Under float16
+    autocast the ``GradScaler`` skips that step instead, but weights whose
+    forward pass overflowed keep overflowing (a run at ``lr=1e6`` with the
+    scaler on measured NaN at every later step), so the run stops there too.
+    ``history`` holds what was measured up to and including that step;
+    ``step`` is its index.
     """
 
     def __init__(self, history: History, step: int) -> None:
@@ -553,7 +555,7 @@ def train(model: nn.Module, data: Data, config: TrainConfig) -> History:
         history.train_loss.append(float(loss))
         history.lr.append(lr)
         trained_seconds += time.perf_counter() - started
-        if not math.isfinite(history.train_loss[-1]):  # the weights are lost: stop, and say so
+        if not math.isfinite(history.train_loss[-1]):  # the run is lost: stop, and say so
             bar.close()
             history.seconds = trained_seconds
             raise TrainingDiverged(history, step)

@@ -219,6 +219,21 @@ def test_a_diverging_run_stops_at_its_first_nan_loss() -> None:
     assert history.eval_step == []  # no evaluation of NaN weights
 
 
+def test_a_nan_loss_stops_the_run_with_the_fp16_scaler_on_too(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The scaler skips the NaN step and the weights stay finite, but they overflow from then on."""
+    real = torch.amp.GradScaler
+    monkeypatch.setattr(
+        torch.amp, "GradScaler", lambda *a, **k: real(*a, **(k | {"enabled": True}))
+    )
+    model = _model()
+    with pytest.raises(TrainingDiverged) as caught:
+        train(model, TASK, _config(lr=1e6, warmup_steps=1, grad_clip=None))
+    assert caught.value.step == 1
+    assert all(torch.isfinite(p).all() for p in model.parameters())  # the step was skipped
+
+
 def test_training_is_reproducible() -> None:
     a = train(_model(), TASK, _config())
     b = train(_model(), TASK, _config())
