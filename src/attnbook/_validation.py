@@ -145,7 +145,10 @@ def as_float_tensor(x: object, name: str, needed: str) -> torch.Tensor:
 
 
 def check_rank(x: object, name: str, ndim: int, needed: str) -> torch.Tensor:
-    """Return ``x`` if it is a torch tensor with ``ndim`` axes, else raise, quoting ``needed`` (e.g. ``"(B, T, D)"``)."""
+    """Return ``x`` if it is a torch tensor with ``ndim`` axes, else raise, quoting ``needed``.
+
+    ``needed`` is the shape the caller wants, e.g. ``"(B, T, D)"``.
+    """
     if isinstance(x, torch.Tensor) and x.ndim == ndim:
         return x
     got = f"shape {shape_str(x)}" if isinstance(x, (torch.Tensor, np.ndarray)) else type(x).__name__

@@ -228,6 +228,9 @@ class TrainingDiverged(FloatingPointError):
             "steps so far"
         )
 
+    def __reduce__(self) -> tuple[type, tuple[History, int]]:  # pickle it with its history
+        return type(self), (self.history, self.step)
+
 
 def amp_dtype(device: torch.device | str) -> torch.dtype | None:
     """The autocast dtype :func:`train` uses on ``device``: bf16, fp16 or None (no autocast).

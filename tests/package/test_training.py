@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+import pickle
 
 import matplotlib
 import pytest
@@ -217,6 +218,8 @@ def test_a_diverging_run_stops_at_its_first_nan_loss() -> None:
     assert not math.isfinite(history.train_loss[-1])
     assert all(math.isfinite(loss) for loss in history.train_loss[:-1])
     assert history.eval_step == []  # no evaluation of NaN weights
+    again = pickle.loads(pickle.dumps(caught.value))  # e.g. sent back from a worker process
+    assert (str(again), again.step, again.history.lr) == (str(caught.value), step, history.lr)
 
 
 def test_a_nan_loss_stops_the_run_with_the_fp16_scaler_on_too(
