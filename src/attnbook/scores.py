@@ -115,17 +115,14 @@ def cosine_similarity(a: Array, b: Array, eps: float = 1e-8) -> Array:
 
 def _check_lengths_fit(lengths: Array) -> None:
     """Raise if a product of two lengths overflowed (the dot product, no larger, then fits)."""
-    fits = (
-        torch.isfinite(lengths).all()
-        if isinstance(lengths, torch.Tensor)
-        else np.isfinite(lengths).all()
-    )
-    if not fits:
+    try:
+        check_finite(lengths, "the product of the lengths of a and b")
+    except ValueError:  # the same finding, with what to do about it
         raise ValueError(
             f"a and b are too long for {lengths.dtype}: the product of their lengths "
             "overflows; cosine similarity ignores length, so divide each vector by its "
             "largest absolute entry first"
-        )
+        ) from None
 
 
 def score_matrix(queries: Array, keys: Array, scale: float | None = None) -> Array:
