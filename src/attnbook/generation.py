@@ -299,7 +299,8 @@ def generate(
     the cache speeds up generation only while the sequence fits the context.
     ``temperature=0`` is greedy decoding (the argmax), lower temperatures
     sharpen the distribution, higher ones flatten it; ``top_k`` keeps only
-    the ``k`` most likely tokens before sampling. Runs in ``eval()`` mode
+    the ``k`` most likely tokens before sampling (and any tied with the
+    ``k``-th, as nanoGPT and Hugging Face do). Runs in ``eval()`` mode
     without gradients and restores the model's training mode afterwards.
 
     Args:
@@ -429,7 +430,8 @@ def sample_next(
     """One token per row of ``logits`` ``(B, V)``: greedy, or sampled with temperature / top-k.
 
     Unchecked (:func:`generate` checks the settings). ``temperature=0`` is the
-    argmax; ``top_k`` keeps the ``k`` largest logits per row before sampling.
+    argmax; ``top_k`` keeps the ``k`` largest logits per row before sampling,
+    and any tied with the ``k``-th largest (more than ``k`` tokens can then be drawn).
 
     Returns:
         Token ids of shape ``(B, 1)``.

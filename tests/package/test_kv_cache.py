@@ -205,6 +205,13 @@ def test_at_the_book_s_temperatures_the_shift_moves_no_sample(
         assert torch.equal(drawn, plain)
 
 
+def test_top_k_keeps_the_logits_tied_with_the_k_th() -> None:
+    """As its docstring says: with top_k=1 and three tied maxima, each of the three is drawn."""
+    logits = torch.tensor([[1.0, 1.0, 1.0, 0.0]]).expand(3000, 4)
+    drawn = generation.sample_next(logits, 1.0, 1, torch.Generator().manual_seed(0))
+    assert set(drawn.flatten().tolist()) == {0, 1, 2}
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("n_kv_heads", [None, 2, 1])
 def test_nbytes_is_the_memory_formula(n_kv_heads: int, dtype: torch.dtype) -> None:
