@@ -121,8 +121,9 @@ def lr_at(step: int, config: TrainConfig) -> float:
     large steps then can throw a freshly initialised transformer into a bad
     region. Afterwards it follows half a cosine from ``lr`` down to
     ``min_lr_ratio * lr`` at the last step: large steps while far from a
-    minimum, small ones to settle into it. The last step always gets the
-    minimum, also when a single step follows the warmup.
+    minimum, small ones to settle into it. The last step gets the minimum
+    whenever a step follows the warmup, also a single one; with
+    ``warmup_steps == steps`` there is no decay, and the last step gets ``lr``.
 
     Args:
         step: in ``[0, config.steps)``.
@@ -276,11 +277,16 @@ def _take(inputs: Inputs, rows: slice, device: torch.device) -> Inputs:
     return inputs[rows].to(device)
 
 
-def _loss(model: nn.Module, inputs: Inputs, targets: torch.Tensor) -> torch.Tensor:
+def _loss(
+    model: nn.Module, inputs: Inputs, targets: torch.Tensor, per: float | None = None
+) -> torch.Tensor:
+    """The mean cross-entropy over the targets that are not IGNORE_INDEX; or, given ``per``,
+    their sum divided by ``per``."""
     logits = _run(model, inputs)  # (B, T, V)
-    return F.cross_entropy(  # mean over the targets that are not IGNORE_INDEX
-        logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE_INDEX
-    )
+    flat = logits.flatten(0, 1).float(), targets.flatten()  # (B T, V), (B T)
+    if per is None:
+        return F.cross_entropy(*flat, ignore_index=IGNORE_INDEX)
+    return F.cross_entropy(*flat, ignore_index=IGNORE_INDEX, reduction="sum") / per
 
 
 def _check_model_data(model: object, data: object) -> None:
@@ -470,7 +476,9 @@ def train(model: nn.Module, data: Data, config: TrainConfig) -> History:
     draws the *same* global batch and keeps its own slice of it, the model is
     wrapped in DistributedDataParallel (which averages the gradients), and
     the loss recorded is the global batch's mean: the same numbers as one
-    process with the whole batch, up to the order of floating-point sums.
+    process with the whole batch, up to the order of floating-point sums. Each
+    slice's loss is its sum over the global batch's number of targets (times
+    the number of processes), so that a slice with more padding weighs less.
 
     A :class:`~attnbook.TranslationTask` trains an encoder-decoder
     (:class:`~attnbook.EncoderDecoder` or :class:`~attnbook.RNNEncoderDecoder`)
@@ -541,9 +549,14 @@ def train(model: nn.Module, data: Data, config: TrainConfig) -> History:
         for group in optimizer.param_groups:
             group["lr"] = lr
         inputs, targets = data.batch("train", config.batch_size, batches)  # (B, T) each
+        # Under DDP, which averages the processes' gradients, each slice's loss is its sum
+        # divided by the global batch's number of targets over the number of processes: the
+        # average is then the gradient of the global batch's mean, also where the slices hold
+        # different numbers of targets (a translation batch's padding is not counted).
+        per = int((targets != IGNORE_INDEX).sum()) / world if world > 1 else None
         inputs, targets = _take(inputs, shard, device), targets[shard].to(device)
         with _autocast(device, dtype):
-            loss = _loss(net, inputs, targets)
+            loss = _loss(net, inputs, targets, per)
         optimizer.zero_grad(set_to_none=True)
         scaler.scale(loss).backward()  # under DDP: gradients averaged over the processes here
         if config.grad_clip is not None:
@@ -552,7 +565,7 @@ def train(model: nn.Module, data: Data, config: TrainConfig) -> History:
         scaler.step(optimizer)  # skips the step if a scaled gradient overflowed
         scaler.update()
         loss = loss.detach()
-        if world > 1:  # the global batch's mean (each slice has the same number of targets)
+        if world > 1:  # the global batch's mean: the slices' sums over its number of targets
             torch.distributed.all_reduce(loss)
             loss = loss / world
         history.train_loss.append(float(loss))
