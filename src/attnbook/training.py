@@ -280,8 +280,7 @@ def _take(inputs: Inputs, rows: slice, device: torch.device) -> Inputs:
 def _loss(
     model: nn.Module, inputs: Inputs, targets: torch.Tensor, per: float | None = None
 ) -> torch.Tensor:
-    """The mean cross-entropy over the targets that are not IGNORE_INDEX; or, given ``per``,
-    their sum divided by ``per``."""
+    """Cross-entropy of the targets (IGNORE_INDEX not counted): their mean, or sum / ``per``."""
     logits = _run(model, inputs)  # (B, T, V)
     flat = logits.flatten(0, 1).float(), targets.flatten()  # (B T, V), (B T)
     if per is None:
