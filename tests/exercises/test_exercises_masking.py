@@ -77,7 +77,7 @@ def test_the_additive_answer_has_right_values_but_a_nan_gradient() -> None:
 @pytest.mark.parametrize("wrong", [_additive_then_nan_to_num, _additive_then_where])
 def test_masked_softmax_with_a_nan_gradient_fails(wrong: Callable) -> None:
     verdict = check_masked_softmax(wrong)
-    _rejects(verdict, "case 5/5", "gradient", "NaN")
+    _rejects(verdict, "case 6/6", "gradient", "NaN")
     if wrong is _additive_then_nan_to_num:
         assert "an additive -inf mask, then nan_to_num" in verdict.message
 
@@ -86,7 +86,7 @@ def test_masked_softmax_with_a_nan_gradient_fails(wrong: Callable) -> None:
 def test_masked_softmax_with_a_finite_gradient_passes(right: Callable) -> None:
     verdict = check_masked_softmax(right)
     assert verdict, verdict.message
-    assert "all 5 hidden cases pass" in verdict.message
+    assert "all 6 hidden cases pass" in verdict.message
 
 
 def test_masked_softmax_that_cannot_be_differentiated_fails() -> None:
@@ -95,14 +95,14 @@ def test_masked_softmax_that_cannot_be_differentiated_fails() -> None:
 
     verdict = check_masked_softmax(detached)
     assert not verdict
-    assert "case 5/5" in verdict.message
+    assert "case 6/6" in verdict.message
     assert "autograd" in verdict.message
 
 
 def test_forward_failures_count_the_backward_case() -> None:
     verdict = check_masked_softmax(lambda s, m: torch.softmax(s.masked_fill(~m, -1e9), -1))
-    _rejects(verdict, "/5 (")
-    assert verdict.n_cases == 5
+    _rejects(verdict, "/6 (")
+    assert verdict.n_cases == 6
 
 
 # -------------------------------------------------- calling the library instead

@@ -389,9 +389,31 @@ def _masked_softmax_where(scores: torch.Tensor, mask: torch.Tensor) -> torch.Ten
 
 
 def _masked_softmax_guarded(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    e = torch.exp(scores - scores.amax(dim=-1, keepdim=True)) * mask
+    top = scores.masked_fill(~mask, float("-inf")).amax(dim=-1, keepdim=True)  # largest allowed
+    top = torch.where(torch.isneginf(top), 0.0, top)  # an empty row: shift by 0
+    e = torch.exp((scores - top).masked_fill(~mask, float("-inf")))
     total = e.sum(dim=-1, keepdim=True)
     return e / total.clamp_min(torch.finfo(scores.dtype).tiny)
+
+
+def _unstable(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Right but for the shift: exp(1000) overflows."""
+    e = torch.exp(scores).masked_fill(~mask, 0.0)
+    total = e.sum(dim=-1, keepdim=True)
+    return e / torch.where(total == 0, torch.ones_like(total), total)
+
+
+def _shifted_by_a_blocked_score(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Shifts by the largest score of the row, blocked keys included: allowed weights underflow."""
+    e = torch.exp(scores - scores.amax(dim=-1, keepdim=True)).masked_fill(~mask, 0.0)
+    total = e.sum(dim=-1, keepdim=True)
+    return e / torch.where(total == 0, torch.ones_like(total), total)
+
+
+@pytest.mark.parametrize("wrong", [_unstable, _shifted_by_a_blocked_score])
+def test_masked_softmax_checker_rejects_an_unstable_softmax(wrong: Callable) -> None:
+    verdict = check_masked_softmax(wrong)
+    _rejects(verdict, "scores near 1000", "largest *allowed* score")
 
 
 @pytest.mark.parametrize("right", [_masked_softmax_where, _masked_softmax_guarded])

@@ -346,6 +346,23 @@ def _empty_sequence() -> tuple[torch.Tensor, torch.Tensor]:
     return randn(522, 2, 4, 4), padding_mask([3, 0], 4)  # (B, T, S), (B, 1, S)
 
 
+def _large_scores() -> tuple[torch.Tensor, torch.Tensor]:
+    """Scores in the thousands, and a blocked key far above them: stability is needed.
+
+    Unshifted, exp(1000) is inf in float64 and the row is NaN; shifted by the
+    largest score of the row, blocked keys included (1e9 here), every allowed
+    weight underflows to 0. Only a shift by the largest *allowed* score works.
+    """
+    scores = torch.tensor(
+        [[1000.0, 999.0, 1e9, 0.0], [5e8, 0.0, -1000.0, 2.0], [1.0, 2.0, 3.0, 0.5]],
+        dtype=torch.float64,
+    )  # (3, 4); the last row is an ordinary one
+    mask = torch.tensor(
+        [[True, True, False, False], [False, True, True, True], [True, True, False, True]]
+    )
+    return scores, mask
+
+
 _MASKED_SOFTMAX_CASES = [
     Case(
         "4 queries share a mask (1, 5): keys 3 and 4 are padding",
@@ -369,6 +386,13 @@ _MASKED_SOFTMAX_CASES = [
         "a padding mask (B, 1, S) with an empty sequence (length 0)",
         _empty_sequence,
         "The mask broadcasts over the queries; every row of the empty sequence is all 0.",
+    ),
+    Case(
+        "scores near 1000, and blocked keys that score far higher (1e9)",
+        _large_scores,
+        "Keep the softmax stable: shift each row by its largest *allowed* score before "
+        "exponentiating. Unshifted, exp(1000) overflows to inf; shifted by a blocked key's "
+        "score, every allowed weight underflows to 0.",
     ),
 ]
 
