@@ -336,7 +336,11 @@ def check_mask(
         name: the argument's name, for error messages.
         dtype: the scores' dtype, if known: an additive mask is cast to it, and
             a finite value too large for it (``7e4`` for float16) is refused,
-            since it would turn into ``+inf`` there and the softmax into NaN.
+            since it would turn into ``+inf`` there and the softmax into NaN. A
+            finite value below its lowest number (``-1e9`` for float16) turns
+            into ``-inf`` and blocks, which is what such a value is written for;
+            a row of them is then fully masked (weights 0), where in float32 the
+            same row would spread its weight evenly.
 
     Returns:
         ``mask``; an additive one in ``dtype`` when it is given.

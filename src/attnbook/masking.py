@@ -286,7 +286,9 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None) -> to
     Args:
         scores: shape ``(..., T, S)``, floating point.
         mask: optional boolean (``True`` = may attend) or additive mask,
-            broadcastable to ``(..., T, S)``.
+            broadcastable to ``(..., T, S)``. An additive mask is added in the
+            scores' dtype, where a finite value below its lowest number
+            (``-1e9`` in float16) becomes ``-inf`` and blocks.
 
     Returns:
         ``weights`` of shape ``(..., T, S)``: each row sums to 1, except rows

@@ -220,3 +220,11 @@ def test_a_large_negative_additive_mask_still_blocks_in_half_precision() -> None
     weights = masked_softmax(scores, torch.tensor([[0.0, -1e9]]))
     assert weights.dtype == torch.float16
     assert weights.tolist() == [[1.0, 0.0]]
+
+
+def test_a_row_of_values_below_float16_s_range_is_fully_masked_in_half_precision() -> None:
+    """As masked_softmax's docstring says: -1e5 becomes -inf in float16, so the row is empty."""
+    mask = torch.full((1, 3), -1e5)
+    torch.testing.assert_close(masked_softmax(torch.zeros(1, 3), mask), torch.full((1, 3), 1 / 3))
+    half = masked_softmax(torch.zeros(1, 3, dtype=torch.float16), mask)
+    assert half.tolist() == [[0.0, 0.0, 0.0]]
