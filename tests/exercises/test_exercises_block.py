@@ -153,3 +153,17 @@ def test_gpt_num_parameters_checker_names_typical_mistakes() -> None:
         check_gpt_num_parameters(lambda v, c, d, n, f: _count(v, c, d, n, 4 * d)),
         "vocab_size = 100",
     )
+
+
+def test_pre_ln_block_checker_rejects_residuals_added_in_place() -> None:
+    """x += ... overwrites the caller's tensor: the numbers are right, but a training step
+    through it fails, since autograd needs the input it saw."""
+
+    def in_place(x, attention, ffn, norm1, norm2):
+        x += attention(norm1(x))
+        x += ffn(norm2(x))
+        return x
+
+    verdict = check_pre_ln_block(in_place)
+    assert_rejects(verdict, "case 1/", named="autograd")
+    assert "changed its argument `x` in place" in verdict.message

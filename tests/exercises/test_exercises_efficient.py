@@ -27,7 +27,7 @@ def _update(m, l, acc, scores, values):  # noqa: E741 (a correct answer)
 def test_online_softmax_checker_accepts_correct_answers() -> None:
     verdict = check_online_softmax_update(_update)
     assert verdict, verdict.message
-    assert "all 5 hidden cases pass" in verdict.message
+    assert "all 6 hidden cases pass" in verdict.message
 
     def flat_state(m, l, acc, scores, values):  # noqa: E741  m and l as (T,) vectors
         m_new, l_new, acc_new = _update(m, l, acc, scores, values)
@@ -252,3 +252,27 @@ def test_kv_cache_checker_rejects_other_wrong_answers() -> None:
         return _bytes(n_l, n_h, n_kv, d, s, b, 1)
 
     assert_rejects(check_kv_cache_bytes(elements_not_bytes), "3 layers")
+
+
+def test_online_softmax_checker_rejects_an_empty_state_started_at_zero() -> None:
+    """m = -inf replaced by 0: right while a block's scores reach above 0, wrong below."""
+
+    def from_zero(m, l, acc, scores, values):  # noqa: E741
+        return _update(torch.nan_to_num(m, neginf=0.0), l, acc, scores, values)
+
+    assert_rejects(check_online_softmax_update(from_zero), "every score around -1e3")
+
+
+def test_sliding_window_checker_rejects_python_loops() -> None:
+    """The exercise says "Use no Python loop"; a double loop gets the numbers right."""
+
+    def looped(seq_len, window):
+        mask = torch.zeros(seq_len, seq_len, dtype=torch.bool)
+        for t in range(seq_len):
+            for s in range(max(0, t - window + 1), t + 1):
+                mask[t, s] = True
+        return mask
+
+    verdict = check_sliding_window_mask(looped)
+    assert_rejects(verdict, "case 1/", named="distances")
+    assert "runs a Python loop" in verdict.message

@@ -86,7 +86,7 @@ def _rollout(weights, residual):  # a correct answer
 def test_attention_rollout_checker_accepts_correct_answers() -> None:
     verdict = check_attention_rollout(_rollout)
     assert verdict, verdict.message
-    assert "all 4 hidden cases pass" in verdict.message
+    assert "all 5 hidden cases pass" in verdict.message
     assert not check_attention_rollout(stub).attempted
 
 
@@ -154,3 +154,20 @@ def test_attention_rollout_checker_rejects_an_unknown_mistake_with_the_case_hint
 
     verdict = check_attention_rollout(transposed)
     assert_rejects(verdict, "two layers, two heads, 4 tokens", named="last layer on the left")
+
+
+def test_attention_rollout_checker_rejects_rows_left_unnormalised() -> None:
+    """Without the renormalisation, a query that attends to no key keeps only the residual's
+    share of its own vector: right for every row that sums to 1, wrong for that one."""
+
+    def unnormalised(weights, residual):
+        T = weights.shape[-1]
+        result = torch.eye(T, dtype=weights.dtype).expand(weights.shape[1], T, T)
+        for layer in weights:
+            result = (
+                residual * torch.eye(T, dtype=weights.dtype) + (1 - residual) * layer.mean(1)
+            ) @ result
+        return result
+
+    verdict = check_attention_rollout(unnormalised)
+    assert_rejects(verdict, "attends to no key", "the rows not renormalised")

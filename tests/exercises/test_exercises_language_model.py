@@ -109,7 +109,7 @@ def _merge(ids, pair, new_id):  # a learner's correct answer (calling merge_pair
 def test_bpe_merge_checker_accepts_correct_answers() -> None:
     verdict = check_bpe_merge(_merge)
     assert verdict, verdict.message
-    assert "all 4 hidden cases pass" in verdict.message
+    assert "all 5 hidden cases pass" in verdict.message
 
     def with_tuple(ids, pair, new_id):  # a tuple is fine too
         return tuple(_merge(ids, pair, new_id))
@@ -161,14 +161,14 @@ def test_bpe_merge_checker_names_typical_mistakes() -> None:
                 out.append(x)
         return out
 
-    assert_rejects(check_bpe_merge(first_only), "'the he there'", "only the first occurrence")
+    assert_rejects(check_bpe_merge(first_only), "'the hehe there'", "only the first occurrence")
     assert_rejects(
-        check_bpe_merge(reversed_pair), "'the he there'", "the pair matched in the wrong"
+        check_bpe_merge(reversed_pair), "'the hehe there'", "the pair matched in the wrong"
     )
-    assert_rejects(check_bpe_merge(kept_second), "'the he there'", "the pair's second id kept")
+    assert_rejects(check_bpe_merge(kept_second), "'the hehe there'", "the pair's second id kept")
     assert_rejects(check_bpe_merge(overlapping), "overlapping occurrences")
     verdict = check_bpe_merge(lambda ids, pair, new_id: [new_id])
-    assert_rejects(verdict, "'the he there'")
+    assert_rejects(verdict, "'the hehe there'")
     assert "this looks like" not in verdict.message
 
 
@@ -176,4 +176,47 @@ def test_bpe_merge_checker_refuses_the_tokenizer() -> None:
     from attnbook import tokenizer
 
     verdict = check_bpe_merge(lambda ids, pair, new_id: tokenizer.merge_pair(ids, pair, new_id))
-    assert_rejects(verdict, "'the he there'", named="library")
+    assert_rejects(verdict, "'the hehe there'", named="library")
+
+
+def test_bpe_merge_checker_rejects_a_merge_of_the_digits() -> None:
+    """Replacing "1 2" in the ids written as text also matches across ids (11 2, 1 21)."""
+
+    def by_text(ids, pair, new_id):
+        text = " ".join(map(str, ids)).replace(f"{pair[0]} {pair[1]}", str(new_id))
+        return [int(t) for t in text.split()]
+
+    assert_rejects(check_bpe_merge(by_text), "digits run together")
+
+
+def test_bpe_merge_checker_names_a_comparison_that_never_matches() -> None:
+    """ids[i : i + 2] == pair compares a list with a tuple: nothing merges, anywhere."""
+
+    def list_against_tuple(ids, pair, new_id):
+        out, i = [], 0
+        while i < len(ids):
+            if ids[i : i + 2] == pair:
+                out.append(new_id)
+                i += 2
+            else:
+                out.append(ids[i])
+                i += 1
+        return out
+
+    assert_rejects(check_bpe_merge(list_against_tuple), "'the hehe there'", "no occurrence found")
+
+
+def test_bpe_merge_checker_rejects_a_merge_in_place() -> None:
+    """The text asks for a new list; this one edits the caller's."""
+
+    def in_place(ids, pair, new_id):
+        i = 0
+        while i < len(ids) - 1:
+            if (ids[i], ids[i + 1]) == tuple(pair):
+                ids[i : i + 2] = [new_id]
+            i += 1
+        return ids
+
+    verdict = check_bpe_merge(in_place)
+    assert_rejects(verdict, "'the hehe there'", named="leave the inputs")
+    assert "changed its argument `ids` in place" in verdict.message

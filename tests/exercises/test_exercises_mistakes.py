@@ -28,6 +28,7 @@ from attnbook.exercises import (
     check_scaled_dot_product_attention,
     check_score_matrix,
     check_soft_lookup,
+    check_softmax,
     check_softmax_temperature,
 )
 
@@ -48,6 +49,43 @@ def _np_softmax(z: np.ndarray) -> np.ndarray:
 
 def _scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     return q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+
+
+# ------------------------------------------------------------ inputs changed in place
+
+
+def test_an_answer_that_changes_its_input_in_place_is_rejected() -> None:
+    """The right weights, but the caller's scores are overwritten on the way (x -= ...)."""
+
+    def shifted_in_place(x):
+        x -= x.max(axis=-1, keepdims=True)
+        e = np.exp(x)
+        return e / e.sum(axis=-1, keepdims=True)
+
+    assert np.allclose(shifted_in_place(np.array([1.0, 2.0])), _np_softmax(np.array([1.0, 2.0])))
+    _rejects(check_softmax(shifted_in_place), "case 1/", "changed its argument `x` in place")
+    # the same answer on a copy passes, and so does one returning its input unchanged
+    assert check_softmax(lambda x: shifted_in_place(np.array(x, dtype=float)))
+    assert check_hard_lookup(lambda q, K, V: V[int(np.argmax(K @ q))])
+
+
+# ------------------------------------------------------------ the checkers' own functions
+
+
+def test_the_checkers_own_functions_are_off_limits_however_they_are_reached() -> None:
+    """exercises.softmax holds a right softmax (_stable, the temperature checker's reference);
+    reached by name, wrapped, or handed in as it is, it fails the exercise."""
+    import functools
+    import pkgutil
+
+    stable = pkgutil.resolve_name("attnbook.exercises.softmax:_stable")
+    assert np.allclose(stable(np.array([1.0, 2.0])), _np_softmax(np.array([1.0, 2.0])))
+    for answer in (lambda x: stable(x), stable, functools.partial(stable)):
+        _rejects(check_softmax(answer), "case 1/", "attnbook.exercises.softmax._stable")
+    # the sub-layers a case hands to the answer are the checker's too, and may be called
+    assert attnbook.exercises.check_pre_ln_block(
+        lambda x, attention, ffn, n1, n2: (h := x + attention(n1(x))) + ffn(n2(h))
+    )
 
 
 # ------------------------------------------------------------ temperature softmax

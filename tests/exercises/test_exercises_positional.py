@@ -144,3 +144,34 @@ def test_rope_checker_rejects_answers_without_a_named_mistake() -> None:
 def test_rope_checker_needs_a_function() -> None:
     with pytest.raises(ValueError, match="check_apply_rope needs your function"):
         check_apply_rope(_rope(torch.zeros(2, 4), torch.arange(2)))
+
+
+def _pe_loop(seq_len, d_model):
+    """The right numbers, one position and one pair at a time: the loop the text rules out."""
+    pe = torch.zeros(seq_len, d_model)
+    for pos in range(seq_len):
+        for i in range(d_model // 2):
+            angle = pos / 10000.0 ** (2 * i / d_model)
+            pe[pos, 2 * i], pe[pos, 2 * i + 1] = math.sin(angle), math.cos(angle)
+    return pe
+
+
+def _rope_loop(x, positions):
+    out = torch.empty_like(x)
+    d = x.shape[-1]
+    for t, pos in enumerate(positions.tolist()):
+        for i in range(d // 2):
+            theta = pos * 10000.0 ** (-2 * i / d)
+            a, b = x[..., t, 2 * i], x[..., t, 2 * i + 1]
+            out[..., t, 2 * i] = a * math.cos(theta) - b * math.sin(theta)
+            out[..., t, 2 * i + 1] = a * math.sin(theta) + b * math.cos(theta)
+    return out
+
+
+def test_the_positional_checkers_reject_python_loops_as_their_texts_ask() -> None:
+    """Chapter 8 asks for both without a Python loop; the loops give the right numbers."""
+    assert_rejects(check_sinusoidal_positional_encoding(_pe_loop), "case 1/", named="column")
+    assert "runs a Python loop" in check_sinusoidal_positional_encoding(_pe_loop).message
+    verdict = check_apply_rope(_rope_loop)
+    assert_rejects(verdict, "case 1/", named="broadcasting")
+    assert "runs a Python loop" in verdict.message

@@ -132,3 +132,9 @@ def test_beam_step_checker_names_typical_mistakes() -> None:
     verdict = check_beam_step(lambda scores, log_probs: scores)  # not three tensors
     assert not verdict
     assert verdict.attempted
+
+
+def test_beam_step_checker_accepts_a_list_of_the_three_tensors() -> None:
+    """ "Return three (B, K) tensors": a list of them is as right as a tuple."""
+    verdict = check_beam_step(lambda scores, log_probs: list(_beam(scores, log_probs)))
+    assert verdict, verdict.message

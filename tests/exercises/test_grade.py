@@ -208,6 +208,18 @@ ATTACKS = {
         "threading",
     ),
     "memorised": (_memorised_answer(), "failed", "case 1/6"),
+    "checker_internals": (  # a right softmax that the checker's own module holds
+        "import pkgutil\n\nstable = pkgutil.resolve_name('attnbook.exercises.softmax:_stable')\n\n"
+        "def my_softmax(x):\n    return stable(x)\n\n\ncheck_softmax(my_softmax)",
+        "failed",
+        "the checker's own code",
+    ),
+    "in_place": (  # not an attack: a mistake that the numbers alone do not show
+        "def my_softmax(x):\n    x -= x.max(axis=-1, keepdims=True)\n    e = np.exp(x)\n"
+        "    return e / e.sum(axis=-1, keepdims=True)\n\n\ncheck_softmax(my_softmax)",
+        "failed",
+        "changed its argument `x` in place",
+    ),
     "none_returned": (
         "def my_softmax(x):\n    e = np.exp(x - x.max(axis=-1, keepdims=True))\n"
         "    e / e.sum(axis=-1, keepdims=True)\n\n\ncheck_softmax(my_softmax)",
@@ -340,6 +352,33 @@ def test_json_csv_and_gradebook_agree(cli_run: dict) -> None:
     assert set(book) == students
     assert (book["bob"]["total"], book["bob"]["max_points"]) == ("5", "5")
     assert (book["alice"]["total"], book["dave"]["softmax"]) == ("0", "0")
+
+
+def test_a_chapter_handed_in_twice_counts_each_exercise_once(tmp_path: Path) -> None:
+    """02_softmax.ipynb and 02_softmax (1).ipynb: the best result of each exercise, once,
+    and the summary says so."""
+
+    def row(notebook: str, exercise: str, status: str, worth: float) -> grade.GradeRecord:
+        earned = worth if status == "passed" else 0.0
+        return grade.GradeRecord(
+            "peggy", notebook, "Softmax", exercise, "", status, earned, worth, ""
+        )
+
+    records = [
+        row("02_softmax.ipynb", "", "error", 0.0),  # a notebook's own record
+        row("02_softmax.ipynb", "softmax", "passed", 1.0),
+        row("02_softmax.ipynb", "softmax_temperature", "failed", 3.0),
+        row("02_softmax (1).ipynb", "softmax", "passed", 1.0),
+        row("02_softmax (1).ipynb", "softmax_temperature", "passed", 3.0),
+    ]
+    path = tmp_path / "gradebook.csv"
+    grade.write_gradebook(records, path)
+    (peggy,) = csv.DictReader(path.open(encoding="utf-8", newline=""))
+    assert (peggy["softmax"], peggy["softmax_temperature"]) == ("1", "3")
+    assert (peggy["total"], peggy["max_points"]) == ("4", "4")
+    text = grade.format_table(records)
+    assert "peggy: 4 / 4" in text
+    assert "02_softmax (1).ipynb, 02_softmax.ipynb): each exercise counts once" in text
 
 
 def test_the_summary_table_shows_every_record_and_the_totals(cli_run: dict) -> None:
@@ -615,6 +654,18 @@ def test_a_killed_grader_loses_nothing_and_resumes(tmp_path: Path) -> None:
     lines = state.read_text().splitlines()
     assert len(lines) == 1 + 2  # each notebook graded once
     assert len({json.loads(line).get("sha256") for line in lines[1:]}) == 2
+    assert {(r["points"], r["max_points"]) for r in rows} == {(1, 1)}
+    # points changed in course.yml after a run: the verdicts come from the state, the points
+    # from the course as it is now
+    course = tmp_path / "course.yml"
+    course.write_text("points:\n  default: 2\n  exercises:\n    ex-ch02-temperature: 3\n")
+    repriced = subprocess.run(
+        [*command, "--course", str(course)], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert repriced.returncode == 0, repriced.stderr[-2000:]
+    assert repriced.stderr.count("graded before (state file)") == 2
+    worth = {r["exercise"]: r["max_points"] for r in json.loads(json_path.read_text())}
+    assert worth == {"softmax": 2, "softmax_temperature": 3}
 
 
 # ------------------------------------------------------------------ without a sandbox

@@ -52,6 +52,42 @@ def test_the_answer_takes_only_what_it_needs_from_the_cells_before() -> None:
     assert found.problems == ()
 
 
+def test_an_import_is_cut_to_the_names_the_answer_uses() -> None:
+    """Chapter 4's set-up imports the exercise's answer beside softmax: an answer that uses
+    softmax is told about softmax, not about the name it never touched."""
+    found = _one(
+        "import torch\nfrom attnbook import scaled_dot_product_attention, softmax",
+        "def my_attention(q, k, v):\n    return softmax(q @ k.T) @ v\n\n"
+        "check_scaled_dot_product_attention(my_attention)",
+    )
+    assert "from attnbook import softmax" in found.program
+    assert "scaled_dot_product_attention," not in found.program
+    assert found.problems == (
+        "imports attnbook.softmax, which the grader does not allow in an answer",
+    )
+
+
+def test_the_chapters_device_is_the_cpu_in_the_answers_program() -> None:
+    """`device = attnbook.get_device()` is the set-up of every chapter, not a use of the
+    package: an answer that makes a tensor on `device` runs, on the CPU."""
+    found = _one(
+        "import attnbook\nimport torch\n\ndevice = attnbook.get_device()",
+        "def my_causal_mask(T):\n    return torch.ones(T, T, dtype=torch.bool, device=device).tril()"
+        "\n\ncheck_causal_mask(my_causal_mask)",
+    )
+    assert found.problems == ()
+    assert "device = torch.device('cpu')" in found.program
+    assert "attnbook" not in found.program.replace("__attnbook_answer__", "")
+    namespace: dict = {}
+    exec(found.program, namespace)
+    assert namespace["__attnbook_answer__"](3).sum() == 6
+    other = _one(  # a tensor's own get_device() is not the chapter's set-up
+        "import torch\nx = torch.ones(1)\nwhere = x.get_device()",
+        "check_causal_mask(lambda T: torch.ones(T, T, device=where).bool().tril())",
+    )
+    assert "where = x.get_device()" in other.program
+
+
 def test_the_last_definition_before_the_call_counts() -> None:
     found = _one(
         "def f(x):\n    return 1",

@@ -16,7 +16,10 @@ computes (e.g. no Python loop, no call to the library function the exercise
 asks you to write), since such answers return the right numbers. A checker
 without a guard of its own gets :func:`library_guard`: no call to the
 exercise's library equivalent (its list is the grader's,
-``attnbook.exercises.extract.LIBRARY_EQUIVALENTS``).
+``attnbook.exercises.extract.LIBRARY_EQUIVALENTS``). Every checker also
+refuses the checkers' own functions (:func:`no_checker_internals`) and an
+answer that changes its inputs in place (:func:`changed_inputs`), which can
+return the right numbers too.
 
 For graders: :func:`checker_spec` hands over what a checker passes to
 :func:`run_cases` (reference, cases, tolerances, mistakes, guard) without
@@ -28,12 +31,14 @@ checker says in a learner's kernel is read by the grader.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import copy
 import dataclasses
+import inspect
 import sys
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -47,13 +52,17 @@ __all__ = [
     "Mistake",
     "Verdict",
     "all_of",
+    "changed_inputs",
     "checker_spec",
     "forbid_calls",
     "library_guard",
+    "library_guard_and_no_loops",
     "library_softmaxes",
+    "no_checker_internals",
     "no_python_loops",
     "run_cases",
     "seeded_args",
+    "snapshot",
 ]
 
 _MAX_SHOWN = 24  # arrays with more entries are summarised, not printed
@@ -172,6 +181,60 @@ def compare_outputs(got: object, expected: object, rtol: float, atol: float) -> 
         worst = np.unravel_index(np.argmax(np.abs(g - e)), g.shape) if g.ndim else ()
         where = f" (largest difference at index {tuple(int(i) for i in worst)})" if g.ndim else ""
         return f"returned the wrong values{where}:\n   expected {_show(e)}\n   got      {_show(g)}"
+    return None
+
+
+def snapshot(value: object) -> object:
+    """A copy of the arrays and lists in ``value`` (a case's arguments), to tell afterwards
+    whether the answer changed them; anything else (a module, a number) is kept as it is."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    if isinstance(value, list | tuple):
+        return type(value)(snapshot(v) for v in value)
+    if isinstance(value, dict):
+        return {k: snapshot(v) for k, v in value.items()}
+    return value
+
+
+def _unchanged(before: object, after: object) -> bool:
+    if isinstance(before, torch.Tensor | np.ndarray):
+        if type(after) is not type(before) or after.shape != before.shape:
+            return False
+        b, a = _to_numpy(before), _to_numpy(after)
+        return bool(np.array_equal(b, a, equal_nan=b.dtype.kind in "fc"))
+    if isinstance(before, list | tuple | dict):
+        if type(after) is not type(before) or len(after) != len(before):
+            return False
+        if isinstance(before, dict):
+            return before.keys() == after.keys() and all(
+                _unchanged(before[k], after[k]) for k in before
+            )
+        return all(_unchanged(b, a) for b, a in zip(before, after))
+    if isinstance(before, int | float | str | bool | None):
+        return before == after or before != before  # NaN stays NaN
+    return True  # modules, generators, ...: not compared
+
+
+def changed_inputs(fn: Callable, before: tuple, args: tuple) -> str | None:
+    """``None`` if the call ``fn(*args)`` left every argument as :func:`snapshot` saw it
+    (``before``), else what the verdict says: which argument it changed in place."""
+    for i, (b, a) in enumerate(zip(before, args)):
+        if _unchanged(b, a):
+            continue
+        try:
+            parameters = inspect.signature(fn).parameters.values()
+        except (TypeError, ValueError):
+            parameters = []
+        positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        names = [p.name for p in parameters if p.kind in positional]
+        name = f"`{names[i]}`" if i < len(names) else f"number {i + 1}"
+        return (
+            f"changed its argument {name} in place.\n   Hint: return a new value and leave the "
+            "inputs as they were (`x = x - m`, not `x -= m`; `ids = ids[:]` before editing a "
+            "list): the caller may still need them, and autograd needs them unchanged."
+        )
     return None
 
 
@@ -406,6 +469,85 @@ def no_python_loops(hint: str, max_calls: int = 4) -> Guard:
     return guard
 
 
+def _checker_internals() -> dict[object, str]:
+    """Code object -> name of every module-level function of the checkers' modules."""
+    internals: dict[object, str] = {}
+    for module_name, module in list(sys.modules.items()):
+        if module is None or not module_name.startswith("attnbook.exercises"):
+            continue
+        for name, value in list(vars(module).items()):
+            if inspect.isfunction(value) and value.__module__ == module_name:
+                internals[value.__code__] = f"{module_name}.{name}"
+    return internals
+
+
+def _handed_in(answer: object, depth: int = 4) -> Iterator[object]:
+    """The callables an answer is made of: itself, what it wraps (``__wrapped__``,
+    ``functools.partial``) and the callables its closure holds (a checker's wrapper holds
+    the learner's function)."""
+    yield answer
+    if depth == 0:
+        return
+    inner = [getattr(answer, "__wrapped__", None), getattr(answer, "func", None)]
+    inner += [cell.cell_contents for cell in getattr(answer, "__closure__", None) or ()]
+    for value in inner:
+        with contextlib.suppress(ValueError):  # an empty closure cell
+            if callable(value):
+                yield from _handed_in(value, depth - 1)
+
+
+def no_checker_internals(answer: object = None) -> Guard:
+    """A guard that fails an answer which uses a function of :mod:`attnbook.exercises`.
+
+    Each checker's module holds its reference answer and its known mistakes as
+    module-level functions, reachable by a name (``pkgutil.resolve_name``,
+    ``importlib``, ``getattr``) that no list of forbidden library functions
+    names. The answer fails when it *is* one of them (``answer``, the function
+    handed to the checker, possibly wrapped), or when the learner's code calls
+    one. The checkers' own wrappers call them freely, and the functions a case
+    hands to the answer (a block's sub-layers) are closures, not module-level
+    functions, so the answer may call those.
+    """
+
+    def guard(call: Callable[[], object]) -> tuple[object, str | None]:
+        internals = _checker_internals()
+        seen: list[str] = [
+            internals[f.__code__]
+            for f in _handed_in(answer)
+            if getattr(f, "__code__", None) in internals
+        ]
+        previous = sys.getprofile()  # an enclosing guard's: it keeps watching (all_of)
+
+        def profile(frame: FrameType, event: str, arg: object) -> None:
+            if previous is not None:
+                previous(frame, event, arg)
+            if event == "call" and frame.f_code in internals:
+                caller = frame.f_back
+                if caller is not None and _is_learner_code(caller.f_code.co_filename):
+                    seen.append(internals[frame.f_code])
+
+        sys.setprofile(profile)
+        try:
+            result = call()
+        finally:
+            sys.setprofile(previous)
+        if seen:
+            return result, (
+                f"uses {seen[0]}, the checker's own code (its reference answer or a known "
+                "mistake).\n   Hint: write the answer yourself from array operations."
+            )
+        return result, None
+
+    return guard
+
+
+def library_guard_and_no_loops(exercise: str, hint: str) -> Guard:
+    """:func:`library_guard` of ``exercise`` (if it has one) and :func:`no_python_loops` with
+    ``hint``: for the exercises whose texts ask for array operations, not a loop."""
+    library, loops = library_guard(exercise), no_python_loops(hint)
+    return loops if library is None else all_of(library, loops)
+
+
 def diagnose_mistake(
     got: object,
     expected: object,
@@ -462,6 +604,9 @@ def run_cases(
     """
     if guard is None:  # no guard of its own: at least its library equivalents are off limits
         guard = library_guard(exercise)
+    # and, for every exercise, the checkers' own reference answers and mistakes
+    internals = no_checker_internals(learner_fn)
+    guard = internals if guard is None else all_of(internals, guard)
     if _CAPTURE.get():  # checker_spec: hand the checker's settings over instead of running
         spec = CheckSpec(exercise, learner_fn, reference_fn, tuple(cases), rtol, atol)
         raise _Captured(dataclasses.replace(spec, mistakes=tuple(mistakes), guard=guard))
@@ -487,6 +632,7 @@ def _judge(
     for i, case in enumerate(cases, start=1):
         expected = reference_fn(*case.make_args())
         args = case.make_args()
+        before = snapshot(args)
         try:
             # NumPy's overflow warnings would only repeat what the verdict explains.
             with np.errstate(all="ignore"):
@@ -512,6 +658,8 @@ def _judge(
                 f"❌ {exercise}: case {i}/{len(cases)} ({case.name}) raised "
                 f"{type(exc).__name__}: {exc}\n   Hint: {case.hint}",
             )
+        if misuse is None:
+            misuse = changed_inputs(learner_fn, before, args)
         if misuse is not None:
             return Verdict(
                 exercise,

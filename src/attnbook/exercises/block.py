@@ -7,6 +7,7 @@ residual, a head counted twice, ...) and say which one they see.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import torch
@@ -228,6 +229,7 @@ def check_pre_ln_block(
     The answer is ``x + attention(norm1(x))`` followed by ``... + ffn(norm2(...))``.
     """
 
+    @functools.wraps(fn)  # its parameters' names, for the verdict
     def learner(*args: object) -> torch.Tensor:
         with torch.no_grad():
             return fn(*args)

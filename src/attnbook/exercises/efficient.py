@@ -9,12 +9,20 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 
 import torch
 
-from attnbook.exercises._framework import Case, Mistake, Verdict, randn, run_cases
+from attnbook.exercises._framework import (
+    Case,
+    Mistake,
+    Verdict,
+    library_guard_and_no_loops,
+    randn,
+    run_cases,
+)
 from attnbook.masking import sliding_window_mask
 
 __all__ = ["check_kv_cache_bytes", "check_online_softmax_update", "check_sliding_window_mask"]
@@ -54,6 +62,10 @@ def _first_block() -> tuple:
     return (*_empty_state(3, 2), randn(1201, 3, 4), randn(1202, 4, 2))
 
 
+def _first_block_negative() -> tuple:
+    return (*_empty_state(3, 2), randn(1219, 3, 4) - 1e3, randn(1220, 4, 2))
+
+
 def _max_moves_up() -> tuple:
     state = _state_after(randn(1203, 3, 4), randn(1204, 4, 2))
     return (*state, randn(1205, 3, 5) + 4.0, randn(1206, 5, 2))  # every new score is larger
@@ -77,6 +89,7 @@ def _large_scores() -> tuple:
 def _stacked(fn: UpdateFn) -> Callable[..., torch.Tensor]:
     """Call ``fn`` and return its state as one ``(T, 2 + d_v)`` tensor ``[m | l | acc]``."""
 
+    @functools.wraps(fn)  # its parameters' names, for the verdict
     def run(*args: torch.Tensor) -> torch.Tensor:
         result = fn(*args)
         if result is None:
@@ -163,6 +176,12 @@ _ONLINE_CASES = [
         "scores around 1e4",
         _large_scores,
         "exp(1e4) overflows: subtract the running maximum m_new inside every exp.",
+    ),
+    Case(
+        "the first block from the empty state, every score around -1e3",
+        _first_block_negative,
+        "m starts at -inf, not 0: m_new = max(m, rowmax(scores)) is the block's maximum even "
+        "when every score is negative, and exp(m - m_new) = exp(-inf) = 0 needs no special case.",
     ),
 ]
 
@@ -288,7 +307,16 @@ _WINDOW_MISTAKES = [
 def check_sliding_window_mask(fn: Callable[[int, int], torch.Tensor]) -> Verdict:
     """Check ``fn(seq_len, window) -> mask``: ``(T, T)`` boolean, ``True`` where ``0 <= t - s < window``."""
     return run_cases(
-        "sliding_window_mask", fn, _window_reference, _WINDOW_CASES, mistakes=_WINDOW_MISTAKES
+        "sliding_window_mask",
+        fn,
+        _window_reference,
+        _WINDOW_CASES,
+        mistakes=_WINDOW_MISTAKES,
+        guard=library_guard_and_no_loops(
+            "sliding_window_mask",
+            "build the whole mask at once: the distances t - s of a column of positions and a "
+            "row of positions, (T, 1) - (1, T), then two comparisons.",
+        ),
     )
 
 

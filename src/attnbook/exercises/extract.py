@@ -284,6 +284,38 @@ def extract(nb: object) -> list[Extracted]:
     return list(found.values())
 
 
+def _is_get_device(statement: ast.stmt) -> bool:
+    """``device = attnbook.get_device()`` (or ``get_device()``): a chapter's set-up line."""
+    if not isinstance(statement, ast.Assign) or len(statement.targets) != 1:
+        return False
+    value = statement.value
+    if not isinstance(statement.targets[0], ast.Name) or not isinstance(value, ast.Call):
+        return False
+    func = value.func
+    named = isinstance(func, ast.Name) and func.id == "get_device"
+    dotted = isinstance(func, ast.Attribute) and ast.unparse(func) in {
+        "attnbook.get_device",
+        "attnbook.runtime.get_device",
+    }
+    return (named or dotted) and not value.args and not value.keywords
+
+
+def _needed_only(statement: ast.stmt, needed: set[str]) -> list[ast.stmt]:
+    """``statement`` as the program takes it: an import cut to the names the answer needs
+    (so that what it is told names what it uses), a ``get_device()`` line bound to the CPU
+    (the grader runs every answer there), anything else as it is."""
+    if isinstance(statement, ast.Import | ast.ImportFrom):
+        trimmed = [a for a in statement.names if (a.asname or a.name).split(".")[0] in needed]
+        copy = ast.ImportFrom if isinstance(statement, ast.ImportFrom) else ast.Import
+        if copy is ast.ImportFrom:
+            return [ast.ImportFrom(statement.module, trimmed, statement.level)]
+        return [ast.Import(trimmed)]
+    if _is_get_device(statement):
+        target = statement.targets[0].id  # type: ignore[attr-defined]
+        return ast.parse(f"import torch\n{target} = torch.device('cpu')").body
+    return [statement]
+
+
 def _program(name: str, cell: int, answer: ast.expr, before: list[ast.stmt]) -> Extracted:
     """The definitions ``answer`` needs among the statements ``before`` it, and the answer."""
     chosen: set[int] = set()
@@ -299,7 +331,8 @@ def _program(name: str, cell: int, answer: ast.expr, before: list[ast.stmt]) -> 
             if needed in _binds(statement) and not _calls_a_checker(statement):
                 if i not in chosen:
                     chosen.add(i)
-                    wanted += _globals_read(statement)
+                    if not _is_get_device(statement):  # bound to the CPU: reads nothing
+                        wanted += _globals_read(statement)
                 break
         else:  # a builtin, or a name a star import may bind: take those imports along
             chosen |= {
@@ -308,7 +341,7 @@ def _program(name: str, cell: int, answer: ast.expr, before: list[ast.stmt]) -> 
                 if isinstance(statement, ast.ImportFrom)
                 and any(alias.name == "*" for alias in statement.names)
             }
-    body = [before[i] for i in sorted(chosen)]
+    body = [part for i in sorted(chosen) for part in _needed_only(before[i], seen | {"*"})]
     assign = ast.Assign([ast.Name(_ANSWER, ast.Store())], answer, lineno=0)
     module = ast.Module([*body, assign], type_ignores=[])
     program = ast.unparse(ast.fix_missing_locations(module))

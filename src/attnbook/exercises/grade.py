@@ -56,7 +56,7 @@ paper, open questions) are not graded.
 Outputs, and a killed grader
 ----------------------------
 Each notebook's records are appended, as soon as it is graded, to a state
-file beside the outputs (``--state``, default ``<--json or --csv>.state.jsonl``:
+file beside the outputs (``--state``, default ``<--json, --csv or --gradebook>.state.jsonl``:
 one JSON line per notebook, keyed by the SHA-256 of the submitted file, after
 a first line holding the grading seed). A second run with the same state
 skips every notebook already graded; a killed grader loses at most the
@@ -596,6 +596,14 @@ def _append(path: Path, entry: dict) -> None:
         os.fsync(file.fileno())
 
 
+def _priced(record: GradeRecord, settings: Settings) -> GradeRecord:
+    """A record of the state file, worth what the course's points say *now* (a course.yml
+    changed since the first run changes the points, not the verdicts)."""
+    worth = settings.points.get(record.label, settings.default_points) if record.exercise else 0.0
+    earned = worth if record.status == "passed" else 0.0
+    return dataclasses.replace(record, points=earned, max_points=worth)
+
+
 def grade(
     paths: Iterable[str | Path],
     *,
@@ -642,7 +650,7 @@ def grade(
         if key in done:
             if progress is not None:
                 progress(f"[{i}/{len(found)}] {notebook}: graded before (state file)")
-            records += [GradeRecord(**r) for r in done[key]]
+            records += [_priced(GradeRecord(**r), settings) for r in done[key]]
         else:
             if progress is not None:
                 progress(f"[{i}/{len(found)}] grading {notebook}")
@@ -691,6 +699,11 @@ def format_table(records: Sequence[GradeRecord]) -> str:
     lines.append("student totals:")
     for student, (earned, worth, _) in _totals(records).items():
         lines.append(f"  {student}: {earned:g} / {worth:g}")
+    for student, files in _handed_in_twice(records).items():
+        lines.append(
+            f"  note: {student} handed in one exercise in several notebooks "
+            f"({', '.join(files)}): each exercise counts once, with its best result"
+        )
     counts = {status: sum(r.status == status for r in records) for status in STATUSES}
     n_notebooks = len({r.notebook for r in records})
     summary = ", ".join(f"{n} {status.replace('_', ' ')}" for status, n in counts.items())
@@ -699,13 +712,37 @@ def format_table(records: Sequence[GradeRecord]) -> str:
 
 
 def _totals(records: Sequence[GradeRecord]) -> dict[str, tuple[float, float, dict[str, float]]]:
-    totals: dict[str, tuple[float, float, dict[str, float]]] = {}
+    """Per student: points earned, points possible, and the points of each exercise. An
+    exercise counts once, with its best result, however many notebooks of a student hold it
+    (a chapter handed in twice, as ``02_softmax.ipynb`` and ``02_softmax (1).ipynb``)."""
+    earned: dict[str, dict[str, float]] = {}
+    worth: dict[str, dict[str, float]] = {}
     for r in records:
-        earned, worth, per = totals.get(r.student, (0.0, 0.0, {}))
+        got, of = earned.setdefault(r.student, {}), worth.setdefault(r.student, {})
+        key = r.exercise or f"notebook:{r.notebook}"  # a notebook's own record (worth 0)
+        got[key] = max(got.get(key, 0.0), r.points)
+        of[key] = max(of.get(key, 0.0), r.max_points)
+    return {
+        student: (
+            sum(got.values()),
+            sum(worth[student].values()),
+            {k: v for k, v in got.items() if not k.startswith("notebook:")},
+        )
+        for student, got in earned.items()
+    }
+
+
+def _handed_in_twice(records: Sequence[GradeRecord]) -> dict[str, list[str]]:
+    """Student -> the notebooks of theirs that hold an exercise another of theirs holds too."""
+    where: dict[tuple[str, str], set[str]] = {}
+    for r in records:
         if r.exercise:
-            per[r.exercise] = r.points
-        totals[r.student] = (earned + r.points, worth + r.max_points, per)
-    return totals
+            where.setdefault((r.student, r.exercise), set()).add(r.notebook)
+    twice: dict[str, set[str]] = {}
+    for (student, _), files in where.items():
+        if len(files) > 1:
+            twice.setdefault(student, set()).update(files)
+    return {student: sorted(files) for student, files in twice.items()}
 
 
 def _atomic_write(path: str | Path, text: str) -> None:
@@ -769,7 +806,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--state",
         metavar="FILE",
-        help="append-only state file (default: beside --json or --csv, .state.jsonl)",
+        help="append-only state file (default: beside --json, --csv or --gradebook, .state.jsonl)",
     )
     parser.add_argument(
         "--timeout",

@@ -157,6 +157,23 @@ def _layer_matrices(weights: torch.Tensor, residual: float, reduce: str = "mean"
     return mixed / mixed.sum(dim=-1, keepdim=True)
 
 
+def _rollout_not_renormalised(weights, residual):
+    heads = weights.mean(dim=2)  # (L, B, T, T)
+    result = torch.eye(weights.shape[-1], dtype=weights.dtype).expand(heads.shape[1:])
+    for layer in heads:
+        result = (
+            residual * torch.eye(layer.shape[-1], dtype=layer.dtype) + (1 - residual) * layer
+        ) @ result
+    return result
+
+
+def _with_an_empty_row() -> torch.Tensor:
+    """Causal weights in which query 2 of the first layer may attend to no key (all 0)."""
+    weights = _random_weights(14, (2, 1, 2, 4, 4), causal=True)
+    weights[0, :, :, 2] = 0.0  # every head of layer 0: the row the package's attention returns
+    return weights
+
+
 def _rollout_first_on_left(weights, residual):
     layers = _layer_matrices(weights, residual)
     result = layers[0]
@@ -224,9 +241,21 @@ _ROLLOUT_CASES = [
         lambda: (_random_weights(13, (1, 2, 3, 4, 4)), 0.0),
         "With one layer and no residual, the rollout is the mean of the heads' weights.",
     ),
+    Case(
+        "a query that attends to no key in the first layer (a row of zeros), residual = 0.5",
+        lambda: (_with_an_empty_row(), 0.5),
+        "Renormalise the rows of residual * I + (1 - residual) * A: a row of zeros in A "
+        "becomes the identity's row, the query keeping its own vector.",
+    ),
 ]
 
 _ROLLOUT_MISTAKES = [
+    Mistake(
+        "the rows not renormalised after adding the identity",
+        _rollout_not_renormalised,
+        "Divide each row of residual * I + (1 - residual) * A by its sum: where a query "
+        "attends to no key, the row sums to residual, not 1.",
+    ),
     Mistake(
         "the layers multiplied in the wrong order (the first layer on the left)",
         _rollout_first_on_left,

@@ -191,8 +191,8 @@ def _kept_second(ids, pair, new_id):
 
 _MERGE_CASES = [
     Case(
-        "the pair (104, 101) ('h', 'e') in 'the he there', new id 256",
-        lambda: (list(b"the he there"), (104, 101), 256),
+        "the pair (104, 101) ('h', 'e') in 'the hehe there', new id 256",
+        lambda: (list(b"the hehe there"), (104, 101), 256),
         "Walk left to right; where ids[i], ids[i + 1] is the pair, write new_id and skip both.",
     ),
     Case(
@@ -207,6 +207,12 @@ _MERGE_CASES = [
         "A pair is ordered: (b, a) matches b followed by a, not a followed by b.",
     ),
     Case(
+        "ids whose digits run together: (1, 2) in [11, 2, 1, 21, 2, 1, 2], new id 300",
+        lambda: ([11, 2, 1, 21, 2, 1, 2], (1, 2), 300),
+        "Compare whole ids, not their digits: 11 followed by 2 is not the pair (1, 2), and "
+        "neither is 21 after 1.",
+    ),
+    Case(
         "no occurrence, and a list of one id",
         lambda: ([5], (5, 5), 500),
         "When the pair does not occur, the ids come back unchanged.",
@@ -214,6 +220,12 @@ _MERGE_CASES = [
 ]
 
 _MERGE_MISTAKES = [
+    Mistake(
+        "no occurrence found: the ids came back as they were",
+        lambda ids, pair, new_id: list(ids),
+        "Compare like with like: (ids[i], ids[i + 1]) == tuple(pair) is a tuple against a "
+        "tuple, where ids[i : i + 2] == pair, a list against a tuple, is never True.",
+    ),
     Mistake(
         "only the first occurrence merged",
         _first_only,

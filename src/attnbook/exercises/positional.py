@@ -15,7 +15,13 @@ from dataclasses import replace
 import numpy as np
 import torch
 
-from attnbook.exercises._framework import Case, Verdict, randn, run_cases
+from attnbook.exercises._framework import (
+    Case,
+    Verdict,
+    library_guard_and_no_loops,
+    randn,
+    run_cases,
+)
 from attnbook.positional import apply_rope, sinusoidal_positional_encoding
 
 __all__ = ["check_apply_rope", "check_sinusoidal_positional_encoding"]
@@ -134,6 +140,11 @@ def check_sinusoidal_positional_encoding(fn: Callable[[int, int], torch.Tensor])
         _SINUSOIDAL_CASES,
         rtol=_RTOL,
         atol=_ATOL,
+        guard=library_guard_and_no_loops(
+            "sinusoidal_positional_encoding",
+            "build the whole table at once: a column of positions (T, 1) times a row of "
+            "frequencies (1, d/2) gives every angle; then sin and cos, interleaved.",
+        ),
     )
     return _diagnose(verdict, fn, lambda: (12, 8), _SINUSOIDAL_MISTAKES)
 
@@ -228,6 +239,11 @@ def check_apply_rope(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -
         _ROPE_CASES,
         rtol=_RTOL,
         atol=_ATOL,
+        guard=library_guard_and_no_loops(
+            "apply_rope",
+            "rotate every pair of every row at once: a (T, d/2) table of angles, the even "
+            "features x[..., 0::2] and the odd ones x[..., 1::2], and broadcasting.",
+        ),
     )
     diagnostic = _rope_case(805, (7, 8), [5, 6, 7, 8, 9, 10, 11])
     return _diagnose(verdict, fn, diagnostic, _ROPE_MISTAKES)

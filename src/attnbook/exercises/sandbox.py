@@ -343,7 +343,7 @@ def _evaluate_one(folder: Path, job: dict) -> None:
     import numpy as np
 
     import attnbook.exercises as checkers
-    from attnbook.exercises._framework import checker_spec, seeded_args
+    from attnbook.exercises._framework import changed_inputs, checker_spec, seeded_args, snapshot
 
     name = job["exercise"]
     report: dict[str, Any] = {"exercise": name, "cases": [], "tripped": []}
@@ -372,12 +372,14 @@ def _evaluate_one(folder: Path, job: dict) -> None:
     _install_tripwires(name, tripped)
     for i, args in enumerate(cases):
         entry: dict[str, Any] = {}
+        before = snapshot(args)
         try:
             with np.errstate(all="ignore"):
                 if spec.guard is None:
                     got, misuse = spec.learner_fn(*args), None
                 else:
                     got, misuse = spec.guard(lambda a=args: spec.learner_fn(*a))
+            misuse = misuse or changed_inputs(spec.learner_fn, before, args)
             kind, parts = _to_arrays(got)
             entry |= {"kind": kind, "n": len(parts), "misuse": misuse}
             for j, part in enumerate(parts):

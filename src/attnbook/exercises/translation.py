@@ -141,7 +141,7 @@ def check_additive_step(fn: Callable) -> Verdict:
 
 def _pack(result: object) -> object:
     """``(scores, parents, tokens)``, each ``(B, K)``, as one ``(B, K, 3)`` float tensor."""
-    if not isinstance(result, tuple) or len(result) != 3:
+    if not isinstance(result, tuple | list) or len(result) != 3:
         return result  # the framework says what is wrong with it
     try:
         return torch.stack([torch.as_tensor(x).double() for x in result], dim=-1)
