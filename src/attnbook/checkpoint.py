@@ -65,11 +65,13 @@ def save_checkpoint(path: str | Path, model: GPT, extra: dict | None = None) -> 
     # so checkpoints of plain models read as they did before those fields existed
     document = {"gpt_config": config, "extra": extra or {}}
     try:  # before anything is written: a failed save leaves no empty folder behind
-        text = json.dumps(document, indent=2, sort_keys=True)
+        text = json.dumps(document, indent=2, sort_keys=True, allow_nan=False)
+        if json.loads(text)["extra"] != document["extra"]:  # int keys, tuples: changed
+            raise ValueError("it would load back changed (int keys as str, tuples as lists)")
     except (TypeError, ValueError) as error:
         raise ValueError(
-            "extra must be JSON-serialisable (dicts with str keys, lists, str, numbers, bools, "
-            f"None): {error}"
+            "extra must be JSON-serialisable (dicts with str keys, lists, str, finite numbers, "
+            f"bools, None): {error}"
         ) from None
     try:
         path.mkdir(parents=True, exist_ok=True)
@@ -135,7 +137,7 @@ def load_checkpoint(path: str | Path, device: str | torch.device | None = None) 
     Raises:
         ValueError: if ``path`` or ``device`` is invalid, a file is missing or
             corrupt, the config is invalid, or the saved weights do not match the
-            config (missing, unexpected or differently shaped tensors).
+            config (missing, unexpected or differently shaped tensors, or NaN or inf).
     """
     from safetensors import SafetensorError
     from safetensors.torch import load_file
@@ -179,6 +181,12 @@ def load_checkpoint(path: str | Path, device: str | torch.device | None = None) 
             f"the weights in {str(path / WEIGHTS_FILE)!r} do not match the config in "
             f"{CONFIG_FILE}: missing {missing[:5]}, unexpected {unexpected[:5]}, "
             f"different shapes {shapes[:5]}"
+        )
+    broken = sorted(k for k, v in state.items() if not bool(torch.isfinite(v).all()))
+    if broken:
+        raise ValueError(
+            f"the weights in {str(path / WEIGHTS_FILE)!r} hold NaN or inf ({broken[:5]}): the "
+            "file is damaged, or was saved from a run whose loss diverged"
         )
     model.load_state_dict(state, strict=False)  # the tied head's second name is not in the file
     return model.to(device).eval()

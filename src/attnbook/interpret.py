@@ -160,7 +160,8 @@ def to_bertviz(
             tuple), every layer with the same ``B``, ``H`` and ``T``.
         tokens: ``T`` strings, the label of each position (a list, a tuple or
             any other iterable of strings, read once).
-        batch_index: which sequence of the batch to show, in ``[0, B)``.
+        batch_index: which sequence of the batch to show, in ``[-B, B)`` (negative
+            counts from the end, as in Python).
         decimals: if given, round the weights to this many decimals and return
             them as float64, so that bertviz writes short numbers such as
             ``0.125`` into its HTML, and last-bit differences between machines
@@ -265,6 +266,10 @@ def attention_rollout(weights: Sequence[torch.Tensor], *, residual: float = 0.5)
 
     Returns:
         The rollout, shape ``(B, T, T)``: row ``t`` is over the input positions.
+
+    Raises:
+        ValueError: for weights of another shape, outside [0, 1], or with a row that
+            neither sums to 1 nor is all 0 (such as weights transposed to (keys, queries)).
     """
     if isinstance(weights, (list, tuple)):
         if len(weights) == 0:
@@ -280,7 +285,7 @@ def attention_rollout(weights: Sequence[torch.Tensor], *, residual: float = 0.5)
             "weights must be a list of (B, H, T, T) tensors or one (L, B, H, T, T) tensor, "
             f"got {type(weights).__name__}"
         )
-    stacked = _check_weights(stacked)
+    stacked = _check_weights(stacked, rows_sum_to_one=True)  # e.g. not (keys, queries)
     if stacked.ndim != 5 or stacked.shape[-1] != stacked.shape[-2]:
         raise ValueError(
             f"weights must have shape (L, B, H, T, T) (self-attention), got {shape_str(stacked)}"
@@ -348,9 +353,9 @@ def attention_share(
     Args:
         weights: attention weights of shape ``(..., H, T, S)``.
         key_positions: an int or a 1-D sequence of key positions in ``[0, S)``
-            (the same keys for every query; their weights are added), or a
-            boolean tensor of shape ``(T, S)``, ``True`` where key ``s`` counts
-            for query ``t``.
+            (the same keys for every query; their weights are added, a key named twice
+            counting once), or a boolean tensor of shape ``(T, S)``, ``True`` where key
+            ``s`` counts for query ``t``.
         query_positions: the query rows to average over; ``None`` means all ``T``.
 
     Returns:

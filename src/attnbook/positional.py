@@ -88,12 +88,15 @@ def sinusoidal_positional_encoding(
     d_model = check_int(d_model, "d_model", minimum=2)
     if d_model % 2:
         raise ValueError(f"d_model must be even (columns come in (sin, cos) pairs), got {d_model}")
-    pos = torch.arange(seq_len, dtype=torch.float64, device=device)  # (T,)
-    two_i = torch.arange(0, d_model, 2, dtype=torch.float64, device=device)  # (d/2,)
+    # float64 on the CPU, then moved: Apple's mps device has no float64
+    pos = torch.arange(seq_len, dtype=torch.float64)  # (T,)
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (d/2,)
     freqs = 10000.0 ** (-two_i / d_model)  # (d/2,)
     angles = pos[:, None] * freqs[None, :]  # (T, 1) * (1, d/2) -> (T, d/2)
     pe = torch.stack((angles.sin(), angles.cos()), dim=-1)  # (T, d/2, 2): sin, cos per pair
-    return pe.reshape(seq_len, d_model).to(torch.float32)  # (T, d): sin, cos, sin, cos, ...
+    return pe.reshape(seq_len, d_model).to(
+        device=device, dtype=torch.float32
+    )  # (T, d): sin, cos, ...
 
 
 def apply_rope(

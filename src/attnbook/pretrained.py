@@ -41,6 +41,7 @@ from typing import Any
 
 import torch
 
+from attnbook._validation import check_int
 from attnbook.model import GPT, GPTConfig
 
 __all__ = ["from_hf", "from_pretrained", "interleave_rope_rows"]
@@ -64,6 +65,12 @@ def interleave_rope_rows(weight: torch.Tensor, n_heads: int) -> torch.Tensor:
     Returns:
         A new tensor of the same shape with every head's rows permuted.
     """
+    if not isinstance(weight, torch.Tensor) or weight.ndim not in (1, 2):
+        raise ValueError(
+            f"weight must be a tensor of shape (n_heads * Dh, D) or (n_heads * Dh,), got "
+            f"{weight!r:.80}"
+        )
+    n_heads = check_int(n_heads, "n_heads")
     rows = weight.shape[0]
     if rows % n_heads or (rows // n_heads) % 2:
         raise ValueError(

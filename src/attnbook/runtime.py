@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from attnbook._validation import check_int
+from attnbook._validation import check_device, check_int
 
 __all__ = [
     "OpRecorder",
@@ -97,8 +97,11 @@ def synchronize(device: str | torch.device) -> None:
 
     Args:
         device: the device whose work to wait for, e.g. ``get_device()``.
+
+    Raises:
+        ValueError: for a value that is not a device, or a GPU this machine does not have.
     """
-    device = torch.device(device)
+    device = check_device(device, "device", available=True)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     elif device.type == "mps":
@@ -124,12 +127,13 @@ def seconds_per_call(
         Seconds, as a float.
 
     Raises:
-        ValueError: if ``fn`` is not callable or ``repeats`` is not an int >= 1.
+        ValueError: if ``fn`` is not callable, ``repeats`` is not an int >= 1, or
+            ``device`` is not a device this machine has.
     """
     if not callable(fn):
         raise ValueError(f"fn must be a function of no arguments, got {type(fn).__name__}")
     check_int(repeats, "repeats")
-    device = get_device() if device is None else torch.device(device)
+    device = get_device() if device is None else check_device(device, "device", available=True)
     fn()
     times = []
     for _ in range(repeats):

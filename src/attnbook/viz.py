@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import math
 import re
 import struct
 import zlib
@@ -65,6 +66,8 @@ STYLE: Mapping[str, object] = MappingProxyType(
     }
 )
 """Matplotlib settings applied (temporarily, never globally) by every helper here; read-only."""
+
+_MAX_TICKS = 48  # a heatmap labels at most this many positions per axis (every k-th beyond)
 
 SEQUENTIAL_CMAP = "viridis"  # weights in [0, 1]: perceptually uniform, colour-blind safe
 DIVERGING_CMAP = "RdBu_r"  # scores of either sign: blue negative, red positive
@@ -207,9 +210,11 @@ def _use_figure_png() -> None:
 
 
 def to_numpy(x: Array | Sequence[float]) -> np.ndarray:
-    """Return ``x`` as a NumPy array (detached and on the CPU if it is a tensor)."""
+    """Return ``x`` as a NumPy array (detached and on the CPU if it is a tensor; bfloat16,
+    which NumPy lacks, as float32)."""
     if isinstance(x, torch.Tensor):
-        return x.detach().to("cpu").numpy()
+        x = x.detach().to("cpu")
+        return (x.float() if x.dtype == torch.bfloat16 else x).numpy()
     return np.asarray(x)
 
 
@@ -277,11 +282,17 @@ def plot_heatmap(
     if annotate is None:
         annotate = T <= 12 and S <= 12
     with course_style():
-        if ax is None:
-            _, ax = plt.subplots(figsize=(max(3.0, 0.6 * S + 2.0), max(2.5, 0.5 * T + 1.5)))
+        if ax is None:  # room for each label, up to a page: a long sequence gets thin cells
+            width, height = min(16.0, max(3.0, 0.6 * S + 2.0)), min(12.0, max(2.5, 0.5 * T + 1.5))
+            _, ax = plt.subplots(figsize=(width, height))
         image = ax.imshow(m, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto")
-        ax.set_xticks(range(S), labels=col_labels if col_labels is not None else range(S))
-        ax.set_yticks(range(T), labels=row_labels if row_labels is not None else range(T))
+        for set_ticks, n, labels in (
+            (ax.set_xticks, S, col_labels),
+            (ax.set_yticks, T, row_labels),
+        ):
+            shown = range(0, n, math.ceil(n / _MAX_TICKS))  # every position, up to _MAX_TICKS
+            names = [labels[i] for i in shown] if labels is not None else list(shown)
+            set_ticks(shown, labels=names)
         if col_labels is not None and max((len(str(c)) for c in col_labels), default=0) > 3:
             ax.tick_params(axis="x", labelrotation=45)
         ax.set_xlabel(xlabel)
@@ -466,24 +477,27 @@ def plot_history(history: TrainingCurves) -> Figure:
         )
     if not history.train_loss:
         raise ValueError("history has no steps: train first")
-    has_em = "test_exact_match" in history.eval_metrics
-    fig, axes = plt.subplots(1, 2 if has_em else 1, figsize=(10 if has_em else 5.5, 3.6))
-    axes = list(axes) if has_em else [axes]
-    ax = axes[0]
-    ax.plot(range(1, len(history.train_loss) + 1), history.train_loss, lw=1, label="training batch")
-    if "test_loss" in history.eval_metrics:
-        ax.plot(history.eval_step, history.eval_metrics["test_loss"], "o-", label="held-out")
-    ax.set_yscale("log")
-    ax.set_xlabel("step")
-    ax.set_ylabel("cross-entropy loss (nats, log scale)")
-    ax.set_title("Loss")
-    ax.legend()
-    if has_em:
-        ax = axes[1]
-        ax.plot(history.eval_step, history.eval_metrics["test_exact_match"], "o-", color="C2")
-        ax.set_ylim(-0.02, 1.02)
+    with course_style():
+        has_em = "test_exact_match" in history.eval_metrics
+        fig, axes = plt.subplots(1, 2 if has_em else 1, figsize=(10 if has_em else 5.5, 3.6))
+        axes = list(axes) if has_em else [axes]
+        ax = axes[0]
+        ax.plot(
+            range(1, len(history.train_loss) + 1), history.train_loss, lw=1, label="training batch"
+        )
+        if "test_loss" in history.eval_metrics:
+            ax.plot(history.eval_step, history.eval_metrics["test_loss"], "o-", label="held-out")
+        ax.set_yscale("log")
         ax.set_xlabel("step")
-        ax.set_ylabel("held-out exact-match")
-        ax.set_title("Whole answers right")
-    fig.tight_layout()
+        ax.set_ylabel("cross-entropy loss (nats, log scale)")
+        ax.set_title("Loss")
+        ax.legend()
+        if has_em:
+            ax = axes[1]
+            ax.plot(history.eval_step, history.eval_metrics["test_exact_match"], "o-", color="C2")
+            ax.set_ylim(-0.02, 1.02)
+            ax.set_xlabel("step")
+            ax.set_ylabel("held-out exact-match")
+            ax.set_title("Whole answers right")
+        fig.tight_layout()
     return fig

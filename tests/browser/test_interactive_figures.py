@@ -155,7 +155,8 @@ def test_interactive_figures_respond_offline(open_page, page_source, figure_page
                 )
         if trace["type"] == "heatmap":
             for row, col, label in state["hover"]:
-                query, key, weight = trace["y"][row], trace["x"][col], trace["z"][row][col]
+                query, key = trace["customdata"][row][col]  # the labels, repeats and all
+                weight = trace["z"][row][col]
                 for part in (f"query {query}", f"key {key}", f"weight {weight:.3f}"):
                     if part not in label:
                         problems.append(

@@ -103,6 +103,19 @@ def test_read_checkpoint_extra_returns_a_dict_or_refuses(tmp_path: Path) -> None
         read_checkpoint_extra(path)
 
 
+def test_load_checkpoint_refuses_weights_holding_nan(tmp_path: Path) -> None:
+    """A safetensors file that reads, but whose weights are NaN: a model that writes NaN."""
+    from safetensors.torch import load_file, save_file
+
+    path = save_checkpoint(tmp_path / "ckpt", _model())
+    state = load_file(str(path / "model.safetensors"))
+    name = sorted(state)[0]
+    state[name].view(-1)[-1] = float("nan")
+    save_file(state, str(path / "model.safetensors"))
+    with pytest.raises(ValueError, match=f"hold NaN or inf .*{name}"):
+        load_checkpoint(path)
+
+
 def test_load_checkpoint_bad_device(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = save_checkpoint(tmp_path / "ckpt", _model())
     assert next(load_checkpoint(path, device=torch.device("cpu")).parameters()).device.type == "cpu"
@@ -120,6 +133,10 @@ def test_save_checkpoint_refuses_before_writing(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="extra must be JSON-serialisable"):
         save_checkpoint(tmp_path / "ckpt", _model(), extra={"x": object()})
     assert not (tmp_path / "ckpt").exists()  # no empty folder left behind
+    for changed in ({1: "a"}, {"shape": (2, 3)}, {"loss": float("nan")}):  # would load back
+        with pytest.raises(ValueError, match="extra must be JSON-serialisable"):  # otherwise
+            save_checkpoint(tmp_path / "ckpt", _model(), extra=changed)
+    assert not (tmp_path / "ckpt").exists()
     circular: dict = {}
     circular["self"] = circular
     with pytest.raises(ValueError, match="extra must be JSON-serialisable"):

@@ -19,6 +19,7 @@ from attnbook.data import (
     CharTokenizer,
     SequenceTask,
     TextDataset,
+    TokenDataset,
     TranslationTask,
     associative_recall_task,
     check_task_fits,
@@ -220,6 +221,15 @@ def test_text_dataset_windows_and_split() -> None:
     ex, _ey = ds.eval_data("test", max_windows=10)
     assert ex.shape == (10, 16)
     assert torch.equal(ex, ds.eval_data("test", max_windows=10)[0])
+
+
+def test_eval_data_ends_inside_a_split_of_more_than_2_to_the_24_tokens() -> None:
+    """Past 2**24, float32 rounds the last start 2**24 + 3 up to 2**24 + 4, one too far."""
+    seq_len = 8
+    ids = torch.zeros(2**24 + 4 + seq_len, dtype=torch.int64)
+    ds = TokenDataset(ids[:100], ids, seq_len=seq_len, vocab_size=2)
+    x, y = ds.eval_data("test", max_windows=3)
+    assert x.shape == y.shape == (3, seq_len)
 
 
 def test_text_dataset_bad_input() -> None:

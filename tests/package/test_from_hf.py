@@ -190,6 +190,12 @@ def test_interleaving_rows_turns_half_split_rope_into_the_books(base: float) -> 
     torch.testing.assert_close(mine @ mine.transpose(-1, -2), scores_theirs)
     with pytest.raises(ValueError, match="weight must have"):
         interleave_rope_rows(torch.zeros(9, 4), 3)
+    for bad_heads in (0, -2, 2.0):
+        with pytest.raises(ValueError, match="n_heads"):
+            interleave_rope_rows(torch.zeros(8, 4), bad_heads)
+    for bad_weight in (torch.zeros(8, 4).numpy(), torch.tensor(1.0), torch.zeros(2, 4, 4)):
+        with pytest.raises(ValueError, match="weight must be a tensor of shape"):
+            interleave_rope_rows(bad_weight, 2)
 
 
 def test_a_bfloat16_model_stays_bfloat16() -> None:

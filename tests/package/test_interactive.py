@@ -59,8 +59,10 @@ def test_explorer_holds_every_temperature_and_starts_at_the_chosen_one() -> None
         np.testing.assert_allclose(row, softmax(SCORES, temperature=tau), atol=5e-5)
         assert abs(sum(row) - 1) < 1e-3
     np.testing.assert_allclose(spec["data"][0]["y"], softmax(SCORES, temperature=2.0), atol=5e-5)
-    assert spec["data"][0]["x"] == KEYS
+    assert spec["layout"]["xaxis"]["ticktext"] == spec["data"][0]["customdata"] == KEYS
+    assert spec["data"][0]["x"] == spec["layout"]["xaxis"]["tickvals"] == list(range(len(KEYS)))
     assert "%{y" in spec["data"][0]["hovertemplate"]  # hovering a bar shows its weight
+    assert "%{customdata}" in spec["data"][0]["hovertemplate"]  # ... and its key
 
 
 def test_explorer_sharpens_as_it_cools() -> None:
@@ -74,14 +76,37 @@ def test_explorer_sharpens_as_it_cools() -> None:
 def test_heatmap_holds_the_weights_rows_are_queries() -> None:
     weights = softmax(torch.tensor([[3.0, 0.0, 1.0], [0.0, 0.0, 0.0]]), axis=-1)
     figure = attention_heatmap(weights, ["q0", "q1"], ["a", "b", "c"], name="h", title="w")
-    trace = _figure_json(figure)["data"][0]
+    spec = _figure_json(figure)
+    trace = spec["data"][0]
     np.testing.assert_allclose(trace["z"], weights.numpy(), atol=5e-5)
-    assert trace["y"] == ["q0", "q1"]
-    assert trace["x"] == ["a", "b", "c"]
+    assert spec["layout"]["yaxis"]["ticktext"] == ["q0", "q1"]
+    assert spec["layout"]["xaxis"]["ticktext"] == ["a", "b", "c"]
+    assert trace["customdata"][1][2] == ["q1", "c"]
     assert (trace["zmin"], trace["zmax"]) == (0, 1)
-    for part in ("%{y}", "%{x}", "%{z"):  # hover: query, key, weight
+    for part in ("%{customdata[0]}", "%{customdata[1]}", "%{z"):  # hover: query, key, weight
         assert part in trace["hovertemplate"]
     assert "q0: 0.84, 0.04, 0.11" in figure.text
+
+
+def test_repeated_labels_keep_their_own_rows_columns_and_bars() -> None:
+    """A sentence repeats words ("the ... the"): as categories, Plotly would draw the two
+    as one row or column, and stack their bars; positions with tick labels keep them apart."""
+    words = ["the", "cat", "sat", "on", "the", "mat"]
+    spec = _figure_json(attention_heatmap(np.eye(6), words, words, name="h"))
+    trace = spec["data"][0]
+    assert trace["x"] == trace["y"] == list(range(6))
+    assert spec["layout"]["xaxis"]["ticktext"] == spec["layout"]["yaxis"]["ticktext"] == words
+    assert [trace["customdata"][t][t] for t in range(6)] == [[w, w] for w in words]
+    bars = _figure_json(softmax_temperature_explorer([3.0, 1, 1, 1, -3, 1], words, name="t"))
+    assert bars["data"][0]["x"] == list(range(6))
+    assert bars["layout"]["xaxis"]["ticktext"] == words
+
+
+def test_a_label_that_closes_the_script_stays_a_label() -> None:
+    html = attention_heatmap(np.eye(2), ["</script>", "b"], name="h").html
+    assert html.count("</script>") == 1  # the script's own end, nothing before it
+    spec = json.loads(re.search(r"var figure = (\{.*\});\n", html)[1])
+    assert spec["layout"]["yaxis"]["ticktext"] == ["</script>", "b"]
 
 
 def test_html_is_deterministic_with_a_fixed_id_and_the_cdn_url() -> None:

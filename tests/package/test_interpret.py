@@ -162,6 +162,17 @@ def test_rollout_rows_sum_to_one_and_list_equals_stacked() -> None:
     torch.testing.assert_close(attention_rollout(layers, residual=0.0), product)
 
 
+def test_rollout_refuses_weights_whose_rows_are_not_distributions() -> None:
+    """Causal weights transposed to (keys, queries): the rows no longer sum to 1, and a
+    rollout of them would have queries reading the future."""
+    weights = torch.softmax(
+        torch.randn(1, 2, 4, 4).masked_fill(~torch.ones(4, 4).tril().bool(), -torch.inf), -1
+    )
+    with pytest.raises(ValueError, match="rows summing to 1"):
+        attention_rollout([weights.transpose(-2, -1)])
+    assert attention_rollout([weights]).shape == (1, 4, 4)
+
+
 def test_rollout_without_residual_keeps_a_fully_masked_query_at_zero() -> None:
     """A query that may attend to no key gets weights 0 (not NaN): with residual 0, a zero row."""
     weights = torch.tensor([[0.0, 0.0, 0.0], [0.5, 0.5, 0.0], [0.2, 0.3, 0.5]])  # row 0 masked

@@ -8,6 +8,7 @@ from collections.abc import Callable
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
 
 from attnbook import (
     GPT,
@@ -83,6 +84,25 @@ def test_sinusoidal_dot_product_depends_on_offset_only() -> None:
 
 def test_sinusoidal_device_argument() -> None:
     assert sinusoidal_positional_encoding(2, 2, device="cpu").device.type == "cpu"
+
+
+def test_sinusoidal_makes_no_float64_tensor_off_the_cpu() -> None:
+    # Apple's mps device has no float64: the float64 angles must stay on the CPU. No such
+    # device here, so "meta" stands in for it, and a mode records where float64 appears.
+    made = []
+
+    class Float64Places(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if isinstance(out, torch.Tensor) and out.dtype == torch.float64:
+                made.append(out.device.type)
+            return out
+
+    with Float64Places():
+        pe = sinusoidal_positional_encoding(8, 4, device="meta")
+    assert (pe.device.type, pe.dtype, pe.shape) == ("meta", torch.float32, (8, 4))
+    assert made  # the angles are float64 ...
+    assert set(made) == {"cpu"}  # ... and on the CPU only
 
 
 @pytest.mark.parametrize(

@@ -138,3 +138,17 @@ def test_largest_allocation_counts_results_not_inputs_or_views() -> None:
     assert attnbook.runtime.largest_allocation(lambda: x.add_(1.0)) == 0  # in place: same memory
     with pytest.raises(ValueError, match="fn"):
         attnbook.runtime.largest_allocation(None)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("device", ["gpu", None, 3])
+def test_synchronize_refuses_what_is_not_a_device(device: object) -> None:
+    with pytest.raises(ValueError, match="device must be a device"):
+        attnbook.runtime.synchronize(device)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA GPU")
+def test_timing_on_a_gpu_this_machine_lacks_says_so() -> None:
+    with pytest.raises(ValueError, match="CUDA is not available"):
+        attnbook.runtime.synchronize("cuda")
+    with pytest.raises(ValueError, match="CUDA is not available"):
+        attnbook.runtime.seconds_per_call(lambda: None, device="cuda")

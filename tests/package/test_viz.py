@@ -36,6 +36,17 @@ def test_heatmap_labels_rows_as_queries_and_columns_as_keys() -> None:
     assert len(ax.texts) == 6  # one annotation per cell
 
 
+def test_plots_take_bfloat16_tensors_which_numpy_lacks() -> None:
+    """Weights from a model run under bfloat16 autocast plot as float32."""
+    weights = torch.softmax(torch.randn(2, 3), dim=-1).to(torch.bfloat16)
+    ax = plot_heatmap(weights)
+    np.testing.assert_array_equal(ax.get_images()[0].get_array(), weights.float().numpy())
+    ax = plot_bars(weights[0], ["a", "b", "c"])
+    assert [round(p.get_height(), 6) for p in ax.patches] == [
+        round(v, 6) for v in weights[0].float().tolist()
+    ]
+
+
 def test_heatmap_centres_signed_scores_on_zero() -> None:
     ax = plot_heatmap(np.array([[-2.0, 1.0], [0.5, 0.0]]))
     image = ax.get_images()[0]
@@ -46,6 +57,18 @@ def test_heatmap_centres_signed_scores_on_zero() -> None:
 def test_heatmap_skips_annotations_for_large_matrices() -> None:
     ax = plot_heatmap(np.zeros((20, 20)))
     assert len(ax.texts) == 0
+
+
+def test_heatmap_of_a_long_sequence_fits_a_page_and_thins_its_labels() -> None:
+    """One inch per few positions would make 512 tokens a 300-inch figure."""
+    ax = plot_heatmap(np.zeros((512, 300)), col_labels=[f"k{s}" for s in range(300)])
+    assert tuple(ax.figure.get_size_inches()) == (16.0, 12.0)
+    labels = [t.get_text() for t in ax.get_xticklabels()]
+    assert len(labels) <= 48
+    assert labels[:2] == ["k0", "k7"]  # every 7th of 300
+    assert len(ax.get_yticks()) <= 48
+    small = plot_heatmap(np.zeros((3, 4)))  # short ones keep one label per position
+    assert list(small.get_xticks()) == [0, 1, 2, 3]
 
 
 def test_heatmap_does_not_change_global_style() -> None:
@@ -98,6 +121,9 @@ def test_plot_history_draws_the_losses_and_exact_match() -> None:
     assert list(axes[0].lines[0].get_ydata()) == history.train_loss
     assert list(axes[0].lines[1].get_xdata()) == [10, 20]
     assert list(axes[1].lines[0].get_ydata()) == [0.1, 0.9]
+    for ax in axes:  # the course's style, as every helper here draws, with or without course_style
+        assert ax.title.get_fontweight() == "bold"
+        assert not ax.spines["top"].get_visible()
     without_em = plot_history(History(train_loss=[1.0, 0.5], eval_step=[2], eval_metrics={}))
     assert len(without_em.axes) == 1
     with pytest.raises(ValueError, match="history"):
