@@ -15,7 +15,8 @@
   contrast in admonitions, names of the theme's icon buttons (the browser test checks
   every page); the favicon's PNG fallback for browsers without SVG icons.
 - ``ATTNBOOK_HIDE_SOLUTIONS=1`` (``make book HIDE_SOLUTIONS=1``) removes every
-  ``{solution}`` block, for an edition handed to students before a deadline.
+  ``{solution}`` block, and every notebook cell tagged ``solution``, for an edition
+  handed to students before a deadline.
 - The front door: under each chapter's title a line with its reading and exercise times
   (the estimates of instructors.md, computed by tools/exercise_inventory.py), what it
   builds on (course.yml) and buttons to open it on Colab and download the notebook; on the
@@ -37,6 +38,7 @@ import re
 import sys
 from pathlib import Path
 
+from docutils import nodes
 from sphinx.application import Sphinx
 from sphinx.config import Config
 from sphinx.util import logging
@@ -414,8 +416,27 @@ def _singlehtml_knows_html_nodes(app: Sphinx) -> None:
         single.setdefault(node, writers)
 
 
+def drop_solution_cells(doctree: nodes.Node) -> int:
+    """Remove the notebook cells tagged ``solution`` (code that works out or checks a
+    solution's numbers; myst-nb marks them with the class ``tag_solution``); return how many."""
+    cells = [
+        node
+        for node in doctree.findall(nodes.container)
+        if {"tag_solution", "tag-solution"} & set(node.get("classes", []))  # rst: tag-solution
+    ]
+    for node in cells:
+        node.parent.remove(node)
+    return len(cells)
+
+
+def _hide_solution_cells(app: Sphinx, doctree: nodes.document) -> None:
+    if getattr(app.config, "hide_solutions", False):  # sphinx-exercise drops the blocks
+        drop_solution_cells(doctree)
+
+
 def setup(app: Sphinx) -> dict[str, object]:
     app.connect("config-inited", _configure)
+    app.connect("doctree-read", _hide_solution_cells)
     app.connect("builder-inited", _singlehtml_knows_html_nodes)
     app.add_css_file("attnbook.css")
     app.add_js_file("attnbook.js", loading_method="defer")

@@ -83,6 +83,8 @@ _ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # fixed timestamps: the same sources give the
 _WHEEL_EPOCH = "315532800"  # 1980-01-01 (UTC): SOURCE_DATE_EPOCH of the wheel's build
 PACKAGE = "attnbook"
 
+SOLUTION_TAG = "solution"  # a code cell of a solution (its numbers, checked): left out too
+
 _ANY_SOLUTION = re.compile(r"\{solution\}")
 _CODE_FENCE = re.compile(r"^\s*(`{3,}|~{3,})")
 _SENTENCE_END = re.compile(r"(?<=[.!?;:])\s+")
@@ -94,11 +96,14 @@ def _split_solutions(cells: list[nbformat.NotebookNode]) -> Iterator[tuple[int, 
     """Per cell: (index, kept text, solution text, drop the cell?).
 
     The kept text of a markdown cell is the cell without its solution blocks, the
-    solution text their bodies (fences and options left out); a code cell is kept.
+    solution text their bodies (fences and options left out); a code cell is kept,
+    unless it is tagged `solution` (code that works out or checks a solution's numbers).
     """
     for index, cell in enumerate(cells):
         if cell.cell_type != "markdown":
-            yield index, cell.source, "", False
+            tagged = SOLUTION_TAG in cell.get("metadata", {}).get("tags", [])
+            code = f"```python\n{cell.source}\n```" if tagged else ""  # its lines, as code
+            yield index, ("" if tagged else cell.source), code, tagged
             continue
         kept, blocks = _strip(cell.source, index)
         removed = "\n".join(block.body for block in blocks)
@@ -109,7 +114,8 @@ def student_notebook(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     """Return a copy of a chapter notebook without its solutions, ready for learners.
 
     Every `{solution}` block leaves its markdown cell (a cell with nothing else
-    is dropped), and all the rest is kept unchanged: the
+    is dropped), every code cell tagged `solution` is dropped, and all the rest
+    is kept unchanged: the
     exercises, stubs, hints, checkers, the Colab cell, the outputs. The copy's
     metadata records `attnbook: {edition: student}`.
 

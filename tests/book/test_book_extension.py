@@ -34,6 +34,14 @@ Demo
    :class: dropdown
 
    SECRET-ANSWER-FOUR
+
+.. container:: cell tag_solution
+
+   SECRET-CELL-NUMBERS
+
+.. container:: cell tag_remove-input
+
+   KEPT-CHECK-CELL
 """
 
 
@@ -65,6 +73,7 @@ def test_solutions_are_shown_by_default(tmp_path: Path, monkeypatch: pytest.Monk
     html = _build(tmp_path, monkeypatch, hide=None)
     assert "What is 2 + 2?" in html
     assert "SECRET-ANSWER-FOUR" in html
+    assert "SECRET-CELL-NUMBERS" in html  # a notebook cell tagged solution, as myst-nb marks it
 
 
 @pytest.mark.parametrize("flag", ["0", ""])
@@ -78,6 +87,8 @@ def test_instructors_build_hides_solutions(tmp_path: Path, monkeypatch: pytest.M
     html = _build(tmp_path, monkeypatch, hide="1")
     assert "What is 2 + 2?" in html
     assert "SECRET-ANSWER-FOUR" not in html
+    assert "SECRET-CELL-NUMBERS" not in html  # the cells tagged solution go too
+    assert "KEPT-CHECK-CELL" in html  # ... and only those
 
 
 # bertviz's output as a notebook stores it (abridged): require.js from cdnjs, the view's

@@ -77,12 +77,18 @@ def _solution_only_pieces(source: nbformat.NotebookNode) -> set[str]:
 
 
 def _without_solutions(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
-    """The notebook with the solution blocks cut out, empty cells dropped."""
+    """The notebook with the solution blocks and the cells tagged solution cut out, empty
+    cells dropped."""
     out = nbformat.from_dict(json.loads(json.dumps(nb)))
     for cell in out.cells:
         if cell.cell_type == "markdown":
             cell.source = strip_solutions(cell.source)[0].strip("\n")
-    out.cells = [c for c in out.cells if c.cell_type != "markdown" or c.source.strip()]
+    out.cells = [
+        c
+        for c in out.cells
+        if (c.cell_type != "markdown" or c.source.strip())
+        and "solution" not in c.metadata.get("tags", [])
+    ]
     return out
 
 
@@ -109,6 +115,21 @@ def test_no_solution_text_reaches_the_student_notebook(chapter) -> None:
     assert pieces, "a chapter with solutions must give lines to look for"
     assert _leaked(source, student) == []
     assert "{solution" not in _text(student)
+
+
+def test_code_that_works_out_a_solution_is_tagged_solution(chapter) -> None:
+    """A code cell that checks or computes a solution's numbers would hand them to learners:
+    the tag `solution` leaves it out of the student edition (and of HIDE_SOLUTIONS books)."""
+    source, student = chapter
+    untagged = [
+        cell.source.splitlines()[0]
+        for cell in source.cells
+        if cell.cell_type == "code"
+        and re.search(r"#.*\bsolution", cell.source, re.IGNORECASE)
+        and "solution" not in cell.metadata.get("tags", [])
+    ]
+    assert untagged == [], "tag these cells `solution`"
+    assert not any("solution" in c.metadata.get("tags", []) for c in student.cells)
 
 
 def test_everything_but_the_solutions_is_kept(chapter) -> None:
