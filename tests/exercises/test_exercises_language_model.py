@@ -195,12 +195,9 @@ def test_bpe_merge_checker_names_a_comparison_that_never_matches() -> None:
     def list_against_tuple(ids, pair, new_id):
         out, i = [], 0
         while i < len(ids):
-            if ids[i : i + 2] == pair:
-                out.append(new_id)
-                i += 2
-            else:
-                out.append(ids[i])
-                i += 1
+            matched = ids[i : i + 2] == pair  # a list against a tuple: never True
+            out.append(new_id if matched else ids[i])
+            i += 2 if matched else 1
         return out
 
     assert_rejects(check_bpe_merge(list_against_tuple), "'the hehe there'", "no occurrence found")

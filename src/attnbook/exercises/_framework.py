@@ -238,6 +238,23 @@ def changed_inputs(fn: Callable, before: tuple, args: tuple) -> str | None:
     return None
 
 
+def _watching_calls(call: Callable[[], object], profile: Callable) -> object:
+    """``call()`` with ``profile`` (a ``sys.setprofile`` hook) watching every call it makes;
+    a hook set before (an enclosing guard's, under :func:`all_of`) keeps watching too."""
+    previous = sys.getprofile()
+
+    def both(frame: FrameType, event: str, arg: object) -> None:
+        if previous is not None:
+            previous(frame, event, arg)
+        profile(frame, event, arg)
+
+    sys.setprofile(both)
+    try:
+        return call()
+    finally:
+        sys.setprofile(previous)
+
+
 def forbid_calls(forbidden: dict[str, object], hint: str) -> Guard:
     """A guard that fails an answer which calls any of ``forbidden`` (name shown -> function).
 
@@ -260,11 +277,8 @@ def forbid_calls(forbidden: dict[str, object], hint: str) -> Guard:
 
     def guard(call: Callable[[], object]) -> tuple[object, str | None]:
         seen: list[str] = []
-        previous = sys.getprofile()  # an enclosing guard's: it keeps watching (all_of)
 
         def profile(frame: FrameType, event: str, arg: object) -> None:
-            if previous is not None:
-                previous(frame, event, arg)
             if event == "call" and frame.f_code in codes:
                 seen.append(codes[frame.f_code])
             elif event == "c_call":
@@ -276,11 +290,7 @@ def forbid_calls(forbidden: dict[str, object], hint: str) -> Guard:
                         if getattr(arg, "__name__", None) == method and isinstance(owner, cls):
                             seen.append(name)
 
-        sys.setprofile(profile)
-        try:
-            result = call()
-        finally:
-            sys.setprofile(previous)
+        result = _watching_calls(call, profile)
         if seen:
             return (
                 result,
@@ -516,21 +526,14 @@ def no_checker_internals(answer: object = None) -> Guard:
             for f in _handed_in(answer)
             if getattr(f, "__code__", None) in internals
         ]
-        previous = sys.getprofile()  # an enclosing guard's: it keeps watching (all_of)
 
         def profile(frame: FrameType, event: str, arg: object) -> None:
-            if previous is not None:
-                previous(frame, event, arg)
             if event == "call" and frame.f_code in internals:
                 caller = frame.f_back
                 if caller is not None and _is_learner_code(caller.f_code.co_filename):
                     seen.append(internals[frame.f_code])
 
-        sys.setprofile(profile)
-        try:
-            result = call()
-        finally:
-            sys.setprofile(previous)
+        result = _watching_calls(call, profile)
         if seen:
             return result, (
                 f"uses {seen[0]}, the checker's own code (its reference answer or a known "
