@@ -306,8 +306,7 @@ def _needed_only(statement: ast.stmt, needed: set[str]) -> list[ast.stmt]:
     (the grader runs every answer there), anything else as it is."""
     if isinstance(statement, ast.Import | ast.ImportFrom):
         trimmed = [a for a in statement.names if (a.asname or a.name).split(".")[0] in needed]
-        copy = ast.ImportFrom if isinstance(statement, ast.ImportFrom) else ast.Import
-        if copy is ast.ImportFrom:
+        if isinstance(statement, ast.ImportFrom):
             return [ast.ImportFrom(statement.module, trimmed, statement.level)]
         return [ast.Import(trimmed)]
     if _is_get_device(statement):
