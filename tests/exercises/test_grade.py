@@ -37,6 +37,7 @@ from pathlib import Path
 import nbformat
 import numpy as np
 import pytest
+import torch
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 from test_notebook_solutions import solution_blocks
 
@@ -758,6 +759,23 @@ def test_seeded_cases_differ_from_the_shipped_ones_and_keep_their_kind() -> None
         assert np.array_equal(np.sign(drawn), np.sign(shipped))
         if np.any(shipped != 0) and np.ptp(shipped) > 0:
             assert not np.allclose(drawn, shipped)
+
+
+def test_the_reference_takes_every_drawn_case_so_none_falls_back_to_the_shipped_one() -> None:
+    """The grader keeps a case's shipped inputs where the reference refuses the drawn ones,
+    and those can be memorised. Attention weights are drawn as distributions again (rows
+    renormalised), so the entropy and rollout exercises get new values too."""
+    for name in sorted(n for n in dir(exercises) if n.startswith("check_")):
+        spec = _framework.checker_spec(getattr(exercises, name), lambda *args: None)
+        for i, case in enumerate(spec.cases):
+            spec.reference_fn(*_framework.seeded_args(case, 7 + i))  # raises if refused
+    for checker in (exercises.check_head_entropy, exercises.check_attention_rollout):
+        for case in _framework.checker_spec(checker, lambda *args: None).cases:
+            shipped, drawn = case.make_args()[0], _framework.seeded_args(case, 7)[0]
+            assert not torch.allclose(drawn, shipped)
+            sums = drawn.sum(-1)
+            assert torch.all(((sums - 1).abs() < 1e-9) | (sums == 0))
+            assert torch.equal(drawn == 0, shipped == 0)  # masked keys stay masked
 
 
 def test_checker_spec_captures_without_running_a_case() -> None:

@@ -746,16 +746,38 @@ def checker_spec(checker: Callable[[Callable], object], fn: Callable) -> CheckSp
     raise ValueError(f"{getattr(checker, '__name__', checker)!r} never calls run_cases")
 
 
+def _rows_are_distributions(values: np.ndarray) -> bool:
+    """Whether ``values`` is a matrix (or a stack of them) whose rows are probability
+    distributions or all 0, one at least a distribution: attention weights, as the entropy
+    and rollout exercises take them."""
+    if values.ndim < 2 or values.shape[-1] < 2 or values.size == 0:
+        return False
+    if values.min() < 0 or values.max() > 1:
+        return False
+    sums = values.sum(axis=-1)
+    ones = np.abs(sums - 1) < 1e-5
+    return bool(np.all(ones | (sums == 0)) and np.any(ones))
+
+
+def _renormalised(values: np.ndarray) -> np.ndarray:
+    sums = values.sum(axis=-1, keepdims=True)
+    return values / np.where(sums > 0, sums, 1)
+
+
 def _perturb(value: object, rng: np.random.Generator) -> object:
     """``value`` with every floating-point array (also inside tuples, lists, dicts and a
     module's parameters) multiplied entrywise by ``1 + 0.1 * N(0, 1)``: signs, zeros, shapes,
-    dtypes, masks and integers stay as they are, so the case keeps its point."""
+    dtypes, masks and integers stay as they are, so the case keeps its point. An array whose
+    rows are distributions (attention weights) is renormalised afterwards, so it stays one."""
     if isinstance(value, np.ndarray) and np.issubdtype(value.dtype, np.floating):
-        return value * (1 + 0.1 * rng.standard_normal(value.shape)).astype(value.dtype)
+        out = value * (1 + 0.1 * rng.standard_normal(value.shape)).astype(value.dtype)
+        return _renormalised(out) if _rows_are_distributions(value) else out
     if isinstance(value, torch.Tensor) and value.is_floating_point():
         noise = torch.from_numpy(1 + 0.1 * rng.standard_normal(tuple(value.shape)))
         with torch.no_grad():
             out = value.detach() * noise.to(value.dtype)
+            if _rows_are_distributions(_to_numpy(value)):
+                out = torch.from_numpy(_renormalised(_to_numpy(out))).to(value.dtype)
         return out.requires_grad_(value.requires_grad)
     if isinstance(value, torch.nn.Module):
         module = copy.deepcopy(value)
