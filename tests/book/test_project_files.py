@@ -21,6 +21,8 @@ import os
 import re
 import shutil
 import subprocess
+import sys
+import time
 from pathlib import Path
 from types import ModuleType
 
@@ -563,3 +565,28 @@ def test_make_test_compares_every_stored_output_once() -> None:
     (learner,) = [step for step in run_tests.steps() if step.key == "learner"]
     assert "tools.learner_path" in learner.command
     assert learner.junit_dir  # its per-chapter nbval reports are counted in the summary
+
+
+def test_steps_side_by_side_both_run_and_their_logs_do_not_mix(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """The student edition is built beside the book; a failure beside is still a failure."""
+    (student,) = [step for step in run_tests.steps() if step.key == "student"]
+    order = [step.key for step in run_tests.steps()]
+    assert student.beside_previous
+    assert order[order.index("student") - 1] == "book"
+
+    def step(key: str, code: str) -> run_tests.Step:
+        return run_tests.Step(key, key, [sys.executable, "-c", code], beside_previous=True)
+
+    first = step("first", "import time; print('first starts'); time.sleep(1); print('first ends')")
+    beside = step("beside", "import time; print('beside says'); time.sleep(1); raise SystemExit(3)")
+    start = time.perf_counter()
+    run_tests.run_side_by_side([(1, first), (2, beside)], total=2)
+    assert time.perf_counter() - start < 1.9  # one after the other: over 2 s
+    out = capfd.readouterr().out
+    assert first.ok
+    assert not beside.ok
+    assert beside.failed == 1
+    assert out.index("first starts") < out.index("first ends") < out.index("beside says")
+    assert out.index("==> [2/2] beside") < out.index("beside says")

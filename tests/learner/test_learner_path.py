@@ -135,3 +135,14 @@ def test_kernels_run_side_by_side_share_the_cores() -> None:
     shared = learner_path.threads_env(2)
     assert shared["OMP_NUM_THREADS"] == str(max(1, (os.cpu_count() or 1) // 2))
     assert shared["OMP_WAIT_POLICY"] == "PASSIVE"
+
+
+def test_the_kernels_keep_the_bytecode_they_compile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The clean environment has no bytecode: without this, each chapter compiled torch anew."""
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    monkeypatch.setenv("PYTHONPATH", str(ROOT / "src"))
+    env = learner_path.kernel_env(Path(sys.executable), tmp_path / "hf_home")
+    assert "PYTHONDONTWRITEBYTECODE" not in env
+    assert "PYTHONPATH" not in env  # what the kernel must not see is still dropped
