@@ -338,7 +338,8 @@ def head_entropy(weights: torch.Tensor, *, query_positions: object = None) -> to
     # 0 ln 0 = 0: take the log of 1 where a weight is 0, so that the backward pass never
     # meets log(0) either (0 * inf would make that weight's gradient NaN); it gets 0
     logs = torch.where(weights > 0, weights, torch.ones_like(weights)).log()  # (..., H, T', S)
-    return -(weights * logs).sum(dim=-1).mean(dim=-1)  # (..., H, T) -> (..., H)
+    # 0.0 minus, not a minus sign: a head of one-hot rows has entropy 0, not -0
+    return 0.0 - (weights * logs).sum(dim=-1).mean(dim=-1)  # (..., H, T) -> (..., H)
 
 
 def attention_share(

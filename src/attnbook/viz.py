@@ -223,6 +223,17 @@ def _check_labels(labels: Sequence[str] | None, n: int, name: str, axis_name: st
         raise ValueError(f"{name} must have one label per {axis_name} ({n}), got {len(labels)}")
 
 
+# Relative luminance (WCAG 2) of a colour at which black and white text contrast equally with it:
+# above it black text reads better, below it white.
+_BLACK_OR_WHITE = 0.179
+
+
+def _luminance(rgba: Sequence[float]) -> float:
+    """The relative luminance (WCAG 2) of a matplotlib colour ``(r, g, b, a)`` in ``[0, 1]``."""
+    linear = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in rgba[:3]]
+    return 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
+
+
 def plot_heatmap(
     matrix: Array,
     row_labels: Sequence[str] | None = None,
@@ -242,7 +253,8 @@ def plot_heatmap(
     """Draw a 2-D matrix (scores or weights) as a labelled heatmap.
 
     Rows are queries, columns are keys. Values are written in the cells when
-    the matrix is small enough to read them (at most 12 x 12 by default).
+    the matrix is small enough to read them (at most 12 x 12 by default), in
+    black on light cells and white on dark ones, whatever the colour map.
     Scores with both signs get a diverging colour map centred on 0; weights
     (all in ``[0, 1]``) a sequential one.
 
@@ -311,7 +323,12 @@ def plot_heatmap(
                     else:
                         text = fmt.format(value)
                         frac = (value - lo) / (hi - lo) if hi > lo else 0.5
-                        dark = frac > 0.6 if cmap == SEQUENTIAL_CMAP else 0.25 < frac < 0.75
+                        if cmap == SEQUENTIAL_CMAP:
+                            dark = frac > 0.6
+                        elif cmap == DIVERGING_CMAP:
+                            dark = 0.25 < frac < 0.75
+                        else:  # another map: black on light cells, judged by their luminance
+                            dark = _luminance(image.cmap(image.norm(value))) > _BLACK_OR_WHITE
                     ax.text(
                         s,
                         t,
@@ -419,6 +436,8 @@ def plot_query_key(
             "query, key and products must have the same shape (d_k,), got "
             f"{shape_str(q)}, {shape_str(k)} and {shape_str(p)}"
         )
+    if not q.size:
+        raise ValueError("query, key and products must have d_k >= 1 coordinates, got (0,)")
     if axes is not None and len(axes) != 2:
         raise ValueError(f"axes must hold two Axes (vectors, products), got {len(axes)}")
     d_k = q.shape[0]

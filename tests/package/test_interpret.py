@@ -228,6 +228,7 @@ def test_entropy_of_one_hot_uniform_and_causal_uniform_rows() -> None:
     entropy = head_entropy(torch.cat([one_hot, uniform, causal]))  # (H = 3,)
     expected = [0.0, math.log(5), sum(math.log(t + 1) for t in range(5)) / 5]
     torch.testing.assert_close(entropy, torch.tensor(expected))
+    assert math.copysign(1.0, entropy[0].item()) == 1.0  # printed as 0., not -0.
 
 
 def test_entropy_matches_the_formula_and_selects_queries() -> None:
@@ -336,3 +337,5 @@ def test_query_key_view_draws_the_products_and_their_sum() -> None:
         plot_query_key(q, k[:3], products)
     with pytest.raises(ValueError, match=r"\(d_k,\)"):
         plot_query_key(q[None], k, products)
+    with pytest.raises(ValueError, match="d_k >= 1"):  # not numpy's "zero-size array"
+        plot_query_key([], [], [])

@@ -54,6 +54,19 @@ def test_heatmap_centres_signed_scores_on_zero() -> None:
     assert image.get_clim() == (-2.0, 2.0)
 
 
+@pytest.mark.parametrize("cmap", ["gray", "gray_r", "magma", "Blues"])
+def test_heatmap_annotations_read_on_any_colour_map(cmap: str) -> None:
+    """Black text on the light cells and white on the dark, whatever the map's direction."""
+    values = np.array([[0.0, 1.0]])
+    ax = plot_heatmap(values, cmap=cmap, vmin=0.0, vmax=1.0)
+    image = ax.get_images()[0]
+    for text, value in zip(ax.texts, values[0], strict=True):
+        cell = matplotlib.colors.to_rgb(image.cmap(image.norm(value)))
+        light = sum(cell) / 3 > 0.5  # these maps run from near black to near white
+        assert text.get_color() == ("black" if light else "white"), (cmap, value, cell)
+    plt.close("all")
+
+
 def test_heatmap_skips_annotations_for_large_matrices() -> None:
     ax = plot_heatmap(np.zeros((20, 20)))
     assert len(ax.texts) == 0
