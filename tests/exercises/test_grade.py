@@ -382,6 +382,29 @@ def test_a_chapter_handed_in_twice_counts_each_exercise_once(tmp_path: Path) -> 
     assert "02_softmax (1).ipynb, 02_softmax.ipynb): each exercise counts once" in text
 
 
+def test_every_student_is_graded_out_of_every_exercise_anyone_handed_in(tmp_path: Path) -> None:
+    """A chapter a student did not hand in counts 0 of its points, not as nothing asked:
+    otherwise skipping a chapter would raise a student's share."""
+
+    def row(student: str, exercise: str, status: str) -> grade.GradeRecord:
+        worth = {"softmax": 1.0, "causal_mask": 2.0}[exercise]
+        earned = worth if status == "passed" else 0.0
+        return grade.GradeRecord(student, "nb.ipynb", "", exercise, "", status, earned, worth, "")
+
+    records = [
+        row("quinn", "softmax", "passed"),
+        row("quinn", "causal_mask", "failed"),
+        row("ruth", "softmax", "passed"),  # handed in chapter 2 only
+    ]
+    path = tmp_path / "gradebook.csv"
+    grade.write_gradebook(records, path)
+    book = {row["student"]: row for row in csv.DictReader(path.open(encoding="utf-8"))}
+    assert (book["quinn"]["total"], book["quinn"]["max_points"]) == ("1", "3")
+    assert (book["ruth"]["causal_mask"], book["ruth"]["total"]) == ("0", "1")
+    assert book["ruth"]["max_points"] == "3"  # not 1: 100% for skipping a chapter
+    assert "ruth: 1 / 3" in grade.format_table(records)
+
+
 def test_the_summary_table_shows_every_record_and_the_totals(cli_run: dict) -> None:
     lines = cli_run["stdout"].splitlines()
     assert lines[0].split() == ["student", "exercise", "status", "points", "message"]

@@ -712,24 +712,23 @@ def format_table(records: Sequence[GradeRecord]) -> str:
 
 
 def _totals(records: Sequence[GradeRecord]) -> dict[str, tuple[float, float, dict[str, float]]]:
-    """Per student: points earned, points possible, and the points of each exercise. An
-    exercise counts once, with its best result, however many notebooks of a student hold it
-    (a chapter handed in twice, as ``02_softmax.ipynb`` and ``02_softmax (1).ipynb``)."""
+    """Per student: points earned, points possible, and the points of each exercise.
+
+    An exercise counts once, with its best result, however many notebooks of a student hold
+    it (a chapter handed in twice, as ``02_softmax.ipynb`` and ``02_softmax (1).ipynb``).
+    The points possible are the same for every student: those of every exercise that anyone
+    handed in, so a chapter a student did not hand in counts as 0 of its points, not as
+    nothing asked.
+    """
     earned: dict[str, dict[str, float]] = {}
-    worth: dict[str, dict[str, float]] = {}
+    worth: dict[str, float] = {}
     for r in records:
-        got, of = earned.setdefault(r.student, {}), worth.setdefault(r.student, {})
-        key = r.exercise or f"notebook:{r.notebook}"  # a notebook's own record (worth 0)
-        got[key] = max(got.get(key, 0.0), r.points)
-        of[key] = max(of.get(key, 0.0), r.max_points)
-    return {
-        student: (
-            sum(got.values()),
-            sum(worth[student].values()),
-            {k: v for k, v in got.items() if not k.startswith("notebook:")},
-        )
-        for student, got in earned.items()
-    }
+        got = earned.setdefault(r.student, {})
+        if r.exercise:  # not a notebook's own record (worth 0)
+            got[r.exercise] = max(got.get(r.exercise, 0.0), r.points)
+            worth[r.exercise] = max(worth.get(r.exercise, 0.0), r.max_points)
+    possible = sum(worth.values())
+    return {student: (sum(got.values()), possible, got) for student, got in earned.items()}
 
 
 def _handed_in_twice(records: Sequence[GradeRecord]) -> dict[str, list[str]]:
