@@ -636,6 +636,28 @@ def test_on_run_reports_how_the_notebook_run_ended(tmp_path: Path) -> None:
     assert skipped == []  # no notebook run, no report
 
 
+def test_a_cell_that_ignores_the_interrupt_stops_the_run_at_its_second_timeout(
+    tmp_path: Path,
+) -> None:
+    """`sum(range(10**15))` never sees the kernel's interrupt: nbclient alone would wait for it
+    again and again, the whole run's limit (the timeout times the number of cells)."""
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(c) for c in ("x = 1", "sum(range(10**15))", "y = 2")]
+    nbformat.write(nb, tmp_path / "submission.ipynb")
+    program = (
+        "import sys\nfrom pathlib import Path\nfrom attnbook.exercises import sandbox\n"
+        "sandbox._execute(Path(sys.argv[1]), 2.0)\n"
+    )
+    start = time.monotonic()
+    subprocess.run([sys.executable, "-c", program, str(tmp_path)], check=True, timeout=120)
+    assert time.monotonic() - start < 60
+    run = grade._read_run(tmp_path)
+    assert run.stopped.startswith(
+        "CellTimeoutError: cell 2 ran on 2 s after the kernel's interrupt"
+    )
+    assert "stopped there" in run.summary()
+
+
 def test_a_notebook_run_summary_names_each_failing_cell_and_the_stop() -> None:
     run = grade.NotebookRun({4: "ValueError", 1: "NameError"}, "CellTimeoutError: 60 s")
     assert not run.ok

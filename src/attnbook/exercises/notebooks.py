@@ -251,6 +251,7 @@ def notebook_client(
     kernel_name: str = "python3",
     timeout: float = 600,
     cwd: str | Path | None = None,
+    client_class: type | None = None,
     **client_options: Any,
 ) -> Any:
     """An ``nbclient.NotebookClient`` for `nb` with the book's settings, not started.
@@ -263,6 +264,7 @@ def notebook_client(
         kernel_name: the Jupyter kernel to start.
         timeout: seconds each cell may run (nbclient's CellTimeoutError after it).
         cwd: the kernel's working folder (default: the current one).
+        client_class: a subclass of ``NotebookClient`` to make (default: that class).
         **client_options: more options of ``NotebookClient`` (``km``,
             ``allow_errors``, ``on_cell_start``, ...); ``record_timing`` is off
             unless given.
@@ -275,7 +277,7 @@ def notebook_client(
     from nbclient import NotebookClient
 
     client_options.setdefault("record_timing", False)
-    return NotebookClient(
+    return (client_class or NotebookClient)(
         nb,
         timeout=timeout,
         kernel_name=kernel_name,

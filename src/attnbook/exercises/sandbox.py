@@ -265,6 +265,7 @@ def _execute(folder: Path, timeout: float) -> None:
         km=AsyncKernelManager(kernel_name="python3", kernel_spec_manager=ThisInterpreter()),
         allow_errors=True,
         interrupt_on_timeout=True,
+        client_class=_client_class(),
     )
     stopped = ""
     try:
@@ -273,6 +274,36 @@ def _execute(folder: Path, timeout: float) -> None:
         stopped = f"{type(exc).__name__}: {str(exc)[:300]}"
     nb.metadata["attnbook_run"] = {"stopped": stopped}
     nbformat.write(nb, folder / "executed.ipynb")
+
+
+def _client_class() -> type:
+    """nbclient's ``NotebookClient``, made to stop the run when a cell ignores an interrupt.
+
+    nbclient interrupts a cell that runs past the timeout, then waits for it again, as often
+    as it takes. A cell that ignores the interrupt (a long loop inside one C call, such as
+    ``sum(range(10**15))``) then held the run until the whole run's limit, the timeout
+    times the number of cells. Here its second timeout raises ``CellTimeoutError``: the run
+    stops there (the grades come from the source, not from the run).
+    """
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellTimeoutError
+
+    class InterruptOnce(NotebookClient):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.interrupted_cells: set[int] = set()
+
+        async def _async_handle_timeout(self, timeout: int, cell: Any = None) -> Any:
+            if id(cell) in self.interrupted_cells:
+                number = next((i + 1 for i, c in enumerate(self.nb.cells) if c is cell), "?")
+                raise CellTimeoutError(
+                    f"cell {number} ran on {timeout:g} s after the kernel's interrupt "
+                    "(a long loop inside one C call?): the run stopped there"
+                )
+            self.interrupted_cells.add(id(cell))
+            return await super()._async_handle_timeout(timeout, cell)
+
+    return InterruptOnce
 
 
 def _to_arrays(value: object) -> tuple[str, list[Any]]:
