@@ -48,6 +48,7 @@ Every program is taken from the environment of the Python running this script
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -91,8 +92,9 @@ class Step:
     default: bool = True  # run when no step is named
     # The learner step's reports: a folder of them, one per chapter (see learner_path).
     junit_dir: str | None = None
-    # Run at the same time as the step before it (see run_side_by_side).
-    beside_previous: bool = False
+    # The key of a step to run at the same time as, when both are run, this one right after
+    # it (see run_side_by_side).
+    beside: str | None = None
     # Filled in by run():
     returncode: int | None = None
     seconds: float = 0.0
@@ -179,7 +181,7 @@ def steps() -> list[Step]:
             "student",
             "make student",
             [sys.executable, "-m", "tools.make_student", "--allow-placeholder-url"],
-            beside_previous=True,
+            beside="book",
         ),
         Step(
             "browser",
@@ -219,21 +221,23 @@ def run(step: Step, log: Path | None = None) -> None:
         # Start from an empty _build/html: pages left over from an earlier build
         # (a renamed chapter) would otherwise be checked by the browser test.
         shutil.rmtree(ROOT / "_build" / "html", ignore_errors=True)
-    output = open(log, "w", encoding="utf-8") if log else sys.stdout  # noqa: SIM115
-    start = time.perf_counter()
-    try:
-        step.returncode = subprocess.run(
-            command,
-            cwd=ROOT,
-            env={**os.environ, **(step.env or {})},
-            stdout=output if log else None,
-            stderr=subprocess.STDOUT if log else None,
-            check=False,
-        ).returncode
-    except FileNotFoundError as error:
-        print(f"cannot run {command[0]}: {error}", file=output, flush=True)
-        step.returncode = 127
-    step.seconds = time.perf_counter() - start
+    with open(log, "w", encoding="utf-8") if log else contextlib.nullcontext(sys.stdout) as out:
+        start = time.perf_counter()
+        try:
+            step.returncode = subprocess.run(
+                command,
+                cwd=ROOT,
+                env={**os.environ, **(step.env or {})},
+                stdout=out if log else None,
+                stderr=subprocess.STDOUT if log else None,
+                check=False,
+            ).returncode
+        except FileNotFoundError as error:
+            print(f"cannot run {command[0]}: {error}", file=out, flush=True)
+            step.returncode = 127
+        step.seconds = time.perf_counter() - start
+        if step.returncode == PYTEST_NO_TESTS and report:
+            print(f"{step.title}: no tests were collected", file=out)
 
     if report and report.is_file():
         step.passed, step.failed, step.skipped = junit_counts(report)
@@ -246,10 +250,18 @@ def run(step: Step, log: Path | None = None) -> None:
         step.passed, step.failed = (1, 0) if step.ok else (0, 1)
     if not step.ok and step.failed == 0:
         step.failed = 1  # failed without a failing test: no tests, a crash, a usage error
-    if step.returncode == PYTEST_NO_TESTS and report:
-        print(f"{step.title}: no tests were collected", file=output)
-    if log:
-        output.close()
+
+
+def side_by_side(chosen: list[Step]) -> list[list[tuple[int, Step]]]:
+    """`chosen`, numbered from 1, in groups to run at once: a step joins the one before it
+    when that is the step it is `beside`; every other step is a group of its own."""
+    batches: list[list[tuple[int, Step]]] = []
+    for number, step in enumerate(chosen, start=1):
+        if batches and step.beside == batches[-1][0][1].key:
+            batches[-1].append((number, step))
+        else:
+            batches.append([(number, step)])
+    return batches
 
 
 def run_side_by_side(batch: list[tuple[int, Step]], total: int) -> None:
@@ -327,14 +339,8 @@ def main(selected: list[str]) -> int:
             (REPORTS / step.junit).unlink(missing_ok=True)
         if step.key == "browser":
             PAGE_WEIGHT.unlink(missing_ok=True)
-    batches: list[list[tuple[int, Step]]] = []
-    for number, step in enumerate(chosen, start=1):
-        if step.beside_previous and batches:
-            batches[-1].append((number, step))
-        else:
-            batches.append([(number, step)])
     start = time.perf_counter()
-    for batch in batches:
+    for batch in (batches := side_by_side(chosen)):
         run_side_by_side(batch, len(chosen))
     wall = time.perf_counter() - start
 

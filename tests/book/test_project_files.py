@@ -573,11 +573,16 @@ def test_steps_side_by_side_both_run_and_their_logs_do_not_mix(
     """The student edition is built beside the book; a failure beside is still a failure."""
     (student,) = [step for step in run_tests.steps() if step.key == "student"]
     order = [step.key for step in run_tests.steps()]
-    assert student.beside_previous
+    assert student.beside == "book"
     assert order[order.index("student") - 1] == "book"
+    everything = {step.key: step for step in run_tests.steps()}
+    chosen = [everything[key] for key in ("unit", "book", "student", "browser")]
+    assert [[n for n, _ in batch] for batch in run_tests.side_by_side(chosen)] == [[1], [2, 3], [4]]
+    chosen = [everything[key] for key in ("learner", "student")]  # not beside the learner step
+    assert [[n for n, _ in batch] for batch in run_tests.side_by_side(chosen)] == [[1], [2]]
 
     def step(key: str, code: str) -> run_tests.Step:
-        return run_tests.Step(key, key, [sys.executable, "-c", code], beside_previous=True)
+        return run_tests.Step(key, key, [sys.executable, "-c", code], beside="first")
 
     first = step("first", "import time; print('first starts'); time.sleep(1); print('first ends')")
     beside = step("beside", "import time; print('beside says'); time.sleep(1); raise SystemExit(3)")
