@@ -61,6 +61,15 @@ def test_softmax_checker_rejects_typical_mistakes(wrong, failing_case: str) -> N
     assert "Traceback" not in verdict.message
 
 
+def test_numbers_returned_as_text_fail_and_as_a_list_pass() -> None:
+    """np.asarray(text, dtype=float) reads "0.5" as 0.5: text must not pass for numbers."""
+    for as_text in (lambda y: y.astype(str), lambda y: y.astype(str).tolist()):
+        verdict = check_softmax(lambda x, as_text=as_text: as_text(_stable_softmax(x)))
+        assert not verdict.passed
+        assert "returned text" in verdict.message
+    assert check_softmax(lambda x: _stable_softmax(x).tolist()).passed
+
+
 def test_stub_reads_as_not_attempted() -> None:
     def stub(x):
         raise NotImplementedError

@@ -162,12 +162,26 @@ def _compare_bool(got: object, expected: object) -> str | None:
     return None
 
 
+def _is_text(x: object) -> bool:
+    """Is ``x`` a string, or an array or list of strings?"""
+    if isinstance(x, str | bytes):
+        return True
+    if isinstance(x, torch.Tensor):
+        return False
+    try:
+        return np.asarray(x).dtype.kind in "US"
+    except (TypeError, ValueError):  # a ragged list: the comparison below says so
+        return False
+
+
 def compare_outputs(got: object, expected: object, rtol: float, atol: float) -> str | None:
     """Return ``None`` if ``got`` matches ``expected``, else a short description of the difference."""
     if got is None:
         return "returned None: did you forget `return`?"
     if _is_bool(expected):
         return _compare_bool(got, expected)
+    if _is_text(got):  # np.asarray(["0.5"], dtype=float) would read the text as the number
+        return f"returned text ({_show(np.asarray(got))}), expected an array of numbers"
     try:
         g = _to_numpy(got)
     except (TypeError, ValueError):
