@@ -70,6 +70,12 @@ def test_numbers_returned_as_text_fail_and_as_a_list_pass() -> None:
     assert check_softmax(lambda x: _stable_softmax(x).tolist()).passed
 
 
+def test_a_wrong_answer_too_close_to_see_at_4_decimals_is_told_how_far_off_it_is() -> None:
+    verdict = check_softmax(lambda x: _stable_softmax(x) + 2e-5)
+    assert not verdict.passed
+    assert "largest difference 2e-05 at index" in verdict.message
+
+
 def test_stub_reads_as_not_attempted() -> None:
     def stub(x):
         raise NotImplementedError

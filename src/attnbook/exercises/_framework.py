@@ -192,9 +192,14 @@ def compare_outputs(got: object, expected: object, rtol: float, atol: float) -> 
     if not np.all(np.isfinite(g)) and np.all(np.isfinite(e)):
         return f"returned NaN or inf where the answer is finite:\n   got      {_show(g)}"
     if not np.allclose(g, e, rtol=rtol, atol=atol, equal_nan=True):
-        worst = np.unravel_index(np.argmax(np.abs(g - e)), g.shape) if g.ndim else ()
-        where = f" (largest difference at index {tuple(int(i) for i in worst)})" if g.ndim else ""
-        return f"returned the wrong values{where}:\n   expected {_show(e)}\n   got      {_show(g)}"
+        gap = np.abs(g - e)
+        worst = np.unravel_index(np.nanargmax(gap), g.shape) if g.ndim else ()
+        at = f" at index {tuple(int(i) for i in worst)}" if g.ndim else ""
+        # The arrays are shown to 4 decimals: the size of the gap says what they may hide.
+        return (
+            f"returned the wrong values (largest difference {gap[worst]:.2g}{at}):\n"
+            f"   expected {_show(e)}\n   got      {_show(g)}"
+        )
     return None
 
 
