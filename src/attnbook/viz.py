@@ -314,21 +314,14 @@ def plot_heatmap(
         for spine in ax.spines.values():
             spine.set_visible(False)
         if annotate:
-            lo, hi = image.get_clim()
             for t in range(T):
                 for s in range(S):
                     value = m[t, s]
                     if not np.isfinite(value):
                         text, dark = ("-inf" if value < 0 else str(value)), False
-                    else:
+                    else:  # black on light cells, white on dark ones, by their luminance
                         text = fmt.format(value)
-                        frac = (value - lo) / (hi - lo) if hi > lo else 0.5
-                        if cmap == SEQUENTIAL_CMAP:
-                            dark = frac > 0.6
-                        elif cmap == DIVERGING_CMAP:
-                            dark = 0.25 < frac < 0.75
-                        else:  # another map: black on light cells, judged by their luminance
-                            dark = _luminance(image.cmap(image.norm(value))) > _BLACK_OR_WHITE
+                        dark = _luminance(image.cmap(image.norm(value))) > _BLACK_OR_WHITE
                     ax.text(
                         s,
                         t,

@@ -54,16 +54,29 @@ def test_heatmap_centres_signed_scores_on_zero() -> None:
     assert image.get_clim() == (-2.0, 2.0)
 
 
-@pytest.mark.parametrize("cmap", ["gray", "gray_r", "magma", "Blues"])
-def test_heatmap_annotations_read_on_any_colour_map(cmap: str) -> None:
-    """Black text on the light cells and white on the dark, whatever the map's direction."""
-    values = np.array([[0.0, 1.0]])
-    ax = plot_heatmap(values, cmap=cmap, vmin=0.0, vmax=1.0)
+def _contrast(a: tuple[float, ...], b: tuple[float, ...]) -> float:
+    """WCAG 2 contrast ratio of two sRGB colours."""
+
+    def luminance(rgb: tuple[float, ...]) -> float:
+        linear = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in rgb[:3]]
+        return 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
+
+    lighter, darker = sorted((luminance(a), luminance(b)), reverse=True)
+    return (lighter + 0.05) / (darker + 0.05)
+
+
+@pytest.mark.parametrize(
+    "cmap", [SEQUENTIAL_CMAP, DIVERGING_CMAP, "gray", "gray_r", "magma", "Blues"]
+)
+def test_heatmap_annotations_take_the_text_colour_that_contrasts_more(cmap: str) -> None:
+    """Black or white, whichever stands out more from the cell, whatever the colour map."""
+    values = np.linspace(-1.0, 1.0, 11)[None]  # (1, 11)
+    ax = plot_heatmap(values, cmap=cmap, vmin=-1.0, vmax=1.0, fmt="{:.1f}")
     image = ax.get_images()[0]
     for text, value in zip(ax.texts, values[0], strict=True):
-        cell = matplotlib.colors.to_rgb(image.cmap(image.norm(value)))
-        light = sum(cell) / 3 > 0.5  # these maps run from near black to near white
-        assert text.get_color() == ("black" if light else "white"), (cmap, value, cell)
+        cell = image.cmap(image.norm(value))
+        black, white = _contrast(cell, (0, 0, 0)), _contrast(cell, (1, 1, 1))
+        assert text.get_color() == ("black" if black > white else "white"), (cmap, value)
     plt.close("all")
 
 
