@@ -10,6 +10,7 @@ answer written by hand still passes.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 
 import numpy as np
@@ -171,3 +172,46 @@ def test_all_of_reports_the_first_guard_and_runs_the_answer_once() -> None:
     assert problem is not None
     assert "Hint: first" in problem
     assert all_of(forbid_calls({"torch.softmax": torch.softmax}, "x"))(lambda: 1) == (1, None)
+
+
+def test_every_library_equivalent_fails_beside_the_checkers_own_list() -> None:
+    # check_softmax names the softmaxes in its own hint; torch.logsumexp is on the grader's
+    # list (extract.LIBRARY_EQUIVALENTS) only, and used to pass here while the grader failed it.
+    through_logsumexp = lambda x: np.exp(  # noqa: E731
+        x - torch.logsumexp(_torch(x), -1, keepdim=True).numpy()
+    )
+    verdict = check_softmax(through_logsumexp)
+    assert not verdict
+    assert "logsumexp" in verdict.message, verdict.message
+
+
+def _switches_off(hook: Callable[[None], None], answer: Callable) -> Callable:
+    def wrapped(*args: object) -> object:
+        hook(None)
+        return answer(*args)
+
+    return wrapped
+
+
+def _looped_scores(q: np.ndarray, k: np.ndarray) -> np.ndarray:
+    return np.array([[float(a @ b) for b in k] for a in q])
+
+
+@pytest.mark.parametrize(
+    ("checker", "answer"),
+    [
+        # the profile hook watches for the library's softmax ...
+        (check_softmax, _switches_off(sys.setprofile, lambda x: attnbook.softmax(x))),
+        # ... and the trace hook for loops
+        (check_score_matrix, _switches_off(sys.settrace, _looped_scores)),
+    ],
+    ids=["setprofile", "settrace"],
+)
+def test_an_answer_that_switches_off_the_checkers_watch_fails(
+    checker: Callable, answer: Callable
+) -> None:
+    hooks = sys.getprofile(), sys.gettrace()
+    verdict = checker(answer)
+    assert (sys.getprofile(), sys.gettrace()) == hooks  # the checker put back what was there
+    assert not verdict
+    assert "switches off the checker's watch" in verdict.message, verdict.message

@@ -213,7 +213,7 @@ ATTACKS = {
         "import pkgutil\n\nstable = pkgutil.resolve_name('attnbook.exercises.softmax:_stable')\n\n"
         "def my_softmax(x):\n    return stable(x)\n\n\ncheck_softmax(my_softmax)",
         "failed",
-        "the checker's own code",
+        "imports pkgutil",  # and in the sandbox: test_the_checkers_own_code_is_caught_at_run_time
     ),
     "in_place": (  # not an attack: a mistake that the numbers alone do not show
         "def my_softmax(x):\n    x -= x.max(axis=-1, keepdims=True)\n    e = np.exp(x)\n"
@@ -592,6 +592,20 @@ def test_inside_the_sandbox_there_is_no_network_no_secret_and_nobody_else(tmp_pa
     assert found["pids"] <= 4  # bwrap's init, the evaluator and its child, nothing of ours
 
 
+def _evaluate_unchecked(program: str, folder: Path) -> tuple[dict, str, str]:
+    """The softmax exercise's ``program`` evaluated in the sandbox as the grader would, but
+    without the static check (what a route it misses would reach): the sandbox's report, and
+    the grader's status and message."""
+    folder.mkdir()
+    job = [{"exercise": "softmax", "program": program, "args": [(np.ones(3),)], "seeds": [0]}]
+    (folder / "job.pkl").write_bytes(__import__("pickle").dumps(job))
+    (folder / "settings.json").write_text(json.dumps({"exercise_timeout": 60}))
+    sandbox.run_sandboxed("evaluate", folder, sandbox.Limits(wall_s=120))
+    report = json.loads((folder / "out" / "softmax.json").read_text())
+    spec = _framework.checker_spec(exercises.check_softmax, print)
+    return (report, *grade._judge("softmax", spec, [(np.ones(3),)], folder))
+
+
 @needs_bwrap
 def test_tripwires_catch_the_library_where_the_static_check_is_bypassed(tmp_path: Path) -> None:
     program = (
@@ -599,18 +613,57 @@ def test_tripwires_catch_the_library_where_the_static_check_is_bypassed(tmp_path
         "def answer(x):\n    return torch.softmax(torch.as_tensor(x), -1).numpy()\n"
         "__attnbook_answer__ = answer\n"
     )
-    folder = tmp_path / "eval"
-    folder.mkdir()
-    job = [{"exercise": "softmax", "program": program, "args": [(np.ones(3),)], "seeds": [0]}]
-    (folder / "job.pkl").write_bytes(__import__("pickle").dumps(job))
-    (folder / "settings.json").write_text(json.dumps({"exercise_timeout": 60}))
-    sandbox.run_sandboxed("evaluate", folder, sandbox.Limits(wall_s=120))
-    report = json.loads((folder / "out" / "softmax.json").read_text())
+    report, status, message = _evaluate_unchecked(program, tmp_path / "eval")
     assert report["tripped"] == ["torch.softmax"]
-    spec = _framework.checker_spec(exercises.check_softmax, print)
-    status, message = grade._judge("softmax", spec, [(np.ones(3),)], folder)
     assert status == "failed"
     assert "torch.softmax" in message
+
+
+@needs_bwrap
+@pytest.mark.parametrize("where", ["in the answer", "while defining it"])
+def test_switching_off_the_graders_watch_fails_where_the_static_check_is_bypassed(
+    tmp_path: Path, where: str
+) -> None:
+    # torch.softmax taken before the tripwires are in place, then called with the checkers'
+    # watch on calls switched off: this passed the grader before sys.setprofile was wired
+    switch_off = "    quiet(None)\n" if where == "in the answer" else ""
+    program = (
+        "import sys, torch\nreal, quiet = torch.softmax, sys.setprofile\n"
+        + ("quiet(None)\n" if where == "while defining it" else "")
+        + f"def answer(x):\n{switch_off}    return real(torch.as_tensor(x), -1).numpy()\n"
+        "__attnbook_answer__ = answer\n"
+    )
+    report, status, message = _evaluate_unchecked(program, tmp_path / "eval")
+    assert report["tripped"] == ["sys.setprofile"]
+    assert status == "failed"
+    assert "calls sys.setprofile, which switches off the grader's watch" in message
+
+
+@needs_bwrap
+def test_the_checkers_own_code_is_caught_at_run_time(tmp_path: Path) -> None:
+    program = (
+        "import pkgutil\nstable = pkgutil.resolve_name('attnbook.exercises.softmax:_stable')\n"
+        "def answer(x):\n    return stable(x)\n__attnbook_answer__ = answer\n"
+    )
+    _, status, message = _evaluate_unchecked(program, tmp_path / "eval")
+    assert status == "failed"
+    assert "the checker's own code" in message, message
+
+
+@needs_bwrap
+def test_a_library_equivalent_taken_before_the_tripwires_is_still_caught(tmp_path: Path) -> None:
+    # softmax's own guard names the softmaxes; logsumexp is on the grader's list only
+    program = (
+        "import numpy as np, torch\nlse = torch.logsumexp\n"
+        "def answer(x):\n"
+        "    return np.exp(x - lse(torch.as_tensor(x), -1, keepdim=True).numpy())\n"
+        "__attnbook_answer__ = answer\n"
+    )
+    report, status, message = _evaluate_unchecked(program, tmp_path / "eval")
+    assert report["tripped"] == []  # the name was bound before the tripwires...
+    assert "logsumexp" in report["cases"][0]["misuse"]  # ... and the library guard knows it
+    assert status == "failed"
+    assert "logsumexp" in message, message
 
 
 @needs_bwrap

@@ -136,6 +136,21 @@ def test_a_cell_that_does_not_parse_is_an_error() -> None:
         ),
         ("import os\nf = lambda x: os.system('true')", "imports os"),
         ("import sys\nf = lambda x: sys.modules['attnbook']", "imports sys"),
+        ("f = lambda x: torch.sys.modules['attnbook']", "uses torch.sys"),
+        ("f = lambda x: [torch][0]._softmax(x, -1, False)", "[torch][0]._softmax"),
+        ("t = torch\nf = lambda x: t._softmax(x, -1, False)", "t._softmax"),
+        ("f = lambda x: np.os.system('true')", "uses np.os"),
+        ("from torch import sys as s\nf = lambda x: s.setprofile(None)", "imports torch.sys"),
+        ("import pkgutil\nf = pkgutil.resolve_name('torch:exp')", "imports pkgutil"),
+        ("import pydoc\nf = pydoc.locate('torch.exp')", "imports pydoc"),
+        (
+            "from torch.package import sys_importer\nf = sys_importer.import_module('sys')",
+            "imports torch.package.sys_importer",
+        ),
+        ("f = lambda x: torch.package.sys_importer", "uses torch.package.sys_importer"),
+        ("f = lambda x: torch.utils.cpp_extension.load_inline", "cpp_extension"),
+        ("f = lambda x: torch.load('m.pt', weights_only=False)", "weights_only"),
+        ("f = lambda x: np.load('a.npy', allow_pickle=True)(x)", "allow_pickle"),
         ("from torch import *\nf = lambda x: exp(x)", "imports *"),
     ],
 )
@@ -210,3 +225,11 @@ def test_patching_a_module_does_not_hide_its_import() -> None:
     )
     assert "import numpy as np" in found.program
     assert "x, (y, *z) = (1, (2, 3))" in found.program  # as ast.unparse writes it
+
+
+def test_a_private_name_of_the_learners_own_class_is_allowed() -> None:
+    code = (
+        "import torch\n\nclass Scaled:\n    def __init__(self, s):\n        self._s = s\n\n"
+        "    def __call__(self, x):\n        return self._s * x\n\nf = Scaled(2.0)"
+    )
+    assert extract.forbidden_uses(ast.parse(code), "softmax") == []

@@ -13,13 +13,14 @@ compared with what each mistake returns on the same inputs; a match names the
 mistake, says what it looks like and where to look. Only when no known mistake
 matches does the case's own hint show. A *guard* checks *how* the answer
 computes (e.g. no Python loop, no call to the library function the exercise
-asks you to write), since such answers return the right numbers. A checker
-without a guard of its own gets :func:`library_guard`: no call to the
-exercise's library equivalent (its list is the grader's,
-``attnbook.exercises.extract.LIBRARY_EQUIVALENTS``). Every checker also
-refuses the checkers' own functions (:func:`no_checker_internals`) and an
-answer that changes its inputs in place (:func:`changed_inputs`), which can
-return the right numbers too.
+asks you to write), since such answers return the right numbers. Every
+checker also gets :func:`library_guard`: no call to the exercise's library
+equivalent (its list is the grader's,
+``attnbook.exercises.extract.LIBRARY_EQUIVALENTS``), and refuses the
+checkers' own functions (:func:`no_checker_internals`) and an answer that
+changes its inputs in place (:func:`changed_inputs`), which can return the
+right numbers too. The guards watch the answer's calls with ``sys``'s profile
+and trace hooks; an answer that switches them off fails.
 
 For graders: :func:`checker_spec` hands over what a checker passes to
 :func:`run_cases` (reference, cases, tolerances, mistakes, guard) without
@@ -56,7 +57,6 @@ __all__ = [
     "checker_spec",
     "forbid_calls",
     "library_guard",
-    "library_guard_and_no_loops",
     "library_softmaxes",
     "no_checker_internals",
     "no_python_loops",
@@ -257,21 +257,55 @@ def changed_inputs(fn: Callable, before: tuple, args: tuple) -> str | None:
     return None
 
 
-def _watching_calls(call: Callable[[], object], profile: Callable) -> object:
-    """``call()`` with ``profile`` (a ``sys.setprofile`` hook) watching every call it makes;
-    a hook set before (an enclosing guard's, under :func:`all_of`) keeps watching too."""
-    previous = sys.getprofile()
+_SWITCHED_OFF = (
+    "switches off the checker's watch on the calls it makes (sys.setprofile or "
+    "sys.settrace), so the checker cannot see how it computes.\n   Hint: leave sys.setprofile "
+    "and sys.settrace alone."
+)
 
-    def both(frame: FrameType, event: str, arg: object) -> None:
-        if previous is not None:
-            previous(frame, event, arg)
-        profile(frame, event, arg)
 
-    sys.setprofile(both)
-    try:
-        return call()
-    finally:
-        sys.setprofile(previous)
+def _call_hooks() -> tuple[Callable, Callable]:
+    """The two ways a guard watches an answer, each holding ``sys``'s hook setters in its
+    closure: a sandbox may replace ``sys.setprofile`` and ``sys.settrace`` by tripwires
+    before it runs an answer, and the guards keep working (a closure's cells are reached only
+    through ``__closure__``, which the grader's static check refuses)."""
+    set_profile, get_profile = sys.setprofile, sys.getprofile
+    set_trace, get_trace = sys.settrace, sys.gettrace
+
+    def watching_calls(call: Callable[[], object], profile: Callable) -> tuple[object, bool]:
+        """``call()`` with ``profile`` (a profile hook) watching every call it makes, and
+        whether the hook was still in place when ``call`` returned (``False``: the answer
+        switched it off). A hook set before (an enclosing guard's, under :func:`all_of`) keeps
+        watching too."""
+        previous = get_profile()
+
+        def both(frame: FrameType, event: str, arg: object) -> None:
+            if previous is not None:
+                previous(frame, event, arg)
+            profile(frame, event, arg)
+
+        set_profile(both)
+        try:
+            result = call()
+            return result, get_profile() is both
+        finally:
+            set_profile(previous)
+
+    def tracing(call: Callable[[], object], trace: Callable) -> tuple[object, bool]:
+        """``call()`` under the trace function ``trace``, and whether it was still in place
+        when ``call`` returned."""
+        previous = get_trace()
+        set_trace(trace)
+        try:
+            result = call()
+            return result, get_trace() is trace
+        finally:
+            set_trace(previous)
+
+    return watching_calls, tracing
+
+
+_watching_calls, _tracing = _call_hooks()
 
 
 def forbid_calls(forbidden: dict[str, object], hint: str) -> Guard:
@@ -309,7 +343,9 @@ def forbid_calls(forbidden: dict[str, object], hint: str) -> Guard:
                         if getattr(arg, "__name__", None) == method and isinstance(owner, cls):
                             seen.append(name)
 
-        result = _watching_calls(call, profile)
+        result, watched = _watching_calls(call, profile)
+        if not watched:
+            return result, _SWITCHED_OFF
         if seen:
             return (
                 result,
@@ -378,7 +414,7 @@ def library_guard(exercise: str) -> Guard | None:
     The names are those of :data:`attnbook.exercises.extract.LIBRARY_EQUIVALENTS`
     (any ``softmax`` for the softmax exercise...), looked up as functions in
     the modules of torch, NumPy, SciPy and attnbook loaded at that moment.
-    :func:`run_cases` uses it for every checker without a guard of its own,
+    :func:`run_cases` adds it to every checker's guard,
     so the notebook forbids what the grader forbids (the grader also reads the
     source, which catches a method such as ``tensor.softmax()`` that a
     profile hook cannot tell apart).
@@ -473,12 +509,9 @@ def no_python_loops(hint: str, max_calls: int = 4) -> Guard:
             frame.f_trace_opcodes = True
             return local
 
-        previous = sys.gettrace()
-        sys.settrace(trace)
-        try:
-            result = call()
-        finally:
-            sys.settrace(previous)
+        result, watched = _tracing(call, trace)
+        if not watched:
+            return result, _SWITCHED_OFF
         repeated = [(n, where[key]) for key, n in executed.items() if n > 1]
         if repeated:
             n, line = max(repeated)
@@ -552,7 +585,9 @@ def no_checker_internals(answer: object = None) -> Guard:
                 if caller is not None and _is_learner_code(caller.f_code.co_filename):
                     seen.append(internals[frame.f_code])
 
-        result = _watching_calls(call, profile)
+        result, watched = _watching_calls(call, profile)
+        if not watched:
+            return result, _SWITCHED_OFF
         if seen:
             return result, (
                 f"uses {seen[0]}, the checker's own code (its reference answer or a known "
@@ -561,13 +596,6 @@ def no_checker_internals(answer: object = None) -> Guard:
         return result, None
 
     return guard
-
-
-def library_guard_and_no_loops(exercise: str, hint: str) -> Guard:
-    """:func:`library_guard` of ``exercise`` (if it has one) and :func:`no_python_loops` with
-    ``hint``: for the exercises whose texts ask for array operations, not a loop."""
-    library, loops = library_guard(exercise), no_python_loops(hint)
-    return loops if library is None else all_of(library, loops)
 
 
 def diagnose_mistake(
@@ -619,16 +647,17 @@ def run_cases(
             its hint instead of the case's.
         guard: wraps each call of the learner's function and reports a
             problem with *how* it computed (a forbidden call, a Python loop)
-            even when the numbers are right.
+            even when the numbers are right. :func:`no_checker_internals` and
+            the exercise's :func:`library_guard` are added to it.
 
     Returns:
         A :class:`Verdict`; displaying it shows the learner what happened.
     """
-    if guard is None:  # no guard of its own: at least its library equivalents are off limits
-        guard = library_guard(exercise)
-    # and, for every exercise, the checkers' own reference answers and mistakes
-    internals = no_checker_internals(learner_fn)
-    guard = internals if guard is None else all_of(internals, guard)
+    # For every exercise: the checkers' own reference answers and mistakes, the checker's own
+    # guard (its hint is the more specific one, so it reports first), and the library
+    # equivalents that the grader forbids.
+    guards = (no_checker_internals(learner_fn), guard, library_guard(exercise))
+    guard = all_of(*(g for g in guards if g is not None))
     if _CAPTURE.get():  # checker_spec: hand the checker's settings over instead of running
         spec = CheckSpec(exercise, learner_fn, reference_fn, tuple(cases), rtol, atol)
         raise _Captured(dataclasses.replace(spec, mistakes=tuple(mistakes), guard=guard))

@@ -19,7 +19,7 @@ from attnbook.exercises._framework import (
     Case,
     Mistake,
     Verdict,
-    library_guard_and_no_loops,
+    no_python_loops,
     randn,
     run_cases,
 )
@@ -312,8 +312,7 @@ def check_sliding_window_mask(fn: Callable[[int, int], torch.Tensor]) -> Verdict
         _window_reference,
         _WINDOW_CASES,
         mistakes=_WINDOW_MISTAKES,
-        guard=library_guard_and_no_loops(
-            "sliding_window_mask",
+        guard=no_python_loops(
             "build the whole mask at once: the distances t - s of a column of positions and a "
             "row of positions, (T, 1) - (1, T), then two comparisons.",
         ),

@@ -22,7 +22,12 @@ It may not use
 - the ways around a static reading: ``__import__``, ``importlib``, ``eval``,
   ``exec``, ``compile``, ``getattr``/``setattr`` with a computed name,
   ``globals``, ``vars``, ``__dict__`` and other dunder attributes,
-  ``operator.attrgetter``, ``sys``/``os``/``builtins``/``gc``/``inspect``;
+  ``operator.attrgetter``, ``sys``/``os``/``builtins``/``gc``/``inspect``,
+  also when a library holds them (``torch.sys``, ``np.os``), anything that
+  finds an object from its name (``pkgutil.resolve_name``, ``pydoc.locate``,
+  ``import_module``), loading pickles (``allow_pickle``, ``weights_only``
+  other than the safe default), compiling C++ (``cpp_extension``), and
+  ``sys.setprofile``/``sys.settrace``, which the checkers watch calls with;
 - threads and processes (``threading``, ``multiprocessing``, ``subprocess``,
   ``concurrent``, ``signal``, ``ctypes``).
 
@@ -137,8 +142,26 @@ _BANNED_MODULES = frozenset(
         "shutil",
         "pathlib",
         "io",
+        "pkgutil",
+        "pydoc",
     }
 )
+# The banned modules as attributes of a library that imported them (torch.sys, np.os), but
+# scipy.signal, a module of signal processing, not Python's signal.
+_BANNED_ATTRIBUTES = _BANNED_MODULES - {"signal"}
+# ... and names that reach any object from a string, switch off the checkers' watch on the
+# calls (sys.setprofile, sys.settrace) or compile code: as attributes and in imports.
+_BANNED_ATTRIBUTES |= {
+    "import_module",
+    "resolve_name",
+    "sys_importer",
+    "setprofile",
+    "settrace",
+    "cpp_extension",
+    "load_inline",
+}
+# keyword -> the only value allowed: a pickle can import any object by its name
+_SAFE_KEYWORDS = {"allow_pickle": False, "weights_only": True}
 _BANNED_CALLS = frozenset(
     {
         "__import__",
@@ -365,26 +388,38 @@ def forbidden_uses(tree: ast.AST, exercise: str) -> list[str]:
         Short descriptions, e.g. ``"calls softmax (torch.softmax), the library's answer"``.
     """
     equivalents = LIBRARY_EQUIVALENTS.get(exercise, frozenset()) | {exercise}
-    modules: set[str] = set()  # names bound to an imported module or library object
     found: list[str] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import | ast.ImportFrom):
             base = node.module or "" if isinstance(node, ast.ImportFrom) else ""
             for alias in node.names:
                 full = f"{base}.{alias.name}".strip(".") if base else alias.name
-                modules.add((alias.asname or alias.name).split(".")[0])
                 found += _import_problems(full, alias.name, equivalents, node)
     for node in ast.walk(tree):
         if isinstance(node, ast.Name) and node.id in _BANNED_CALLS | {"__builtins__"}:
             found.append(f"uses {node.id}, which the grader does not allow in an answer")
+        elif isinstance(node, ast.keyword) and node.arg in _SAFE_KEYWORDS:
+            safe = _SAFE_KEYWORDS[node.arg]
+            if not (isinstance(node.value, ast.Constant) and node.value.value is safe):
+                found.append(f"passes {node.arg}=..., which loads pickles: only {safe} is allowed")
         elif isinstance(node, ast.Attribute):
             dotted = _dotted(node)
-            if node.attr in equivalents:
+            if node.attr in _BANNED_ATTRIBUTES:
+                found.append(f"uses {dotted}, which the grader does not allow in an answer")
+            elif node.attr in equivalents:
                 found.append(f"calls {node.attr} ({dotted}), the library's answer to this exercise")
             elif node.attr.startswith("__") and node.attr not in _ALLOWED_DUNDERS:
                 found.append(f"uses {dotted}, a dunder attribute the grader does not allow")
-            elif node.attr == "ops" or (node.attr.startswith("_") and _root(node) in modules):
-                found.append(f"uses {dotted}, a library's private or low-level name")
+            elif node.attr == "ops" or (
+                # a private name of the learner's own class, self._w, is fine; any other
+                # (torch._softmax, t._softmax with t = torch, [torch][0]._softmax) is not
+                node.attr.startswith("_")
+                and not node.attr.startswith("__")
+                and _root(node) not in {"self", "cls"}
+            ):
+                found.append(
+                    f"uses {dotted}, a private or low-level name (only self._x is allowed)"
+                )
         elif isinstance(node, ast.Call) and getattr(node.func, "id", "") in {"getattr", "hasattr"}:
             if len(node.args) < 2 or not isinstance(node.args[1], ast.Constant):
                 found.append(f"calls {node.func.id} with a computed name")  # type: ignore[attr-defined]
@@ -402,7 +437,7 @@ def _dotted(node: ast.expr) -> str:
 
 def _import_problems(full: str, name: str, equivalents: Iterable[str], node: ast.stmt) -> list[str]:
     parts = full.split(".")
-    if parts[0] in _BANNED_MODULES:
+    if parts[0] in _BANNED_MODULES or set(parts[1:]) & _BANNED_ATTRIBUTES:
         return [f"imports {full}, which the grader does not allow in an answer"]
     if name == "*":
         return [f"imports * from {full.rsplit('.', 1)[0]}: name what you import"]

@@ -339,6 +339,15 @@ def _judge(name: str, spec: CheckSpec, args: list[tuple], folder: Path) -> tuple
             f"⚠️ {name}: the answer gave no result: it ran past the grader's time limit, "
             "ran out of memory, or ended its own process"
         )
+    tripped = report.get("tripped") or []
+    if tripped:  # before the set-up: a program may trip a wire while it defines the answer
+        label = str(tripped[0])[:100]
+        why = (
+            "which switches off the grader's watch on the answer's calls"
+            if label in sandbox.WATCH_HOOKS
+            else "the library's answer to this exercise, which it asks you to write yourself"
+        )
+        return "failed", f"❌ {name}: calls {label}, {why}"
     setup = report.get("setup")
     if setup == "not_attempted":
         return (
@@ -347,12 +356,6 @@ def _judge(name: str, spec: CheckSpec, args: list[tuple], folder: Path) -> tuple
         )
     if setup:
         return "error", f"⚠️ {name}: defining the answer raised {str(setup)[:300]}"
-    tripped = report.get("tripped") or []
-    if tripped:
-        return "failed", (
-            f"❌ {name}: calls {str(tripped[0])[:100]}, the library's answer to this exercise, "
-            "which it asks you to write yourself"
-        )
     try:
         with zipfile.ZipFile(npz) as archive:  # no zip bomb: the arrays' unpacked size first
             if sum(info.file_size for info in archive.infolist()) > _MAX_READ:

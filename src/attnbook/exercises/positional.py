@@ -18,7 +18,7 @@ import torch
 from attnbook.exercises._framework import (
     Case,
     Verdict,
-    library_guard_and_no_loops,
+    no_python_loops,
     randn,
     run_cases,
 )
@@ -140,8 +140,7 @@ def check_sinusoidal_positional_encoding(fn: Callable[[int, int], torch.Tensor])
         _SINUSOIDAL_CASES,
         rtol=_RTOL,
         atol=_ATOL,
-        guard=library_guard_and_no_loops(
-            "sinusoidal_positional_encoding",
+        guard=no_python_loops(
             "build the whole table at once: a column of positions (T, 1) times a row of "
             "frequencies (1, d/2) gives every angle; then sin and cos, interleaved.",
         ),
@@ -239,8 +238,7 @@ def check_apply_rope(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -
         _ROPE_CASES,
         rtol=_RTOL,
         atol=_ATOL,
-        guard=library_guard_and_no_loops(
-            "apply_rope",
+        guard=no_python_loops(
             "rotate every pair of every row at once: a (T, d/2) table of angles, the even "
             "features x[..., 0::2] and the odd ones x[..., 1::2], and broadcasting.",
         ),

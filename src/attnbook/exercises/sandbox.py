@@ -9,12 +9,16 @@ private folder that holds a fresh copy of the submission and nothing else:
    the executed notebook back into the private folder. The grader reads only
    which cells raised, for its messages: nothing in it decides a grade.
 2. ``evaluate``: for each exercise, in a child process of its own (``fork``),
+   replaces ``sys.setprofile`` and ``sys.settrace`` by *tripwires* (functions
+   that record that they were called and raise: the checkers' guards watch
+   the answer's calls with those hooks, through references of their own),
    runs the answer's extracted program (:mod:`attnbook.exercises.extract`),
-   replaces the exercise's library equivalents by *tripwires* (functions that
-   record that they were called and raise), runs the answer on the cases the
-   grader wrote (``job.pkl``), and writes what came back as plain arrays
-   (``<exercise>.npz``, read with ``allow_pickle=False``) and a small JSON
-   file. The grader compares them with the package's reference itself.
+   replaces the exercise's library equivalents by tripwires too, runs the
+   answer on the cases the grader wrote (``job.pkl``) under the checker's
+   guards (a library equivalent that the program bound to a name before its
+   tripwire was in place is still that function, and its guard knows it),
+   and writes what came back as plain arrays (``<exercise>.npz``, read with
+   ``allow_pickle=False``) and a small JSON file. The grader compares them with the package's reference itself.
 
 The sandbox is bubblewrap (``bwrap``, Debian package ``bubblewrap``):
 
@@ -335,6 +339,27 @@ class ForbiddenCall(Exception):
     """Raised by a tripwire: the answer called its exercise's library equivalent."""
 
 
+# What switches off the guards' watch on an answer's calls (the checkers keep their own
+# references to these, :mod:`attnbook.exercises._framework`): tripwires before the answer's
+# program runs, so that no name it binds holds the real ones.
+WATCH_HOOKS = ("sys.setprofile", "sys.settrace")
+
+
+def _tripwire(label: str, tripped: list[str]) -> Any:
+    """A function that records ``label`` in ``tripped`` when called, then raises."""
+
+    def wire(*args: object, **kwargs: object) -> object:
+        tripped.append(label)
+        raise ForbiddenCall(f"{label} is not allowed in this exercise")
+
+    return wire
+
+
+def _wire_watch_hooks(tripped: list[str]) -> None:
+    for label in WATCH_HOOKS:
+        setattr(sys, label.removeprefix("sys."), _tripwire(label, tripped))
+
+
 def _install_tripwires(exercise: str, tripped: list[str]) -> None:
     """Replace every library equivalent of ``exercise`` (a function, method or class of that
     name in torch, NumPy, SciPy, scikit-learn, math or attnbook, loaded by then) and starting
@@ -346,27 +371,19 @@ def _install_tripwires(exercise: str, tripped: list[str]) -> None:
     from attnbook.exercises.extract import LIBRARY_EQUIVALENTS
 
     names = LIBRARY_EQUIVALENTS.get(exercise, frozenset()) | {exercise}
-
-    def tripwire(label: str) -> Any:
-        def wire(*args: object, **kwargs: object) -> object:
-            tripped.append(label)
-            raise ForbiddenCall(f"{label} is not allowed in this exercise")
-
-        return wire
-
     roots = ("torch", "numpy", "scipy", "sklearn", "attnbook", "math")
     for module_name, module in list(sys.modules.items()):
         if module is None or module_name.split(".")[0] not in roots:
             continue
         for attr in [a for a in vars(module) if a in names]:
             with contextlib.suppress(AttributeError, TypeError):
-                setattr(module, attr, tripwire(f"{module_name}.{attr}"))
+                setattr(module, attr, _tripwire(f"{module_name}.{attr}", tripped))
     import torch
 
     for attr in names:
         if hasattr(torch.Tensor, attr):
-            setattr(torch.Tensor, attr, tripwire(f"torch.Tensor.{attr}"))
-    threading.Thread.start = tripwire("threading.Thread.start")  # type: ignore[method-assign]
+            setattr(torch.Tensor, attr, _tripwire(f"torch.Tensor.{attr}", tripped))
+    threading.Thread.start = _tripwire("threading.Thread.start", tripped)  # type: ignore[method-assign]
 
 
 def _evaluate_one(folder: Path, job: dict) -> None:
@@ -385,6 +402,8 @@ def _evaluate_one(folder: Path, job: dict) -> None:
         (folder / "out" / f"{name}.json").write_text(json.dumps(report), encoding="utf-8")
 
     namespace: dict[str, Any] = {"__name__": "__main__"}
+    tripped: list[str] = report["tripped"]
+    _wire_watch_hooks(tripped)
     try:
         exec(compile(job["program"], f"<{name}>", "exec"), namespace)
         answer = namespace["__attnbook_answer__"]
@@ -399,7 +418,6 @@ def _evaluate_one(folder: Path, job: dict) -> None:
         args if args is not None else seeded_args(spec.cases[i], job["seeds"][i])
         for i, args in enumerate(job["args"])
     ]
-    tripped: list[str] = report["tripped"]
     _install_tripwires(name, tripped)
     for i, args in enumerate(cases):
         entry: dict[str, Any] = {}
