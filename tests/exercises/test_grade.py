@@ -23,6 +23,7 @@ are skipped, saying so, on a machine without it.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import hashlib
 import io
 import json
@@ -592,18 +593,58 @@ def test_inside_the_sandbox_there_is_no_network_no_secret_and_nobody_else(tmp_pa
     assert found["pids"] <= 4  # bwrap's init, the evaluator and its child, nothing of ours
 
 
-def _evaluate_unchecked(program: str, folder: Path) -> tuple[dict, str, str]:
+def _evaluate_unchecked(
+    program: str, folder: Path, *, more: dict[str, str] | None = None, timeout: float = 60
+) -> tuple[dict, str, str]:
     """The softmax exercise's ``program`` evaluated in the sandbox as the grader would, but
-    without the static check (what a route it misses would reach): the sandbox's report, and
-    the grader's status and message."""
+    without the static check (what a route it misses would reach), on one case; then the
+    programs of ``more`` (exercise -> program), each on the same input. Returns the softmax
+    report as the grader reads it (empty if there is none), and the grader's status and
+    message for it."""
     folder.mkdir()
-    job = [{"exercise": "softmax", "program": program, "args": [(np.ones(3),)], "seeds": [0]}]
+    programs = {"softmax": program, **(more or {})}
+    job = [
+        {"exercise": name, "program": code, "args": [(np.ones(3),)], "seeds": [0]}
+        for name, code in programs.items()
+    ]
     (folder / "job.pkl").write_bytes(__import__("pickle").dumps(job))
-    (folder / "settings.json").write_text(json.dumps({"exercise_timeout": 60}))
+    (folder / "settings.json").write_text(json.dumps({"exercise_timeout": timeout}))
     sandbox.run_sandboxed("evaluate", folder, sandbox.Limits(wall_s=120))
-    report = json.loads((folder / "out" / "softmax.json").read_text())
+    result = folder / "out" / "softmax.json"
+    report = json.loads(result.read_text()) if result.exists() else {}
     spec = _framework.checker_spec(exercises.check_softmax, print)
-    return (report, *grade._judge("softmax", spec, [(np.ones(3),)], folder))
+    one_case = dataclasses.replace(spec, cases=spec.cases[:1])
+    return (report, *grade._judge("softmax", one_case, [(np.ones(3),)], folder))
+
+
+_FORGE = (  # writes the right results of the softmax case, as the sandbox would write them
+    "import json\nimport numpy as np\n"
+    "def forge():\n"
+    "    np.savez('out/softmax.npz', c0_0=np.full(3, 1 / 3))\n"
+    "    case = {'kind': 'value', 'n': 1, 'misuse': None}\n"
+    "    report = {'exercise': 'softmax', 'cases': [case], 'tripped': []}\n"
+    "    with open('out/softmax.json', 'w') as f:\n"
+    "        json.dump(report, f)\n"
+)
+
+
+@needs_bwrap
+def test_results_forged_by_an_answer_are_not_read(tmp_path: Path) -> None:
+    # The softmax answer writes its results itself, then hangs until the sandbox kills it.
+    hangs = _FORGE + "def answer(x):\n    forge()\n    while True:\n        pass\n"
+    _, status, message = _evaluate_unchecked(
+        hangs + "__attnbook_answer__ = answer\n", tmp_path / "own", timeout=3
+    )
+    assert status == "error"
+    assert "the answer gave no result" in message, message
+    # A wrong softmax; the next exercise's program writes softmax's results for it.
+    wrong = "import numpy as np\n__attnbook_answer__ = lambda x: np.zeros_like(x)\n"
+    other = _FORGE + "forge()\n__attnbook_answer__ = lambda x, t: x\n"
+    report, status, message = _evaluate_unchecked(
+        wrong, tmp_path / "other", more={"softmax_temperature": other}
+    )
+    assert report["cases"][0] == {"kind": "value", "n": 1, "misuse": None}
+    assert status == "failed", message
 
 
 @needs_bwrap

@@ -126,7 +126,7 @@ DEFAULT_TIMEOUT_S = 120.0  # per cell of the notebook run; chapter 10's training
 _INSTALL_HINT = (  # the name is not on PyPI: from the repository at the course's tag, or the wheel
     'pip install "attnbook[grade] @ git+<repository URL>@<tag>" (or the wheel of the student zip)'
 )
-_MAX_READ = 50 * 2**20  # the most bytes read back from a sandbox's file
+_MAX_READ = sandbox.MAX_RESULT_BYTES  # the most bytes read back from a sandbox's file
 
 
 @dataclasses.dataclass(frozen=True)

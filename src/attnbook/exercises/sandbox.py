@@ -335,6 +335,9 @@ def _to_arrays(value: object) -> tuple[str, list[Any]]:
         return f"other:{type(value).__name__}", []
 
 
+MAX_RESULT_BYTES = 50 * 2**20  # the largest result file kept and read back
+
+
 class ForbiddenCall(Exception):
     """Raised by a tripwire: the answer called its exercise's library equivalent."""
 
@@ -448,7 +451,13 @@ def _evaluate(folder: Path, timeout: float) -> None:
     import attnbook.exercises  # noqa: F401 - import torch and the checkers once, before forking
 
     jobs = pickle.loads((folder / "job.pkl").read_bytes())  # written by the grader, trusted
-    (folder / "out").mkdir(exist_ok=True)
+    out = folder / "out"
+    out.mkdir(exist_ok=True)
+    # Each child's two files, read as soon as it ended well. A child can write any file of
+    # out/: another exercise's results, or its own before it hangs or crashes. So only what a
+    # child that finished wrote for its own exercise is kept, and written back at the end,
+    # when no child is left.
+    kept: dict[str, bytes] = {}
     for job in jobs:
         pid = os.fork()
         if pid == 0:
@@ -458,16 +467,31 @@ def _evaluate(folder: Path, timeout: float) -> None:
             except BaseException:
                 code = 1
             os._exit(code)
-        deadline = time.monotonic() + timeout
-        while True:
-            done, _ = os.waitpid(pid, os.WNOHANG)
+        deadline, status = time.monotonic() + timeout, None
+        while status is None:
+            done, exit_status = os.waitpid(pid, os.WNOHANG)
             if done:
-                break
-            if time.monotonic() > deadline:
+                status = exit_status
+            elif time.monotonic() > deadline:
                 os.kill(pid, signal.SIGKILL)
                 os.waitpid(pid, 0)
-                break
-            time.sleep(0.02)
+                status = -1
+            else:
+                time.sleep(0.02)
+        if status == 0:
+            for name in (f"{job['exercise']}.npz", f"{job['exercise']}.json"):
+                path = out / name
+                with contextlib.suppress(OSError):
+                    plain = path.is_file() and not path.is_symlink()
+                    if plain and path.stat().st_size <= MAX_RESULT_BYTES:
+                        kept[name] = path.read_bytes()
+    if out.is_symlink():  # a child may have replaced the folder too
+        out.unlink()
+    else:
+        shutil.rmtree(out)  # if it cannot, the evaluation fails: no result is kept
+    out.mkdir()
+    for name, data in kept.items():
+        (out / name).write_bytes(data)
 
 
 def main(argv: list[str] | None = None) -> int:
