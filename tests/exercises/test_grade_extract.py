@@ -151,6 +151,23 @@ def test_a_cell_that_does_not_parse_is_an_error() -> None:
         ("f = lambda x: torch.utils.cpp_extension.load_inline", "cpp_extension"),
         ("f = lambda x: torch.load('m.pt', weights_only=False)", "weights_only"),
         ("f = lambda x: np.load('a.npy', allow_pickle=True)(x)", "allow_pickle"),
+        (  # a string run as code by a module of Python's own
+            "import timeit\n\ndef make():\n    d = {}\n"
+            "    timeit.timeit(\"d['f'] = __import__('torch')._softmax\", globals={'d': d}, number=1)"
+            "\n    return d\n\nf = make()['f']",
+            "imports timeit, which the grader does not allow: an answer imports abc, bisect",
+        ),
+        ("from logging.config import dictConfig\nf = dictConfig", "imports logging.config"),
+        ("import string\nf = string.Formatter().get_field('0._softmax', [torch], {})", "string"),
+        ("from functools import reduce\nf = reduce(getattr, ['_softmax'], torch)", "getattr on"),
+        ("f = lambda x: list(map(getattr, [torch], ['exp']))", "passes getattr on as a value"),
+        ("f = torch.jit.CompilationUnit('')", "uses torch.jit"),
+        ("f = torch.utils.benchmark.Timer('x')", "torch.utils.benchmark"),
+        ("f = torch.overrides.get_testing_overrides()", "torch.overrides"),
+        ("f = torch.hub.load('.', 'f', source='local')", "torch.hub"),
+        ("from typing import ForwardRef\nf = ForwardRef('x')", "imports typing.ForwardRef"),
+        ("def f(x: \"__import__('os')\") -> None:\n    pass", "annotation"),
+        ("def f(x) -> list['x']:\n    pass", "annotation"),
         ("from torch import *\nf = lambda x: exp(x)", "imports *"),
     ],
 )

@@ -12,31 +12,38 @@ statement that calls a checker stay out. :func:`extract` returns that
 program, which the grader runs in a clean sandbox.
 
 The same program is read statically, before it runs (:func:`forbidden_uses`).
-It may not use
+It may import only NumPy, PyTorch, SciPy, einops, ``math`` and a few modules
+of Python's own that hold no way to run a string as code or to reach an
+object by its name (:data:`_ALLOWED_MODULES`: ``functools``, ``collections``,
+``typing``, ...; ``timeit``, ``logging.config``, ``unittest.mock`` and many
+more can), and it may not use
 
 - the package itself (``attnbook``: its functions are the answers);
 - the exercise's library equivalents (:data:`LIBRARY_EQUIVALENTS`, e.g. any
   ``softmax``, ``log_softmax`` or ``logsumexp`` for the softmax exercise,
   however imported or aliased: the attribute or imported name is what counts);
-- a private name of a library (``torch._C``, ``F._softmax``), ``torch.ops``;
-- the ways around a static reading: ``__import__``, ``importlib``, ``eval``,
-  ``exec``, ``compile``, ``getattr``/``setattr`` with a computed name,
-  ``globals``, ``vars``, ``__dict__`` and other dunder attributes,
-  ``operator.attrgetter``, ``sys``/``os``/``builtins``/``gc``/``inspect``,
-  also when a library holds them (``torch.sys``, ``np.os``), anything that
-  finds an object from its name (``pkgutil.resolve_name``, ``pydoc.locate``,
-  ``import_module``), loading pickles (``allow_pickle``, ``weights_only``
-  other than the safe default), compiling C++ (``cpp_extension``), and
-  ``sys.setprofile``/``sys.settrace``, which the checkers watch calls with;
-- threads and processes (``threading``, ``multiprocessing``, ``subprocess``,
-  ``concurrent``, ``signal``, ``ctypes``).
+- a private name (``torch._C``, ``F._softmax``, ``t._softmax``; only
+  ``self._x`` and ``cls._x`` of the learner's own classes), ``torch.ops``;
+- the ways around a static reading: ``__import__``, ``eval``, ``exec``,
+  ``compile``, ``getattr``/``setattr`` with a computed name or passed on as
+  a value, ``globals``, ``vars``, ``__dict__`` and other dunder attributes,
+  annotations written as strings (``typing.get_type_hints`` runs them),
+  ``sys``/``os``/``builtins``/``gc``/``inspect`` where a library holds them
+  (``torch.sys``, ``np.os``), the parts of the array libraries that run a
+  string as code, reach an object by its name or load native code
+  (``torch.jit``, ``torch.fx``, ``torch.hub``, ``torch.utils.benchmark``,
+  ``torch.overrides``, ``cpp_extension``, ``numpy.ctypeslib``, ...), loading
+  pickles (``allow_pickle``, ``weights_only`` other than the safe default),
+  and ``sys.setprofile``/``sys.settrace``, which the checkers watch calls
+  with;
+- threads and processes (``threading``, ``multiprocessing``).
 
 A correct answer needs none of these (the book's solutions are checked
 against this list by the tests). The same equivalents are also replaced by
 tripwires in the process that runs the answer
 (:mod:`attnbook.exercises.sandbox`), which catches what a static reading
-misses, and every checker without a guard of its own refuses them in the
-learner's notebook (:func:`attnbook.exercises._framework.library_guard`).
+misses, and every checker refuses them in the learner's notebook too
+(:func:`attnbook.exercises._framework.library_guard`).
 """
 
 from __future__ import annotations
@@ -149,8 +156,9 @@ _BANNED_MODULES = frozenset(
 # The banned modules as attributes of a library that imported them (torch.sys, np.os), but
 # scipy.signal, a module of signal processing, not Python's signal.
 _BANNED_ATTRIBUTES = _BANNED_MODULES - {"signal"}
-# ... and names that reach any object from a string, switch off the checkers' watch on the
-# calls (sys.setprofile, sys.settrace) or compile code: as attributes and in imports.
+# ... and the parts of the array libraries that run a string as code, reach an object by its
+# name, hand out the library's functions in bulk, load native code, or switch off the
+# checkers' watch on the calls (sys.setprofile, sys.settrace): as attributes and in imports.
 _BANNED_ATTRIBUTES |= {
     "import_module",
     "resolve_name",
@@ -159,7 +167,51 @@ _BANNED_ATTRIBUTES |= {
     "settrace",
     "cpp_extension",
     "load_inline",
+    "load_library",
+    "jit",  # torch.jit.CompilationUnit compiles TorchScript from a string
+    "fx",  # torch.fx builds and runs code from a graph of names
+    "hub",  # torch.hub.load runs a hubconf.py
+    "package",  # torch.package imports from an archive
+    "benchmark",  # torch.utils.benchmark.Timer runs a string, like timeit
+    "overrides",  # torch.overrides lists every torch function, private ones too
+    "f2py",
+    "ctypeslib",
+    "extbuild",  # numpy.testing.extbuild compiles C from a string
+    "LowLevelCallable",
+    "ForwardRef",  # typing evaluates a forward reference's string
+    "get_type_hints",
 }
+# The only modules an answer may import (with their submodules): the array libraries and the
+# parts of Python's standard library that hold no way to run a string as code or to reach an
+# object by its name. Too many other modules can (timeit, logging.config, unittest.mock,
+# string.Formatter, IPython, ...) to list them all.
+_ALLOWED_MODULES = frozenset(
+    {
+        "numpy",
+        "torch",
+        "scipy",
+        "einops",
+        "math",
+        "cmath",
+        "random",
+        "statistics",
+        "fractions",
+        "decimal",
+        "functools",
+        "itertools",
+        "collections",
+        "heapq",
+        "bisect",
+        "copy",
+        "dataclasses",
+        "enum",
+        "abc",
+        "numbers",
+        "typing",
+        "re",
+        "__future__",
+    }
+)
 # keyword -> the only value allowed: a pickle can import any object by its name
 _SAFE_KEYWORDS = {"allow_pickle": False, "weights_only": True}
 _BANNED_CALLS = frozenset(
@@ -395,9 +447,18 @@ def forbidden_uses(tree: ast.AST, exercise: str) -> list[str]:
             for alias in node.names:
                 full = f"{base}.{alias.name}".strip(".") if base else alias.name
                 found += _import_problems(full, alias.name, equivalents, node)
+    found += _string_annotations(tree)
+    named_getattr = {  # getattr(obj, "name") calls: their name is read below
+        id(node.func)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") in {"getattr", "hasattr"}
+    }
     for node in ast.walk(tree):
         if isinstance(node, ast.Name) and node.id in _BANNED_CALLS | {"__builtins__"}:
             found.append(f"uses {node.id}, which the grader does not allow in an answer")
+        elif isinstance(node, ast.Name) and node.id in {"getattr", "hasattr"}:
+            if id(node) not in named_getattr:  # reduce(getattr, names, torch), map(getattr, ...)
+                found.append(f"passes {node.id} on as a value: call it with a written name")
         elif isinstance(node, ast.keyword) and node.arg in _SAFE_KEYWORDS:
             safe = _SAFE_KEYWORDS[node.arg]
             if not (isinstance(node.value, ast.Constant) and node.value.value is safe):
@@ -435,10 +496,31 @@ def _dotted(node: ast.expr) -> str:
         return getattr(node, "attr", "?")
 
 
+def _string_annotations(tree: ast.AST) -> list[str]:
+    """Type annotations written as strings: ``typing.get_type_hints`` (and
+    ``functools.singledispatch``, which calls it) would run them as code."""
+    annotations: list[ast.expr | None] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.arg | ast.AnnAssign):
+            annotations.append(node.annotation)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            annotations.append(node.returns)
+    return [
+        f"writes the annotation {part.value!r} as a string: write the type itself"
+        for annotation in annotations
+        if annotation is not None
+        for part in ast.walk(annotation)
+        if isinstance(part, ast.Constant) and isinstance(part.value, str)
+    ]
+
+
 def _import_problems(full: str, name: str, equivalents: Iterable[str], node: ast.stmt) -> list[str]:
     parts = full.split(".")
     if parts[0] in _BANNED_MODULES or set(parts[1:]) & _BANNED_ATTRIBUTES:
         return [f"imports {full}, which the grader does not allow in an answer"]
+    if parts[0] not in _ALLOWED_MODULES:
+        allowed = ", ".join(sorted(_ALLOWED_MODULES - {"__future__"}))
+        return [f"imports {full}, which the grader does not allow: an answer imports {allowed}"]
     if name == "*":
         return [f"imports * from {full.rsplit('.', 1)[0]}: name what you import"]
     if any(p.startswith("_") for p in parts) or "ops" in parts:
