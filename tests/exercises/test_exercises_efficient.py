@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 from checker_asserts import assert_rejects, stub
 
@@ -13,6 +14,7 @@ from attnbook.exercises import (
     check_online_softmax_update,
     check_sliding_window_mask,
 )
+from attnbook.exercises._framework import compare_outputs
 
 # ------------------------------------------------------------------ online softmax update
 
@@ -276,3 +278,36 @@ def test_sliding_window_checker_rejects_python_loops() -> None:
     verdict = check_sliding_window_mask(looped)
     assert_rejects(verdict, "case 1/", named="distances")
     assert "runs a Python loop" in verdict.message
+
+
+def test_online_softmax_verdict_names_the_part_of_the_state_that_is_wrong() -> None:
+    def ell_off_by_half(m, l, acc, scores, values):  # noqa: E741
+        m_new, l_new, acc_new = _update(m, l, acc, scores, values)
+        return m_new, l_new + 0.5, acc_new
+
+    def acc_cut(m, l, acc, scores, values):  # noqa: E741
+        m_new, l_new, acc_new = _update(m, l, acc, scores, values)
+        return m_new, l_new, acc_new[:, :1]
+
+    message = check_online_softmax_update(ell_off_by_half).message
+    assert "returned, for ell (value 2 of 3), the wrong values (largest difference 0.5" in message
+    message = check_online_softmax_update(acc_cut).message
+    assert "returned, for acc (value 3 of 3), shape (3, 1), expected shape (3, 2)" in message
+
+
+def test_a_tuple_is_compared_part_by_part() -> None:
+    expected = (np.zeros(2), np.ones(3))
+    assert compare_outputs((np.zeros(2), np.ones(3)), expected, 1e-7, 0) is None
+    assert compare_outputs([np.zeros(2), np.ones(3)], expected, 1e-7, 0) is None
+    assert compare_outputs(np.zeros(2), expected, 1e-7, 0) == (
+        "returned a ndarray, expected a tuple of 2 values"
+    )
+    assert compare_outputs((np.zeros(2),), expected, 1e-7, 0) == "returned 1 value, expected 2"
+    problem = compare_outputs((np.zeros(2), np.zeros(3)), expected, 1e-7, 0)
+    assert problem.startswith("returned, for value 2 of 2, the wrong values"), problem
+
+
+def test_nan_where_the_answer_is_infinite_is_described_not_raised() -> None:
+    # every difference is NaN: np.nanargmax used to raise "All-NaN slice encountered"
+    problem = compare_outputs(np.array([np.nan, np.nan]), np.array([np.inf, 1.0]), 1e-7, 0)
+    assert problem.startswith("returned the wrong values (largest difference inf at index (0,))")

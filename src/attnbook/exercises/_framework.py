@@ -175,9 +175,15 @@ def _is_text(x: object) -> bool:
 
 
 def compare_outputs(got: object, expected: object, rtol: float, atol: float) -> str | None:
-    """Return ``None`` if ``got`` matches ``expected``, else a short description of the difference."""
+    """Return ``None`` if ``got`` matches ``expected``, else a short description of the difference.
+
+    A tuple of arrays is compared part by part, and the first part that differs is named
+    (by its field, when ``expected`` is a named tuple).
+    """
     if got is None:
         return "returned None: did you forget `return`?"
+    if isinstance(expected, tuple):
+        return _compare_parts(got, expected, rtol, atol)
     if _is_bool(expected):
         return _compare_bool(got, expected)
     if _is_text(got):  # np.asarray(["0.5"], dtype=float) would read the text as the number
@@ -191,15 +197,32 @@ def compare_outputs(got: object, expected: object, rtol: float, atol: float) -> 
         return f"returned shape {_fmt_shape(g.shape)}, expected shape {_fmt_shape(e.shape)}"
     if not np.all(np.isfinite(g)) and np.all(np.isfinite(e)):
         return f"returned NaN or inf where the answer is finite:\n   got      {_show(g)}"
-    if not np.allclose(g, e, rtol=rtol, atol=atol, equal_nan=True):
-        gap = np.abs(g - e)
-        worst = np.unravel_index(np.nanargmax(gap), g.shape) if g.ndim else ()
+    wrong = ~np.isclose(g, e, rtol=rtol, atol=atol, equal_nan=True)
+    if wrong.any():
+        with np.errstate(invalid="ignore"):  # inf - inf
+            gap = np.where(wrong, np.nan_to_num(np.abs(g - e), nan=np.inf), 0.0)
+        worst = np.unravel_index(np.argmax(gap), g.shape) if g.ndim else ()
         at = f" at index {tuple(int(i) for i in worst)}" if g.ndim else ""
         # The arrays are shown to 4 decimals: the size of the gap says what they may hide.
         return (
             f"returned the wrong values (largest difference {gap[worst]:.2g}{at}):\n"
             f"   expected {_show(e)}\n   got      {_show(g)}"
         )
+    return None
+
+
+def _compare_parts(got: object, expected: tuple, rtol: float, atol: float) -> str | None:
+    n = len(expected)
+    if not isinstance(got, tuple | list):
+        return f"returned a {type(got).__name__}, expected a tuple of {n} values"
+    if len(got) != n:
+        return f"returned {len(got)} value{'' if len(got) == 1 else 's'}, expected {n}"
+    fields = getattr(expected, "_fields", None)  # a named tuple's
+    for i, (part, want) in enumerate(zip(got, expected)):
+        problem = compare_outputs(part, want, rtol, atol)
+        if problem is not None:
+            where = f"{fields[i]} (value {i + 1} of {n})" if fields else f"value {i + 1} of {n}"
+            return problem.replace("returned", f"returned, for {where},", 1)
     return None
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 
@@ -86,11 +87,20 @@ def _large_scores() -> tuple:
     return (*state, randn(1217, 2, 3, scale=1e3) + 1e4, randn(1218, 3, 2))
 
 
-def _stacked(fn: UpdateFn) -> Callable[..., torch.Tensor]:
-    """Call ``fn`` and return its state as one ``(T, 2 + d_v)`` tensor ``[m | l | acc]``."""
+class OnlineState(NamedTuple):
+    """The state an online-softmax step returns; a verdict names the part that is wrong."""
+
+    m: torch.Tensor  # (T, 1)
+    ell: torch.Tensor  # (T, 1)
+    acc: torch.Tensor  # (T, d_v)
+
+
+def _as_state(fn: UpdateFn) -> Callable[..., OnlineState]:
+    """Call ``fn`` and return its state as an :class:`OnlineState` of float64 tensors, ``m``
+    and ``ell`` as ``(T, 1)`` columns (a ``(T,)`` vector is accepted)."""
 
     @functools.wraps(fn)  # its parameters' names, for the verdict
-    def run(*args: torch.Tensor) -> torch.Tensor:
+    def run(*args: torch.Tensor) -> OnlineState | None:
         result = fn(*args)
         if result is None:
             return None  # the framework asks "did you forget `return`?"
@@ -107,7 +117,7 @@ def _stacked(fn: UpdateFn) -> Callable[..., torch.Tensor]:
                 f"m and ell must hold one number per query row, shape (T, 1) = ({n_queries}, 1), "
                 f"got shapes {tuple(m.shape)} and {tuple(l.shape)}"
             ) from None
-        return torch.cat([m, l, acc], dim=-1)  # (T, 2 + d_v)
+        return OnlineState(m, l, acc)
 
     return run
 
@@ -188,35 +198,35 @@ _ONLINE_CASES = [
 _ONLINE_MISTAKES = [
     Mistake(
         "rescaling ell but not acc",
-        _stacked(_no_rescale_acc),
+        _as_state(_no_rescale_acc),
         "acc was summed under the old maximum too: multiply it by exp(m - m_new) like ell.",
     ),
     Mistake(
         "rescaling acc but not ell",
-        _stacked(_no_rescale_l),
+        _as_state(_no_rescale_l),
         "ell was summed under the old maximum too: multiply it by exp(m - m_new) like acc.",
     ),
     Mistake(
         "the correction upside down, exp(m_new - m)",
-        _stacked(_inverted_correction),
+        _as_state(_inverted_correction),
         "The old terms are exp(score - m) and must become exp(score - m_new): multiply by "
         "exp(m - m_new), which is <= 1.",
     ),
     Mistake(
         "the block's own maximum instead of the running maximum",
-        _stacked(_block_max_only),
+        _as_state(_block_max_only),
         "The new maximum is max(m, rowmax(scores)), the largest of everything seen so far, "
         "not only of this block.",
     ),
     Mistake(
         "a softmax of each block on its own, summed",
-        _stacked(_normalised_blocks),
+        _as_state(_normalised_blocks),
         "Blocks cannot be normalised separately: their weights must share one denominator. "
         "Keep unnormalised sums (ell and acc) and divide once, at the end.",
     ),
     Mistake(
         "exp of the raw scores, without subtracting the maximum",
-        _stacked(_no_max),
+        _as_state(_no_max),
         "Subtract the running maximum m_new inside every exp, or large scores overflow.",
     ),
 ]
@@ -231,11 +241,11 @@ def check_online_softmax_update(fn: UpdateFn) -> Verdict:
     The returned state must equal the recurrence of :func:`attnbook.tiled_attention`.
     """
     if not callable(fn):
-        return run_cases("online_softmax_update", fn, _stacked(_update), _ONLINE_CASES)
+        return run_cases("online_softmax_update", fn, _as_state(_update), _ONLINE_CASES)
     return run_cases(
         "online_softmax_update",
-        _stacked(fn),
-        _stacked(_update),
+        _as_state(fn),
+        _as_state(_update),
         _ONLINE_CASES,
         rtol=1e-7,
         atol=1e-9,
