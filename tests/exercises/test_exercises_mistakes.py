@@ -173,14 +173,22 @@ def test_masked_attention_mistakes(wrong: Callable, mistake: str) -> None:
     _rejects(check_masked_attention(wrong), mistake)
 
 
+def _fill_additive(q, k, v, additive):
+    return torch.softmax(_scores(q, k) + additive, -1) @ v
+
+
 def test_masked_attention_accepts_minus_infinity_written_several_ways() -> None:
     assert check_masked_attention(lambda q, k, v, m: _fill(q, k, v, m, float("-inf")))
     assert check_masked_attention(lambda q, k, v, m: _fill(q, k, v, m, -math.inf))
-    assert check_masked_attention(
-        lambda q, k, v, m: (
-            torch.softmax(_scores(q, k) + attnbook.mask_to_additive(m, q.dtype), -1) @ v
-        )
+    additive = lambda m: torch.where(m, 0.0, -math.inf)  # noqa: E731
+    assert check_masked_attention(lambda q, k, v, m: _fill_additive(q, k, v, additive(m)))
+    # The package's own helper gives the same numbers, but the grader runs answers without
+    # the package, so the notebook's checker says so already:
+    verdict = check_masked_attention(
+        lambda q, k, v, m: _fill_additive(q, k, v, attnbook.mask_to_additive(m, q.dtype))
     )
+    assert not verdict
+    assert "uses the package: attnbook (the name `attnbook` in your code)" in verdict.message
     # Right numbers, but the exercise is to apply the mask by hand (issue 18, P2):
     _rejects(
         check_masked_attention(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, m)),

@@ -19,6 +19,16 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, d: int) -> torch.
     return torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(d), dim=-1) @ v
 
 
+def _learner_split(x, h):  # a learner's own answer: the package's function is forbidden
+    B, T, width = x.shape
+    return x.view(B, T, h, width // h).transpose(1, 2)
+
+
+def _learner_merge(x):
+    B, H, T, Dh = x.shape
+    return x.transpose(1, 2).reshape(B, T, H * Dh)
+
+
 def _mha(
     xq,
     xc,
@@ -28,9 +38,9 @@ def _mha(
     w_o,
     n_heads,
     *,
-    split=split_heads,
+    split=_learner_split,
     scale_width=None,
-    merge=merge_heads,
+    merge=_learner_merge,
     out=True,
 ):
     q, k, v = split(xq @ w_q, n_heads), split(xc @ w_k, n_heads), split(xc @ w_v, n_heads)
@@ -40,16 +50,6 @@ def _mha(
 
 
 # ------------------------------------------------------------------ split heads
-
-
-def _learner_split(x, h):  # a learner's own answer: the package's function is forbidden
-    B, T, width = x.shape
-    return x.view(B, T, h, width // h).transpose(1, 2)
-
-
-def _learner_merge(x):
-    B, H, T, Dh = x.shape
-    return x.transpose(1, 2).reshape(B, T, H * Dh)
 
 
 def test_split_and_merge_checkers_reject_the_package_functions() -> None:
@@ -207,7 +207,7 @@ def test_multi_head_attention_checker_names_each_known_mistake(
         # averaging the heads instead of concatenating them (then W_O does not fit: an error)
         (lambda *a: _mha(*a, merge=lambda x: x.mean(dim=1)), "she likes coffee", "instead of averaging"),
         # values from x_query (T != S: the shapes do not fit, an error with the hint)
-        (lambda xq, xc, w_q, w_k, w_v, w_o, h: merge_heads(_attend(split_heads(xq @ w_q, h), split_heads(xc @ w_k, h), split_heads(xq @ w_v, h), xq.shape[-1] // h)) @ w_o, "cross-attention", "keys and values both"),
+        (lambda xq, xc, w_q, w_k, w_v, w_o, h: _learner_merge(_attend(_learner_split(xq @ w_q, h), _learner_split(xc @ w_k, h), _learner_split(xq @ w_v, h), xq.shape[-1] // h)) @ w_o, "cross-attention", "keys and values both"),
     ],
 )  # fmt: skip
 def test_multi_head_attention_checker_rejects_answers_that_raise(

@@ -10,6 +10,7 @@ answer written by hand still passes.
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Callable
 
@@ -22,6 +23,7 @@ import attnbook
 from attnbook.exercises import (
     check_cosine_similarity,
     check_hard_lookup,
+    check_scaled_dot_product_attention,
     check_score_matrix,
     check_soft_lookup,
     check_softmax,
@@ -215,3 +217,39 @@ def test_an_answer_that_switches_off_the_checkers_watch_fails(
     assert (sys.getprofile(), sys.gettrace()) == hooks  # the checker put back what was there
     assert not verdict
     assert "switches off the checker's watch" in verdict.message, verdict.message
+
+
+def _scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    return q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+
+
+_package_softmax = attnbook.softmax  # a global the learner bound to the package
+_package_attention = attnbook.MultiHeadAttention(4, 2)  # an object of the package
+
+
+def _helper_with_a_default(q, k, v, normalise=attnbook.softmax):
+    return normalise(_scores(q, k)) @ v
+
+
+@pytest.mark.parametrize(
+    ("answer", "named"),
+    [
+        (lambda q, k, v: attnbook.softmax(_scores(q, k)) @ v, "attnbook (the name `attnbook`"),
+        (lambda q, k, v: _package_softmax(_scores(q, k)) @ v, "attnbook.softmax (the name"),
+        (_helper_with_a_default, "attnbook.softmax (held by your function _helper_with_a"),
+        (
+            lambda q, k, v: _package_attention.n_heads * 0 + torch.softmax(_scores(q, k), -1) @ v,
+            "an attnbook MultiHeadAttention (the name `_package_attention`",
+        ),
+    ],
+    ids=["module", "function", "default", "object"],
+)
+def test_any_use_of_the_package_fails_as_it_would_in_the_grader(
+    answer: Callable, named: str
+) -> None:
+    # attnbook.softmax is not the attention exercise's answer, but the grader runs answers
+    # without the package: the notebook's checker says so instead of passing.
+    verdict = check_scaled_dot_product_attention(answer)
+    assert not verdict
+    assert f"uses the package: {named}" in verdict.message, verdict.message
+    assert check_scaled_dot_product_attention(lambda q, k, v: torch.softmax(_scores(q, k), -1) @ v)

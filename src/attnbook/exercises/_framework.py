@@ -17,9 +17,10 @@ asks you to write), since such answers return the right numbers. Every
 checker also gets :func:`library_guard`: no call to the exercise's library
 equivalent (its list is the grader's,
 ``attnbook.exercises.extract.LIBRARY_EQUIVALENTS``), and refuses the
-checkers' own functions (:func:`no_checker_internals`) and an answer that
-changes its inputs in place (:func:`changed_inputs`), which can return the
-right numbers too. The guards watch the answer's calls with ``sys``'s profile
+checkers' own functions (:func:`no_checker_internals`), the package itself,
+which the grader runs answers without (:func:`no_package`), and an answer
+that changes its inputs in place (:func:`changed_inputs`), which can return
+the right numbers too. The guards watch the answer's calls with ``sys``'s profile
 and trace hooks; an answer that switches them off fails.
 
 For graders: :func:`checker_spec` hands over what a checker passes to
@@ -36,13 +37,14 @@ import contextlib
 import contextvars
 import copy
 import dataclasses
+import dis
 import inspect
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
+from types import CodeType, FrameType, ModuleType
 
 import numpy as np
 import torch
@@ -59,6 +61,7 @@ __all__ = [
     "library_guard",
     "library_softmaxes",
     "no_checker_internals",
+    "no_package",
     "no_python_loops",
     "run_cases",
     "seeded_args",
@@ -581,6 +584,95 @@ def _handed_in(answer: object, depth: int = 4) -> Iterator[object]:
                 yield from _handed_in(value, depth - 1)
 
 
+def _package_part(value: object) -> str | None:
+    """The package name that ``value`` is or belongs to ("attnbook.softmax", "an attnbook
+    MultiHeadAttention"), or ``None`` for anything else, the checkers included."""
+    if isinstance(value, ModuleType):
+        module = value.__name__
+    elif callable(value) and hasattr(value, "__qualname__"):  # a function or a class
+        module = getattr(value, "__module__", None) or ""
+    else:
+        module = type(value).__module__
+    if not (module == "attnbook" or module.startswith("attnbook.")):
+        return None
+    if module.startswith("attnbook.exercises"):
+        return None  # the checkers: no_checker_internals' business
+    if isinstance(value, ModuleType):
+        return module
+    if callable(value) and hasattr(value, "__qualname__"):
+        import attnbook
+
+        public = getattr(attnbook, value.__name__, None) is value
+        return f"attnbook.{value.__name__}" if public else f"{module}.{value.__qualname__}"
+    return f"an attnbook {type(value).__name__}"
+
+
+def _globals_read(code: CodeType) -> list[str]:
+    """The global names ``code`` reads (not the attributes it reads off them)."""
+    loads = ("LOAD_GLOBAL", "LOAD_NAME")
+    return list(dict.fromkeys(i.argval for i in dis.get_instructions(code) if i.opname in loads))
+
+
+def no_package(answer: object = None) -> Guard:
+    """A guard that fails an answer whose own code uses the package (``attnbook``).
+
+    The grader runs every answer without the package (it refuses ``import
+    attnbook`` in the program it takes from the notebook), so an answer that
+    uses ``attnbook.softmax`` inside the attention exercise would pass here and
+    fail there. This guard says so here first: it fails an answer that *is* a
+    package function, or whose code (the answer and every helper of the
+    learner it calls) reads a global name bound to the package, one of its
+    functions or classes, or an object of one of its classes, or holds one
+    (a default argument, a closure). Package objects that a case hands to the
+    answer (chapter 9's block gets the package's
+    attention as its sub-layer) are arguments, not globals, and stay allowed.
+    """
+
+    def guard(call: Callable[[], object]) -> tuple[object, str | None]:
+        seen = [
+            f"{part} (handed to the checker)"
+            for f in _handed_in(answer)
+            if (part := _package_part(f))
+        ]
+        for f in _handed_in(answer):  # the learner's functions' defaults and closures
+            code = getattr(f, "__code__", None)
+            if code is None or not _is_learner_code(code.co_filename):
+                continue
+            held = [*(f.__defaults__ or ()), *(f.__kwdefaults__ or {}).values()]
+            for cell in f.__closure__ or ():
+                with contextlib.suppress(ValueError):  # an empty cell
+                    held.append(cell.cell_contents)
+            seen += [
+                f"{part} (held by your function {f.__name__})"
+                for v in held
+                if (part := _package_part(v))
+            ]
+        read: set[CodeType] = set()
+
+        def profile(frame: FrameType, event: str, arg: object) -> None:
+            code = frame.f_code
+            if event != "call" or code in read or not _is_learner_code(code.co_filename):
+                return
+            read.add(code)
+            for name in _globals_read(code):
+                part = _package_part(frame.f_globals.get(name))
+                if part is not None:
+                    seen.append(f"{part} (the name `{name}` in your code)")
+
+        result, watched = _watching_calls(call, profile)
+        if not watched:
+            return result, _SWITCHED_OFF
+        if seen:
+            return result, (
+                f"uses the package: {seen[0]}. The grader runs answers without attnbook, so "
+                "this would fail there.\n   Hint: write it with NumPy or PyTorch (for example "
+                "torch.softmax for a softmax)."
+            )
+        return result, None
+
+    return guard
+
+
 def no_checker_internals(answer: object = None) -> Guard:
     """A guard that fails an answer which uses a function of :mod:`attnbook.exercises`.
 
@@ -679,7 +771,12 @@ def run_cases(
     # For every exercise: the checkers' own reference answers and mistakes, the checker's own
     # guard (its hint is the more specific one, so it reports first), and the library
     # equivalents that the grader forbids.
-    guards = (no_checker_internals(learner_fn), guard, library_guard(exercise))
+    guards = (
+        no_checker_internals(learner_fn),
+        guard,
+        library_guard(exercise),
+        no_package(learner_fn),
+    )
     guard = all_of(*(g for g in guards if g is not None))
     if _CAPTURE.get():  # checker_spec: hand the checker's settings over instead of running
         spec = CheckSpec(exercise, learner_fn, reference_fn, tuple(cases), rtol, atol)
