@@ -217,6 +217,29 @@ def test_no_serious_accessibility_violations(visit, page_name: str) -> None:
         )
 
 
+def test_the_audit_keeps_a_lasting_violation_and_drops_a_passing_state(chromium) -> None:
+    from conftest import AXE, AXE_WRAPPER, _audit
+
+    if not AXE.is_file():
+        pytest.fail("assets/vendor/axe.min.js is missing: run `make assets`", pytrace=False)
+    page = chromium.new_page()
+    try:
+        # a button whose text is not in its accessible name; the second one loses its text
+        # 600 ms after the page opens, as a script that is still setting up would
+        page.set_content(
+            '<html lang="en"><title>t</title><main><button aria-label="Mode">Light</button>'
+            '<button id="swap" aria-label="Colour">Dark</button>'
+            "<script>setTimeout(() => { document.getElementById('swap').textContent = ''; }, 600)"
+            "</script></main></html>"
+        )
+        page.add_script_tag(content=AXE_WRAPPER.format(source=AXE.read_text(encoding="utf-8")))
+        found = _audit(page)
+    finally:
+        page.close()
+    serious = {(v["rule"], v["target"]) for v in found if v["impact"] in AXE_IMPACTS}
+    assert serious == {("label-content-name-mismatch", 'button[aria-label="Mode"]')}, found
+
+
 def test_code_fits_the_column(visit, page_name: str, code_width: int) -> None:
     width = code_width  # each of conftest.CODE_WIDTHS
     blocks = visit(page_name).code[width]

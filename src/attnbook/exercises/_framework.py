@@ -624,28 +624,25 @@ def no_package(answer: object = None) -> Guard:
     learner it calls) reads a global name bound to the package, one of its
     functions or classes, or an object of one of its classes, or holds one
     (a default argument, a closure). Package objects that a case hands to the
-    answer (chapter 9's block gets the package's
-    attention as its sub-layer) are arguments, not globals, and stay allowed.
+    answer (chapter 9's block gets the package's attention as its sub-layer)
+    are arguments, not globals, and stay allowed.
     """
 
     def guard(call: Callable[[], object]) -> tuple[object, str | None]:
-        seen = [
-            f"{part} (handed to the checker)"
-            for f in _handed_in(answer)
-            if (part := _package_part(f))
-        ]
-        for f in _handed_in(answer):  # the learner's functions' defaults and closures
+        seen: list[str] = []
+        for f in _handed_in(answer):
+            if part := _package_part(f):
+                seen.append(f"{part} (handed to the checker)")
             code = getattr(f, "__code__", None)
             if code is None or not _is_learner_code(code.co_filename):
                 continue
+            # what the learner's function holds: its defaults and its closure
             held = [*(f.__defaults__ or ()), *(f.__kwdefaults__ or {}).values()]
             for cell in f.__closure__ or ():
                 with contextlib.suppress(ValueError):  # an empty cell
                     held.append(cell.cell_contents)
             seen += [
-                f"{part} (held by your function {f.__name__})"
-                for v in held
-                if (part := _package_part(v))
+                f"{p} (held by your function {f.__name__})" for v in held if (p := _package_part(v))
             ]
         read: set[CodeType] = set()
 
@@ -762,15 +759,16 @@ def run_cases(
             its hint instead of the case's.
         guard: wraps each call of the learner's function and reports a
             problem with *how* it computed (a forbidden call, a Python loop)
-            even when the numbers are right. :func:`no_checker_internals` and
-            the exercise's :func:`library_guard` are added to it.
+            even when the numbers are right. :func:`no_checker_internals`,
+            the exercise's :func:`library_guard` and :func:`no_package` are
+            added to it.
 
     Returns:
         A :class:`Verdict`; displaying it shows the learner what happened.
     """
     # For every exercise: the checkers' own reference answers and mistakes, the checker's own
-    # guard (its hint is the more specific one, so it reports first), and the library
-    # equivalents that the grader forbids.
+    # guard (its hint is the more specific one, so it reports first), the library
+    # equivalents that the grader forbids, and the package, which the grader runs without.
     guards = (
         no_checker_internals(learner_fn),
         guard,
