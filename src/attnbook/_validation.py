@@ -85,6 +85,16 @@ def check_no_nan(x: Array, name: str) -> None:
         raise ValueError(f"{name} contains NaN values")
 
 
+def check_logits(logits: torch.Tensor, step: int) -> None:
+    """Raise if one decoding step's logits hold NaN: ``argmax`` and ``topk`` take a NaN for
+    the largest value, so greedy decoding and beam search would go on with arbitrary tokens."""
+    if bool(torch.isnan(logits).any()):
+        raise ValueError(
+            f"model gave NaN logits at decoding step {step}: its weights or its input hold NaN "
+            "(a checkpoint saved after the training diverged?)"
+        )
+
+
 def normalize_axis(axis: object, ndim: int, name: str = "axis") -> int:
     """Return ``axis`` as a non-negative index into a tensor of ``ndim`` dimensions."""
     if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):

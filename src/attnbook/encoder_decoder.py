@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from attnbook._validation import check_bool, check_int, check_token_ids, shape_str
+from attnbook._validation import check_bool, check_int, check_logits, check_token_ids, shape_str
 from attnbook.block import DecoderBlock, EncoderBlock
 from attnbook.generation import KVCache
 from attnbook.model import check_model_widths, init_gpt2
@@ -367,6 +367,7 @@ class EncoderDecoder(nn.Module):
         cache = KVCache(n_layers) if use_cache else None
         cross = KVCache(n_layers) if use_cache else None
         logits = self._decode(out, context, key_mask, cache=cache, context_cache=cross)[0]
+        check_logits(logits[:, -1], 0)
         scores, tokens = torch.log_softmax(logits[:, -1].float(), -1).topk(K, dim=-1)  # (B, K)
         # From here on every source has K rows (beams), kept together: row b * K + k.
         out = torch.cat([out.repeat_interleave(K, 0), tokens.reshape(B * K, 1)], dim=1)
@@ -378,11 +379,12 @@ class EncoderDecoder(nn.Module):
                 kv.values = [v.repeat_interleave(K, 0) for v in kv.values]
         no_eos = -1 if eos_id is None else eos_id  # no token id is -1: nothing ever ends
         ended = out[:, -1] == no_eos  # (B K,)
-        for _ in range(max_new_tokens - 1):
+        for step in range(1, max_new_tokens):
             if bool(ended.view(B, K)[:, 0].all()):
                 break  # every source's best target has ended: no other can overtake it
             new = out[:, -1:] if use_cache else out  # (B K, 1) or (B K, t)
             logits = self._decode(new, context, key_mask, cache=cache, context_cache=cross)[0]
+            check_logits(logits[:, -1], step)
             logp = torch.log_softmax(logits[:, -1].float(), dim=-1)  # (B K, V)
             if eos_id is not None:  # an ended target continues with eos_id, at no cost
                 logp[ended] = -math.inf

@@ -29,6 +29,7 @@ from attnbook._validation import (
     check_bool,
     check_int,
     check_left_pad,
+    check_logits,
     check_number,
     check_token_ids,
     shape_str,
@@ -351,6 +352,7 @@ def generate(
             for step in range(max_new_tokens):
                 if not use_cache:
                     logits = _step(model, *_window(out, left_pad, c.context_length), None)
+                check_logits(logits, step)
                 token = sample_next(logits.float(), temperature, top_k, generator)  # (B, 1)
                 out = torch.cat([out, token], dim=1)
                 if use_cache and step + 1 < max_new_tokens:

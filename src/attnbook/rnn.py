@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from attnbook._validation import check_bool, check_int, check_token_ids, shape_str
+from attnbook._validation import check_bool, check_int, check_logits, check_token_ids, shape_str
 from attnbook.masking import softmax_with_mask
 from attnbook.scores import AdditiveScorer, score_matrix
 
@@ -303,10 +303,12 @@ class RNNEncoderDecoder(nn.Module):
             memory, state = self.encode(src, src_mask)
             out = torch.full((src.shape[0], 1), bos_id, dtype=torch.int64, device=src.device)
             done = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
-            for _ in range(max_new_tokens):
+            for step in range(max_new_tokens):
                 y = self.tgt_emb(out[:, -1:])  # (B, 1, E)
                 features, _, state = self.decoder(y, state, memory, src_mask)  # (B, 1, Hd)
-                token = self.lm_head(features[:, -1]).argmax(-1)  # (B,)
+                logits = self.lm_head(features[:, -1])  # (B, V)
+                check_logits(logits, step)
+                token = logits.argmax(-1)  # (B,)
                 if eos_id is not None:
                     token = token.masked_fill(done, eos_id)
                     done = done | (token == eos_id)

@@ -480,3 +480,15 @@ def test_bad_pad_left(prompts: object, message: str) -> None:
         pad_left(prompts)
     with pytest.raises(ValueError, match="pad_id"):
         pad_left([torch.zeros(2, dtype=torch.long)], pad_id=-1)
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_generation_refuses_nan_logits(temperature: float, use_cache: bool) -> None:
+    # argmax takes a NaN for the largest logit: greedy decoding went on with token ids
+    # that mean nothing, and sampling raised torch's "probability tensor contains nan"
+    model = _model()
+    with torch.no_grad():
+        next(model.parameters()).fill_(math.nan)
+    with pytest.raises(ValueError, match="NaN logits at decoding step 0"):
+        generation.generate(model, _ids(2, 3), 4, temperature=temperature, use_cache=use_cache)

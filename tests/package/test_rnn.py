@@ -171,3 +171,13 @@ def test_train_runs_an_rnn_on_the_translation_task() -> None:
         ),
     )
     assert history.last("test_loss") < 0.9 * before
+
+
+@pytest.mark.parametrize("attention", VARIANTS)
+def test_generation_refuses_nan_logits(attention: str) -> None:
+    model = _model(attention)
+    src, mask, _ = _batch()
+    with torch.no_grad():
+        model.lm_head.weight[:, 0] = float("nan")
+    with pytest.raises(ValueError, match="NaN logits at decoding step 0"):
+        model.generate(src, 5, bos_id=1, src_mask=mask)

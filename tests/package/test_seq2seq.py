@@ -359,3 +359,13 @@ def test_both_sides_get_the_sinusoids_added_to_scaled_embeddings() -> None:
     torch.testing.assert_close(model.pos_emb.embed(model.src_emb(src), 0), expected)
     with pytest.raises(ValueError, match="d_model must be even"):
         EncoderDecoderConfig(9, 7, 12, 15, 3, 1, 1)
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_generation_refuses_nan_logits(beam_size: int) -> None:
+    model = _model()
+    src, mask = _batch()
+    with torch.no_grad():
+        model.lm_head.weight[:, 0] = float("nan")  # every logit of every step
+    with pytest.raises(ValueError, match="NaN logits at decoding step 0"):
+        model.generate(src, 5, bos_id=1, src_mask=mask, beam_size=beam_size)
