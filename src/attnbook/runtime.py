@@ -146,12 +146,14 @@ def seconds_per_call(
 
 
 def _tensors_in(values: object) -> Iterator[torch.Tensor]:
-    """Every tensor in ``values``: a tensor, or tuples and lists of them, nested."""
+    """Every tensor in ``values``: a tensor, or tuples, lists and dicts of them, nested."""
     if isinstance(values, torch.Tensor):
         yield values
     elif isinstance(values, (tuple, list)):
         for value in values:
             yield from _tensors_in(value)
+    elif isinstance(values, dict):
+        yield from _tensors_in(list(values.values()))
 
 
 class OpRecorder(TorchDispatchMode):
@@ -186,7 +188,8 @@ class OpRecorder(TorchDispatchMode):
         name = str(func).removeprefix("aten.").removesuffix(".default")
         self.ops.add(name)
         self.calls.append(name)
-        given = {t.untyped_storage().data_ptr() for t in _tensors_in(args)}
+        # an input's memory, and a buffer passed as out=, is not a new allocation
+        given = {t.untyped_storage().data_ptr() for t in _tensors_in((args, kwargs or {}))}
         for t in _tensors_in(out):
             if t.untyped_storage().data_ptr() not in given:
                 self.largest = max(self.largest, t.untyped_storage().nbytes())

@@ -136,6 +136,8 @@ def test_largest_allocation_counts_results_not_inputs_or_views() -> None:
     assert attnbook.runtime.largest_allocation(lambda: x.t()) == 0
     assert attnbook.runtime.largest_allocation(lambda: x[:8] * 2) == 8 * 256 * 4
     assert attnbook.runtime.largest_allocation(lambda: x.add_(1.0)) == 0  # in place: same memory
+    buffer = torch.empty_like(x)
+    assert attnbook.runtime.largest_allocation(lambda: torch.mul(x, 2, out=buffer)) == 0
     with pytest.raises(ValueError, match="fn"):
         attnbook.runtime.largest_allocation(None)  # type: ignore[arg-type]
 
