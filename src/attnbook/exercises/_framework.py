@@ -298,11 +298,22 @@ def _call_hooks() -> tuple[Callable, Callable]:
     set_profile, get_profile = sys.setprofile, sys.getprofile
     set_trace, get_trace = sys.settrace, sys.gettrace
 
+    def hooked(
+        call: Callable[[], object], hook: Callable, set_hook: Callable, get_hook: Callable
+    ) -> tuple[object, bool]:
+        """``call()`` with ``hook`` set, and whether it was still set when ``call`` returned
+        (``False``: the answer switched it off); the previous hook is put back after."""
+        previous = get_hook()
+        set_hook(hook)
+        try:
+            result = call()
+            return result, get_hook() is hook
+        finally:
+            set_hook(previous)
+
     def watching_calls(call: Callable[[], object], profile: Callable) -> tuple[object, bool]:
-        """``call()`` with ``profile`` (a profile hook) watching every call it makes, and
-        whether the hook was still in place when ``call`` returned (``False``: the answer
-        switched it off). A hook set before (an enclosing guard's, under :func:`all_of`) keeps
-        watching too."""
+        """``call()`` with ``profile`` (a profile hook) watching every call it makes; a hook
+        set before (an enclosing guard's, under :func:`all_of`) keeps watching too."""
         previous = get_profile()
 
         def both(frame: FrameType, event: str, arg: object) -> None:
@@ -310,28 +321,27 @@ def _call_hooks() -> tuple[Callable, Callable]:
                 previous(frame, event, arg)
             profile(frame, event, arg)
 
-        set_profile(both)
-        try:
-            result = call()
-            return result, get_profile() is both
-        finally:
-            set_profile(previous)
+        return hooked(call, both, set_profile, get_profile)
 
     def tracing(call: Callable[[], object], trace: Callable) -> tuple[object, bool]:
-        """``call()`` under the trace function ``trace``, and whether it was still in place
-        when ``call`` returned."""
-        previous = get_trace()
-        set_trace(trace)
-        try:
-            result = call()
-            return result, get_trace() is trace
-        finally:
-            set_trace(previous)
+        """``call()`` under the trace function ``trace``."""
+        return hooked(call, trace, set_trace, get_trace)
 
     return watching_calls, tracing
 
 
 _watching_calls, _tracing = _call_hooks()
+
+
+def _first_seen(
+    call: Callable[[], object], profile: Callable, seen: list[str], problem: Callable[[str], str]
+) -> tuple[object, str | None]:
+    """A guard's verdict: ``call()`` watched by ``profile``, which records what it sees in
+    ``seen``; the problem with the first thing seen, or that the watch was switched off."""
+    result, watched = _watching_calls(call, profile)
+    if not watched:
+        return result, _SWITCHED_OFF
+    return result, (problem(seen[0]) if seen else None)
 
 
 def forbid_calls(forbidden: dict[str, object], hint: str) -> Guard:
@@ -369,15 +379,14 @@ def forbid_calls(forbidden: dict[str, object], hint: str) -> Guard:
                         if getattr(arg, "__name__", None) == method and isinstance(owner, cls):
                             seen.append(name)
 
-        result, watched = _watching_calls(call, profile)
-        if not watched:
-            return result, _SWITCHED_OFF
-        if seen:
-            return (
-                result,
-                f"calls {seen[0]}, which this exercise asks you to write yourself.\n   Hint: {hint}",
-            )
-        return result, None
+        return _first_seen(
+            call,
+            profile,
+            seen,
+            lambda name: (
+                f"calls {name}, which this exercise asks you to write yourself.\n   Hint: {hint}"
+            ),
+        )
 
     return guard
 
@@ -656,16 +665,16 @@ def no_package(answer: object = None) -> Guard:
                 if part is not None:
                     seen.append(f"{part} (the name `{name}` in your code)")
 
-        result, watched = _watching_calls(call, profile)
-        if not watched:
-            return result, _SWITCHED_OFF
-        if seen:
-            return result, (
-                f"uses the package: {seen[0]}. The grader runs answers without attnbook, so "
-                "this would fail there.\n   Hint: write it with NumPy or PyTorch (for example "
+        return _first_seen(
+            call,
+            profile,
+            seen,
+            lambda part: (
+                f"uses the package: {part}. The grader runs answers without attnbook, "
+                "so this would fail there.\n   Hint: write it with NumPy or PyTorch (for example "
                 "torch.softmax for a softmax)."
-            )
-        return result, None
+            ),
+        )
 
     return guard
 
@@ -697,15 +706,15 @@ def no_checker_internals(answer: object = None) -> Guard:
                 if caller is not None and _is_learner_code(caller.f_code.co_filename):
                     seen.append(internals[frame.f_code])
 
-        result, watched = _watching_calls(call, profile)
-        if not watched:
-            return result, _SWITCHED_OFF
-        if seen:
-            return result, (
-                f"uses {seen[0]}, the checker's own code (its reference answer or a known "
+        return _first_seen(
+            call,
+            profile,
+            seen,
+            lambda name: (
+                f"uses {name}, the checker's own code (its reference answer or a known "
                 "mistake).\n   Hint: write the answer yourself from array operations."
-            )
-        return result, None
+            ),
+        )
 
     return guard
 
