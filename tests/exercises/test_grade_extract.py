@@ -168,6 +168,12 @@ def test_a_cell_that_does_not_parse_is_an_error() -> None:
         ("from typing import ForwardRef\nf = ForwardRef('x')", "imports typing.ForwardRef"),
         ("def f(x: \"__import__('os')\") -> None:\n    pass", "annotation"),
         ("def f(x) -> list['x']:\n    pass", "annotation"),
+        (  # the builtins, by name, from a generator's frame
+            "g = (x for x in [0])\nf = g.gi_frame.f_builtins['getattr'](torch, '_softmax')",
+            "uses g.gi_frame.f_builtins",
+        ),
+        ("f = type((x for x in [0]).gi_code)", "gi_code"),
+        ("import typing\nf = typing.types.FunctionType", "typing.types"),
         ("from torch import *\nf = lambda x: exp(x)", "imports *"),
     ],
 )

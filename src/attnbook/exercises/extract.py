@@ -32,7 +32,8 @@ more can), and it may not use
   (``torch.sys``, ``np.os``), the parts of the array libraries that run a
   string as code, reach an object by its name or load native code
   (``torch.jit``, ``torch.fx``, ``torch.hub``, ``torch.utils.benchmark``,
-  ``torch.overrides``, ``cpp_extension``, ``numpy.ctypeslib``, ...), loading
+  ``torch.overrides``, ``cpp_extension``, ``numpy.ctypeslib``, ...), a
+  generator's frame or code (``gi_frame.f_builtins``, ``gi_code``), loading
   pickles (``allow_pickle``, ``weights_only`` other than the safe default),
   and ``sys.setprofile``/``sys.settrace``, which the checkers watch calls
   with;
@@ -180,6 +181,25 @@ _BANNED_ATTRIBUTES |= {
     "LowLevelCallable",
     "ForwardRef",  # typing evaluates a forward reference's string
     "get_type_hints",
+    # a generator's or a traceback's frame holds the builtins (getattr, __import__, eval) by
+    # name, and a code object can be rebuilt into any code: neither has a dunder name
+    "gi_frame",
+    "gi_code",
+    "cr_frame",
+    "cr_code",
+    "ag_frame",
+    "ag_code",
+    "tb_frame",
+    "f_globals",
+    "f_builtins",
+    "f_locals",
+    "f_back",
+    "f_code",
+    "co_code",
+    "types",  # typing.types.CodeType, FunctionType
+    "CodeType",
+    "FunctionType",
+    "as_strided",  # a view of any memory, past the array's own
 }
 # The only modules an answer may import (with their submodules): the array libraries and the
 # parts of Python's standard library that hold no way to run a string as code or to reach an
