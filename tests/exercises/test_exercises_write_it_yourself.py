@@ -227,6 +227,13 @@ _package_softmax = attnbook.softmax  # a global the learner bound to the package
 _package_attention = attnbook.MultiHeadAttention(4, 2)  # an object of the package
 
 
+class _Attention(attnbook.MultiHeadAttention):  # a learner's class built on the package's
+    pass
+
+
+_subclassed = _Attention(4, 2)
+
+
 def _helper_with_a_default(q, k, v, normalise=attnbook.softmax):
     return normalise(_scores(q, k)) @ v
 
@@ -241,8 +248,12 @@ def _helper_with_a_default(q, k, v, normalise=attnbook.softmax):
             lambda q, k, v: _package_attention.n_heads * 0 + torch.softmax(_scores(q, k), -1) @ v,
             "an attnbook MultiHeadAttention (the name `_package_attention`",
         ),
+        (
+            lambda q, k, v: _subclassed.n_heads * 0 + torch.softmax(_scores(q, k), -1) @ v,
+            "a subclass of attnbook.MultiHeadAttention (the name `_subclassed`",
+        ),
     ],
-    ids=["module", "function", "default", "object"],
+    ids=["module", "function", "default", "object", "subclass"],
 )
 def test_any_use_of_the_package_fails_as_it_would_in_the_grader(
     answer: Callable, named: str

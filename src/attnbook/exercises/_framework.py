@@ -593,27 +593,33 @@ def _handed_in(answer: object, depth: int = 4) -> Iterator[object]:
                 yield from _handed_in(value, depth - 1)
 
 
+def _in_package(module: str) -> bool:
+    """Whether ``module`` is the package's, the checkers' (no_checker_internals' business) aside."""
+    inside = module == "attnbook" or module.startswith("attnbook.")
+    return inside and not module.startswith("attnbook.exercises")
+
+
 def _package_part(value: object) -> str | None:
     """The package name that ``value`` is or belongs to ("attnbook.softmax", "an attnbook
-    MultiHeadAttention"), or ``None`` for anything else, the checkers included."""
+    MultiHeadAttention", "a subclass of attnbook.FeedForward"), or ``None`` for anything
+    else, the checkers included."""
     if isinstance(value, ModuleType):
-        module = value.__name__
-    elif callable(value) and hasattr(value, "__qualname__"):  # a function or a class
-        module = getattr(value, "__module__", None) or ""
-    else:
-        module = type(value).__module__
-    if not (module == "attnbook" or module.startswith("attnbook.")):
+        return value.__name__ if _in_package(value.__name__) else None
+    if isinstance(value, type) or not (callable(value) and hasattr(value, "__qualname__")):
+        cls = value if isinstance(value, type) else type(value)  # a class, or an object
+        bases = [c for c in cls.__mro__ if _in_package(getattr(c, "__module__", "") or "")]
+        if not bases:
+            return None
+        if bases[0] is not cls:
+            return f"a subclass of attnbook.{bases[0].__name__}"
+        return f"attnbook.{cls.__name__}" if cls is value else f"an attnbook {cls.__name__}"
+    module = getattr(value, "__module__", None) or ""  # a function
+    if not _in_package(module):
         return None
-    if module.startswith("attnbook.exercises"):
-        return None  # the checkers: no_checker_internals' business
-    if isinstance(value, ModuleType):
-        return module
-    if callable(value) and hasattr(value, "__qualname__"):
-        import attnbook
+    import attnbook
 
-        public = getattr(attnbook, value.__name__, None) is value
-        return f"attnbook.{value.__name__}" if public else f"{module}.{value.__qualname__}"
-    return f"an attnbook {type(value).__name__}"
+    public = getattr(attnbook, value.__name__, None) is value  # type: ignore[attr-defined]
+    return f"attnbook.{value.__name__}" if public else f"{module}.{value.__qualname__}"  # type: ignore[attr-defined]
 
 
 def _globals_read(code: CodeType) -> list[str]:
