@@ -18,7 +18,9 @@ private folder that holds a fresh copy of the submission and nothing else:
    guards (a library equivalent that the program bound to a name before its
    tripwire was in place is still that function, and its guard knows it),
    and writes what came back as plain arrays (``<exercise>.npz``, read with
-   ``allow_pickle=False``) and a small JSON file. The grader compares them with the package's reference itself.
+   ``allow_pickle=False``) and a small JSON file. Only the files of a child
+   that finished, for its own exercise, are kept. The grader compares them
+   with the package's reference itself.
 
 The sandbox is bubblewrap (``bwrap``, Debian package ``bubblewrap``):
 
