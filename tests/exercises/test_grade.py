@@ -216,6 +216,23 @@ ATTACKS = {
         "failed",
         "imports pkgutil",  # and in the sandbox: test_the_checkers_own_code_is_caught_at_run_time
     ),
+    "switch_off_the_watch": (  # passed before: the real softmax, the profile hook switched off
+        "real = torch.sys.modules['operator'].attrgetter('soft' + 'max')(torch)\n"
+        "quiet = torch.sys.setprofile\n\n"
+        "def my_softmax(x):\n    quiet(None)\n    return real(torch.as_tensor(x), -1).numpy()\n\n\n"
+        "check_softmax(my_softmax)",
+        "failed",
+        "torch.sys",
+    ),
+    "string_run_as_code": (  # passed before: timeit ran a string that took torch._softmax
+        "import timeit\n\ndef make():\n    d = {}\n"
+        "    timeit.timeit(\"d['f'] = __import__('torch')._softmax\", globals={'d': d}, number=1)\n"
+        "    return d\n\nholder = make()\n\n"
+        "def my_softmax(x):\n    return holder['f'](torch.as_tensor(x), -1, False).numpy()\n\n\n"
+        "check_softmax(my_softmax)",
+        "failed",
+        "imports timeit",
+    ),
     "in_place": (  # not an attack: a mistake that the numbers alone do not show
         "def my_softmax(x):\n    x -= x.max(axis=-1, keepdims=True)\n    e = np.exp(x)\n"
         "    return e / e.sum(axis=-1, keepdims=True)\n\n\ncheck_softmax(my_softmax)",
