@@ -42,6 +42,7 @@ import urllib.parse
 from pathlib import Path
 
 import pytest
+from conftest import AXE, AXE_IMPACTS, AXE_WRAPPER, _audit
 
 from attnbook.viz import SMALLEST_TEXT_KEY, png_text, svg_smallest_text
 from tools.figure_text import FLOOR_PX
@@ -51,7 +52,6 @@ pytestmark = pytest.mark.browser
 
 # Every test taking `page_name` runs once per built page (conftest.pytest_generate_tests).
 OFFLINE_CRITICAL = {"script", "stylesheet", "font"}  # what makes a page break without a network
-AXE_IMPACTS = {"serious", "critical"}  # what fails; "minor" and "moderate" findings do not
 SEARCH_WORD = "attention"  # a word of intro.md, so the search must find at least one page
 
 
@@ -218,8 +218,6 @@ def test_no_serious_accessibility_violations(visit, page_name: str) -> None:
 
 
 def test_the_audit_keeps_a_lasting_violation_and_drops_a_passing_state(chromium) -> None:
-    from conftest import AXE, AXE_WRAPPER, _audit
-
     if not AXE.is_file():
         pytest.fail("assets/vendor/axe.min.js is missing: run `make assets`", pytrace=False)
     page = chromium.new_page()
