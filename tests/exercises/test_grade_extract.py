@@ -6,6 +6,10 @@ No sandbox here: these are the pieces the grader runs in its own process.
 from __future__ import annotations
 
 import ast
+import importlib.metadata
+import importlib.util
+import re
+import sys
 from pathlib import Path
 
 import nbformat
@@ -256,3 +260,23 @@ def test_a_private_name_of_the_learners_own_class_is_allowed() -> None:
         "    def __call__(self, x):\n        return self._s * x\n\nf = Scaled(2.0)"
     )
     assert extract.forbidden_uses(ast.parse(code), "softmax") == []
+
+
+def test_every_library_an_answer_may_import_comes_with_the_grader() -> None:
+    # An allowed import that the grader's Python lacks turns a right answer into an `error`
+    # (ModuleNotFoundError): einops was allowed, and nothing installed it.
+    # attnbook's requirements as installed, with its extras: "scipy>=1.10; extra == 'grade'"
+    specs = [
+        spec
+        for spec in importlib.metadata.requires("attnbook") or []
+        if re.search(r"extra\s*==", spec) is None or re.search(r"extra\s*==\s*.grade.", spec)
+    ]
+    installed = {re.match(r"[A-Za-z0-9_.-]+", spec).group().lower() for spec in specs}
+    libraries = {name for name in extract._ALLOWED_MODULES if name not in sys.stdlib_module_names}
+    assert libraries == {"numpy", "torch", "scipy"}
+    assert libraries <= installed, (
+        f"allowed, not installed by attnbook[grade]: {libraries - installed}"
+    )
+    assert all(importlib.util.find_spec(name) is not None for name in libraries)
+    (problem,) = extract.forbidden_uses(ast.parse("import einops"), "softmax")
+    assert problem.startswith("imports einops, which the grader does not allow: an answer imports")

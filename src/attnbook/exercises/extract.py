@@ -12,7 +12,7 @@ statement that calls a checker stay out. :func:`extract` returns that
 program, which the grader runs in a clean sandbox.
 
 The same program is read statically, before it runs (:func:`forbidden_uses`).
-It may import only NumPy, PyTorch, SciPy, einops, ``math`` and a few modules
+It may import only NumPy, PyTorch, SciPy, ``math`` and a few modules
 of Python's own that hold no way to run a string as code or to reach an
 object by its name (:data:`_ALLOWED_MODULES`: ``functools``, ``collections``,
 ``typing``, ...; ``timeit``, ``logging.config``, ``unittest.mock`` and many
@@ -210,7 +210,6 @@ _ALLOWED_MODULES = frozenset(
         "numpy",
         "torch",
         "scipy",
-        "einops",
         "math",
         "cmath",
         "random",
