@@ -107,6 +107,7 @@ format: venv ## apply ruff's fixes and formatting
 
 sync-url: venv ## copy the repository URL from _config.yml to every place that shows it
 	$(PY) -m tools.sync_repo_url
+	$(PY) -m tools.exercise_inventory --write  # the instructor guide's copy of the Colab cell
 
 lock: ## re-resolve requirements.in into requirements.txt in a throw-away environment
 	rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv

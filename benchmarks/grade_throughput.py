@@ -58,7 +58,7 @@ def solution_notebook(path: Path) -> nbformat.NotebookNode:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--chapters", nargs="+", default=["01", "02", "06", "09", "12"])
+    parser.add_argument("--chapters", nargs="+", default=["01", "02", "06", "09", "14"])
     parser.add_argument("--skip-run", action="store_true", help="time the evaluation only")
     parser.add_argument("--unsafe-no-sandbox", action="store_true")
     args = parser.parse_args()

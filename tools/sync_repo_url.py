@@ -41,8 +41,8 @@ from tools import course
 ROOT = Path(__file__).resolve().parent.parent
 
 # The Colab cell of CONTRIBUTING.md; `{requirement}` is `attnbook`, or `attnbook[extra]` for a
-# chapter whose `colab_extra` in course.yml names one of the package's extras (chapter 13:
-# bertviz, transformers and the offline MiniLM), `{url}` the repository URL and `{ref}` the
+# chapter whose `colab_extra` in course.yml names one of the package's extras (chapters 11
+# to 13: transformers, bertviz and the offline MiniLM), `{url}` the repository URL and `{ref}` the
 # tag or commit the course pins (`repository: package_ref:` of _config.yml). pip runs as a
 # subprocess, not as `%pip`, so that a failed install stops the notebook here with pip's own
 # words, instead of the next cell failing with "No module named 'attnbook'". The requirement

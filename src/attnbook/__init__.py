@@ -33,6 +33,8 @@ is in its docstring):
 - :mod:`attnbook.data`: generated training data: reverse, sort and associative-recall
   tasks with held-out splits; character-level text and the default grammar corpus;
   a translation task with true word alignments (``translation_task``)
+- :mod:`attnbook.tokenizer`: byte-level byte-pair encoding (``BPETokenizer``: trained on
+  a text, or GPT-2's own vocabulary loaded), chapter 11
 - :mod:`attnbook.training`: the training loop (AdamW, warmup + cosine, evaluation);
   ``python -m attnbook train ...`` (:mod:`attnbook.__main__`, not imported here) runs it
   from the command line, also data-parallel under ``torchrun``
@@ -45,7 +47,9 @@ is in its docstring):
 - :mod:`attnbook.interactive`: figures a reader plays with in the web page (a softmax
   temperature slider, a heatmap with hover values), with a static PNG for print; not
   imported here (it imports Plotly when a figure is drawn)
-- :mod:`attnbook.exercises`: checkers for the chapters' code exercises
+- :mod:`attnbook.exercises`: checkers for the chapters' code exercises;
+  ``python -m attnbook.grade`` (:mod:`attnbook.exercises.grade`, not imported here) grades
+  submitted notebooks with them
 """
 
 from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
