@@ -10,9 +10,13 @@ answer written by hand still passes.
 
 from __future__ import annotations
 
+import functools
+import heapq
 import math
+import operator
 import sys
 from collections.abc import Callable
+from operator import truediv as _truediv
 
 import numpy as np
 import pytest
@@ -264,3 +268,44 @@ def test_any_use_of_the_package_fails_as_it_would_in_the_grader(
     assert not verdict
     assert f"uses the package: {named}" in verdict.message, verdict.message
     assert check_scaled_dot_product_attention(lambda q, k, v: torch.softmax(_scores(q, k), -1) @ v)
+
+
+def _scale_with_operator(q, k, v, divide=operator.truediv):  # a module the grader refuses
+    return torch.softmax(divide(q @ k.transpose(-2, -1), math.sqrt(q.shape[-1])), -1) @ v
+
+
+@pytest.mark.parametrize(
+    ("answer", "named"),
+    [
+        (
+            lambda q, k, v: torch.softmax(operator.mul(_scores(q, k), 1.0), -1) @ v,
+            "module operator (the name `operator`",
+        ),
+        (
+            lambda q, k, v: torch.softmax(_truediv(_scores(q, k), 1.0), -1) @ v,
+            "module _operator (the name `_truediv`",
+        ),
+        (_scale_with_operator, "module _operator (held by your function _scale_with_operator"),
+    ],
+    ids=["module", "function", "default"],
+)
+def test_a_module_the_grader_refuses_fails_in_the_notebook_too(
+    answer: Callable, named: str
+) -> None:
+    # The grader's static check lets an answer import only ANSWER_MODULES (einops, operator
+    # and IPython are refused): the notebook's checker fails such an answer instead of passing.
+    verdict = check_scaled_dot_product_attention(answer)
+    assert not verdict
+    assert f"uses {named}" in verdict.message, verdict.message
+    assert "which the grader does not let an answer import" in verdict.message
+
+
+def test_the_allowed_modules_pass_whatever_their_functions_are_written_in() -> None:
+    # functools.reduce and heapq.nlargest are C functions of _functools and _heapq; a learner's
+    # own helper (this test module) is watched, not refused.
+    def answer(q, k, v):
+        scores = functools.reduce(lambda a, b: a + b, [_scores(q, k)])
+        one = heapq.nlargest(1, [1.0, 0.5])[0]
+        return torch.softmax(scores * one, -1) @ v
+
+    assert check_scaled_dot_product_attention(answer)

@@ -20,6 +20,7 @@ from test_notebook_solutions import solution_blocks
 
 import attnbook.exercises as exercises
 from attnbook.exercises import catalog, extract, notebooks
+from attnbook.exercises._framework import ANSWER_MODULES
 
 ROOT = Path(__file__).resolve().parents[2]
 CHAPTERS = sorted((ROOT / "chapters").glob("[0-9][0-9]_*.ipynb"))
@@ -272,7 +273,7 @@ def test_every_library_an_answer_may_import_comes_with_the_grader() -> None:
         if re.search(r"extra\s*==", spec) is None or re.search(r"extra\s*==\s*.grade.", spec)
     ]
     installed = {re.match(r"[A-Za-z0-9_.-]+", spec).group().lower() for spec in specs}
-    libraries = {name for name in extract._ALLOWED_MODULES if name not in sys.stdlib_module_names}
+    libraries = {name for name in ANSWER_MODULES if name not in sys.stdlib_module_names}
     assert libraries == {"numpy", "torch", "scipy"}
     assert libraries <= installed, (
         f"allowed, not installed by attnbook[grade]: {libraries - installed}"

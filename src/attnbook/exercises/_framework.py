@@ -491,6 +491,38 @@ def library_guard(exercise: str) -> Guard | None:
     )
 
 
+# The only modules an answer may import (with their submodules), in the grader's static check
+# (attnbook.exercises.extract) and in no_package's watch: the array libraries and the parts of
+# Python's standard library that hold no way to run a string as code or to reach an
+# object by its name. Too many other modules can (timeit, logging.config, unittest.mock,
+# string.Formatter, IPython, ...) to list them all.
+ANSWER_MODULES = frozenset(
+    {
+        "numpy",
+        "torch",
+        "scipy",
+        "math",
+        "cmath",
+        "random",
+        "statistics",
+        "fractions",
+        "decimal",
+        "functools",
+        "itertools",
+        "collections",
+        "heapq",
+        "bisect",
+        "copy",
+        "dataclasses",
+        "enum",
+        "abc",
+        "numbers",
+        "typing",
+        "re",
+        "__future__",
+    }
+)
+
 _LIBRARY_DIRS = tuple(
     str(Path(p).resolve())
     for p in {sys.prefix, sys.base_prefix, sys.exec_prefix, Path(__file__).parents[1]}
@@ -622,6 +654,31 @@ def _package_part(value: object) -> str | None:
     return f"attnbook.{value.__name__}" if public else f"{module}.{value.__qualname__}"  # type: ignore[attr-defined]
 
 
+def _refused_module(value: object) -> str | None:
+    """The module of ``value`` (a module, function or class an answer reads) when the grader
+    would refuse to import it in an answer (not in :data:`ANSWER_MODULES`), else ``None``.
+    The learner's own functions and classes, the package's (``no_package``'s business) and
+    plain objects (a tensor, a number) are ``None``."""
+    if isinstance(value, ModuleType):
+        module = value.__name__
+    elif isinstance(value, type) or callable(value):
+        code = getattr(value, "__code__", None)
+        if code is not None and _is_learner_code(code.co_filename):
+            return None  # the learner's own function: what it reads is watched when it runs
+        module = getattr(value, "__module__", None)
+        if not isinstance(module, str) or module == "__main__":
+            return None
+        defined_in = getattr(sys.modules.get(module), "__file__", None)
+        if defined_in is not None and _is_learner_code(defined_in):
+            return None  # a class or function of the learner's own script or test module
+    else:
+        return None
+    top = module.split(".")[0]
+    if top == "attnbook" or top.lstrip("_") in ANSWER_MODULES or top == "builtins":
+        return None  # C parts of allowed modules carry an underscore: _functools, _heapq
+    return module
+
+
 def _globals_read(code: CodeType) -> list[str]:
     """The global names ``code`` reads (not the attributes it reads off them)."""
     loads = ("LOAD_GLOBAL", "LOAD_NAME")
@@ -641,6 +698,11 @@ def no_package(answer: object = None) -> Guard:
     (a default argument, a closure). Package objects that a case hands to the
     answer (chapter 9's block gets the package's attention as its sub-layer)
     are arguments, not globals, and stay allowed.
+
+    For the same reason it fails an answer that reads a module, or a function or
+    class of one, that the grader would not let it import (any but
+    :data:`ANSWER_MODULES`: ``einops``, ``operator``, ``IPython``, ...), which
+    the grader's static check refuses before the answer runs.
     """
 
     def guard(call: Callable[[], object]) -> tuple[object, str | None]:
@@ -659,6 +721,11 @@ def no_package(answer: object = None) -> Guard:
             seen += [
                 f"{p} (held by your function {f.__name__})" for v in held if (p := _package_part(v))
             ]
+            seen += [
+                f"module {m} (held by your function {f.__name__})"
+                for v in held
+                if (m := _refused_module(v))
+            ]
         read: set[CodeType] = set()
 
         def profile(frame: FrameType, event: str, arg: object) -> None:
@@ -667,20 +734,26 @@ def no_package(answer: object = None) -> Guard:
                 return
             read.add(code)
             for name in _globals_read(code):
-                part = _package_part(frame.f_globals.get(name))
-                if part is not None:
+                value = frame.f_globals.get(name)
+                if (part := _package_part(value)) is not None:
                     seen.append(f"{part} (the name `{name}` in your code)")
+                elif (module := _refused_module(value)) is not None:
+                    seen.append(f"module {module} (the name `{name}` in your code)")
 
-        return _first_seen(
-            call,
-            profile,
-            seen,
-            lambda part: (
+        def problem(part: str) -> str:
+            if part.startswith("module "):
+                allowed = ", ".join(sorted(ANSWER_MODULES - {"__future__"}))
+                return (
+                    f"uses {part}, which the grader does not let an answer import, so this "
+                    f"would fail there.\n   Hint: an answer may import {allowed}."
+                )
+            return (
                 f"uses the package: {part}. The grader runs answers without attnbook, "
                 "so this would fail there.\n   Hint: write it with NumPy or PyTorch (for example "
                 "torch.softmax for a softmax)."
-            ),
-        )
+            )
+
+        return _first_seen(call, profile, seen, problem)
 
     return guard
 

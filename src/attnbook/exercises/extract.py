@@ -14,9 +14,9 @@ program, which the grader runs in a clean sandbox.
 The same program is read statically, before it runs (:func:`forbidden_uses`).
 It may import only NumPy, PyTorch, SciPy, ``math`` and a few modules
 of Python's own that hold no way to run a string as code or to reach an
-object by its name (:data:`_ALLOWED_MODULES`: ``functools``, ``collections``,
-``typing``, ...; ``timeit``, ``logging.config``, ``unittest.mock`` and many
-more can), and it may not use
+object by its name (``ANSWER_MODULES`` of :mod:`attnbook.exercises._framework`:
+``functools``, ``collections``, ``typing``, ...; ``timeit``, ``logging.config``,
+``unittest.mock`` and many more can), and it may not use
 
 - the package itself (``attnbook``: its functions are the answers);
 - the exercise's library equivalents (:data:`LIBRARY_EQUIVALENTS`, e.g. any
@@ -56,6 +56,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from attnbook.exercises import notebooks
+from attnbook.exercises._framework import ANSWER_MODULES
 
 __all__ = ["LIBRARY_EQUIVALENTS", "Extracted", "extract", "forbidden_uses"]
 
@@ -201,36 +202,6 @@ _BANNED_ATTRIBUTES |= {
     "FunctionType",
     "as_strided",  # a view of any memory, past the array's own
 }
-# The only modules an answer may import (with their submodules): the array libraries and the
-# parts of Python's standard library that hold no way to run a string as code or to reach an
-# object by its name. Too many other modules can (timeit, logging.config, unittest.mock,
-# string.Formatter, IPython, ...) to list them all.
-_ALLOWED_MODULES = frozenset(
-    {
-        "numpy",
-        "torch",
-        "scipy",
-        "math",
-        "cmath",
-        "random",
-        "statistics",
-        "fractions",
-        "decimal",
-        "functools",
-        "itertools",
-        "collections",
-        "heapq",
-        "bisect",
-        "copy",
-        "dataclasses",
-        "enum",
-        "abc",
-        "numbers",
-        "typing",
-        "re",
-        "__future__",
-    }
-)
 # keyword -> the only value allowed: a pickle can import any object by its name
 _SAFE_KEYWORDS = {"allow_pickle": False, "weights_only": True}
 _BANNED_CALLS = frozenset(
@@ -537,8 +508,8 @@ def _import_problems(full: str, name: str, equivalents: Iterable[str], node: ast
     parts = full.split(".")
     if parts[0] in _BANNED_MODULES or set(parts[1:]) & _BANNED_ATTRIBUTES:
         return [f"imports {full}, which the grader does not allow in an answer"]
-    if parts[0] not in _ALLOWED_MODULES:
-        allowed = ", ".join(sorted(_ALLOWED_MODULES - {"__future__"}))
+    if parts[0] not in ANSWER_MODULES:
+        allowed = ", ".join(sorted(ANSWER_MODULES - {"__future__"}))
         return [f"imports {full}, which the grader does not allow: an answer imports {allowed}"]
     if name == "*":
         return [f"imports * from {full.rsplit('.', 1)[0]}: name what you import"]
