@@ -273,11 +273,29 @@ def check_bool(value: object, name: str) -> bool:
     return value
 
 
-def check_device(value: object, name: str = "device", *, available: bool = False) -> torch.device:
+def check_where(device: object) -> torch.device | None:
+    """The ``device=`` argument of a tensor builder (a mask, a positional table): ``None``
+    (the CPU) and a ``torch.device`` pass as they are (the hot paths hand over a tensor's
+    own device); a string is checked like :func:`check_device` with ``available=True``, so
+    ``"cuda"`` on a machine without CUDA gets a clear ValueError, not torch's
+    "Torch not compiled with CUDA enabled"."""
+    if device is None or isinstance(device, torch.device):
+        return device
+    return check_device(device, "device", available=True, none_means="the CPU")
+
+
+def check_device(
+    value: object,
+    name: str = "device",
+    *,
+    available: bool = False,
+    none_means: str = "the fastest device there is",
+) -> torch.device:
     """Return ``value`` (a string such as ``"cuda:1"`` or a ``torch.device``) as a ``torch.device``.
 
     With ``available=True`` a CUDA or MPS device that this machine does not
-    have is refused too (other device types are left to PyTorch).
+    have is refused too (other device types are left to PyTorch); the message
+    suggests ``'cpu'``, or ``None`` for ``none_means``.
     """
     parsed = value if isinstance(value, torch.device) else None
     if isinstance(value, str):
@@ -294,8 +312,7 @@ def check_device(value: object, name: str = "device", *, available: bool = False
         if count == 0:
             raise ValueError(
                 f"{name}={value!r} asks for a CUDA GPU, but CUDA is not available on this machine "
-                "(torch.cuda.is_available() is False); use 'cpu', or None for the fastest device "
-                "there is"
+                f"(torch.cuda.is_available() is False); use 'cpu', or None for {none_means}"
             )
         if parsed.index is not None and parsed.index >= count:
             raise ValueError(
@@ -307,8 +324,8 @@ def check_device(value: object, name: str = "device", *, available: bool = False
         if mps is None or not mps.is_available():
             raise ValueError(
                 f"{name}={value!r} asks for Apple's MPS, but MPS is not available on this "
-                "machine (torch.backends.mps.is_available() is False); use 'cpu', or None for "
-                "the fastest device there is"
+                f"machine (torch.backends.mps.is_available() is False); use 'cpu', or None for "
+                f"{none_means}"
             )
     return parsed
 
@@ -341,7 +358,9 @@ def check_mask(
 
     Args:
         mask: boolean (``True`` = may attend) or floating (additive, ``0`` or
-            ``-inf``) tensor, broadcastable to ``scores_shape``.
+            ``-inf``) tensor, broadcastable to ``scores_shape``. A floating mask of
+            only 0s and 1s is refused: it is a "may attend" mask in the wrong dtype
+            (``torch.tril(torch.ones(T, T))``), which as additive would block nothing.
         scores_shape: the shape ``(..., T, S)`` of the scores it will mask.
         name: the argument's name, for error messages.
         dtype: the scores' dtype, if known: an additive mask is cast to it, and
@@ -377,6 +396,14 @@ def check_mask(
     if mask.dtype != torch.bool and not bool((mask < math.inf).all()):  # one pass: NaN, +inf
         raise ValueError(
             f"additive {name} must hold finite numbers or -inf, but it contains NaN or +inf"
+        )
+    if mask.dtype != torch.bool and bool(((mask == 0) | (mask == 1)).all() & (mask == 1).any()):
+        # torch.tril(torch.ones(T, T)) meant as "may attend": read as additive, it adds 1 to the
+        # allowed scores and blocks nothing
+        raise ValueError(
+            f"{name} holds only 0s and 1s but is floating-point ({mask.dtype}, shape "
+            f"{shape_str(mask)}), so it would be read as additive and block nothing; for a "
+            f"0/1 mask meaning 'may attend' use {name}.bool() (an additive mask holds 0 and -inf)"
         )
     if mask.dtype != torch.bool and dtype is not None and mask.dtype != dtype:
         mask = mask.to(dtype)

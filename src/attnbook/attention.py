@@ -382,6 +382,18 @@ class SingleHeadAttention(nn.Module):
                 f"x_context must have shape (..., S, d_context) with d_context = {self.d_context}, "
                 f"got {shape_str(x_context)}"
             )
+        dtype = self.q_proj.weight.dtype
+        if not x_query.dtype == x_context.dtype == dtype:
+            raise ValueError(
+                f"x_query and x_context must have the module's dtype {dtype}, got "
+                f"{x_query.dtype} and {x_context.dtype}; convert the inputs (x.to(dtype)) or "
+                "the module (module.to(dtype))"
+            )
+        if broadcast_shape(tuple(x_query.shape[:-2]), tuple(x_context.shape[:-2])) is None:
+            raise ValueError(
+                f"x_query and x_context must have leading (batch) dimensions that broadcast "
+                f"together, got x_query {shape_str(x_query)} and x_context {shape_str(x_context)}"
+            )
         q = self.q_proj(x_query)  # (..., T, D) @ (D, d_k) -> (..., T, d_k)
         k = self.k_proj(x_context)  # (..., S, D_ctx) @ (D_ctx, d_k) -> (..., S, d_k)
         v = self.v_proj(x_context)  # (..., S, D_ctx) @ (D_ctx, d_v) -> (..., S, d_v)

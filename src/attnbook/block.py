@@ -90,12 +90,22 @@ def _check_sequence(
     return x
 
 
-def _check_last_axis(x: object, name: str, d_model: int) -> torch.Tensor:
-    """``x`` as a floating-point tensor of shape ``(..., d_model)``, or a ValueError naming it."""
+def _check_last_axis(
+    x: object, name: str, d_model: int, dtype: torch.dtype | None = None
+) -> torch.Tensor:
+    """``x`` as a floating-point tensor of shape ``(..., d_model)`` (in ``dtype``, the module's,
+    when given), or a ValueError naming it."""
     x = as_float_tensor(x, name, "(..., d_model)")
     if x.ndim < 1 or x.shape[-1] != d_model:
         raise ValueError(
             f"{name} must have shape (..., d_model) with d_model = {d_model}, got {shape_str(x)}"
+        )
+    if (
+        dtype is not None and x.dtype != dtype
+    ):  # else torch's "mat1 and mat2 must have the same dtype"
+        raise ValueError(
+            f"{name} must have the module's dtype {dtype}, got {x.dtype}; convert the input "
+            f"({name}.to(dtype)) or the module (module.to(dtype))"
         )
     return x
 
@@ -155,7 +165,7 @@ class FeedForward(nn.Module):
             Tensor of the same shape ``(..., D)``.
         """
         if validate:
-            x = _check_last_axis(x, "x", self.d_model)
+            x = _check_last_axis(x, "x", self.d_model, self.linear1.weight.dtype)
         hidden = self.linear1(x)  # (..., D) @ (D, F) -> (..., F)
         hidden = F.gelu(hidden, approximate=self.approximate)  # exact, or GPT-2's tanh form
         if self.training and self.dropout > 0.0:
@@ -219,7 +229,7 @@ class SwiGLU(nn.Module):
             Tensor of the same shape ``(..., D)``.
         """
         if validate:
-            x = _check_last_axis(x, "x", self.d_model)
+            x = _check_last_axis(x, "x", self.d_model, self.gate.weight.dtype)
         hidden = F.silu(self.gate(x)) * self.up(x)  # (..., F) * (..., F) -> (..., F)
         if self.training and self.dropout > 0.0:
             hidden = F.dropout(hidden, self.dropout, training=True)

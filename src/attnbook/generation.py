@@ -110,6 +110,7 @@ class KVCache:
         likewise for values), so :meth:`MultiHeadAttention.forward
         <attnbook.multihead.MultiHeadAttention.forward>` grows the cache in place.
         """
+        i = check_int(i, "i", minimum=0, maximum=self.n_layers - 1, meaning="a layer index")
         return LayerCache(self, i)
 
     def __repr__(self) -> str:

@@ -37,7 +37,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from attnbook._validation import check_int, check_mask, shape_str
+from attnbook._validation import check_int, check_mask, check_where, shape_str
 
 __all__ = [
     "apply_mask",
@@ -104,6 +104,7 @@ def causal_mask(
     """
     seq_len = check_int(seq_len, "seq_len")
     key_len = seq_len if key_len is None else check_int(key_len, "key_len")
+    device = check_where(device)
     ones = torch.ones(seq_len, key_len, dtype=torch.bool, device=device)  # (T, S)
     return ones.tril(diagonal=key_len - seq_len)  # (T, S), True where s <= t + S - T
 
@@ -138,6 +139,7 @@ def padding_mask(
         error and masks the wrong rows (chapter 6 shows it), so choose the
         shape deliberately.
     """
+    device = check_where(device)
     if isinstance(lengths, torch.Tensor):
         device = lengths.device if device is None else device
         if (
@@ -390,6 +392,7 @@ def sliding_window_mask(
     seq_len = check_int(seq_len, "seq_len")
     window = check_int(window, "window")
     key_len = seq_len if key_len is None else check_int(key_len, "key_len")
+    device = check_where(device)
     position = torch.arange(seq_len, device=device)[:, None] + (key_len - seq_len)  # (T, 1)
     distance = position - torch.arange(key_len, device=device)[None, :]  # (T, 1) - (1, S) -> (T, S)
     return (distance >= 0) & (distance < window)  # (T, S)
@@ -429,6 +432,7 @@ def strided_mask(
     """
     seq_len = check_int(seq_len, "seq_len")
     stride = check_int(stride, "stride")
+    device = check_where(device)
     positions = torch.arange(seq_len, device=device)  # (T,)
     distance = positions[:, None] - positions[None, :]  # (T, 1) - (1, T) -> (T, T)
     local = distance < stride  # (T, T)

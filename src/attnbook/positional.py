@@ -36,7 +36,13 @@ import math
 import torch
 from torch import nn
 
-from attnbook._validation import as_float_tensor, check_int, check_positive_number, shape_str
+from attnbook._validation import (
+    as_float_tensor,
+    check_int,
+    check_positive_number,
+    check_where,
+    shape_str,
+)
 
 __all__ = [
     "POSITIONAL_ENCODINGS",
@@ -88,6 +94,7 @@ def sinusoidal_positional_encoding(
     d_model = check_int(d_model, "d_model", minimum=2)
     if d_model % 2:
         raise ValueError(f"d_model must be even (columns come in (sin, cos) pairs), got {d_model}")
+    device = check_where(device)
     # float64 on the CPU, then moved: Apple's mps device has no float64
     pos = torch.arange(seq_len, dtype=torch.float64)  # (T,)
     two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (d/2,)
@@ -259,6 +266,7 @@ def alibi_bias(
     n_heads = check_int(n_heads, "n_heads")
     seq_len = check_int(seq_len, "seq_len")
     key_len = seq_len if key_len is None else check_int(key_len, "key_len")
+    device = check_where(device)
     slopes = alibi_slopes(n_heads).to(device)  # (H,)
     q_pos = torch.arange(key_len - seq_len, key_len, device=device)  # (T,)
     k_pos = torch.arange(key_len, device=device)  # (S,)

@@ -224,13 +224,18 @@ class RNNEncoderDecoder(nn.Module):
         return src, tgt, src_mask
 
     def encode(
-        self, src: torch.Tensor, src_mask: torch.Tensor
+        self, src: torch.Tensor, src_mask: torch.Tensor | None = None, *, validate: bool = True
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The encoder's states ``(B, S, Hd)`` and the decoder's first state ``(1, B, Hd)`` (unchecked).
+        """The encoder's states ``(B, S, Hd)`` and the decoder's first state ``(1, B, Hd)``.
 
         Padding sits at the end of each row, after the real words, so the state
         at the last real word has read the whole sentence and nothing else.
+        ``src_mask`` (``(B, S)``, ``True`` = a real word; default: no padding)
+        must therefore be ``True`` on a prefix of each row. ``validate=False``
+        skips the checks (``forward`` and ``generate`` have made them).
         """
+        if validate:
+            src, _, src_mask = self._check(src, None, src_mask, with_tgt=False)
         memory, _ = self.encoder(self.src_emb(src))  # (B, S, Hd)
         last = src_mask.sum(1) - 1  # (B,)
         state = memory[torch.arange(src.shape[0], device=src.device), last]  # (B, Hd)
@@ -260,7 +265,7 @@ class RNNEncoderDecoder(nn.Module):
         """
         src, tgt, src_mask = self._check(src, tgt, src_mask)
         need_weights = check_bool(need_weights, "need_weights")
-        memory, state = self.encode(src, src_mask)
+        memory, state = self.encode(src, src_mask, validate=False)
         features, weights, _ = self.decoder(self.tgt_emb(tgt), state, memory, src_mask)
         logits = self.lm_head(features)  # (B, T, Hd) @ (Hd, V) -> (B, T, V)
         return (logits, weights) if need_weights else logits
@@ -300,7 +305,7 @@ class RNNEncoderDecoder(nn.Module):
         was_training = self.training
         self.eval()
         try:
-            memory, state = self.encode(src, src_mask)
+            memory, state = self.encode(src, src_mask, validate=False)
             out = torch.full((src.shape[0], 1), bos_id, dtype=torch.int64, device=src.device)
             done = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
             for step in range(max_new_tokens):

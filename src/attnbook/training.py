@@ -82,7 +82,7 @@ class TrainConfig:
     eval_every: int = 100  # evaluate on held-out data every this many steps (and at the end)
     target_exact_match: float | None = None  # stop once held-out exact-match >= this (tasks)
     seed: int = 0  # seeds the weights' dropout, the batches, everything random in train()
-    device: str | None = None  # "cpu", "cuda", "mps"; None: get_device()
+    device: str | None = None  # "cpu", "cuda", "mps" (or a torch.device); None: get_device()
     compile: bool = False  # torch.compile the model (faster on GPUs after a slow first step)
     amp: bool = True  # mixed precision on CUDA: bf16 on sm_80+, else fp16 + GradScaler
     progress: bool = True  # show a tqdm progress bar (on the first process only)
@@ -90,6 +90,12 @@ class TrainConfig:
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "eval_every"):
             check_int(getattr(self, name), name)
+        default_warmup = type(self).__dataclass_fields__["warmup_steps"].default
+        if self.warmup_steps == default_warmup and self.steps < default_warmup:
+            raise ValueError(
+                f"warmup_steps is {default_warmup} (the default), more than steps = {self.steps}: "
+                f"pass a warmup no longer than the run, e.g. warmup_steps={self.steps // 10}"
+            )
         check_int(
             self.warmup_steps, "warmup_steps", minimum=0, maximum=self.steps, meaning="<= steps"
         )
@@ -105,8 +111,12 @@ class TrainConfig:
         check_int(
             self.seed, "seed", minimum=0, maximum=2**32 - 1, meaning="below 2**32, as NumPy needs"
         )
+        if isinstance(self.device, torch.device):  # e.g. attnbook.get_device()
+            object.__setattr__(self, "device", str(self.device))
         if self.device is not None and not isinstance(self.device, str):
-            raise ValueError(f"device must be None or a str such as 'cpu', got {self.device!r}")
+            raise ValueError(
+                f"device must be None, a str such as 'cpu' or a torch.device, got {self.device!r}"
+            )
         if self.device is not None:  # a valid name; whether this machine has it: in train()
             check_device(self.device, "device")
         for name in ("compile", "amp", "progress"):
@@ -175,6 +185,11 @@ def make_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.AdamW:
         if not p.requires_grad:
             continue
         (rest if p.ndim < 2 or id(p) in no_decay else decay).append(p)
+    if not decay and not rest:
+        raise ValueError(
+            "model has no trainable parameters: requires_grad is False for all of them "
+            "(model.requires_grad_(True) unfreezes them)"
+        )
     groups = [
         {"params": decay, "weight_decay": config.weight_decay},
         {"params": rest, "weight_decay": 0.0},

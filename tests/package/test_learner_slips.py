@@ -1,0 +1,160 @@
+"""Inputs a learner plausibly gets wrong, each refused with a ValueError that names the argument.
+
+Before these checks, each case either computed a wrong answer without a word (a float 0/1
+mask read as additive, so that nothing was masked; a KV cache slot -1 read as the last
+layer) or failed deep inside PyTorch with a message about its internals ("mat1 and mat2
+must have the same dtype", "Torch not compiled with CUDA enabled", "element 0 of tensors
+does not require grad").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+
+import attnbook
+from attnbook import (
+    GPT,
+    EncoderBlock,
+    FeedForward,
+    GPTConfig,
+    KVCache,
+    MultiHeadAttention,
+    RNNConfig,
+    RNNEncoderDecoder,
+    SingleHeadAttention,
+    SwiGLU,
+    TrainConfig,
+    apply_mask,
+    causal_mask,
+    scaled_dot_product_attention,
+)
+from attnbook.training import make_optimizer
+
+CUDA = torch.cuda.is_available()
+
+
+def _x(*shape: int) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(0))
+
+
+FLOAT_01 = torch.tril(torch.ones(4, 4))  # "may attend" written as floats
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: scaled_dot_product_attention(_x(4, 8), _x(4, 8), _x(4, 8), mask=FLOAT_01),
+        lambda: apply_mask(_x(4, 4), FLOAT_01),
+        lambda: MultiHeadAttention(8, 2)(_x(1, 4, 8), _x(1, 4, 8), _x(1, 4, 8), mask=FLOAT_01),
+        lambda: EncoderBlock(8, 2)(_x(1, 4, 8), mask=FLOAT_01),
+        lambda: SingleHeadAttention(8, 4)(_x(4, 8), mask=FLOAT_01),
+    ],
+    ids=["function", "apply_mask", "multi-head", "block", "single head"],
+)
+def test_a_float_mask_of_zeros_and_ones_is_refused(call: Callable[[], object]) -> None:
+    with pytest.raises(ValueError, match=r"only 0s and 1s.*mask\.bool\(\)"):
+        call()
+
+
+def test_additive_masks_still_pass() -> None:
+    q = _x(4, 8)
+    additive = attnbook.mask_to_additive(causal_mask(4))  # 0 and -inf
+    _, weights = scaled_dot_product_attention(q, q, q, mask=additive)
+    assert torch.equal(weights > 0, causal_mask(4))
+    for harmless in (torch.zeros(4, 4), torch.full((4, 4), 0.5), -torch.ones(4, 4)):
+        scaled_dot_product_attention(q, q, q, mask=harmless)  # a bias, not a 0/1 mask
+
+
+@pytest.mark.parametrize(
+    ("call", "name"),
+    [
+        (lambda: FeedForward(8)(_x(2, 8).double()), "x"),
+        (lambda: SwiGLU(8, 16)(_x(2, 8).double()), "x"),
+        (lambda: SingleHeadAttention(8, 4)(_x(2, 5, 8).double()), "x_query and x_context"),
+    ],
+    ids=["FeedForward", "SwiGLU", "SingleHeadAttention"],
+)
+def test_a_float64_input_to_a_float32_module_is_refused(
+    call: Callable[[], object], name: str
+) -> None:
+    with pytest.raises(ValueError, match=rf"^{name} must have the module's dtype torch.float32"):
+        call()
+
+
+def test_single_head_batches_that_do_not_broadcast_are_named() -> None:
+    with pytest.raises(ValueError, match="x_query and x_context must have leading"):
+        SingleHeadAttention(8, 4)(_x(2, 5, 8), _x(3, 5, 8))
+    assert SingleHeadAttention(8, 4)(_x(2, 5, 8), _x(7, 8))[0].shape == (2, 5, 4)
+
+
+@pytest.mark.skipif(CUDA, reason="needs a machine without CUDA")
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda d: attnbook.causal_mask(3, device=d),
+        lambda d: attnbook.padding_mask([2, 3], device=d),
+        lambda d: attnbook.sliding_window_mask(4, 2, device=d),
+        lambda d: attnbook.strided_mask(4, 2, device=d),
+        lambda d: attnbook.sinusoidal_positional_encoding(4, 8, device=d),
+        lambda d: attnbook.alibi_bias(2, 4, device=d),
+    ],
+    ids=["causal", "padding", "window", "strided", "sinusoidal", "alibi"],
+)
+def test_a_device_this_machine_lacks_is_refused_by_the_builders(
+    build: Callable[[object], object],
+) -> None:
+    with pytest.raises(ValueError, match=r"device='cuda' asks for a CUDA GPU.*None for the CPU"):
+        build("cuda")
+    with pytest.raises(ValueError, match="device must be a device such as 'cpu'"):
+        build("gpu")
+    assert build("cpu") is not None
+    assert build(torch.device("cpu")) is not None
+
+
+def test_train_config_says_when_the_default_warmup_is_too_long() -> None:
+    with pytest.raises(ValueError, match=r"warmup_steps is 50 \(the default\), more than steps"):
+        TrainConfig(steps=10)
+    with pytest.raises(ValueError, match=r"warmup_steps must be an int in \[0, 10\]"):
+        TrainConfig(steps=10, warmup_steps=20)
+    assert TrainConfig(steps=10, warmup_steps=1).warmup_steps == 1
+
+
+def test_train_config_takes_a_torch_device() -> None:
+    config = TrainConfig(steps=10, warmup_steps=1, device=attnbook.get_device())
+    assert isinstance(config.device, str)
+    assert torch.device(config.device).type in {
+        "cpu",
+        "cuda",
+        "mps",
+    }
+
+
+def test_a_model_with_nothing_to_train_is_refused() -> None:
+    config = GPTConfig(vocab_size=5, context_length=4, d_model=8, n_heads=2, n_layers=1)
+    frozen = GPT(config).requires_grad_(False)
+    with pytest.raises(ValueError, match="model has no trainable parameters"):
+        make_optimizer(frozen, TrainConfig(steps=10, warmup_steps=1))
+
+
+def test_a_kv_cache_layer_outside_the_model_is_refused() -> None:
+    cache = KVCache(2)
+    for i in (2, -1, 1.0):
+        with pytest.raises(ValueError, match=r"i must be an int in \[0, 1\] \(a layer index\)"):
+            cache.layer(i)
+    assert cache.layer(1).key is None
+
+
+def test_the_rnn_encoder_checks_its_inputs() -> None:
+    model = RNNEncoderDecoder(RNNConfig(10, 12, 8))
+    src = torch.randint(3, 10, (2, 5), generator=torch.Generator().manual_seed(0))
+    with pytest.raises(ValueError, match=r"src_mask must have shape \(B, S\) = \(2, 5\)"):
+        model.encode(src, torch.ones(2, 4, dtype=torch.bool))
+    gap = torch.tensor([[True, True, False, True, True], [True] * 5])
+    with pytest.raises(ValueError, match="src_mask must be True on a prefix"):
+        model.encode(src, gap)
+    memory, state = model.encode(src)  # no mask: no padding
+    assert memory.shape[:2] == (2, 5)
+    assert state.shape[:2] == (1, 2)
