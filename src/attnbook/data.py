@@ -50,7 +50,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from attnbook._validation import check_int, check_path, check_token_id_list
+from attnbook._validation import (
+    check_int,
+    check_path,
+    check_token_id_list,
+    check_token_ids,
+    shape_str,
+)
 
 __all__ = [
     "IGNORE_INDEX",
@@ -103,6 +109,23 @@ class SequenceTask:
     answer_len: int  # A, tokens after it (what the model must produce)
     train: torch.Tensor  # (N, L) int64, whole sequences
     test: torch.Tensor  # (M, L) int64, whole sequences, none of them in train
+
+    def __post_init__(self) -> None:
+        """Refuse a task built by hand with data that does not fit its sizes (the task builders'
+        own data always fits): the failures would come later, deep in a batch or a metric."""
+        if not isinstance(self.name, str):
+            raise ValueError(f"name must be a str, got {type(self.name).__name__}")
+        check_int(self.vocab_size, "vocab_size", minimum=2, meaning="symbols and the separator")
+        check_int(self.prompt_len, "prompt_len")
+        check_int(self.answer_len, "answer_len")
+        L = self.seq_len
+        for split in ("train", "test"):
+            data = check_token_ids(getattr(self, split), split, self.vocab_size, L)
+            if data.shape[0] == 0 or data.shape[1] != L:
+                raise ValueError(
+                    f"{split} must have shape (N, L) with N >= 1 and L = prompt_len + 1 + "
+                    f"answer_len = {L}, got {shape_str(data)}"
+                )
 
     @property
     def separator(self) -> int:

@@ -53,7 +53,7 @@ from types import ModuleType
 import numpy as np
 import torch
 
-from attnbook._validation import check_int, check_token_id_list
+from attnbook._validation import check_int, check_path, check_token_id_list
 
 __all__ = ["GPT2_PATTERN", "BPETokenizer", "merge_pair"]
 
@@ -473,8 +473,11 @@ class BPETokenizer:
         because a token need not be valid UTF-8 (half a character).
 
         Args:
-            path: the file to write.
+            path: the file to write (its folder must exist).
         """
+        path = check_path(path, "path", "the JSON file to write")
+        if not path.parent.is_dir():
+            raise ValueError(f"path's folder {str(path.parent)!r} does not exist: create it first")
         data = {
             "format": FORMAT,
             "version": FORMAT_VERSION,
@@ -482,7 +485,7 @@ class BPETokenizer:
             "special_tokens": self.special_tokens,
             "merges": [[a.hex(), b.hex()] for a, b in self.merges],
         }
-        Path(path).write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+        path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
 
     @classmethod
     def load(cls, path: str | Path) -> BPETokenizer:

@@ -10,6 +10,7 @@ does not require grad").
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import torch
@@ -158,3 +159,24 @@ def test_the_rnn_encoder_checks_its_inputs() -> None:
     memory, state = model.encode(src)  # no mask: no padding
     assert memory.shape[:2] == (2, 5)
     assert state.shape[:2] == (1, 2)
+
+
+def test_a_sequence_task_built_by_hand_must_fit_its_sizes() -> None:
+    ids = torch.zeros(2, 7, dtype=torch.long)
+    with pytest.raises(ValueError, match=r"train must have shape \(N, L\) with N >= 1"):
+        attnbook.SequenceTask("x", 5, 3, 3, ids[:0], ids)  # no training rows
+    with pytest.raises(ValueError, match=r"test must have shape \(N, L\).* = 7, got \(2, 6\)"):
+        attnbook.SequenceTask("x", 5, 3, 3, ids, ids[:, :6])
+    with pytest.raises(ValueError, match=r"train must hold token ids in \[0, vocab_size\)"):
+        attnbook.SequenceTask("x", 5, 3, 3, ids + 5, ids)
+    assert attnbook.SequenceTask("x", 5, 3, 3, ids, ids).seq_len == 7
+
+
+def test_a_tokenizer_is_saved_only_where_a_file_can_go(tmp_path: Path) -> None:
+    tokenizer = attnbook.BPETokenizer.train("hello world hello", 260)
+    with pytest.raises(ValueError, match=r"path must be a str or a pathlib\.Path"):
+        tokenizer.save(5)
+    with pytest.raises(ValueError, match=r"folder .* does not exist"):
+        tokenizer.save(tmp_path / "missing" / "tokenizer.json")
+    tokenizer.save(tmp_path / "tokenizer.json")
+    assert attnbook.BPETokenizer.load(tmp_path / "tokenizer.json").vocab == tokenizer.vocab
