@@ -259,7 +259,7 @@ def plot_heatmap(
     (all in ``[0, 1]``) a sequential one.
 
     Args:
-        matrix: shape ``(T, S)``, NumPy array or tensor.
+        matrix: shape ``(T, S)``, NumPy array or tensor; a boolean mask is drawn as 1s and 0s.
         row_labels: ``T`` labels for the queries (e.g. tokens).
         col_labels: ``S`` labels for the keys.
         ax: axes to draw into; a new figure is made if ``None``.
@@ -277,10 +277,16 @@ def plot_heatmap(
         The matplotlib ``Axes``.
     """
     m = to_numpy(matrix)
-    if m.ndim != 2:
-        raise ValueError(f"matrix must have shape (T, S), got {shape_str(m)}")
+    if m.dtype == bool:  # a mask: True (may attend) as 1, False as 0
+        m = m.astype(float)
+    if m.ndim != 2 or 0 in m.shape:
+        raise ValueError(f"matrix must have shape (T, S) with T, S >= 1, got {shape_str(m)}")
     if not np.issubdtype(m.dtype, np.number) or np.issubdtype(m.dtype, np.complexfloating):
         raise ValueError(f"matrix must hold real numbers, got dtype {m.dtype}")
+    if vmin is not None and vmax is not None and not vmin < vmax:
+        raise ValueError(f"vmin must be below vmax, got vmin = {vmin} and vmax = {vmax}")
+    if isinstance(cmap, str) and cmap not in plt.colormaps():
+        raise ValueError(f"cmap must name a matplotlib colour map (plt.colormaps()), got {cmap!r}")
     T, S = m.shape
     _check_labels(row_labels, T, "row_labels", "row (query)")
     _check_labels(col_labels, S, "col_labels", "column (key)")

@@ -106,7 +106,7 @@ def test_heatmap_does_not_change_global_style() -> None:
 @pytest.mark.parametrize(
     ("args", "match"),
     [
-        ((np.zeros(3),), r"matrix must have shape \(T, S\), got \(3\)"),
+        ((np.zeros(3),), r"matrix must have shape \(T, S\) with T, S >= 1, got \(3\)"),
         (
             (np.zeros((2, 2)), ["a"]),
             r"row_labels must have one label per row \(query\) \(2\), got 1",
@@ -201,3 +201,24 @@ def test_png_text_refuses_other_bytes() -> None:
 
     with pytest.raises(ValueError, match="data must be the bytes of a PNG"):
         png_text(b"GIF89a")
+
+
+def test_heatmap_draws_a_boolean_mask_as_ones_and_zeros() -> None:
+    ax = plot_heatmap(attnbook.causal_mask(3), annotate=False)
+    np.testing.assert_array_equal(ax.images[0].get_array(), np.tril(np.ones((3, 3))))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"matrix": torch.zeros(0, 4)}, r"matrix must have shape \(T, S\) with T, S >= 1"),
+        ({"matrix": torch.ones(2, 2), "vmin": 1.0, "vmax": 0.0}, "vmin must be below vmax"),
+        ({"matrix": torch.ones(2, 2), "cmap": "viridiss"}, "cmap must name a matplotlib colour"),
+    ],
+    ids=["empty", "vmin above vmax", "unknown cmap"],
+)
+def test_heatmap_refuses_what_matplotlib_would_fail_on_obscurely(
+    kwargs: dict, message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        plot_heatmap(**kwargs)
