@@ -151,6 +151,8 @@ def padding_mask(
         lens = lengths.to(device=device, dtype=torch.long)
     else:
         arr = np.asarray(lengths)
+        if arr.size == 0:  # np.asarray([]) is float64: say what is wrong, not the dtype
+            raise ValueError(f"lengths must have shape (B,) with B >= 1, got shape {arr.shape}")
         if arr.dtype == bool or not np.issubdtype(arr.dtype, np.integer):
             raise ValueError(
                 f"lengths must be a sequence of ints of shape (B,), got dtype {arr.dtype}"

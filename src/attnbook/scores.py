@@ -151,6 +151,11 @@ def score_matrix(queries: Array, keys: Array, scale: float | None = None) -> Arr
             "queries and keys must have the same last dimension d, got "
             f"queries {shape_str(queries)} and keys {shape_str(keys)}"
         )
+    if queries.shape[-1] == 0:  # the sum of no products would be a matrix of zeros
+        raise ValueError(
+            f"queries and keys must have a last dimension d >= 1, got queries "
+            f"{shape_str(queries)} and keys {shape_str(keys)}"
+        )
     check_batch_broadcast(queries, keys, "queries", "keys")
     keys_t = keys.transpose(-2, -1) if isinstance(keys, torch.Tensor) else np.swapaxes(keys, -2, -1)
     scores = queries @ keys_t  # (..., T, d) @ (..., d, S) -> (..., T, S)

@@ -180,3 +180,10 @@ def test_a_tokenizer_is_saved_only_where_a_file_can_go(tmp_path: Path) -> None:
         tokenizer.save(tmp_path / "missing" / "tokenizer.json")
     tokenizer.save(tmp_path / "tokenizer.json")
     assert attnbook.BPETokenizer.load(tmp_path / "tokenizer.json").vocab == tokenizer.vocab
+
+
+def test_scores_of_zero_width_and_no_lengths_are_refused() -> None:
+    with pytest.raises(ValueError, match=r"last dimension d >= 1"):
+        attnbook.score_matrix(torch.zeros(2, 0), torch.zeros(4, 0))  # was a matrix of zeros
+    with pytest.raises(ValueError, match=r"lengths must have shape \(B,\) with B >= 1"):
+        attnbook.padding_mask([])  # said "got dtype float64"
