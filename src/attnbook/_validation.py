@@ -273,6 +273,28 @@ def check_bool(value: object, name: str) -> bool:
     return value
 
 
+def _listed(items: list[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def check_dtype(
+    tensors: dict[str, torch.Tensor], dtype: torch.dtype, owner: str = "module"
+) -> None:
+    """Raise unless every tensor of ``tensors`` (name -> tensor) has ``dtype``, the ``owner``'s
+    (a module's or a block's weights): else torch fails inside a matmul or a norm with
+    "mat1 and mat2 must have the same dtype"."""
+    if all(t.dtype == dtype for t in tensors.values()):
+        return
+    names = list(tensors)
+    got = _listed([str(t.dtype) for t in tensors.values()])
+    inputs = f"the input ({names[0]}.to(dtype))" if len(names) == 1 else "the inputs (x.to(dtype))"
+    raise ValueError(
+        f"{_listed(names)} must have the {owner}'s dtype {dtype}, got {got}; convert {inputs} "
+        f"or the {owner} ({owner}.to(dtype))"
+    )
+
+
 def check_where(device: object) -> torch.device | None:
     """The ``device=`` argument of a tensor builder (a mask, a positional table): ``None``
     (the CPU) and a ``torch.device`` pass as they are (the hot paths hand over a tensor's

@@ -30,6 +30,7 @@ from attnbook._validation import (
     as_float_tensor,
     broadcast_shape,
     check_bool,
+    check_dtype,
     check_int,
     check_mask,
     check_positive_number,
@@ -382,13 +383,7 @@ class SingleHeadAttention(nn.Module):
                 f"x_context must have shape (..., S, d_context) with d_context = {self.d_context}, "
                 f"got {shape_str(x_context)}"
             )
-        dtype = self.q_proj.weight.dtype
-        if not x_query.dtype == x_context.dtype == dtype:
-            raise ValueError(
-                f"x_query and x_context must have the module's dtype {dtype}, got "
-                f"{x_query.dtype} and {x_context.dtype}; convert the inputs (x.to(dtype)) or "
-                "the module (module.to(dtype))"
-            )
+        check_dtype({"x_query": x_query, "x_context": x_context}, self.q_proj.weight.dtype)
         if broadcast_shape(tuple(x_query.shape[:-2]), tuple(x_context.shape[:-2])) is None:
             raise ValueError(
                 f"x_query and x_context must have leading (batch) dimensions that broadcast "

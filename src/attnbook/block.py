@@ -53,6 +53,7 @@ from torch import nn
 from attnbook._validation import (
     as_float_tensor,
     check_bool,
+    check_dtype,
     check_int,
     check_positive_number,
     check_probability,
@@ -82,11 +83,7 @@ def _check_sequence(
             f"{name} must have shape {needed} with d_model = {d_model} and at least one "
             f"position, got {shape_str(x)}"
         )
-    if x.dtype != dtype:  # else a norm before attention would fail inside torch
-        raise ValueError(
-            f"{name} must have the block's dtype {dtype}, got {x.dtype}; convert the input "
-            f"({name}.to(dtype)) or the block (block.to(dtype))"
-        )
+    check_dtype({name: x}, dtype, "block")  # else a norm before attention fails inside torch
     return x
 
 
@@ -100,13 +97,8 @@ def _check_last_axis(
         raise ValueError(
             f"{name} must have shape (..., d_model) with d_model = {d_model}, got {shape_str(x)}"
         )
-    if (
-        dtype is not None and x.dtype != dtype
-    ):  # else torch's "mat1 and mat2 must have the same dtype"
-        raise ValueError(
-            f"{name} must have the module's dtype {dtype}, got {x.dtype}; convert the input "
-            f"({name}.to(dtype)) or the module (module.to(dtype))"
-        )
+    if dtype is not None:
+        check_dtype({name: x}, dtype)
     return x
 
 

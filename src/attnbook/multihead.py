@@ -54,6 +54,7 @@ from torch import nn
 from attnbook._validation import (
     as_float_tensor,
     check_bool,
+    check_dtype,
     check_int,
     check_mask,
     check_probability,
@@ -547,12 +548,7 @@ class MultiHeadAttention(nn.Module):
                 raise ValueError(f"{name} must have shape {needed} with at least one position")
             tensors.append(x)
         query, key, value = tensors
-        if not query.dtype == key.dtype == value.dtype == self.in_proj.weight.dtype:
-            raise ValueError(
-                "query, key and value must have the module's dtype "
-                f"{self.in_proj.weight.dtype}, got {query.dtype}, {key.dtype} and {value.dtype}; "
-                "convert the inputs (x.to(dtype)) or the module (module.to(dtype))"
-            )
+        check_dtype({"query": query, "key": key, "value": value}, self.in_proj.weight.dtype)
         if not query.shape[0] == key.shape[0] == value.shape[0]:
             raise ValueError(
                 f"query, key and value must share the batch size B, got query "
