@@ -502,8 +502,7 @@ def check_token_ids(idx: object, name: str, vocab_size: int, context_length: int
     # Under torch.compile the range check would break the graph (it reads values back to
     # Python); the compiled model (attnbook.training's compile=True) skips it.
     if idx.numel() and not getattr(torch.compiler, "is_compiling", lambda: False)():
-        low, high = torch.aminmax(idx)
-        low, high = int(low), int(high)
+        low, high = torch.stack(torch.aminmax(idx)).tolist()  # one read-back (a GPU waits once)
         if low < 0 or high >= vocab_size:
             raise ValueError(
                 f"{name} must hold token ids in [0, vocab_size) = [0, {vocab_size}), got ids "

@@ -280,9 +280,17 @@ Inputs = torch.Tensor | tuple[torch.Tensor, ...]  # a GPT's (B, T), or (src, tgt
 Data = SequenceTask | TokenDataset | TranslationTask
 
 
-def _run(model: nn.Module, inputs: Inputs) -> torch.Tensor:
-    """The logits ``(B, T, V)``: ``model(idx)``, or ``model(src, tgt, src_mask)`` for translation."""
-    return model(*inputs) if isinstance(inputs, tuple) else model(inputs)
+def _run(model: nn.Module, inputs: Inputs, checked: bool = False) -> torch.Tensor:
+    """The logits ``(B, T, V)``: ``model(idx)``, or ``model(src, tgt, src_mask)`` for translation.
+
+    ``checked=True``: the ids come from a dataset that :func:`train` has matched
+    to the model (every id was checked when the dataset was built), so a GPT
+    skips its per-call check, which on a GPU reads the ids' range back to the
+    CPU and so waits for the device on every step.
+    """
+    if isinstance(inputs, tuple):
+        return model(*inputs)
+    return model(inputs, validate=False) if checked else model(inputs)
 
 
 def _take(inputs: Inputs, rows: slice, device: torch.device) -> Inputs:
@@ -293,10 +301,14 @@ def _take(inputs: Inputs, rows: slice, device: torch.device) -> Inputs:
 
 
 def _loss(
-    model: nn.Module, inputs: Inputs, targets: torch.Tensor, per: float | None = None
+    model: nn.Module,
+    inputs: Inputs,
+    targets: torch.Tensor,
+    per: float | None = None,
+    checked: bool = False,
 ) -> torch.Tensor:
     """Cross-entropy of the targets (IGNORE_INDEX not counted): their mean, or sum / ``per``."""
-    logits = _run(model, inputs)  # (B, T, V)
+    logits = _run(model, inputs, checked)  # (B, T, V)
     flat = logits.flatten(0, 1).float(), targets.flatten()  # (B T, V), (B T)
     if per is None:
         return F.cross_entropy(*flat, ignore_index=IGNORE_INDEX)
@@ -570,7 +582,7 @@ def train(model: nn.Module, data: Data, config: TrainConfig) -> History:
         per = int((targets != IGNORE_INDEX).sum()) / world if world > 1 else None
         inputs, targets = _take(inputs, shard, device), targets[shard].to(device)
         with _autocast(device, dtype):
-            loss = _loss(net, inputs, targets, per)
+            loss = _loss(net, inputs, targets, per, checked=True)  # data and model matched
         optimizer.zero_grad(set_to_none=True)
         scaler.scale(loss).backward()  # under DDP: gradients averaged over the processes here
         if config.grad_clip is not None:

@@ -276,6 +276,29 @@ def test_train_rejects_what_does_not_fit() -> None:
         train(_model(), TASK.train, _config())
 
 
+def test_train_matches_data_and_model_once_not_at_every_step(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The training steps skip GPT's per-call range check of the ids, which on a GPU waits for it.
+
+    Before, every step called ``model(idx)``: an extra read-back to the CPU per
+    step. The ids were checked when the task was built, and ``train`` checks the
+    task against the model before its first step.
+    """
+    seen = []
+    forward = GPT.forward
+
+    def spy(self: GPT, idx: torch.Tensor, **kwargs: object) -> torch.Tensor:
+        seen.append((self.training, kwargs.get("validate", True)))
+        return forward(self, idx, **kwargs)
+
+    monkeypatch.setattr(GPT, "forward", spy)
+    train(_model(), TASK, _config(steps=3, warmup_steps=1, eval_every=3))
+    assert [validate for training, validate in seen if training] == [False] * 3
+    with pytest.raises(ValueError, match="vocab_size"):  # what the skipped check would catch
+        train(_model(vocab_size=TASK.vocab_size - 1), TASK, _config())
+
+
 @pytest.mark.parametrize("device", ["cuda", "cuda:0", "mps"])
 def test_train_refuses_a_device_this_machine_lacks(
     monkeypatch: pytest.MonkeyPatch, device: str
