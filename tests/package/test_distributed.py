@@ -20,16 +20,29 @@ import re
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
 
+import attnbook
 from attnbook import GPT, GPTConfig, set_seed
 from attnbook.data import reverse_task
 from attnbook.training import TrainConfig, train
 
 ARGS = {"length": 6, "steps": 20, "warmup_steps": 4, "d_model": 32, "n_layers": 1, "seed": 3}
 TOLERANCE = 1e-5  # relative; measured differences are about 1e-7
+
+
+def _env() -> dict[str, str]:
+    """The children's environment: one thread each, and the attnbook this test imported first.
+
+    The children run ``python -m attnbook`` in a temporary folder, where a
+    relative ``PYTHONPATH=src`` (a checkout run without installing) finds nothing.
+    """
+    here = str(Path(attnbook.__file__).resolve().parents[1])  # the folder holding attnbook/
+    path = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p)
+    return os.environ | {"OMP_NUM_THREADS": "1", "PYTHONPATH": path}
 
 
 def _free_port() -> int:
@@ -73,7 +86,7 @@ def test_two_processes_match_one(tmp_path: object) -> None:
     for name, value in ARGS.items():
         cmd += [f"--{name.replace('_', '-')}", str(value)]
     cmd += ["--batch-size", "64", "--lr", "3e-3", "--eval-every", "25", "--history-json", str(out)]
-    env = os.environ | {"OMP_NUM_THREADS": "1"}
+    env = _env()
     done = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "on 2 process(es)" in done.stdout  # it really ran data-parallel
@@ -136,7 +149,7 @@ def test_two_processes_match_one_where_the_halves_hold_different_numbers_of_targ
 ) -> None:
     script = tmp_path / "translation_ddp.py"
     script.write_text(TRANSLATION_SCRIPT)
-    env = os.environ | {"OMP_NUM_THREADS": "1"}
+    env = _env()
     done = subprocess.run(
         [sys.executable, str(script), str(_free_port())],
         env=env,
