@@ -496,7 +496,10 @@ def train(model: nn.Module, data: Data, config: TrainConfig) -> History:
     cross-entropy over its targets (for a task, the answer tokens only),
     backpropagates, clips the gradient norm and takes an AdamW step at the
     learning rate :func:`lr_at` gives. Every ``eval_every`` steps and at the
-    end, it evaluates on the held-out split (:func:`evaluate`).
+    end, it evaluates on the held-out split (:func:`evaluate`). The data is
+    matched to the model once, before the first step (vocabulary and
+    context; the dataset checked its ids when it was built), so the steps
+    call a GPT with ``validate=False``.
 
     Under ``torchrun`` (``torch.distributed`` initialised) every process
     draws the *same* global batch and keeps its own slice of it, the model is
