@@ -219,6 +219,8 @@ class EncoderDecoder(nn.Module):
         tgt: torch.Tensor,
         src_mask: torch.Tensor | None = None,
         tgt_mask: torch.Tensor | None = None,
+        *,
+        validate: bool = True,
     ) -> torch.Tensor:
         """Next-token logits of the target, given the source (teacher forcing).
 
@@ -229,12 +231,15 @@ class EncoderDecoder(nn.Module):
             tgt_mask: optional boolean ``(B, T)``, ``True`` at real target tokens
                 (ANDed with the causal mask; with padding at the end of each row
                 it changes no real position's output, only the padded ones').
+            validate: ``False`` skips the checks of the ids and masks (for a
+                caller that has checked its data once, as :func:`attnbook.train` has).
 
         Returns:
             Logits of shape ``(B, T, tgt_vocab_size)``: ``logits[b, t]`` scores
             the target token after ``tgt[b, :t + 1]``, given all of ``src[b]``.
         """
-        src, tgt = self._check_pair(src, tgt, src_mask, tgt_mask)
+        if validate:
+            src, tgt = self._check_pair(src, tgt, src_mask, tgt_mask)
         context = self.encode(src, src_mask, validate=False)  # (B, S, D)
         key_mask = None if src_mask is None else src_mask[:, None, None, :]  # (B, 1, 1, S)
         return self._decode(tgt, context, key_mask, tgt_mask)[0]  # (B, T, V_tgt)

@@ -248,6 +248,7 @@ class RNNEncoderDecoder(nn.Module):
         src_mask: torch.Tensor | None = None,
         *,
         need_weights: bool = False,
+        validate: bool = True,
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor | None]:
         """Teacher forcing: next-word logits of the target given the source.
 
@@ -256,6 +257,8 @@ class RNNEncoderDecoder(nn.Module):
             tgt: target ids so far ``(B, T)`` (``<bos>`` first), int64.
             src_mask: ``(B, S)`` bool, ``True`` at real words (``None``: all real).
             need_weights: also return the attention weights.
+            validate: ``False`` skips the checks of the ids and the mask (for a
+                caller that has checked its data once, as :func:`attnbook.train` has).
 
         Returns:
             Logits ``(B, T, V)``; ``logits[b, t]`` scores the word after
@@ -263,8 +266,11 @@ class RNNEncoderDecoder(nn.Module):
             weights)``, ``weights`` ``(B, T, S)`` (row ``t``: where the decoder
             looked to write word ``t + 1``), ``None`` without attention.
         """
-        src, tgt, src_mask = self._check(src, tgt, src_mask)
-        need_weights = check_bool(need_weights, "need_weights")
+        if validate:
+            src, tgt, src_mask = self._check(src, tgt, src_mask)
+            need_weights = check_bool(need_weights, "need_weights")
+        elif src_mask is None:
+            src_mask = torch.ones_like(src, dtype=torch.bool)  # every word real
         memory, state = self.encode(src, src_mask, validate=False)
         features, weights, _ = self.decoder(self.tgt_emb(tgt), state, memory, src_mask)
         logits = self.lm_head(features)  # (B, T, Hd) @ (Hd, V) -> (B, T, V)

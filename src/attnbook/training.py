@@ -284,13 +284,12 @@ def _run(model: nn.Module, inputs: Inputs, checked: bool = False) -> torch.Tenso
     """The logits ``(B, T, V)``: ``model(idx)``, or ``model(src, tgt, src_mask)`` for translation.
 
     ``checked=True``: the ids come from a dataset that :func:`train` has matched
-    to the model (every id was checked when the dataset was built), so a GPT
-    skips its per-call check, which on a GPU reads the ids' range back to the
-    CPU and so waits for the device on every step.
+    to the model (every id was checked when the dataset was built), so the
+    model skips its per-call checks, which on a GPU read the ids' range back
+    to the CPU and so wait for the device on every step.
     """
-    if isinstance(inputs, tuple):
-        return model(*inputs)
-    return model(inputs, validate=False) if checked else model(inputs)
+    args = inputs if isinstance(inputs, tuple) else (inputs,)
+    return model(*args, validate=False) if checked else model(*args)
 
 
 def _take(inputs: Inputs, rows: slice, device: torch.device) -> Inputs:
@@ -499,7 +498,7 @@ def train(model: nn.Module, data: Data, config: TrainConfig) -> History:
     end, it evaluates on the held-out split (:func:`evaluate`). The data is
     matched to the model once, before the first step (vocabulary and
     context; the dataset checked its ids when it was built), so the steps
-    call a GPT with ``validate=False``.
+    call the model with ``validate=False``.
 
     Under ``torchrun`` (``torch.distributed`` initialised) every process
     draws the *same* global batch and keeps its own slice of it, the model is

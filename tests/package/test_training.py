@@ -19,8 +19,16 @@ import pytest
 import torch
 from torch import nn
 
-from attnbook import GPT, GPTConfig, set_seed
-from attnbook.data import TextDataset, grammar_corpus, reverse_task
+from attnbook import (
+    GPT,
+    EncoderDecoder,
+    EncoderDecoderConfig,
+    GPTConfig,
+    RNNConfig,
+    RNNEncoderDecoder,
+    set_seed,
+)
+from attnbook.data import TextDataset, grammar_corpus, reverse_task, translation_task
 from attnbook.training import (
     TrainConfig,
     TrainingDiverged,
@@ -297,6 +305,44 @@ def test_train_matches_data_and_model_once_not_at_every_step(
     assert [validate for training, validate in seen if training] == [False] * 3
     with pytest.raises(ValueError, match="vocab_size"):  # what the skipped check would catch
         train(_model(vocab_size=TASK.vocab_size - 1), TASK, _config())
+
+
+@pytest.mark.parametrize("kind", ["transformer", "rnn"])
+def test_train_checks_a_translation_task_once_too(
+    monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """The encoder-decoders' steps skip the per-call checks of src, tgt and the masks as well."""
+    task = translation_task(n_train=100, n_test=20, n_test_long=10, seed=0)
+    if kind == "transformer":
+        cls, config = (
+            EncoderDecoder,
+            EncoderDecoderConfig(
+                task.src_vocab_size, task.tgt_vocab_size, task.input_len, 16, 2, 1, 1
+            ),
+        )
+    else:
+        cls, config = (
+            RNNEncoderDecoder,
+            RNNConfig(task.src_vocab_size, task.tgt_vocab_size, task.input_len, "dot", 8, 16),
+        )
+    seen = []
+    forward = cls.forward
+
+    def spy(self: nn.Module, *args: torch.Tensor, **kwargs: object) -> torch.Tensor:
+        seen.append((self.training, kwargs.get("validate", True)))
+        return forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(cls, "forward", spy)
+    set_seed(0)
+    model = cls(config)
+    history = train(model, task, _config(steps=3, warmup_steps=1, eval_every=3))
+    assert [validate for training, validate in seen if training] == [False] * 3
+    assert all(math.isfinite(loss) for loss in history.train_loss)
+    (src, tgt, src_mask), _ = task.eval_data("test")
+    model.eval()
+    with torch.no_grad():  # unchecked, the same logits; no mask means every word is real
+        assert torch.equal(model(src, tgt, src_mask, validate=False), model(src, tgt, src_mask))
+        assert torch.equal(model(src, tgt, validate=False), model(src, tgt))
 
 
 @pytest.mark.parametrize("device", ["cuda", "cuda:0", "mps"])
