@@ -1324,6 +1324,48 @@ class TranslationTask:
     bos_id = 1
     eos_id = 2
 
+    def __post_init__(self) -> None:
+        """Refuse a task built by hand with splits that do not fit its vocabularies (the
+        builder's own always fit): :func:`attnbook.train` relies on these checks, made once,
+        instead of checking every batch."""
+        for side in ("src_vocab", "tgt_vocab"):
+            vocab = getattr(self, side)
+            if not isinstance(vocab, tuple) or len(vocab) < 3:
+                raise ValueError(
+                    f"{side} must be a tuple of at least 3 words (<pad>, <bos>, <eos> first), "
+                    f"got {vocab!r:.80}"
+                )
+        check_int(self.max_train_len, "max_train_len")
+        for split in TRANSLATION_SPLITS:
+            rows = getattr(self, split)
+            if not isinstance(rows, TranslationSplit):
+                raise ValueError(f"{split} must be a TranslationSplit, got {type(rows).__name__}")
+            src = check_token_ids(rows.src, f"{split}.src", len(self.src_vocab), 1 << 30)
+            tgt = check_token_ids(rows.tgt, f"{split}.tgt", len(self.tgt_vocab), 1 << 30)
+            N, S = src.shape
+            if N == 0 or tgt.shape[0] != N or tgt.shape[1] < 2:
+                raise ValueError(
+                    f"{split}.src (N, S) and {split}.tgt (N, T) must hold the same N >= 1 "
+                    f"examples, with T >= 2, got {shape_str(src)} and {shape_str(tgt)}"
+                )
+            T = tgt.shape[1]
+            if not isinstance(rows.alignment, torch.Tensor) or rows.alignment.dtype != torch.bool:
+                raise ValueError(f"{split}.alignment must be a boolean tensor (N, T, S)")
+            if tuple(rows.alignment.shape) != (N, T, S):
+                raise ValueError(
+                    f"{split}.alignment must have shape (N, T, S) = ({N}, {T}, {S}), "
+                    f"got {shape_str(rows.alignment)}"
+                )
+            for name, ids, least in ((f"{split}.src", src, 1), (f"{split}.tgt", tgt, 2)):
+                real = ids != self.pad_id  # (N, L): each row, its words, then padding only
+                lengths = real.sum(1, keepdim=True)  # (N, 1)
+                prefix = torch.arange(ids.shape[1]) < lengths  # (N, L)
+                if not bool((real == prefix).all()) or int(lengths.min()) < least:
+                    raise ValueError(
+                        f"{name} must hold, in each row, at least {least} token(s) other than "
+                        f"<pad> (id {self.pad_id}) and then padding only, at the end"
+                    )
+
     @property
     def src_vocab_size(self) -> int:
         """``V_src``, the number of source ids."""

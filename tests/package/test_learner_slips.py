@@ -9,6 +9,7 @@ does not require grad").
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
@@ -170,6 +171,35 @@ def test_a_sequence_task_built_by_hand_must_fit_its_sizes() -> None:
     with pytest.raises(ValueError, match=r"train must hold token ids in \[0, vocab_size\)"):
         attnbook.SequenceTask("x", 5, 3, 3, ids + 5, ids)
     assert attnbook.SequenceTask("x", 5, 3, 3, ids, ids).seq_len == 7
+
+
+def test_a_translation_task_built_by_hand_must_fit_its_vocabularies() -> None:
+    """train() checks a task once, not every batch: the task checks its splits when it is built."""
+    task = attnbook.translation_task(n_train=30, n_test=5, n_test_long=5, seed=0)
+    rows = task.train
+
+    def split(**changed: torch.Tensor) -> attnbook.data.TranslationSplit:
+        return dataclasses.replace(rows, **changed)
+
+    too_big = rows.src.clone()
+    too_big[0, 0] = task.src_vocab_size
+    with pytest.raises(ValueError, match=r"train\.src must hold token ids in \[0, vocab_size\)"):
+        dataclasses.replace(task, train=split(src=too_big))
+    gap = rows.src.clone()
+    gap[0, 1] = task.pad_id  # padding between two words
+    with pytest.raises(ValueError, match=r"train\.src must hold, in each row, at least 1 token"):
+        dataclasses.replace(task, train=split(src=gap))
+    no_eos = rows.tgt.clone()
+    no_eos[1, 1:] = task.pad_id  # <bos> alone
+    with pytest.raises(ValueError, match=r"train\.tgt must hold, in each row, at least 2"):
+        dataclasses.replace(task, train=split(tgt=no_eos))
+    with pytest.raises(ValueError, match=r"same N >= 1 examples"):
+        dataclasses.replace(task, test=dataclasses.replace(task.test, tgt=task.test.tgt[:2]))
+    with pytest.raises(ValueError, match=r"alignment must have shape \(N, T, S\)"):
+        dataclasses.replace(task, train=split(alignment=rows.alignment[:, :, :1]))
+    with pytest.raises(ValueError, match="tgt_vocab must be a tuple of at least 3 words"):
+        dataclasses.replace(task, tgt_vocab=("<pad>",))
+    assert dataclasses.replace(task).src_vocab_size == task.src_vocab_size  # the task itself fits
 
 
 def test_a_tokenizer_is_saved_only_where_a_file_can_go(tmp_path: Path) -> None:
