@@ -1359,7 +1359,7 @@ class TranslationTask:
             for name, ids, least in ((f"{split}.src", src, 1), (f"{split}.tgt", tgt, 2)):
                 real = ids != self.pad_id  # (N, L): each row, its words, then padding only
                 lengths = real.sum(1, keepdim=True)  # (N, 1)
-                prefix = torch.arange(ids.shape[1]) < lengths  # (N, L)
+                prefix = torch.arange(ids.shape[1], device=ids.device) < lengths  # (N, L)
                 if not bool((real == prefix).all()) or int(lengths.min()) < least:
                     raise ValueError(
                         f"{name} must hold, in each row, at least {least} token(s) other than "
