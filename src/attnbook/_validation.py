@@ -476,8 +476,13 @@ def check_token_id_list(
     return ids
 
 
-def check_token_ids(idx: object, name: str, vocab_size: int, context_length: int) -> torch.Tensor:
-    """The boundary check of token ids: ``(B, T)`` int64 in ``[0, V)``, ``1 <= T <= T_max``."""
+def check_token_ids(
+    idx: object, name: str, vocab_size: int, context_length: int | None
+) -> torch.Tensor:
+    """The boundary check of token ids: ``(B, T)`` int64 in ``[0, V)``, ``1 <= T <= T_max``.
+
+    ``context_length=None``: no ``T_max`` (a dataset's rows, not a model's input).
+    """
     needed = "(B, T)"
     if not isinstance(idx, torch.Tensor):
         raise ValueError(
@@ -494,7 +499,9 @@ def check_token_ids(idx: object, name: str, vocab_size: int, context_length: int
             f"{name} must have shape {needed} (a batch of sequences), got {shape_str(idx)}; "
             f"for one sequence use {name}[None]"
         )
-    if not 1 <= idx.shape[1] <= context_length:
+    if context_length is None and idx.shape[1] < 1:
+        raise ValueError(f"{name} must have shape {needed} with T >= 1, got {shape_str(idx)}")
+    if context_length is not None and not 1 <= idx.shape[1] <= context_length:
         raise ValueError(
             f"{name} must have shape {needed} with 1 <= T <= context_length = {context_length}, "
             f"got {shape_str(idx)}"
@@ -509,6 +516,14 @@ def check_token_ids(idx: object, name: str, vocab_size: int, context_length: int
                 f"from {low} to {high}"
             )
     return idx
+
+
+def is_prefix(mask: torch.Tensor, least: int = 1) -> bool:
+    """Whether every row of a boolean ``(B, L)`` mask is ``True`` on a prefix of at least
+    ``least`` entries and ``False`` after it: words first, padding only at the end."""
+    lengths = mask.sum(1, keepdim=True)  # (B, 1)
+    prefix = torch.arange(mask.shape[1], device=mask.device) < lengths  # (B, L)
+    return bool(((mask == prefix).all(1) & (lengths[:, 0] >= least)).all())  # one read-back
 
 
 def check_left_pad(left_pad: object, idx: torch.Tensor, name: str = "left_pad") -> torch.Tensor:

@@ -55,6 +55,7 @@ from attnbook._validation import (
     check_path,
     check_token_id_list,
     check_token_ids,
+    is_prefix,
     shape_str,
 )
 
@@ -1340,8 +1341,8 @@ class TranslationTask:
             rows = getattr(self, split)
             if not isinstance(rows, TranslationSplit):
                 raise ValueError(f"{split} must be a TranslationSplit, got {type(rows).__name__}")
-            src = check_token_ids(rows.src, f"{split}.src", len(self.src_vocab), 1 << 30)
-            tgt = check_token_ids(rows.tgt, f"{split}.tgt", len(self.tgt_vocab), 1 << 30)
+            src = check_token_ids(rows.src, f"{split}.src", len(self.src_vocab), None)
+            tgt = check_token_ids(rows.tgt, f"{split}.tgt", len(self.tgt_vocab), None)
             N, S = src.shape
             if N == 0 or tgt.shape[0] != N or tgt.shape[1] < 2:
                 raise ValueError(
@@ -1357,10 +1358,7 @@ class TranslationTask:
                     f"got {shape_str(rows.alignment)}"
                 )
             for name, ids, least in ((f"{split}.src", src, 1), (f"{split}.tgt", tgt, 2)):
-                real = ids != self.pad_id  # (N, L): each row, its words, then padding only
-                lengths = real.sum(1, keepdim=True)  # (N, 1)
-                prefix = torch.arange(ids.shape[1], device=ids.device) < lengths  # (N, L)
-                if not bool((real == prefix).all()) or int(lengths.min()) < least:
+                if not is_prefix(ids != self.pad_id, least):  # words, then padding only
                     raise ValueError(
                         f"{name} must hold, in each row, at least {least} token(s) other than "
                         f"<pad> (id {self.pad_id}) and then padding only, at the end"

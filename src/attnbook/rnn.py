@@ -32,7 +32,14 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from attnbook._validation import check_bool, check_int, check_logits, check_token_ids, shape_str
+from attnbook._validation import (
+    check_bool,
+    check_int,
+    check_logits,
+    check_token_ids,
+    is_prefix,
+    shape_str,
+)
 from attnbook.masking import softmax_with_mask
 from attnbook.scores import AdditiveScorer, score_matrix
 
@@ -212,10 +219,8 @@ class RNNEncoderDecoder(nn.Module):
                 f"got {shape_str(src_mask)}"
             )
         # encode() reads the first state at position src_mask.sum(1) - 1, so each row must be
-        # True on a prefix (the words) and False after it (the padding); one check, one sync.
-        lengths = src_mask.sum(1, keepdim=True)  # (B, 1)
-        prefix = torch.arange(src_mask.shape[1], device=src_mask.device) < lengths  # (B, S)
-        if not bool((src_mask[:, :1] & (src_mask == prefix)).all()):
+        # True on a prefix (the words) and False after it (the padding)
+        if not is_prefix(src_mask):
             raise ValueError(
                 "src_mask must be True on a prefix of each row (the words, at least one) and "
                 "False after it (padding at the end), e.g. [True, True, False]; got a row with "
