@@ -6,7 +6,8 @@ machine was with other work). How they time and what they allocate is measured
 with the package's own helpers, the ones chapter 14 uses:
 `attnbook.runtime.seconds_per_call`, `synchronize` and `largest_allocation`;
 where a table compares several functions with each other, `interleaved_rounds`
-times them in rounds, one call of each per round, and keeps every figure.
+times them in rounds, one call of each per round, and keeps every figure;
+`rotated_builds` does so for models, built in a balanced order.
 `NanoGPT` is the minimal GPT that `train_throughput.py` and `shakespeare.py`
 compare `attnbook.GPT` with, written once here. The scripts import this file
 as `_common` (the folder of a script run as `python benchmarks/x.py` is on
@@ -137,6 +138,56 @@ def interleaved_rounds(
             synchronize(device)
             times[i].append((time.perf_counter() - start) / number)
     return times
+
+
+def rotated_builds(
+    builders: dict[str, Callable[[], Callable[[], object]]],
+    rounds: int,
+    device: str | torch.device,
+    *,
+    warmup: int,
+    order: Literal["rotate", "random", "fixed"] = "rotate",
+) -> tuple[dict[str, list[float]], list[tuple[list[str], dict[str, list[float]]]]]:
+    """:func:`interleaved_rounds` of functions that own a model, the order of building balanced.
+
+    Where several models are built in one process, the order of building can
+    change their speed: on the CPU, at sizes where a training step is short,
+    the model built first ran up to 4% slower than the same model built last
+    (``train_throughput.py``'s docstring has the figures). So the rounds come
+    in ``len(builders)`` blocks, and before each block every function is built
+    afresh (the earlier block's are dropped first), in an order rotated by one:
+    each is built first in one block, second in another, and so on.
+
+    Args:
+        builders: for each row of the table, a function of no arguments that
+            builds a model (seeding it as the comparison needs) and returns
+            the function to time.
+        rounds: timed rounds in all, shared out between the blocks.
+        device: as in :func:`interleaved_rounds`.
+        warmup: untimed calls of each function in each block.
+        order: the order within a round, as in :func:`interleaved_rounds`.
+
+    Returns:
+        ``(times, blocks)``: ``times[name]`` every round's seconds, all the
+        blocks in turn; ``blocks`` each block's building order and its own
+        ``times``.
+    """
+    names = list(builders)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    blocks = []
+    for block in range(len(names)):
+        built = names[block:] + names[:block]
+        fns: dict[str, Callable[[], object]] = {}  # the last block's are released here
+        for name in built:
+            fns[name] = builders[name]()
+        n_rounds = rounds // len(names) + (block < rounds % len(names))
+        block_times = interleaved_rounds(
+            [fns[name] for name in names], n_rounds, device, warmup=warmup, order=order, seed=block
+        )
+        blocks.append((built, dict(zip(names, block_times))))
+        for name, ts in zip(names, block_times):
+            times[name] += ts
+    return times, blocks
 
 
 def median_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, float]:

@@ -20,24 +20,39 @@ n_layers)``):
 
 The parameter counts are printed and asserted equal. The config is the
 issue's: 4 layers, 4 heads, width 128, context 64, batch 64, vocabulary 65,
-dropout 0. ``--batch 2 --context 16`` is a launch-bound proxy: steps so small
-that each model's per-call Python and small-kernel work dominates the
-arithmetic, as on a GPU at this model size.
+dropout 0. ``--batch 2 --context 16`` is a proxy for a launch-bound GPU
+step: steps so small that each model's per-call Python and small-kernel work
+is a large share of the time, as on a GPU at this model size (a large share,
+not all: on the CPU the matrix multiplies still take about two thirds of the forward
+pass, and how the weights sit in memory still matters, see below).
 
 One step is what :func:`attnbook.training.train` does: forward,
 cross-entropy, backward, gradient clipping, an AdamW step; on a GPU under
 autocast, as ``train`` does (bf16 where the GPU runs it natively, else fp16
-with a gradient scaler), one pass instead of one per thread count. For each thread
-count the three models run in interleaved rounds (one step of each per
-round, after warm-up steps; the order rotating, or with ``--order random``
-drawn afresh each round), so a burst of load from another program slows all
-alike; the table reports each model's median step
-time and, against each peer, the median of the per-round ratio with a 95%
-confidence interval for that median (``_common.ratio_summary``:
-distribution-free, from order statistics) and its 25th and 75th percentiles;
-an interval that contains 1.0 means the run cannot tell the two apart. A
-benchmark, not a test: it asserts only the equal parameter counts and exits
-0. The load average printed before and after says how busy the machine was.
+with a gradient scaler), one pass instead of one per thread count.
+
+For each thread count the three models run in interleaved rounds (one step
+of each per round, after warm-up steps; the order rotating, or with
+``--order random`` drawn afresh each round), so a burst of load from another
+program slows all alike. The rounds come in three blocks, and before each
+block all three models are built afresh (same seed), in an order rotated by
+one, so that each is built first in one block, second in another and last in
+the third. On the CPU at the proxy size, whichever model was built first ran
+slowest in the same rounds: built first or built last, attnbook measured
+0.967x or 1.005x the nanoGPT-style model (400 rounds each, on a 2-core
+machine). With glibc's ``MALLOC_MMAP_THRESHOLD_`` set to a fixed value, the
+first-built model's handicap shrank from 1-2% to 0-0.5% (and every step got
+slower), so it seems to come from where the allocator puts the parameters.
+
+The table reports each model's median step time over all blocks and, against
+each peer, the median of the per-round ratio with a 95% confidence interval
+for that median (``_common.ratio_summary``: distribution-free, from order
+statistics) and its 25th and 75th percentiles; an interval that contains 1.0
+means the run cannot tell the two apart. Then each block's attnbook /
+nanoGPT-style median: a spread between blocks shows the effect of the
+building order. A benchmark, not a test: it asserts only the equal parameter
+counts and exits 0. The load average printed before and after says how busy
+the machine was.
 """
 
 from __future__ import annotations
@@ -53,9 +68,9 @@ from _common import (
     NanoGPT,
     describe,
     init_like_attnbook,
-    interleaved_rounds,
     load_average,
     ratio_summary,
+    rotated_builds,
 )
 from torch import nn
 
@@ -66,6 +81,11 @@ from attnbook.training import amp_dtype
 CONFIG = GPTConfig(vocab_size=65, context_length=64, d_model=128, n_heads=4, n_layers=4)
 BATCH = 64
 WARMUP = 5
+SHORT = {
+    "attnbook.GPT": "attnbook",
+    "nn.TransformerEncoderLayer": "TEL",
+    "nanoGPT-style": "nanoGPT",
+}
 
 
 class TorchGPT(nn.Module):
@@ -163,19 +183,22 @@ def main() -> None:
     ours, peers = "attnbook.GPT", [name for name in models if name != "attnbook.GPT"]
     # On a GPU the CPU thread count hardly matters: one pass with the default.
     thread_counts = args.threads if device.type == "cpu" else [torch.get_num_threads()]
+
+    def build(cls: type[nn.Module]) -> Callable[[], None]:
+        attnbook.set_seed(0)
+        model = cls(CONFIG).to(device).train()
+        return make_step(model, device, args.batch, args.context)
+
+    builders = {name: functools.partial(build, cls) for name, cls in models.items()}
     for threads in thread_counts:
         torch.set_num_threads(threads)
-        steps = {}
-        for name, cls in models.items():
-            attnbook.set_seed(0)
-            model = cls(CONFIG).to(device).train()
-            steps[name] = make_step(model, device, args.batch, args.context)
-        fns = list(steps.values())  # one step of each per round
-        rounds = interleaved_rounds(fns, args.rounds, device, warmup=WARMUP, order=args.order)
-        times = dict(zip(steps, rounds))
+        times, blocks = rotated_builds(
+            builders, args.rounds, device, warmup=WARMUP, order=args.order
+        )
         print(
-            f"\n{threads} thread(s), {args.rounds} interleaved rounds ({args.order} order), "
-            f"batch {args.batch}, context {args.context}; load average after: {load_average()}"
+            f"\n{threads} thread(s), {args.rounds} interleaved rounds ({args.order} order) in "
+            f"{len(blocks)} blocks, batch {args.batch}, context {args.context}; "
+            f"load average after: {load_average()}"
         )
         for name, ts in times.items():
             q1, med, q3 = statistics.quantiles(ts, n=4)
@@ -189,6 +212,11 @@ def main() -> None:
                 f"  speed ratio attnbook / {peer} (per round, >1 = attnbook faster): "
                 f"{ratio_summary(ratios)}"
             )
+        print("  attnbook / nanoGPT-style in each block (the models built in this order):")
+        for built, ts in blocks:
+            ratios = [p / o for o, p in zip(ts[ours], ts["nanoGPT-style"])]
+            order = ", ".join(SHORT[name] for name in built)
+            print(f"    {order:32s} median {statistics.median(ratios):.3f}x")
 
 
 if __name__ == "__main__":
