@@ -23,8 +23,8 @@ issue's: 4 layers, 4 heads, width 128, context 64, batch 64, vocabulary 65,
 dropout 0. ``--batch 2 --context 16`` is a proxy for a launch-bound GPU
 step: steps so small that each model's per-call Python and small-kernel work
 is a large share of the time, as on a GPU at this model size (a large share,
-not all: on the CPU the matrix multiplies still take about two thirds of the forward
-pass, and how the weights sit in memory still matters, see below).
+not all: on the CPU the matrix multiplies still take about two thirds of the
+forward pass, and where the weights sit in memory matters, see below).
 
 One step is what :func:`attnbook.training.train` does: forward,
 cross-entropy, backward, gradient clipping, an AdamW step; on a GPU under
