@@ -152,8 +152,9 @@ def rotated_builds(
 
     Where several models are built in one process, the order of building can
     change their speed: on the CPU, at sizes where a training step is short,
-    the model built first ran up to 4% slower than the same model built last
-    (``train_throughput.py``'s docstring has the figures). So the rounds come
+    the model built first ran 1-2% slower than its twin built last, and
+    swapping two models' places moved their ratio by 4% (``RESULTS.md``, run
+    J, has the figures). So the rounds come
     in ``len(builders)`` blocks, and before each block every function is built
     afresh (the earlier block's are dropped first), in an order rotated by one:
     each is built first in one block, second in another, and so on.
