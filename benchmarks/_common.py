@@ -154,10 +154,10 @@ def rotated_builds(
     change their speed: on the CPU, at sizes where a training step is short,
     the model built first ran 1-2% slower than its twin built last, and
     swapping two models' places moved their ratio by 4% (``RESULTS.md``, run
-    J, has the figures). So the rounds come
-    in ``len(builders)`` blocks, and before each block every function is built
-    afresh (the earlier block's are dropped first), in an order rotated by one:
-    each is built first in one block, second in another, and so on.
+    J, has the figures). So the rounds come in ``len(builders)`` blocks, and
+    before each block every function is built afresh (the earlier block's are
+    dropped first), in an order rotated by one: each is built first in one
+    block, second in another, and so on.
 
     Args:
         builders: for each row of the table, a function of no arguments that
