@@ -312,13 +312,15 @@ def check_device(
     *,
     available: bool = False,
     none_means: str = "the fastest device there is",
+    advice: str | None = None,
 ) -> torch.device:
     """Return ``value`` (a string such as ``"cuda:1"`` or a ``torch.device``) as a ``torch.device``.
 
     With ``available=True`` a CUDA or MPS device that this machine does not
     have is refused too (other device types are left to PyTorch); the message
-    suggests ``'cpu'``, or ``None`` for ``none_means``.
+    ends with ``advice``, by default: use ``'cpu'``, or ``None`` for ``none_means``.
     """
+    advice = f"use 'cpu', or None for {none_means}" if advice is None else advice
     parsed = value if isinstance(value, torch.device) else None
     if isinstance(value, str):
         with contextlib.suppress(RuntimeError):  # an unknown name: refused below
@@ -334,7 +336,7 @@ def check_device(
         if count == 0:
             raise ValueError(
                 f"{name}={value!r} asks for a CUDA GPU, but CUDA is not available on this machine "
-                f"(torch.cuda.is_available() is False); use 'cpu', or None for {none_means}"
+                f"(torch.cuda.is_available() is False); {advice}"
             )
         if parsed.index is not None and parsed.index >= count:
             raise ValueError(
@@ -346,8 +348,7 @@ def check_device(
         if mps is None or not mps.is_available():
             raise ValueError(
                 f"{name}={value!r} asks for Apple's MPS, but MPS is not available on this "
-                f"machine (torch.backends.mps.is_available() is False); use 'cpu', or None for "
-                f"{none_means}"
+                f"machine (torch.backends.mps.is_available() is False); {advice}"
             )
     return parsed
 

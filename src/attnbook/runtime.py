@@ -10,6 +10,7 @@ call runs and the largest tensor it makes.
 
 from __future__ import annotations
 
+import os
 import random
 import time
 from collections.abc import Callable, Iterator
@@ -30,6 +31,8 @@ __all__ = [
     "set_seed",
     "synchronize",
 ]
+
+DEVICE_VARIABLE = "ATTNBOOK_DEVICE"  # overrides get_device()'s choice, e.g. "cpu"
 
 
 def set_seed(seed: int) -> None:
@@ -58,9 +61,27 @@ def get_device() -> torch.device:
     Chapters never hard-code ``.cuda()``: they move tensors to ``get_device()``
     so the same notebook runs on a laptop, on Colab, or on a GPU server.
 
+    The environment variable ``ATTNBOOK_DEVICE`` overrides the choice, e.g.
+    ``ATTNBOOK_DEVICE=cpu`` (unset or empty: the fastest device). The book's
+    tools run every notebook with ``ATTNBOOK_DEVICE=cpu``, where the stored
+    outputs were made: on a GPU a tensor prints with ``device='cuda:0'`` and
+    draws other random numbers, so nbval would fail on any machine with a GPU.
+
     Returns:
         A ``torch.device``.
+
+    Raises:
+        ValueError: if ``ATTNBOOK_DEVICE`` names no device, or one this machine
+            does not have.
     """
+    chosen = os.environ.get(DEVICE_VARIABLE, "")
+    if chosen:
+        return check_device(
+            chosen,
+            DEVICE_VARIABLE,
+            available=True,
+            advice="set it to 'cpu', or unset it for the fastest device there is",
+        )
     if torch.cuda.is_available():
         return torch.device("cuda")
     mps = getattr(torch.backends, "mps", None)

@@ -181,12 +181,16 @@ def test_importing_the_parser_needs_neither_nbformat_nor_nbclient() -> None:
 def test_run_notebook_runs_in_the_folder_and_environment_given(tmp_path: Path) -> None:
     nb = nbformat.v4.new_notebook(
         cells=[
-            nbformat.v4.new_code_cell("import os\nprint(os.getcwd(), os.environ['HF_HUB_OFFLINE'])")
+            nbformat.v4.new_code_cell(
+                "import os\n"
+                "print(os.getcwd(), os.environ['HF_HUB_OFFLINE'], os.environ['ATTNBOOK_DEVICE'])"
+            )
         ]
     )
     out = notebooks.run_notebook(nb, timeout=120, cwd=tmp_path, env={"PATH": "/usr/bin:/bin"})
     assert out is nb
-    assert nb.cells[0].outputs[0]["text"].split() == [str(tmp_path), "1"]
+    # ATTNBOOK_DEVICE=cpu: attnbook.get_device() is the CPU, where the stored outputs were made
+    assert nb.cells[0].outputs[0]["text"].split() == [str(tmp_path), "1", "cpu"]
     assert "execution" not in nb.cells[0].metadata  # no timings recorded
     with pytest.raises(ValueError, match="timeout"):
         notebooks.run_notebook(nb, timeout=0)

@@ -41,11 +41,36 @@ def test_set_seed_rejects_bad_seeds(seed: object, match: str) -> None:
 
 
 def test_get_device_falls_back_to_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ATTNBOOK_DEVICE", raising=False)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
     assert attnbook.get_device() == torch.device("cpu")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert attnbook.get_device() == torch.device("cuda")
+    monkeypatch.setenv("ATTNBOOK_DEVICE", "")  # empty: as if unset
+    assert attnbook.get_device() == torch.device("cuda")
+
+
+def test_attnbook_device_overrides_the_choice(monkeypatch: pytest.MonkeyPatch) -> None:
+    # What the notebook tools set: stored outputs are the CPU's, on a machine with a GPU too.
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    monkeypatch.setenv("ATTNBOOK_DEVICE", "cpu")
+    assert attnbook.get_device() == torch.device("cpu")
+
+
+def test_attnbook_device_must_name_a_device_this_machine_has(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    monkeypatch.setenv("ATTNBOOK_DEVICE", "gpu")
+    with pytest.raises(ValueError, match=r"ATTNBOOK_DEVICE must be a device such as 'cpu'"):
+        attnbook.get_device()
+    for name in ("cuda", "mps"):
+        monkeypatch.setenv("ATTNBOOK_DEVICE", name)
+        with pytest.raises(ValueError, match=rf"ATTNBOOK_DEVICE='{name}' asks for .* unset it"):
+            attnbook.get_device()
 
 
 def test_print_options_round_numbers() -> None:

@@ -67,11 +67,13 @@ _CHECK_CALL = re.compile(r"\b(check_\w+)\s*\(")
 
 # Set in the kernel's environment unless the caller's environment says otherwise: no
 # downloads from the Hugging Face hub (chapter 13's model is cached), no progress bars,
-# no debugger warning about frozen modules.
+# no debugger warning about frozen modules, and the CPU for attnbook.get_device().
 KERNEL_ENV = {
     "HF_HUB_OFFLINE": "1",
     "HF_HUB_DISABLE_PROGRESS_BARS": "1",
     "PYDEVD_DISABLE_FILE_VALIDATION": "1",
+    # where the stored outputs were made: a GPU's tensors print device='cuda:0' (nbval)
+    "ATTNBOOK_DEVICE": "cpu",
 }
 
 
