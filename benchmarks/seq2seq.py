@@ -24,10 +24,10 @@ per round, the order rotating), so a burst of load from another program
 slows all alike. The training steps come in two blocks, each with both
 models built afresh, attnbook's first in one and last in the other
 (``_common.rotated_builds``: the model built first can run slower), and
-each block's ratio is printed too; the load average printed before and after says how busy the
-machine was. A benchmark, not a test: it asserts only what makes the
-comparisons fair (equal tokens from cached and uncached decoding, equal
-parameter counts) and exits 0.
+each block's ratio is printed too. The load average printed before and
+after says how busy the machine was. A benchmark, not a test: it asserts
+only what makes the comparisons fair (equal tokens from cached and uncached
+decoding, equal parameter counts) and exits 0.
 """
 
 from __future__ import annotations
