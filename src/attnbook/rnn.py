@@ -241,6 +241,8 @@ class RNNEncoderDecoder(nn.Module):
         """
         if validate:
             src, _, src_mask = self._check(src, None, src_mask, with_tgt=False)
+        elif src_mask is None:
+            src_mask = torch.ones_like(src, dtype=torch.bool)  # every word real
         memory, _ = self.encoder(self.src_emb(src))  # (B, S, Hd)
         last = src_mask.sum(1) - 1  # (B,)
         state = memory[torch.arange(src.shape[0], device=src.device), last]  # (B, Hd)

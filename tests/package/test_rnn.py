@@ -53,6 +53,17 @@ def test_shapes_weights_and_padding(attention: str) -> None:
     torch.testing.assert_close(model(src.masked_fill(~mask, 9), tgt, mask), logits)
 
 
+def test_skipping_the_checks_keeps_the_default_mask() -> None:
+    """validate=False skips the checks, not the meaning of src_mask=None (every word real)."""
+    model = _model("dot")
+    src, _, tgt = _batch()
+    memory, state = model.encode(src)
+    unchecked_memory, unchecked_state = model.encode(src, validate=False)
+    torch.testing.assert_close(unchecked_memory, memory)
+    torch.testing.assert_close(unchecked_state, state)
+    torch.testing.assert_close(model(src, tgt, validate=False), model(src, tgt))
+
+
 def test_the_additive_shortcut_equals_the_package_scorer() -> None:
     """Projecting the keys once per sentence computes AdditiveScorer's scores."""
     model = _model("additive")
