@@ -520,8 +520,11 @@ def check_token_ids(
 
 
 def is_prefix(mask: torch.Tensor, least: int = 1) -> bool:
-    """Whether every row of a boolean ``(B, L)`` mask is ``True`` on a prefix of at least
-    ``least`` entries and ``False`` after it: words first, padding only at the end."""
+    """Whether each row of a boolean ``(B, L)`` mask is words first, then padding only.
+
+    That is, ``True`` on a prefix of at least ``least`` entries and ``False``
+    after it.
+    """
     lengths = mask.sum(1, keepdim=True)  # (B, 1)
     prefix = torch.arange(mask.shape[1], device=mask.device) < lengths  # (B, L)
     return bool(((mask == prefix).all(1) & (lengths[:, 0] >= least)).all())  # one read-back
