@@ -3,6 +3,7 @@
 Usage:
     python benchmarks/train_throughput.py [--rounds 30] [--threads 1 2] [--device auto]
         [--batch 64] [--context 64] [--order rotate]
+    python benchmarks/train_throughput.py --compare-ops [--batch 64] [--context 64]
 
 Two peers, both with the same maths and initialisation as ``attnbook.GPT``
 (pre-LN, GELU, learned positions, a final LayerNorm, a head tied to the token
@@ -53,11 +54,17 @@ nanoGPT-style median: a spread between blocks shows the effect of the
 building order. A benchmark, not a test: it asserts only the equal parameter
 counts and exits 0. The load average printed before and after says how busy
 the machine was.
+
+``--compare-ops`` times nothing: it records a few steps of each model with
+``torch.profiler`` and prints, against each peer, the ATen operators whose
+calls per step differ from attnbook's. Where the list is short, the two
+models run the same kernels, and a speed ratio near 1.0 is what to expect.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import functools
 import statistics
 from collections.abc import Callable
@@ -153,6 +160,37 @@ def make_step(
     return step
 
 
+def op_counts(step: Callable[[], None], steps: int = 3) -> collections.Counter[str]:
+    """Calls per training step of each ATen operator (forward, backward and optimizer)."""
+    from torch.profiler import ProfilerActivity, profile  # only this mode needs it
+
+    step()  # the first step allocates AdamW's state
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(steps):
+            step()
+    events = prof.key_averages()
+    return collections.Counter(
+        {e.key: e.count // steps for e in events if e.key.startswith("aten::")}
+    )
+
+
+def compare_ops(builders: dict[str, Callable[[], Callable[[], None]]], ours: str) -> None:
+    """Print, against each peer, the operators whose calls per step differ from ``ours``'s."""
+    counts = {name: op_counts(build()) for name, build in builders.items()}
+    mine = counts[ours]
+    print(f"\nATen operator calls per training step (torch.profiler): {ours} {mine.total():,}")
+    for peer, theirs in counts.items():
+        if peer == ours:
+            continue
+        differ = sorted(op for op in mine.keys() | theirs.keys() if mine[op] != theirs[op])
+        print(
+            f"  {peer}: {theirs.total():,} calls; of {len(mine.keys() | theirs.keys())} "
+            f"operators, {len(differ)} called a different number of times" + (":" if differ else "")
+        )
+        for op in differ:
+            print(f"    {op:52s} {SHORT[ours]} {mine[op]:4d}  {SHORT[peer]} {theirs[op]:4d}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=30)
@@ -167,6 +205,11 @@ def main() -> None:
         choices=["rotate", "random"],
         default="rotate",
         help="the models' order within a round: rotating, or a fresh random one each round",
+    )
+    parser.add_argument(
+        "--compare-ops",
+        action="store_true",
+        help="time nothing: print the ATen operators whose calls per step differ between models",
     )
     args = parser.parse_args()
     if not 1 <= args.context <= CONFIG.context_length:
@@ -190,6 +233,9 @@ def main() -> None:
         return make_step(model, device, args.batch, args.context)
 
     builders = {name: functools.partial(build, cls) for name, cls in models.items()}
+    if args.compare_ops:
+        compare_ops(builders, ours)
+        return
     for threads in thread_counts:
         torch.set_num_threads(threads)
         times, blocks = rotated_builds(
