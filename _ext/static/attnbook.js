@@ -7,7 +7,10 @@
  * - the colour-mode button is labelled "Color mode" and holds three icons whose title
  *   ("Light", "Dark", "System Settings") counts as text: the icons are decorative, the
  *   button's tooltip and label say what it does, so the icons lose their title and are
- *   hidden from assistive technology.
+ *   hidden from assistive technology. FontAwesome's script, deferred like this one, draws
+ *   each <i> again as an <svg> that carries the title as a <title>, and it can do so before
+ *   this script runs or while it runs (when this file arrives late): so the drawn icons are
+ *   quieted too, and again whenever FontAwesome redraws them.
  * And a code block wider than the column (scroll-bar) can take the keyboard focus, so it
  * can be scrolled without a mouse (axe-core's scrollable-region-focusable). */
 (() => {
@@ -61,6 +64,16 @@
     });
   };
 
+  // An icon inside a labelled button: an <i> before FontAwesome draws it, an <svg> after.
+  const quietIcons = (button) => {
+    button.querySelectorAll("i, svg").forEach((icon) => {
+      icon.removeAttribute("title");
+      icon.removeAttribute("aria-labelledby");
+      icon.querySelectorAll("title").forEach((title) => title.remove());
+      icon.setAttribute("aria-hidden", "true");
+    });
+  };
+
   const fix = () => {
     document.querySelectorAll(".search-button-field[aria-label]").forEach((button) => {
       if (button.querySelector(".search-button__kbd-shortcut")) {
@@ -68,9 +81,12 @@
       }
       button.removeAttribute("aria-label");
     });
-    document.querySelectorAll("button[aria-label] i, .search-button-field i").forEach((icon) => {
-      icon.removeAttribute("title");
-      icon.setAttribute("aria-hidden", "true");
+    document.querySelectorAll("button[aria-label], .search-button-field").forEach((button) => {
+      quietIcons(button);
+      new MutationObserver(() => quietIcons(button)).observe(button, {
+        childList: true,
+        subtree: true,
+      });
     });
     focusWideCode();
     watchBertviz();

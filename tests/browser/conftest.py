@@ -508,9 +508,14 @@ FONTAWESOME_DONE_JS = """
 def _audit(page) -> list[dict]:
     """axe-core's violations once the theme's scripts have settled: after FontAwesome has
     swapped its icons, and, when the audit finds a violation that fails the test (impact
-    in AXE_IMPACTS), only if a second audit a second later still finds it. An audit once
-    failed on the colour-mode button in the middle of the icons' swap (one page of 16, once
-    in four runs), a state no reader stays in."""
+    in AXE_IMPACTS), only if a second audit a second later still finds it (a state the page
+    passes through while it sets up is not one a reader stays in).
+
+    The colour-mode button's label-content-name-mismatch that failed two fresh-clone runs
+    (chapter 10's page in one, chapter 3's in another) was not such a passing state: it
+    lasted, because FontAwesome had drawn the icons, with their titles, before attnbook.js
+    ran. attnbook.js now quiets them in either order
+    (test_icon_buttons_keep_their_names_when_the_icons_are_drawn_first)."""
     page.wait_for_function(FONTAWESOME_DONE_JS, timeout=15_000)
     found = page.evaluate(AXE_JS)
     if any(v["impact"] in AXE_IMPACTS for v in found):

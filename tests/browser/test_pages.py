@@ -14,7 +14,8 @@ For each page of `_build/html` (not the generated index and search pages, nor
   MathJax and fonts (`make assets`); a script, stylesheet or font fetched
   from elsewhere is named in the failure;
 - axe-core finds no "serious" or "critical" accessibility violation (rule, impact
-  and CSS selector of each are named), every dropdown opened;
+  and CSS selector of each are named), every dropdown opened; and the icon buttons keep
+  their names when FontAwesome draws the icons before attnbook.js runs (forced once);
 - every code block (cell input, output, code in the prose) fits the column of a
   1440, 1366 and 1280 px wide window: no horizontal scroll bar (no tolerance);
 - on an emulated phone (390 px), the page does not pan sideways, and tapping the
@@ -42,7 +43,17 @@ import urllib.parse
 from pathlib import Path
 
 import pytest
-from conftest import AXE, AXE_IMPACTS, AXE_WRAPPER, _audit
+from conftest import (
+    AXE,
+    AXE_IMPACTS,
+    AXE_WRAPPER,
+    BUILD,
+    FONTAWESOME_DONE_JS,
+    VIEWPORT,
+    PageReport,
+    _audit,
+    _offline_page,
+)
 
 from attnbook.viz import SMALLEST_TEXT_KEY, png_text, svg_smallest_text
 from tools.figure_text import FLOOR_PX
@@ -236,6 +247,53 @@ def test_the_audit_keeps_a_lasting_violation_and_drops_a_passing_state(chromium)
         page.close()
     serious = {(v["rule"], v["target"]) for v in found if v["impact"] in AXE_IMPACTS}
     assert serious == {("label-content-name-mismatch", 'button[aria-label="Mode"]')}, found
+
+
+# The icons inside buttons that have an aria-label, and how many of them FontAwesome's <svg>
+# gives a <title> or leaves visible to assistive technology.
+LOUD_ICONS_JS = """() => [...document.querySelectorAll(
+  "button[aria-label] svg, .search-button-field svg")].filter(
+  (icon) => icon.querySelector("title") || icon.getAttribute("aria-hidden") !== "true").length
+"""
+REDRAW_JS = """async () => {
+  const button = document.querySelector(".theme-switch-button");
+  button.insertAdjacentHTML("beforeend",
+      '<svg aria-labelledby="t" role="img"><title id="t">Light</title></svg>');
+  await new Promise((resolve) => setTimeout(resolve, 0));
+}"""
+
+
+def test_icon_buttons_keep_their_names_when_the_icons_are_drawn_first(
+    chromium, book_url: str, book_pages: list[str]
+) -> None:
+    """attnbook.js quiets the icons of the colour-mode button whichever deferred script runs
+    first. When attnbook.js arrives after FontAwesome has drawn the icons, each <svg> carries
+    its icon's title ("Light", ...) as text that the label "Color mode" leaves out (axe-core's
+    label-content-name-mismatch): a `make test` on a busy machine met that order by chance.
+    Here it is forced: attnbook.js is held back until FontAwesome is done, then run."""
+    page_name = next((name for name in book_pages if name.startswith("chapters/")), book_pages[0])
+    script = (BUILD / "_static" / "attnbook.js").read_text(encoding="utf-8")
+    report = PageReport(page_name)
+    with _offline_page(chromium, book_url, report, viewport=VIEWPORT) as page:
+        page.route("**/_static/attnbook.js*", lambda route: route.fulfill(body="", status=200))
+        page.goto(book_url + page_name, wait_until="load")
+        page.wait_for_function(FONTAWESOME_DONE_JS, timeout=15_000)
+        drawn_first = page.evaluate(LOUD_ICONS_JS)
+        page.add_script_tag(content=script)
+        after = page.evaluate(LOUD_ICONS_JS)
+        page.evaluate(REDRAW_JS)  # FontAwesome draws an icon again, titled
+        redrawn = page.evaluate(LOUD_ICONS_JS)
+        page.add_script_tag(content=AXE_WRAPPER.format(source=AXE.read_text(encoding="utf-8")))
+        found = _audit(page)
+    assert drawn_first > 0, (
+        f"{page_name}: with attnbook.js held back, FontAwesome drew no titled icon in a "
+        "labelled button: the test no longer forces the order it is about"
+    )
+    assert after == 0, f"{page_name}: {after} icons keep a title once attnbook.js has run"
+    assert redrawn == 0, f"{page_name}: an icon drawn again after attnbook.js kept its title"
+    mismatch = [v for v in found if v["rule"] == "label-content-name-mismatch"]
+    assert not mismatch, mismatch
+    assert not report.errors(), report.errors()
 
 
 def test_code_fits_the_column(visit, page_name: str, code_width: int) -> None:
