@@ -57,11 +57,15 @@
       }
     });
   };
+  // Apply `mend` to `element` now, and again whenever a script changes what it holds.
+  const keepFixed = (element, mend) => {
+    mend(element);
+    new MutationObserver(() => mend(element)).observe(element, {childList: true, subtree: true});
+  };
   const watchBertviz = () => {
-    document.querySelectorAll('div[id^="bertviz-"]').forEach((view) => {
-      fitBertviz(view);
-      new MutationObserver(() => fitBertviz(view)).observe(view, {childList: true, subtree: true});
-    });
+    document
+      .querySelectorAll('div[id^="bertviz-"]')
+      .forEach((view) => keepFixed(view, fitBertviz));
   };
 
   // An icon inside a labelled button: an <i> before FontAwesome draws it, an <svg> after.
@@ -81,13 +85,9 @@
       }
       button.removeAttribute("aria-label");
     });
-    document.querySelectorAll("button[aria-label], .search-button-field").forEach((button) => {
-      quietIcons(button);
-      new MutationObserver(() => quietIcons(button)).observe(button, {
-        childList: true,
-        subtree: true,
-      });
-    });
+    document
+      .querySelectorAll("button[aria-label], .search-button-field")
+      .forEach((button) => keepFixed(button, quietIcons));
     focusWideCode();
     watchBertviz();
   };
