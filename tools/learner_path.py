@@ -34,6 +34,17 @@ cells are the harness's, not the chapter's: a failure names the chapter's own co
 cell (counted from 1, as nbval and the tests count them) and its error. nbval's JUnit report
 of each chapter goes to `--junit-dir`, if given (`make test`: .test-reports/learner/).
 
+A kernel that dies before the chapter's first cell (before the audit cell ran) is the one
+failure that is not the chapter's. Its known cause: Jupyter picks a kernel's ports in one
+process and the kernel binds them in another, a second or two later, and anything that
+takes one of them in between (another kernel starting beside it, for one) kills the kernel
+at start (jupyter_client issues 154 and 487; a Jupyter server restarts such a kernel by
+itself, on new ports: jupyter_client's KernelRestarter, `random_ports_until_alive`). Such a
+chapter is run once more, from the start, and the output says so, with the last lines the
+dead kernel wrote to its stderr (nbval discards a kernel's stderr; the kernel spec written
+here keeps it in a file). A second death fails the chapter. A chapter whose own code fails
+is never run again.
+
 Exit status 0 only if every chapter ran; a summary of times per stage comes last.
 """
 
@@ -97,6 +108,16 @@ def _lp_audit(event, args):
 
 _lp_sys.addaudithook(_lp_audit)"""
 
+# The kernel spec's program: ipykernel's launcher, its stderr first sent to the file that this
+# variable names (run_chapter sets one per run), so that a kernel that dies at start says why.
+KERNEL_LOG_VAR = "ATTNBOOK_LEARNER_KERNEL_LOG"
+LAUNCHER = f"""\
+import os, runpy
+log = os.environ.pop({KERNEL_LOG_VAR!r}, None)
+if log:
+    os.dup2(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644), 2)
+runpy.run_module("ipykernel_launcher", run_name="__main__", alter_sys=True)"""
+
 VERDICT_CELL = """\
 # learner_path.py: the chapter read no file of the repository and used the installed package.
 import attnbook as _lp_attnbook
@@ -117,6 +138,7 @@ class ChapterResult:
     error: str | None = None  # None: every cell ran and its output matched the stored one
     passed: int = 0  # the chapter's code cells whose output nbval found as stored
     failed: int = 0  # ... that raised or whose output differed (harness cells included)
+    restarted: str | None = None  # why the first kernel died at start, if it was run again
 
     @property
     def ok(self) -> bool:
@@ -241,12 +263,14 @@ def kernel_env(python: Path, hf_home: Path) -> dict[str, str]:
 def write_kernelspec(python: Path, jupyter_path: Path) -> dict[str, str]:
     """A kernel spec for the learner's python, in a folder no other Jupyter looks at.
 
+    The kernel is ipykernel's, started as `python -m ipykernel_launcher` starts it; only its
+    stderr goes to the file named by KERNEL_LOG_VAR in its environment, where that is set.
     Returns the variable that makes Jupyter (nbval's kernel manager) find it: JUPYTER_PATH.
     """
     spec_dir = jupyter_path / "kernels" / KERNEL_NAME
     spec_dir.mkdir(parents=True, exist_ok=True)
     spec = {
-        "argv": [str(python), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "argv": [str(python), "-c", LAUNCHER, "-f", "{connection_file}"],
         "display_name": "Python (learner)",
         "language": "python",
     }
@@ -268,7 +292,9 @@ def harnessed(nb: nbformat.NotebookNode, root: Path) -> nbformat.NotebookNode:
 def cell_results(report: Path) -> list[str | None]:
     """Per code cell of a harnessed notebook, in order: None if nbval passed it, else why not.
 
-    Read from nbval's JUnit report (one test per code cell, named `...Cell N`).
+    Read from nbval's JUnit report (one test per code cell, named `...Cell N`): the failure's
+    text, but for an error outside the cell (the kernel did not start) its one-line message,
+    "failed on setup with ...", where the text is pytest's whole traceback.
     """
     results: dict[int, str | None] = {}
     for case in ET.parse(report).getroot().iter("testcase"):
@@ -278,8 +304,14 @@ def cell_results(report: Path) -> list[str | None]:
         problem = case.find("failure")
         if problem is None:
             problem = case.find("error")
+        if problem is None:
+            results[int(number[1])] = None
+            continue
+        message = problem.get("message") or ""
         results[int(number[1])] = (
-            None if problem is None else (problem.text or problem.get("message") or "failed")
+            message
+            if message.startswith("failed on setup")
+            else problem.text or message or "failed"
         )
     return [results[number] for number in sorted(results)]
 
@@ -360,28 +392,60 @@ def run_chapter(
         "--nbval-cell-timeout", str(TIMEOUT_S), "--color=no", f"--junitxml={report}", chapter.name,
     ]  # fmt: skip
     start = time.perf_counter()
-    finished = subprocess.run(
-        [str(part) for part in command],
-        cwd=folder,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    restarted = None
+    for attempt in (1, 2):
+        # Beside the chapter's folder, not in it: the chapter may list its own folder.
+        log = work / f"{folder.name}.kernel-{attempt}.log"
+        finished = subprocess.run(
+            [str(part) for part in command],
+            cwd=folder,
+            env={**env, KERNEL_LOG_VAR: str(log)},
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        results = cell_results(report) if report.is_file() else []
+        died = did_not_start(results, log)
+        if died is None:
+            break
+        if attempt == 2:
+            error = (
+                "the kernel died before the chapter's first cell, twice: "
+                f"first {restarted}; then {died}"
+            )
+            return ChapterResult(
+                chapter.name, time.perf_counter() - start, error, 0, len(results), restarted
+            )
+        restarted = died
     seconds = time.perf_counter() - start
-    results = cell_results(report) if report.is_file() else []
     failed = [number for number, why in enumerate(results) if why is not None]
     passed = chapter_counts(report)[0] if results else 0
     if failed:
         error = describe_failure(nb, failed[0], results[failed[0]])
         if len(failed) > 1:
             error += f"\n    (and {len(failed) - 1} more cells: nbval's report has each)"
-        return ChapterResult(chapter.name, seconds, error, passed, len(failed))
+        return ChapterResult(chapter.name, seconds, error, passed, len(failed), restarted)
     if finished.returncode != 0 or not results:
         tail = " | ".join((finished.stdout + finished.stderr).strip().splitlines()[-5:])
         error = f"nbval exited with status {finished.returncode}: {tail}"
-        return ChapterResult(chapter.name, seconds, error, 0, 1)
-    return ChapterResult(chapter.name, seconds, None, passed, 0)
+        return ChapterResult(chapter.name, seconds, error, 0, 1, restarted)
+    return ChapterResult(chapter.name, seconds, None, passed, 0, restarted)
+
+
+def did_not_start(results: Sequence[str | None], kernel_log: Path) -> str | None:
+    """Why the kernel died before the harness's audit cell ran, or None if that cell ran.
+
+    `results` are cell_results of the run; nbval starts the kernel in the first cell's set-up,
+    so a kernel that never started fails that set-up ("failed on setup with ..."). The reason
+    given is that message and the last lines the kernel wrote to its stderr (`kernel_log`).
+    """
+    if not results or not (results[0] or "").startswith("failed on setup"):
+        return None
+    why = (results[0] or "").removeprefix("failed on setup with ").strip().strip('"')
+    text = kernel_log.read_text(encoding="utf-8", errors="replace") if kernel_log.is_file() else ""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    said = " | ".join(lines[-3:])[-400:] if lines else "nothing"
+    return f"{why} (the kernel's stderr: {said})"
 
 
 def run_chapters(
@@ -405,6 +469,10 @@ def run_chapters(
         junit = junit_dir / f"{chapter.stem}.xml" if junit_dir else None
         result = run_chapter(chapter, env, work, junit=junit)
         status = f"{result.passed} cells as stored" if result.ok else f"FAILED in {result.error}"
+        if result.restarted and result.ok:
+            status += (
+                f" (run twice: the first kernel died before the first cell: {result.restarted})"
+            )
         print(f"  {result.name:<40} {result.seconds:6.1f} s  {status}", flush=True)
         return result
 
@@ -508,6 +576,9 @@ def main(argv: list[str] | None = None) -> int:
         f"\nlearner path: {len(results) - len(failed)} of {len(results)} chapters ran with "
         f"every output as stored ({cells} code cells compared by nbval)"
     )
+    for result in results:
+        if result.restarted:
+            print(f"run again: {result.name}, its first kernel died at start: {result.restarted}")
     for result in failed:
         print(f"FAILED {result.name}: {result.error}")
     for problem in problems:
