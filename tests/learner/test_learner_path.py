@@ -164,8 +164,9 @@ def test_the_kernels_keep_the_bytecode_they_compile(
 def test_a_kernel_that_cannot_bind_its_port_says_why_in_its_log(tmp_path: Path) -> None:
     """The harness's kernel program keeps the kernel's stderr, which nbval throws away.
 
-    The failure made on purpose is the one seen in `make test`: a port that Jupyter chose for
-    the kernel is taken by someone else before the kernel binds it.
+    The failure made on purpose is the known cause of a kernel's death at start (see
+    tools/learner_path.py): a port that Jupyter chose for the kernel is taken by someone else
+    before the kernel binds it.
     """
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
