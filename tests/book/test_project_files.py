@@ -22,7 +22,6 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 from types import ModuleType
 
@@ -568,7 +567,7 @@ def test_make_test_compares_every_stored_output_once() -> None:
 
 
 def test_steps_side_by_side_both_run_and_their_logs_do_not_mix(
-    capfd: pytest.CaptureFixture[str],
+    capfd: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     """The student edition is built beside the book; a failure beside is still a failure."""
     (student,) = [step for step in run_tests.steps() if step.key == "student"]
@@ -581,16 +580,31 @@ def test_steps_side_by_side_both_run_and_their_logs_do_not_mix(
     chosen = [everything[key] for key in ("learner", "student")]  # not beside the learner step
     assert [[n for n, _ in batch] for batch in run_tests.side_by_side(chosen)] == [[1], [2]]
 
-    def step(key: str, code: str) -> run_tests.Step:
+    def step(key: str, mine: Path, theirs: Path, then: str) -> run_tests.Step:
+        """A step that leaves `mine`, waits up to 60 s for `theirs` (left by the other step,
+        so that it ends only if both ran at once), then runs `then`."""
+        code = (
+            "import pathlib, time\n"
+            f"pathlib.Path({str(mine)!r}).touch()\n"
+            "deadline = time.monotonic() + 60\n"
+            f"while not pathlib.Path({str(theirs)!r}).exists():\n"
+            "    if time.monotonic() > deadline:\n"
+            "        raise SystemExit('the other step did not run at the same time')\n"
+            "    time.sleep(0.01)\n"
+            f"{then}\n"
+        )
         return run_tests.Step(key, key, [sys.executable, "-c", code], beside="first")
 
-    first = step("first", "import time; print('first starts'); time.sleep(1); print('first ends')")
-    beside = step("beside", "import time; print('beside says'); time.sleep(1); raise SystemExit(3)")
-    start = time.perf_counter()
+    # print('x', 'y'): the words the test looks for are not in the command, which is printed.
+    mark_first, mark_beside = tmp_path / "first", tmp_path / "beside"
+    first = step(
+        "first", mark_first, mark_beside, "print('first', 'starts'); print('first', 'ends')"
+    )
+    beside = step("beside", mark_beside, mark_first, "print('beside', 'says'); raise SystemExit(3)")
     run_tests.run_side_by_side([(1, first), (2, beside)], total=2)
-    assert time.perf_counter() - start < 1.9  # one after the other: over 2 s
     out = capfd.readouterr().out
-    assert first.ok
+    assert first.ok, out  # it saw the step beside it running
+    assert "beside says" in out, out  # and that step saw it
     assert not beside.ok
     assert beside.failed == 1
     assert out.index("first starts") < out.index("first ends") < out.index("beside says")
