@@ -469,10 +469,8 @@ def run_chapters(
         junit = junit_dir / f"{chapter.stem}.xml" if junit_dir else None
         result = run_chapter(chapter, env, work, junit=junit)
         status = f"{result.passed} cells as stored" if result.ok else f"FAILED in {result.error}"
-        if result.restarted and result.ok:
-            status += (
-                f" (run twice: the first kernel died before the first cell: {result.restarted})"
-            )
+        if result.restarted and result.ok:  # the reason: in the summary at the end
+            status += " (run twice: its first kernel died at start)"
         print(f"  {result.name:<40} {result.seconds:6.1f} s  {status}", flush=True)
         return result
 
