@@ -6,8 +6,10 @@ the student edition, the inventory or the solution tests pass on nothing.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import nbformat
@@ -194,3 +196,80 @@ def test_run_notebook_runs_in_the_folder_and_environment_given(tmp_path: Path) -
     assert "execution" not in nb.cells[0].metadata  # no timings recorded
     with pytest.raises(ValueError, match="timeout"):
         notebooks.run_notebook(nb, timeout=0)
+
+
+def _kernel_dying_at_start(folder: Path, times: int) -> str:
+    """The name of a kernel, installed under `folder` (on JUPYTER_PATH), that dies at start the
+    first `times` times (as a kernel whose port another program took dies), then starts."""
+    program = (
+        "import pathlib, runpy, sys\n"
+        f"mark = pathlib.Path({str(folder / 'starts')!r})\n"
+        "mark.write_text(mark.read_text() + 'x' if mark.exists() else 'x')\n"
+        f"if len(mark.read_text()) <= {times}:\n"
+        "    sys.exit('zmq.error.ZMQError: Address already in use (on purpose)')\n"
+        "runpy.run_module('ipykernel_launcher', run_name='__main__', alter_sys=True)\n"
+    )
+    spec = {
+        "argv": [sys.executable, "-c", program, "-f", "{connection_file}"],
+        "display_name": "Python (dies at start)",
+        "language": "python",
+    }
+    (folder / "kernels" / "dies-first").mkdir(parents=True)
+    (folder / "kernels" / "dies-first" / "kernel.json").write_text(json.dumps(spec))
+    return "dies-first"
+
+
+@pytest.fixture
+def dying_kernel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[int], str]:
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
+    return lambda times: _kernel_dying_at_start(tmp_path / "jupyter", times)
+
+
+def _starts(tmp_path: Path) -> str:
+    return (tmp_path / "jupyter" / "starts").read_text()
+
+
+def test_run_notebook_starts_a_kernel_that_died_at_start_once_more(
+    tmp_path: Path, dying_kernel: Callable[[int], str]
+) -> None:
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(1 + 1)")])
+    with pytest.warns(RuntimeWarning, match="died before replying.*started once more"):
+        notebooks.run_notebook(nb, timeout=120, cwd=tmp_path, kernel_name=dying_kernel(1))
+    assert _starts(tmp_path) == "xx"  # two kernels were started
+    assert nb.cells[0].outputs[0]["text"] == "2\n"
+
+
+def test_run_notebook_gives_up_on_a_kernel_that_dies_at_start_twice(
+    tmp_path: Path, dying_kernel: Callable[[int], str]
+) -> None:
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(1 + 1)")])
+    with (
+        pytest.warns(RuntimeWarning, match="started once more"),
+        pytest.raises(RuntimeError, match="Kernel died before replying to kernel_info"),
+    ):
+        notebooks.run_notebook(nb, timeout=120, cwd=tmp_path, kernel_name=dying_kernel(2))
+    assert _starts(tmp_path) == "xx"  # not a third time
+    assert "outputs" not in nb.cells[0] or not nb.cells[0].outputs
+
+
+def test_run_notebook_does_not_rerun_a_notebook_whose_cell_failed(
+    tmp_path: Path, dying_kernel: Callable[[int], str]
+) -> None:
+    from nbclient.exceptions import CellExecutionError
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1 / 0")])
+    with pytest.raises(CellExecutionError, match="ZeroDivisionError"):
+        notebooks.run_notebook(nb, timeout=120, cwd=tmp_path, kernel_name=dying_kernel(0))
+    assert _starts(tmp_path) == "x"  # one kernel
+
+
+def test_run_notebook_leaves_a_given_kernel_manager_to_its_caller(
+    tmp_path: Path, dying_kernel: Callable[[int], str]
+) -> None:
+    from jupyter_client.manager import AsyncKernelManager
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(1 + 1)")])
+    km = AsyncKernelManager(kernel_name=dying_kernel(1))
+    with pytest.raises(RuntimeError, match="Kernel died before replying to kernel_info"):
+        notebooks.run_notebook(nb, timeout=120, cwd=tmp_path, km=km)
+    assert _starts(tmp_path) == "x"

@@ -26,15 +26,19 @@ the parser overlooked would otherwise reach learners unnoticed.
 
 The checkers an exercise uses are the ``check_*`` calls of the first code cell
 after it (before the next exercise). ``run_notebook`` executes a notebook with
-nbclient (``notebook_client`` sets one up for a caller that runs cells itself). nbformat and nbclient are imported only when a function needs them,
-so ``import attnbook`` needs neither.
+nbclient, starting its kernel once more if the first dies at start
+(``notebook_client`` sets one up for a caller that runs cells itself). nbformat
+and nbclient are imported only when a function needs them, so ``import
+attnbook`` needs neither.
 """
 
 from __future__ import annotations
 
 import ast
+import atexit
 import os
 import re
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,6 +79,13 @@ KERNEL_ENV = {
     # where the stored outputs were made: a GPU's tensors print device='cuda:0' (nbval)
     "ATTNBOOK_DEVICE": "cpu",
 }
+
+# A kernel that dies before it answers its first request is started once more, as a Jupyter
+# server's KernelRestarter does, on new ports: the known cause is another program taking a
+# port Jupyter chose for the kernel before the kernel binds it (jupyter_client issues 154 and
+# 487). A kernel that dies while running a cell is the notebook's failure, and is not retried.
+KERNEL_STARTS = 2
+DIED_AT_START = "Kernel died before replying to kernel_info"  # nbclient's RuntimeError
 
 
 @dataclass(frozen=True)
@@ -317,6 +328,10 @@ def run_notebook(
         log: where the kernel process's own stdout and stderr go (default: here).
         **client_options: passed to ``notebook_client``.
 
+    A kernel that dies before its first reply is started once more, with a
+    ``RuntimeWarning`` (``KERNEL_STARTS``), unless a kernel manager is given
+    (``km=``): that one's kernel is the caller's to restart.
+
     Raises:
         ValueError: ``timeout`` is not positive.
         nbclient.exceptions.CellExecutionError: a cell raised (unless
@@ -325,10 +340,29 @@ def run_notebook(
     if cwd is None and isinstance(path_or_nb, str | Path):
         cwd = Path(path_or_nb).resolve().parent
     nb = read_notebook(path_or_nb)
-    client = notebook_client(
-        nb, kernel_name=kernel_name, timeout=timeout, cwd=cwd, **client_options
-    )
     streams = {} if log is None else {"stdout": log, "stderr": log}
-    # cleanup_kc: shut the kernel down afterwards, even one whose manager was given (km=).
-    client.execute(cleanup_kc=True, env=kernel_env(env), **streams)
-    return nb
+    # A kernel manager given (km=) is the caller's: its dead kernel is not replaced here.
+    starts = 1 if client_options.get("km") is not None else KERNEL_STARTS
+    for start in range(1, starts + 1):
+        client = notebook_client(
+            nb, kernel_name=kernel_name, timeout=timeout, cwd=cwd, **client_options
+        )
+        try:
+            # cleanup_kc: shut the kernel down afterwards, even one whose manager was given (km=).
+            client.execute(cleanup_kc=True, env=kernel_env(env), **streams)
+        except RuntimeError as error:
+            # DeadKernelError, a subclass, is a kernel that died while running a cell: not retried.
+            if type(error) is not RuntimeError or not str(error).startswith(DIED_AT_START):
+                raise
+            # nbclient leaves its exit hook for a kernel it already cleaned up: it would fail.
+            atexit.unregister(client._cleanup_kernel)
+            if start == starts:
+                raise
+            warnings.warn(
+                f"{error}: a new kernel was started once more (the dead one's stderr may say why)",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        else:
+            return nb
+    raise AssertionError("unreachable")  # pragma: no cover
