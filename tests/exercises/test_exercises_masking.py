@@ -23,6 +23,8 @@ from attnbook.exercises import (
     check_masked_softmax,
     check_padding_mask,
 )
+from attnbook.exercises._framework import seeded_args
+from attnbook.exercises.masking import _MASKED_SOFTMAX_CASES
 
 
 def _rejects(verdict: attnbook.exercises.Verdict, *phrases: str) -> None:
@@ -77,7 +79,7 @@ def test_the_additive_answer_has_right_values_but_a_nan_gradient() -> None:
 @pytest.mark.parametrize("wrong", [_additive_then_nan_to_num, _additive_then_where])
 def test_masked_softmax_with_a_nan_gradient_fails(wrong: Callable) -> None:
     verdict = check_masked_softmax(wrong)
-    _rejects(verdict, "case 6/6", "gradient", "NaN")
+    _rejects(verdict, "case 7/7", "gradient", "NaN")
     if wrong is _additive_then_nan_to_num:
         assert "an additive -inf mask, then nan_to_num" in verdict.message
 
@@ -86,7 +88,7 @@ def test_masked_softmax_with_a_nan_gradient_fails(wrong: Callable) -> None:
 def test_masked_softmax_with_a_finite_gradient_passes(right: Callable) -> None:
     verdict = check_masked_softmax(right)
     assert verdict, verdict.message
-    assert "all 6 hidden cases pass" in verdict.message
+    assert "all 7 hidden cases pass" in verdict.message
 
 
 def test_masked_softmax_that_cannot_be_differentiated_fails() -> None:
@@ -95,14 +97,40 @@ def test_masked_softmax_that_cannot_be_differentiated_fails() -> None:
 
     verdict = check_masked_softmax(detached)
     assert not verdict
-    assert "case 6/6" in verdict.message
+    assert "case 7/7" in verdict.message
     assert "autograd" in verdict.message
 
 
 def test_forward_failures_count_the_backward_case() -> None:
     verdict = check_masked_softmax(lambda s, m: torch.softmax(s.masked_fill(~m, -1e9), -1))
-    _rejects(verdict, "/6 (")
-    assert verdict.n_cases == 6
+    _rejects(verdict, "/7 (")
+    assert verdict.n_cases == 7
+
+
+def test_masked_softmax_filled_with_minus_1e9_fails_in_float16() -> None:
+    """-1e9, with the blocked weights zeroed afterwards, passes every float64 case; but -1e9
+    does not fit in float16 (the chapter's argument against it), so masked_fill refuses it."""
+    verdict = check_masked_softmax(lambda s, m: torch.softmax(s.masked_fill(~m, -1e9), dim=-1) * m)
+    _rejects(verdict, "case 6/7 (float16 scores", "raised RuntimeError", "65504", "-inf")
+
+
+@pytest.mark.parametrize(
+    "right",
+    [
+        _shift_by_zero,
+        _filled_then_nan_to_num,
+        lambda s, m: torch.softmax(s.masked_fill(~m, torch.finfo(s.dtype).min), -1) * m,
+    ],
+)
+def test_masked_softmax_in_float16_matches_the_package(right: Callable) -> None:
+    """The float16 case is exact however a right answer computes (one allowed key or none
+    per row), also on the grader's variants of it, whose scores differ."""
+    (case,) = [case for case in _MASKED_SOFTMAX_CASES if "float16" in case.name]
+    for seed in range(5):
+        scores, mask = seeded_args(case, seed)
+        assert scores.dtype == torch.float16
+        weights = right(scores, mask)
+        assert torch.equal(weights.double(), attnbook.masked_softmax(scores, mask).double())
 
 
 # -------------------------------------------------- calling the library instead

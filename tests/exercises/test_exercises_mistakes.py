@@ -173,6 +173,18 @@ def test_masked_attention_mistakes(wrong: Callable, mistake: str) -> None:
     _rejects(check_masked_attention(wrong), mistake)
 
 
+def test_masked_attention_tells_a_minus_1e9_fill_from_a_finite_penalty() -> None:
+    """A fill replaces the blocked scores, a penalty lowers them: each gets its own hint."""
+    filled = check_masked_attention(lambda q, k, v, m: _fill(q, k, v, m, -1e9))
+    _rejects(filled, "a large finite number (-1e9)", "score below -1e9")
+    assert "pushes a blocked score down" not in filled.message
+    penalised = check_masked_attention(
+        lambda q, k, v, m: torch.softmax(_scores(q, k) + (1 - m.double()) * -10000, -1) @ v
+    )
+    _rejects(penalised, "a finite penalty", "pushes a blocked score down")
+    assert "score below -1e9" not in penalised.message
+
+
 def _fill_additive(q, k, v, additive):
     return torch.softmax(_scores(q, k) + additive, -1) @ v
 

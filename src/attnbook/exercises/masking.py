@@ -86,8 +86,9 @@ def _scores_favour_the_future() -> tuple[torch.Tensor, ...]:
 def _huge_scores_favour_the_future() -> tuple[torch.Tensor, ...]:
     """Scores of about -4e9 .. 0 where every blocked key scores higher than every allowed one.
 
-    Only ``-inf`` blocks exactly: a finite penalty (``-1e9``, ``-10000``) leaves the
-    blocked keys the best matches, and a softmax taken before masking puts all
+    Only ``-inf`` blocks exactly: a finite penalty (``-10000``) leaves the blocked
+    keys the best matches, a fill with ``-1e9`` puts them above the allowed keys
+    (which score below -1e9 here), and a softmax taken before masking puts all
     of its weight on them, so the allowed weights underflow to 0.
     """
     query = torch.ones(4, 2, dtype=torch.float64)  # (T, d_k)
@@ -176,7 +177,15 @@ def _right_answer(
     return torch.softmax(_scaled_scores(q, k).masked_fill(~m, float("-inf")), dim=-1) @ v
 
 
-_FINITE_HINT = (
+_FINITE_FILL_HINT = (
+    "-1e9 is low only next to ordinary scores: here a query with a blocked key may attend only "
+    "to keys that score below -1e9 (about -1.4e9 to -4.2e9), so its blocked keys, filled with "
+    "-1e9, score higher and take the softmax's weight. (In float16, -1e9 does not even fit: "
+    "masked_fill raises.) Fill with float('-inf'): it is below every score, and "
+    "exp(-inf) = 0 exactly."
+)
+
+_FINITE_PENALTY_HINT = (
     "A finite penalty only pushes a blocked score down by that much: here the blocked keys "
     "score higher than the allowed ones by more than any such penalty, so they still win the "
     "softmax. (A query with no allowed key would also get a uniform average of the blocked "
@@ -185,11 +194,15 @@ _FINITE_HINT = (
 )
 
 _MASKED_MISTAKES = [
-    Mistake("filling blocked scores with a large finite number (-1e9)", _finite_fill, _FINITE_HINT),
+    Mistake(
+        "filling blocked scores with a large finite number (-1e9)",
+        _finite_fill,
+        _FINITE_FILL_HINT,
+    ),
     Mistake(
         "adding a finite penalty ((1 - mask) * -10000) to the scores",
         _additive_penalty,
-        _FINITE_HINT,
+        _FINITE_PENALTY_HINT,
     ),
     Mistake(
         "a softmax first, then zeroing the blocked weights and renormalising",
@@ -363,6 +376,16 @@ def _large_scores() -> tuple[torch.Tensor, torch.Tensor]:
     return scores, mask
 
 
+def _half_precision() -> tuple[torch.Tensor, torch.Tensor]:
+    """float16 scores (B, T, S) = (2, 3, 4) and a padding mask of lengths 1 and 0.
+
+    Models are often run in float16, where -1e9 does not fit: ``masked_fill``
+    refuses it. One allowed key per row (weight exactly 1) and empty rows
+    (exactly 0) keep the answer exact in float16, however it is computed.
+    """
+    return randn(524, 2, 3, 4).to(torch.float16), padding_mask([1, 0], 4)
+
+
 _MASKED_SOFTMAX_CASES = [
     Case(
         "4 queries share a mask (1, 5): keys 3 and 4 are padding",
@@ -393,6 +416,13 @@ _MASKED_SOFTMAX_CASES = [
         "Keep the softmax stable: shift each row by its largest *allowed* score before "
         "exponentiating. Unshifted, exp(1000) overflows to inf; shifted by a blocked key's "
         "score, every allowed weight underflows to 0.",
+    ),
+    Case(
+        "float16 scores, a padding mask with lengths 1 and 0",
+        _half_precision,
+        "Models often run in float16, whose largest finite number is 65504: -1e9 does not fit, "
+        "so masked_fill(~mask, -1e9) raises (and a conversion quietly gives -inf). Fill with "
+        "float('-inf'), which every floating-point dtype holds.",
     ),
 ]
 
@@ -499,12 +529,13 @@ _ALL_MASKED_SOFTMAX_MISTAKES = [
 def check_masked_softmax(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> Verdict:
     """Check ``fn(scores, mask) -> weights``: a softmax over the allowed keys, 0 where none is.
 
-    ``scores`` is float64 ``(..., T, S)``, ``mask`` boolean (``True`` = may
-    attend) broadcastable to it. Every row with an allowed key sums to 1 with
-    exact zeros on blocked keys; a fully masked row must be all zeros, not NaN
-    and not uniform (the rule of :func:`attnbook.masked_softmax`). The last case
-    runs the backward pass: the gradient with respect to the scores must match
-    the package's, 0 in a fully masked row and never NaN. An answer that calls
+    ``scores`` is float64 ``(..., T, S)`` (float16 in one case, where ``-1e9``
+    cannot be filled in), ``mask`` boolean (``True`` = may attend) broadcastable
+    to it. Every row with an allowed key sums to 1 with exact zeros on blocked
+    keys; a fully masked row must be all zeros, not NaN and not uniform (the
+    rule of :func:`attnbook.masked_softmax`). The last case runs the backward
+    pass: the gradient with respect to the scores must match the package's, 0
+    in a fully masked row and never NaN. An answer that calls
     ``attnbook.masked_softmax`` fails.
     """
     if not callable(fn):  # checked here, before it is wrapped
