@@ -71,6 +71,7 @@ __all__ = [
     "TranslationTask",
     "associative_recall_task",
     "check_task_fits",
+    "grammar_char_nats",
     "grammar_corpus",
     "grammar_entropy",
     "load_text",
@@ -1153,6 +1154,118 @@ def grammar_entropy() -> GrammarEntropy:
     length += 1 + _P_TRANSITIVE * (tv + 1 + np_len) + (1 - _P_TRANSITIVE) * iv
     length += sum(map(len, _ADVERBS)) / len(_ADVERBS) + len(".\n")
     return GrammarEntropy(h, length)
+
+
+def _pieces(state: tuple) -> list[tuple[str, tuple, float]]:
+    """grammar_corpus's grammar as a machine: from `state`, each (text, next state, probability).
+
+    A state remembers what the rest of the line depends on: the subject's number (which
+    the main verb must agree with, also across a relative clause) and the clause noun's.
+    """
+    kind, *memory = state
+    if kind == "line":
+        return [("The", ("noun phrase", "subject", False, None), 1.0)]
+    if kind == "noun phrase":  # after "the": an adjective or none, then a noun
+        role, had_adjective, subject_plural = memory
+        p_plural = _P_PLURAL if role == "subject" else _P_OBJECT_PLURAL
+        p_noun = 1.0 if had_adjective else 1 - _P_ADJECTIVE
+        out = [
+            (
+                " " + adjective,
+                ("noun phrase", role, True, subject_plural),
+                _P_ADJECTIVE / len(_ADJECTIVES),
+            )
+            for adjective in ([] if had_adjective else _ADJECTIVES)
+        ]
+        for forms in _NOUNS:
+            for plural in (False, True):
+                p = p_noun * (p_plural if plural else 1 - p_plural) / len(_NOUNS)
+                after = {
+                    "subject": ("subject", plural),
+                    "clause": ("clause", subject_plural, plural),
+                    "object": ("adverb",),
+                }[role]
+                out.append((" " + forms[plural], after, p))
+        return out
+    if kind == "subject":  # a relative clause, or the predicate
+        (plural,) = memory
+        out = [(" that the", ("noun phrase", "clause", False, plural), _P_RELATIVE)]
+        return out + [
+            (text, then, p * (1 - _P_RELATIVE)) for text, then, p in _pieces(("predicate", plural))
+        ]
+    if kind == "clause":  # the clause's verb agrees with the clause's noun
+        subject_plural, plural = memory
+        return [
+            (" " + verb[plural], ("predicate", subject_plural), 1 / len(_TRANSITIVE))
+            for verb in _TRANSITIVE
+        ]
+    if kind == "predicate":  # the main verb agrees with the subject
+        (plural,) = memory
+        p_transitive = _P_TRANSITIVE / len(_TRANSITIVE)
+        p_intransitive = (1 - _P_TRANSITIVE) / len(_INTRANSITIVE)
+        out = [
+            (f" {verb[plural]} the", ("noun phrase", "object", False, None), p_transitive)
+            for verb in _TRANSITIVE
+        ]
+        return out + [(" " + verb[plural], ("adverb",), p_intransitive) for verb in _INTRANSITIVE]
+    if kind == "adverb":
+        return [
+            (adverb + ".\n", ("line",), _ADVERBS.count(adverb) / len(_ADVERBS))
+            for adverb in dict.fromkeys(_ADVERBS)
+        ]
+    raise AssertionError(state)  # pragma: no cover
+
+
+def grammar_char_nats(text: str) -> list[float]:
+    """What a perfect model of grammar_corpus pays for each character of `text`, in nats.
+
+    The value for a character is ``-ln p(character | its line so far)`` under
+    the grammar: the loss of a model that knows the grammar exactly and where
+    the line began. Lines are independent, so nothing before a line tells more.
+    Averaged over whole lines drawn from the grammar, these values tend to
+    ``grammar_entropy().nats_per_char``; averaged over a chosen set of positions
+    (those a model was scored on), they are the floor for that set, which can
+    differ: a line's first characters carry more information than its last.
+
+    Args:
+        text: text of grammar_corpus's grammar that begins at the start of a line
+            (it may end anywhere, e.g. inside a line).
+
+    Returns:
+        One value per character of `text`.
+
+    Raises:
+        ValueError: `text` is not a str, or a character is one the grammar cannot
+            write there (its position is named).
+    """
+    if not isinstance(text, str):
+        raise ValueError(f"text must be a str, got {type(text).__name__}")
+    # Each hypothesis: (state, what is left of the piece being written) -> weight.
+    hypotheses: dict[tuple[tuple, str], float] = {(("line",), ""): 1.0}
+    nats = []
+    for position, char in enumerate(text):
+        ready: dict[tuple[tuple, str], float] = {}
+        pending = list(hypotheses.items())
+        while pending:  # expand every finished piece into the pieces that may follow it
+            (state, rest), weight = pending.pop()
+            if rest:
+                ready[state, rest] = ready.get((state, rest), 0.0) + weight
+            else:
+                pending += [((after, piece), weight * p) for piece, after, p in _pieces(state)]
+        total = sum(ready.values())
+        hypotheses = {}
+        for (state, rest), weight in ready.items():
+            if rest[0] == char:
+                hypotheses[state, rest[1:]] = hypotheses.get((state, rest[1:]), 0.0) + weight
+        matched = sum(hypotheses.values())
+        if matched == 0:
+            raise ValueError(
+                f"text: the grammar cannot write {char!r} at position {position} "
+                f"(after {text[max(0, position - 30) : position]!r})"
+            )
+        nats.append(math.log(total / matched))
+        hypotheses = {key: weight / matched for key, weight in hypotheses.items()}
+    return nats
 
 
 # ----------------------------------------------------------------------------------------

@@ -369,6 +369,76 @@ def test_grammar_entropy_matches_the_generator() -> None:
     assert round(exact.nats_per_char, 3) == 0.327
 
 
+def test_grammar_char_nats_add_up_to_each_line_s_probability() -> None:
+    """Character by character, a line costs what parse_sentence says the whole line costs.
+
+    The two are computed apart: one parses words, the other follows the grammar one
+    character at a time, summing over every way a prefix can go on.
+    """
+    import math
+
+    from attnbook.data import grammar_char_nats, grammar_corpus, parse_sentence
+
+    text = grammar_corpus(500, seed=2)
+    nats = grammar_char_nats(text)
+    assert len(nats) == len(text)
+    assert nats[:3] == [0.0, 0.0, 0.0]  # every line begins "The"
+    start = 0
+    for line in text.splitlines(keepends=True):
+        cost = sum(nats[start : start + len(line)])
+        assert cost == pytest.approx(-parse_sentence(line[:-1]).log_prob, abs=1e-9), line
+        start += len(line)
+    # "The cat runs." by hand, as in test_the_exact_probability_of_one_sentence
+    expected = 0.5 * (0.6 / 7) * 0.7 * (0.5 / 4) * (2 / 5)
+    assert sum(grammar_char_nats("The cat runs.\n")) == pytest.approx(-math.log(expected))
+
+
+def test_grammar_char_nats_average_to_the_entropy_over_whole_lines() -> None:
+    import numpy as np
+
+    from attnbook.data import grammar_char_nats, grammar_corpus, grammar_entropy
+
+    text = grammar_corpus(20000, seed=1)
+    per_line = np.add.reduceat(
+        grammar_char_nats(text), np.r_[0, np.cumsum([len(x) + 1 for x in text.splitlines()])[:-1]]
+    )
+    exact = grammar_entropy().nats_per_char
+    mean = per_line.sum() / len(text)
+    error = per_line.std() / np.sqrt(len(per_line)) / grammar_entropy().chars_per_sentence
+    assert abs(mean - exact) < 4 * error
+
+
+def test_grammar_char_nats_cost_more_early_in_a_line() -> None:
+    """The floor for a set of positions depends on where in their lines they are."""
+    from attnbook.data import grammar_char_nats, grammar_corpus
+
+    text = grammar_corpus(2000, seed=3)
+    nats = grammar_char_nats(text)
+    column = [len(text[: i + 1].rsplit("\n", 1)[-1]) for i in range(len(text))]
+    early = [n for n, c in zip(nats, column, strict=True) if c <= 16]
+    late = [n for n, c in zip(nats, column, strict=True) if c > 32]
+    assert sum(early) / len(early) > 1.15 * sum(late) / len(late)  # 0.35 against 0.28
+
+
+@pytest.mark.parametrize(
+    ("text", "position"),
+    [
+        ("The cats runs.\n", 12),  # the verb's number
+        ("the cat runs.\n", 0),  # no capital
+        ("cat runs.\n", 0),  # not the start of a line
+        ("The cat runs.\nThe dog.\n", 21),  # a second line without a verb
+        ("The dog that the cats sees runs.\n", 25),  # the clause's verb
+    ],
+)
+def test_grammar_char_nats_name_what_the_grammar_cannot_write(text: str, position: int) -> None:
+    from attnbook.data import grammar_char_nats
+
+    with pytest.raises(ValueError, match=f"cannot write {text[position]!r} at position {position}"):
+        grammar_char_nats(text)
+    with pytest.raises(ValueError, match="text must be a str"):
+        grammar_char_nats(b"The cat runs.\n")  # type: ignore[arg-type]
+
+
 # ------------------------------------------------------------ bad ids and files (fuzzing report B)
 
 
