@@ -79,7 +79,7 @@ def test_the_additive_answer_has_right_values_but_a_nan_gradient() -> None:
 @pytest.mark.parametrize("wrong", [_additive_then_nan_to_num, _additive_then_where])
 def test_masked_softmax_with_a_nan_gradient_fails(wrong: Callable) -> None:
     verdict = check_masked_softmax(wrong)
-    _rejects(verdict, "case 7/7", "gradient", "NaN")
+    _rejects(verdict, "case 8/8", "gradient", "NaN")
     if wrong is _additive_then_nan_to_num:
         assert "an additive -inf mask, then nan_to_num" in verdict.message
 
@@ -88,7 +88,7 @@ def test_masked_softmax_with_a_nan_gradient_fails(wrong: Callable) -> None:
 def test_masked_softmax_with_a_finite_gradient_passes(right: Callable) -> None:
     verdict = check_masked_softmax(right)
     assert verdict, verdict.message
-    assert "all 7 hidden cases pass" in verdict.message
+    assert "all 8 hidden cases pass" in verdict.message
 
 
 def test_masked_softmax_that_cannot_be_differentiated_fails() -> None:
@@ -97,21 +97,21 @@ def test_masked_softmax_that_cannot_be_differentiated_fails() -> None:
 
     verdict = check_masked_softmax(detached)
     assert not verdict
-    assert "case 7/7" in verdict.message
+    assert "case 8/8" in verdict.message
     assert "autograd" in verdict.message
 
 
 def test_forward_failures_count_the_backward_case() -> None:
     verdict = check_masked_softmax(lambda s, m: torch.softmax(s.masked_fill(~m, -1e9), -1))
-    _rejects(verdict, "/7 (")
-    assert verdict.n_cases == 7
+    _rejects(verdict, "/8 (")
+    assert verdict.n_cases == 8
 
 
 def test_masked_softmax_filled_with_minus_1e9_fails_in_float16() -> None:
     """-1e9, with the blocked weights zeroed afterwards, passes every float64 case; but -1e9
     does not fit in float16 (the chapter's argument against it), so masked_fill refuses it."""
     verdict = check_masked_softmax(lambda s, m: torch.softmax(s.masked_fill(~m, -1e9), dim=-1) * m)
-    _rejects(verdict, "case 6/7 (float16 scores", "raised RuntimeError", "65504", "-inf")
+    _rejects(verdict, "case 6/8 (float16 scores", "raised RuntimeError", "65504", "-inf")
 
 
 @pytest.mark.parametrize(
@@ -131,6 +131,77 @@ def test_masked_softmax_in_float16_matches_the_package(right: Callable) -> None:
         assert scores.dtype == torch.float16
         weights = right(scores, mask)
         assert torch.equal(weights.double(), attnbook.masked_softmax(scores, mask).double())
+
+
+def _filled_with_minus_1e4(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return torch.softmax(scores.masked_fill(~mask, -1e4), dim=-1) * mask
+
+
+def _filled_with_minus_1e4_then_where(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    weights = torch.softmax(scores.masked_fill(~mask, -1e4), dim=-1)
+    return torch.where(mask.any(dim=-1, keepdim=True), weights, 0.0)
+
+
+def _penalised_by_1e9_then_where(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    weights = torch.softmax(scores + (1 - mask.to(scores.dtype)) * -1e9, dim=-1)
+    return torch.where(mask.any(dim=-1, keepdim=True), weights, 0.0)
+
+
+_FAR_BELOW = "case 7/8 (allowed scores far below -1e4"
+
+
+def test_masked_softmax_filled_with_minus_1e4_fails() -> None:
+    """-1e4 fits in float16 and blocks while the allowed scores stay well above it; the case
+    whose allowed scores lie far below -1e4 rejects it, naming the mistake."""
+    verdict = check_masked_softmax(_filled_with_minus_1e4)
+    _rejects(verdict, _FAR_BELOW, "this looks like a finite fill or penalty (-1e4)", "-inf")
+
+
+@pytest.mark.parametrize("wrong", [_filled_with_minus_1e4_then_where, _penalised_by_1e9_then_where])
+def test_masked_softmax_with_other_finite_blocks_fails(wrong: Callable) -> None:
+    """Empty rows zeroed otherwise, or a penalty of 1e9: the case's own hint, which says why."""
+    verdict = check_masked_softmax(wrong)
+    _rejects(verdict, _FAR_BELOW, "A finite number is not below every score", "float('-inf')")
+
+
+@pytest.mark.parametrize(
+    "right",
+    [
+        _shift_by_zero,
+        _filled_then_nan_to_num,
+        attnbook.masked_softmax,
+        lambda s, m: torch.softmax(s.masked_fill(~m, torch.finfo(s.dtype).min), -1) * m,
+    ],
+)
+def test_masked_softmax_far_below_minus_1e4_is_exact(right: Callable) -> None:
+    """The case is exact however a right answer computes, also on the grader's variants;
+    and on each variant the allowed scores stay below -1e4 and the blocked ones above 1e9,
+    so a fill of -1e4 or a penalty of 1e9 stays wrong."""
+    (case,) = [case for case in _MASKED_SOFTMAX_CASES if "far below -1e4" in case.name]
+    for seed in range(20):
+        scores, mask = case.make_args() if seed == 0 else seeded_args(case, seed)
+        assert scores.dtype == torch.float64
+        assert bool(mask.any(dim=-1).all())  # every row has an allowed key
+        assert bool((scores[mask] < -5e4).all())
+        assert bool((scores[~mask] > 1.5e9).all())
+        expected = attnbook.masked_softmax(scores, mask)
+        torch.testing.assert_close(right(scores, mask), expected, rtol=1e-12, atol=1e-15)
+        for wrong in (_filled_with_minus_1e4, _penalised_by_1e9_then_where):
+            assert not torch.allclose(wrong(scores, mask), expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "right",
+    [
+        _shift_by_zero,
+        _filled_then_nan_to_num,
+        lambda s, m: torch.softmax(s.masked_fill(~m, torch.finfo(s.dtype).min), -1) * m,
+    ],
+)
+def test_masked_softmax_right_answers_pass_every_case(right: Callable) -> None:
+    verdict = check_masked_softmax(right)
+    assert verdict, verdict.message
+    assert verdict.n_cases == 8
 
 
 # -------------------------------------------------- calling the library instead

@@ -376,6 +376,15 @@ def _large_scores() -> tuple[torch.Tensor, torch.Tensor]:
     return scores, mask
 
 
+_FAR_BELOW_HINT = (
+    "A finite number is not below every score: here the allowed scores (about -1e5 to -3e5) "
+    "lie below -1e4, and the blocked keys score about 3e9, so a blocked key filled with -1e4, "
+    "or lowered by a penalty of 1e4 (or even 1e9), still outscores the allowed keys and takes "
+    "the softmax's weight. Set the blocked scores to float('-inf'): it is below every score, "
+    "at any scale and in every dtype."
+)
+
+
 def _half_precision() -> tuple[torch.Tensor, torch.Tensor]:
     """float16 scores (B, T, S) = (2, 3, 4) and a padding mask of lengths 1 and 0.
 
@@ -384,6 +393,22 @@ def _half_precision() -> tuple[torch.Tensor, torch.Tensor]:
     (exactly 0) keep the answer exact in float16, however it is computed.
     """
     return randn(524, 2, 3, 4).to(torch.float16), padding_mask([1, 0], 4)
+
+
+def _scores_far_below_minus_1e4() -> tuple[torch.Tensor, torch.Tensor]:
+    """Allowed scores of about -1e5 .. -3e5, blocked scores of about 3e9: (B, T, S) = (2, 3, 5).
+
+    Only ``-inf`` blocks here. A fill with ``-1e4`` (which fits in float16) sits
+    above every allowed score, and a penalty of ``1e4``, or even ``1e9``, leaves
+    a blocked key far above them: either way the blocked keys take the weight and
+    the allowed ones underflow to 0. Every row has an allowed key; the grader's
+    variants (each score times about 1 +- 0.1) keep the signs and the gaps, so
+    this stays true, and the right weights stay exact (at worst one-hot).
+    """
+    mask = combine_masks(causal_mask(3, 5), padding_mask([5, 2], 5))  # (B, T, S)
+    offsets = -1e5 * torch.arange(1, 4, dtype=torch.float64)[:, None]  # (T, 1): -1e5, -2e5, -3e5
+    allowed = offsets + randn(525, 2, 3, 5)  # (B, T, S)
+    return torch.where(mask, allowed, 3e9), mask
 
 
 _MASKED_SOFTMAX_CASES = [
@@ -424,6 +449,11 @@ _MASKED_SOFTMAX_CASES = [
         "so masked_fill(~mask, -1e9) raises (and a conversion quietly gives -inf). Fill with "
         "float('-inf'), which every floating-point dtype holds.",
     ),
+    Case(
+        "allowed scores far below -1e4 (about -1e5 to -3e5), blocked keys far above (3e9)",
+        _scores_far_below_minus_1e4,
+        _FAR_BELOW_HINT,
+    ),
 ]
 
 
@@ -445,6 +475,15 @@ _MASKED_SOFTMAX_MISTAKES = [
         "With -1e9 (or torch.finfo(dtype).min) a fully masked row has equal scores, so its "
         "weights are uniform over keys it may not see: it attends to padding. Use -inf and "
         "give rows with no allowed key weights 0.",
+    ),
+    Mistake(
+        "a finite fill or penalty (-1e4) instead of -inf, with the blocked weights zeroed after",
+        lambda scores, mask: torch.softmax(scores.masked_fill(~mask, -1e4), dim=-1) * mask,
+        "-1e4 fits in float16, but it is not below every score: when the allowed scores lie "
+        "below it, or the blocked keys score higher than the allowed ones by more than the "
+        "penalty, the blocked keys take the softmax's weight, the allowed weights underflow to "
+        "0, and zeroing the blocked ones leaves a row of zeros. Fill with float('-inf') before "
+        "the softmax, and give only the rows with no allowed key weights 0.",
     ),
     Mistake(
         "an inverted mask (blocking where the mask is True)",
@@ -530,9 +569,11 @@ def check_masked_softmax(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor
     """Check ``fn(scores, mask) -> weights``: a softmax over the allowed keys, 0 where none is.
 
     ``scores`` is float64 ``(..., T, S)`` (float16 in one case, where ``-1e9``
-    cannot be filled in), ``mask`` boolean (``True`` = may attend) broadcastable
-    to it. Every row with an allowed key sums to 1 with exact zeros on blocked
-    keys; a fully masked row must be all zeros, not NaN and not uniform (the
+    cannot be filled in; in another the allowed scores lie far below ``-1e4``
+    and the blocked ones far above them, so no finite fill or penalty of that
+    size blocks), ``mask`` boolean (``True`` = may attend) broadcastable to it.
+    Every row with an allowed key sums to 1 with exact zeros on blocked keys;
+    a fully masked row must be all zeros, not NaN and not uniform (the
     rule of :func:`attnbook.masked_softmax`). The last case runs the backward
     pass: the gradient with respect to the scores must match the package's, 0
     in a fully masked row and never NaN. An answer that calls
