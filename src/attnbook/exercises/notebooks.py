@@ -35,7 +35,6 @@ attnbook`` needs neither.
 from __future__ import annotations
 
 import ast
-import atexit
 import os
 import re
 import warnings
@@ -347,22 +346,21 @@ def run_notebook(
         client = notebook_client(
             nb, kernel_name=kernel_name, timeout=timeout, cwd=cwd, **client_options
         )
-        try:
-            # cleanup_kc: shut the kernel down afterwards, even one whose manager was given (km=).
-            client.execute(cleanup_kc=True, env=kernel_env(env), **streams)
+        if client.km is None:
+            client.km = client.create_kernel_manager()
+        try:  # started here, before execute(): a kernel that dies now has run no cell
+            client.start_new_kernel(env=kernel_env(env), **streams)
+            client.start_new_kernel_client()
         except RuntimeError as error:
-            # DeadKernelError, a subclass, is a kernel that died while running a cell: not retried.
-            if type(error) is not RuntimeError or not str(error).startswith(DIED_AT_START):
-                raise
-            # nbclient leaves its exit hook for a kernel it already cleaned up: it would fail.
-            atexit.unregister(client._cleanup_kernel)
-            if start == starts:
+            if not str(error).startswith(DIED_AT_START) or start == starts:
                 raise
             warnings.warn(
                 f"{error}: a new kernel was started once more (the dead one's stderr may say why)",
                 RuntimeWarning,
                 stacklevel=2,
             )
-        else:
-            return nb
+            continue
+        # cleanup_kc: shut the kernel down afterwards, even one whose manager was given (km=).
+        client.execute(cleanup_kc=True)
+        return nb
     raise AssertionError("unreachable")  # pragma: no cover
