@@ -216,6 +216,16 @@ def test_the_ref_is_the_one_of_config_and_can_be_a_commit(tmp_path: Path) -> Non
             sync_repo_url.package_ref(tmp_path)
 
 
+def test_the_launch_buttons_open_the_notebooks_of_the_installed_ref() -> None:
+    """The book's Colab and Binder buttons open the notebooks at `repository: branch:`; the
+    Colab cell installs the package at `package_ref:`. They must be the same ref: notebooks of
+    a moving branch could call a checker that the pinned package does not have."""
+    import yaml
+
+    repository = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))["repository"]
+    assert str(repository.get("branch")) == REF, (repository.get("branch"), REF)
+
+
 def test_the_cell_runs_no_ipython_magic() -> None:
     python = TransformerManager().transform_cell(sync_repo_url.colab_cell_source(URL, None))
     assert "get_ipython()" not in python, "a magic's failure would not stop the notebook"

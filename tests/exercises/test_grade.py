@@ -852,6 +852,26 @@ def test_unsafe_mode_warns_and_still_grades(
     assert "missing" in out.getvalue()
 
 
+def test_output_folders_are_made_and_unused_points_are_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--json out/grades.json` with no out/ yet writes there; a points label that no
+    auto-checked exercise has (a typo, an open exercise) is named, not silently ignored."""
+    monkeypatch.setattr(sandbox, "bwrap_available", lambda: False)
+    notebook = _mini(tmp_path / "zoe" / "02_softmax.ipynb", IMPORTS, WRONG_SOFTMAX)
+    course = tmp_path / "course.yml"
+    course.write_text("points:\n  default: 1\n  exercises:\n    ex-ch02-temprature: 3\n")
+    out_file = tmp_path / "out" / "deeper" / "grades.json"
+    err = io.StringIO()
+    with redirect_stderr(err), redirect_stdout(io.StringIO()):
+        argv = [str(notebook), "--unsafe-no-sandbox", "--skip-run", "--course", str(course)]
+        code = grade.main([*argv, "--json", str(out_file)])
+    assert code == 0
+    assert json.loads(out_file.read_text(encoding="utf-8"))
+    assert out_file.with_suffix(".state.jsonl").is_file()
+    assert "no auto-checked exercise is labelled ex-ch02-temprature" in err.getvalue()
+
+
 # ------------------------------------------------------------------ pieces, no sandbox
 
 

@@ -874,6 +874,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             default_points, points = load_points(args.course)
         except (OSError, ValueError) as exc:
             parser.error(f"--course: {exc}")
+        graded = {label for chapter in catalog.CHAPTERS for _, label in chapter.exercises}
+        if unused := sorted(set(points) - graded):
+            print(
+                f"warning: --course: no auto-checked exercise is labelled {', '.join(unused)}: "
+                "the grader never uses these points (a typo, or an exercise graded by hand?)",
+                file=sys.stderr,
+            )
     if args.unsafe_no_sandbox:
         print(
             "warning: --unsafe-no-sandbox: submissions run as plain processes of your user, "
@@ -900,6 +907,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     output = args.json or args.csv or args.gradebook
     state = args.state or (Path(output).with_suffix(".state.jsonl") if output else None)
+    for path in (args.json, args.csv, args.gradebook, state):
+        if path:  # out/grades.json with no out/ yet: made now, not a crash after the grading
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
 
     def write(records: list[GradeRecord]) -> None:
         if args.json:
