@@ -16,6 +16,9 @@ The notebooks run in the kernel of .venv that `make venv` registers as
 whose kernelspec names any other kernel with an "Unrecognized runtime" warning,
 while `make lab` offers only the ``attnbook`` kernel, which JupyterLab then
 picks for these Python notebooks.
+
+PyTorch computes with its AVX2 kernels, on any x86-64 CPU that has them (AVX-512 ones
+included): tools/notebooks.py's CPU_KERNELS_ENV says why, and nbval asks for the same.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from pathlib import Path
 
 import nbformat
 
-from tools.notebooks import KERNEL_NAME, TIMEOUT_S, run_notebook
+from tools.notebooks import KERNEL_NAME, TIMEOUT_S, book_kernel_env, run_notebook
 
 NOTEBOOK_KERNELSPEC = {"display_name": "Python 3", "language": "python", "name": "python3"}
 
@@ -85,7 +88,7 @@ def _check_kernel() -> None:
 
 
 def execute(path: Path) -> None:
-    nb = run_notebook(path, kernel_name=KERNEL_NAME, timeout=TIMEOUT_S)
+    nb = run_notebook(path, kernel_name=KERNEL_NAME, timeout=TIMEOUT_S, env=book_kernel_env())
     for cell in nb.cells:
         cell.metadata.pop("execution", None)
         if cell.cell_type == "code":

@@ -71,7 +71,7 @@ from urllib.parse import quote
 import nbformat
 
 from tools import course, exercise_inventory, sync_repo_url
-from tools.notebooks import KERNEL_ENV, TIMEOUT_S
+from tools.notebooks import KERNEL_ENV, TIMEOUT_S, book_kernel_env
 
 ROOT = Path(__file__).resolve().parent.parent
 CONSTRAINTS = ROOT / "requirements.txt"
@@ -242,7 +242,10 @@ def local_requirement(requirement: str, url: str, local: Path, ref: str | None =
 
 
 def kernel_env(python: Path, hf_home: Path) -> dict[str, str]:
-    """The kernel's environment: the learner's bin/ first, nothing pointing at .venv or src/."""
+    """The kernel's environment: the learner's bin/ first, nothing pointing at .venv or src/.
+
+    PyTorch's CPU kernels are the stored outputs' (tools/notebooks.py: CPU_KERNELS_ENV).
+    """
     env = {key: value for key, value in os.environ.items() if key not in KERNEL_ENV_DROP}
     keep = [
         entry
@@ -257,7 +260,7 @@ def kernel_env(python: Path, hf_home: Path) -> dict[str, str]:
     # torch, IPython and the rest again: 8 short chapters, two at a time, took 58 s, against
     # 43 s with the bytecode kept.
     env.pop("PYTHONDONTWRITEBYTECODE", None)
-    return {**env, **KERNEL_ENV}
+    return {**book_kernel_env(env), **KERNEL_ENV}  # the CPU kernels of the stored outputs
 
 
 def write_kernelspec(python: Path, jupyter_path: Path) -> dict[str, str]:

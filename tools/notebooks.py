@@ -6,6 +6,12 @@ is not; the tools import it from here, with the book's own kernel settings.
 
 from __future__ import annotations
 
+import os
+import platform
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
 from attnbook.exercises.notebooks import (
     KERNEL_ENV,
     OPTION_LINE,
@@ -24,15 +30,18 @@ from attnbook.exercises.notebooks import (
 )
 
 __all__ = [
+    "CPU_KERNELS_ENV",
     "KERNEL_ENV",
     "KERNEL_NAME",
     "OPTION_LINE",
     "TIMEOUT_S",
     "Block",
     "Exercise",
+    "book_kernel_env",
     "checker_calls",
     "directive_blocks",
     "exercises",
+    "has_avx2",
     "kernel_env",
     "notebook_blocks",
     "notebook_client",
@@ -44,3 +53,40 @@ __all__ = [
 
 KERNEL_NAME = "attnbook"  # the kernel of .venv, registered by `make venv` (see the Makefile)
 TIMEOUT_S = 600  # seconds per cell
+
+# The kernels that PyTorch computes with on the CPU, for every run whose outputs are stored or
+# compared (`make execute`, nbval, the learner step). PyTorch picks its vectorised kernels by
+# what the CPU offers, AVX2 or AVX-512 on x86-64, and the two sum in different orders: their
+# last bits differ, a training run drifts, and the printed accuracies and samples differ in
+# their digits (chapters 7 and 10-13 did, between two kinds of 2-core AMD EPYC machines).
+# The stored outputs are made with the AVX2 kernels; these variables ask for them on a CPU
+# that has AVX-512 too. oneDNN, which runs some of PyTorch's CPU operators, picks its own
+# kernels the same way. A learner's run needs none of this: its numbers may differ in the
+# last digits, and the chapters' checks allow for that.
+CPU_KERNELS_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+
+
+def has_avx2(cpuinfo: str | None = None) -> bool:
+    """Whether this x86-64 Linux machine's CPU has AVX2 (`cpuinfo`: /proc/cpuinfo's text).
+
+    False elsewhere (ARM, macOS, Windows): there PyTorch has no AVX2 kernels to ask for, and
+    ATEN_CPU_CAPABILITY=avx2 would print a warning into every chapter's first output.
+    """
+    if cpuinfo is None:
+        if platform.machine().lower() not in ("x86_64", "amd64"):
+            return False
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return False
+    return re.search(r"^flags\s*:.*\bavx2\b", cpuinfo, flags=re.MULTILINE) is not None
+
+
+def book_kernel_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of a kernel whose outputs are stored or compared with stored ones.
+
+    `env` (default: this process's) with KERNEL_ENV, and CPU_KERNELS_ENV where the CPU has
+    AVX2, added where unset: a variable set by hand wins.
+    """
+    pins = CPU_KERNELS_ENV if has_avx2() else {}
+    return {**KERNEL_ENV, **pins, **(os.environ if env is None else env)}

@@ -65,7 +65,7 @@ from pathlib import Path
 import nbformat
 
 from tools import learner_path
-from tools.notebooks import KERNEL_ENV
+from tools.notebooks import book_kernel_env
 from tools.page_checks import CHROMIUM
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -78,7 +78,8 @@ PYTEST_NO_TESTS = 5  # pytest's exit status when it collected nothing
 PAGE_WEIGHT = REPORTS / "page-weight.json"
 
 PYTEST = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider"]
-NBVAL_ENV = KERNEL_ENV  # as tools/execute_notebooks.py: no downloads, no progress bars
+# As tools/execute_notebooks.py: no downloads, no progress bars, the stored outputs' CPU kernels.
+NBVAL_ENV = book_kernel_env({})
 
 
 @dataclass

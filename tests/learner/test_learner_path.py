@@ -23,7 +23,7 @@ import nbformat
 import pytest
 from packaging.requirements import Requirement
 
-from tools import learner_path, sync_repo_url
+from tools import learner_path, notebooks, sync_repo_url
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -237,3 +237,51 @@ def test_a_chapter_whose_own_cell_fails_is_not_run_again(tmp_path: Path) -> None
     assert "ZeroDivisionError" in result.error
     assert result.restarted is None
     assert mark.read_text() == "x"  # one kernel
+
+
+X86_FLAGS = "processor\t: 0\nflags\t\t: fpu sse sse2 avx fma {extra}\nbogomips\t: 4890\n"
+
+
+def test_the_cpu_kernels_are_asked_for_only_where_the_cpu_has_avx2() -> None:
+    assert notebooks.has_avx2(X86_FLAGS.format(extra="avx2 bmi2"))
+    assert notebooks.has_avx2(X86_FLAGS.format(extra="avx2 avx512f avx512bw"))
+    assert not notebooks.has_avx2(X86_FLAGS.format(extra="avx512_vnni"))  # no word avx2
+    assert not notebooks.has_avx2("processor\t: 0\nFeatures\t: fp asimd avx2x\n")  # no flags
+    assert not notebooks.has_avx2("model name\t: avx2 in a name\nflags\t\t: fpu sse\n")
+
+
+def test_every_kernel_that_makes_or_compares_outputs_gets_the_same_cpu_kernels(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """make execute, nbval and the learner step: PyTorch's AVX2 kernels where there are any."""
+    monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    monkeypatch.setattr(notebooks, "has_avx2", lambda: True)
+    pins = notebooks.CPU_KERNELS_ENV
+    assert pins["ATEN_CPU_CAPABILITY"] == "avx2"
+    learner = learner_path.kernel_env(Path(sys.executable), tmp_path / "hf_home")
+    for env in (notebooks.book_kernel_env(), notebooks.book_kernel_env({}), learner):
+        assert {key: env.get(key) for key in pins} == pins
+        assert env["HF_HUB_OFFLINE"] == "1"  # KERNEL_ENV too
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "default")  # set by hand: it wins
+    assert notebooks.book_kernel_env()["ATEN_CPU_CAPABILITY"] == "default"
+    monkeypatch.setattr(notebooks, "has_avx2", lambda: False)  # ARM, macOS: nothing asked
+    assert not set(pins) & set(notebooks.book_kernel_env({}))
+
+
+@pytest.mark.skipif(not notebooks.has_avx2(), reason="the CPU has no AVX2 kernels to ask for")
+def test_pytorch_takes_the_cpu_kernels_it_is_asked_for() -> None:
+    """The variables' names and values are ones this PyTorch reads (a wrong one: a warning)."""
+    code = "import torch; print(torch.backends.cpu.get_cpu_capability())"
+    for env, expected in (
+        (notebooks.CPU_KERNELS_ENV, "AVX2"),
+        ({"ATEN_CPU_CAPABILITY": "default"}, "DEFAULT"),
+    ):
+        done = subprocess.run(
+            [sys.executable, "-c", code],
+            env={**os.environ, **env},
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert (done.stdout.strip(), done.stderr) == (expected, "")
