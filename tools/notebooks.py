@@ -58,11 +58,12 @@ TIMEOUT_S = 600  # seconds per cell
 # compared (`make execute`, nbval, the learner step). PyTorch picks its vectorised kernels by
 # what the CPU offers, AVX2 or AVX-512 on x86-64, and the two sum in different orders: their
 # last bits differ, a training run drifts, and the printed accuracies and samples differ in
-# their digits (chapters 7 and 10-13 did, between two kinds of 2-core AMD EPYC machines).
-# The stored outputs are made with the AVX2 kernels; these variables ask for them on a CPU
-# that has AVX-512 too. oneDNN, which runs some of PyTorch's CPU operators, picks its own
-# kernels the same way. A learner's run needs none of this: its numbers may differ in the
-# last digits, and the chapters' checks allow for that.
+# their digits. Chapters 7 and 10-13 drifted so between two kinds of 2-core AMD EPYC machine
+# (benchmarks/RESULTS.md, 6 December 2026); what the other kind ran was not recorded. The
+# stored outputs are made with the AVX2 kernels; these variables ask for them on a CPU that
+# has AVX-512 too. oneDNN, which runs some of PyTorch's CPU operators, picks its own kernels
+# the same way. A learner's run needs none of this: its numbers may differ in the last
+# digits, and the chapters' checks allow for that.
 CPU_KERNELS_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
 
 
