@@ -872,6 +872,64 @@ def test_output_folders_are_made_and_unused_points_are_named(
     assert "no auto-checked exercise is labelled ex-ch02-temprature" in err.getvalue()
 
 
+SET_COURSE = """\
+points:
+  default: 2
+assignment_sets:
+  - title: "Softmax week"
+    parts:
+      - title: "Temperature"
+        chapters: [02_softmax]
+        exercises: [ex-ch02-temperature, ex-ch02-sigmoid]
+      - title: "All of chapter 2"
+        chapters: [02_softmax]
+        exercises: auto-checked
+"""
+
+
+def test_grading_for_a_set_makes_its_other_exercises_worth_0(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--set/--part: what the part hands in keeps its points, every other auto-checked exercise
+    counts in no maximum, and the part's exercises without a checker are named."""
+    monkeypatch.setattr(sandbox, "bwrap_available", lambda: False)
+    notebook = _mini(tmp_path / "zoe" / "02_softmax.ipynb", IMPORTS, WRONG_SOFTMAX)
+    course = tmp_path / "course.yml"
+    course.write_text(SET_COURSE)
+    out_file = tmp_path / "grades.json"
+    argv = [str(notebook), "--unsafe-no-sandbox", "--skip-run", "--course", str(course)]
+    argv += ["--json", str(out_file), "--set", "softmax WEEK", "--part", "temperature"]
+    err = io.StringIO()
+    with redirect_stderr(err), redirect_stdout(io.StringIO()):
+        assert grade.main(argv) == 0
+    worth = {r["label"]: r["max_points"] for r in json.loads(out_file.read_text("utf-8"))}
+    assert worth == {"ex-ch02-stable-softmax": 0, "ex-ch02-temperature": 2}
+    assert "1 auto-checked exercise(s) graded: ex-ch02-temperature" in err.getvalue()
+    assert "note: --set: ex-ch02-sigmoid: no auto-checked exercise" in err.getvalue()
+    # The whole set: its second part hands in every auto-checked exercise of chapter 2.
+    out_file.with_suffix(".state.jsonl").unlink()
+    with redirect_stderr(io.StringIO()), redirect_stdout(io.StringIO()):
+        assert grade.main(argv[:-2]) == 0
+    worth = {r["label"]: r["max_points"] for r in json.loads(out_file.read_text("utf-8"))}
+    assert worth == {"ex-ch02-stable-softmax": 2, "ex-ch02-temperature": 2}
+
+
+def test_set_options_without_what_they_need_are_usage_errors(tmp_path: Path) -> None:
+    notebook = _mini(tmp_path / "02_softmax.ipynb", IMPORTS)
+    course = tmp_path / "course.yml"
+    course.write_text(SET_COURSE)
+    for argv, says in (
+        ([str(notebook), "--part", "Temperature"], "--part needs --set"),
+        ([str(notebook), "--set", "Softmax week"], "--set needs --course"),
+        ([str(notebook), "--course", str(course), "--set", "Week 9"], "'Softmax week'"),
+    ):
+        err = io.StringIO()
+        with redirect_stderr(err), pytest.raises(SystemExit) as exit_info:
+            grade.main(argv)
+        assert exit_info.value.code == 2, argv
+        assert says in err.getvalue(), err.getvalue()
+
+
 # ------------------------------------------------------------------ pieces, no sandbox
 
 
@@ -923,6 +981,44 @@ def test_the_course_registry_gives_the_points() -> None:
     assert default == 1
     labels = {label for c in catalog.CHAPTERS for _, label in c.exercises}
     assert set(points) <= labels
+
+
+def test_the_courses_assignment_sets_name_what_is_graded_and_what_by_hand() -> None:
+    course = ROOT / "course.yml"
+    graded, by_hand = grade.load_assignment_set(course, " A one-week INTRODUCTION ")
+    assert graded == {
+        "ex-ch01-score-matrix",
+        "ex-ch02-stable-softmax",
+        "ex-ch03-soft-lookup",
+        "ex-ch04-sdpa",
+    }
+    assert by_hand == ("ex-ch02-sigmoid", "ex-ch04-variance")  # pen and paper
+    week2, _ = grade.load_assignment_set(course, "Three weeks, through training a model", "Week 2")
+    week3, _ = grade.load_assignment_set(course, "Three weeks, through training a model", "Week 3")
+    whole, _ = grade.load_assignment_set(course, "Three weeks, through training a model")
+    assert week2
+    assert week3
+    assert not week2 & week3
+    assert week2 | week3 < whole  # week 1 hands in exercises of its own
+    with pytest.raises(ValueError, match=r"no part of 'Three weeks.*is titled 'Week 9'.*'Week 1'"):
+        grade.load_assignment_set(course, "Three weeks, through training a model", "Week 9")
+
+
+def test_auto_checked_in_a_set_means_every_checked_exercise_of_its_chapters(
+    tmp_path: Path,
+) -> None:
+    course = tmp_path / "course.yml"
+    course.write_text(
+        SET_COURSE.replace("chapters: [02_softmax]\n        exercises: auto", "exercises: auto")
+    )
+    everything, _ = grade.load_assignment_set(course, "Softmax week", "All of chapter 2")
+    assert everything == {label for c in catalog.CHAPTERS for _, label in c.exercises}
+    course.write_text(SET_COURSE)
+    chapter2, _ = grade.load_assignment_set(course, "Softmax week", "All of chapter 2")
+    assert chapter2 == {"ex-ch02-stable-softmax", "ex-ch02-temperature"}
+    course.write_text(SET_COURSE.replace("exercises: auto-checked", "exercises: all of them"))
+    with pytest.raises(ValueError, match="a list of labels or `auto-checked`, got 'all of them'"):
+        grade.load_assignment_set(course, "Softmax week")
 
 
 def test_seeded_cases_differ_from_the_shipped_ones_and_keep_their_kind() -> None:

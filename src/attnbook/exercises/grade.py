@@ -68,7 +68,11 @@ every notebook. The student is the first folder under a folder given on the
 command line (``submissions/alice/02_softmax.ipynb`` -> ``alice``), or the
 file's name without suffix for a file given directly or lying at the top.
 Points come from ``--course course.yml`` (``points: default`` and per
-exercise label), else 1 per exercise.
+exercise label), else 1 per exercise. ``--set TITLE`` (and ``--part TITLE``)
+grades for one of its ``assignment_sets``: every auto-checked exercise that
+the set (or its part) does not hand in is worth 0 points, so it counts in no
+maximum, and the set's exercises without a checker are named, to be graded by
+hand.
 
 The exit status is 0 when grading completed, whatever the learners' results;
 2 for a usage error; 1 when the grading tools are missing (``pip install
@@ -114,6 +118,7 @@ __all__ = [
     "format_table",
     "grade",
     "grade_notebook",
+    "load_assignment_set",
     "load_points",
     "main",
     "write_csv",
@@ -273,6 +278,70 @@ def load_points(course: str | Path) -> tuple[float, dict[str, float]]:
     if not isinstance(default, int | float) or not isinstance(overrides, dict):
         raise ValueError(f"{course}: expected `points: default: N` and `exercises: label: N`")
     return float(default), {str(k): float(v) for k, v in overrides.items()}
+
+
+def load_assignment_set(
+    course: str | Path, title: str, part: str | None = None
+) -> tuple[frozenset[str], tuple[str, ...]]:
+    """The exercises that an assignment set of a course registry hands in.
+
+    A set's parts list their chapters (by file name, ``02_softmax``) and their exercise
+    labels; ``exercises: auto-checked`` means every auto-checked exercise of the part's
+    chapters, or of every chapter when the part names none.
+
+    Args:
+        course: the course registry (``course.yml``), with ``assignment_sets``.
+        title: the set's title (case and surrounding spaces ignored).
+        part: one part's title, the same way (default: every part of the set).
+
+    Returns:
+        ``(auto-checked labels, other labels)``: the labels that the grader grades, and the
+        set's exercises without a checker (pen and paper, open ones), in the set's order.
+
+    Raises:
+        ValueError: no set (or part) has that title (the message lists those there are), or a
+            part's ``exercises`` is neither a list of labels nor ``auto-checked``.
+    """
+    import yaml
+
+    data = yaml.safe_load(Path(course).read_text(encoding="utf-8")) or {}
+    sets = data.get("assignment_sets") or []
+
+    def pick(items: list, wanted: str, what: str) -> dict:
+        found = [item for item in items if _same_title(item.get("title"), wanted)]
+        if not found:
+            titles = "; ".join(repr(item.get("title")) for item in items) or "none"
+            raise ValueError(f"{course}: no {what} is titled {wanted!r} (there are: {titles})")
+        return found[0]
+
+    chosen = pick(sets, title, "assignment set")
+    parts = chosen.get("parts") or []
+    if part is not None:
+        parts = [pick(parts, part, f"part of {chosen.get('title')!r}")]
+    by_chapter = {c.stem: [label for _, label in c.exercises] for c in catalog.CHAPTERS}
+    graded = {label for labels in by_chapter.values() for label in labels}
+    labels: list[str] = []
+    for one in parts:
+        exercises = one.get("exercises") or []
+        if exercises == "auto-checked":
+            chapters = one.get("chapters") or list(by_chapter)
+            labels += [label for stem in chapters for label in by_chapter.get(stem, [])]
+        elif isinstance(exercises, list):
+            labels += [str(label) for label in exercises]
+        else:
+            raise ValueError(
+                f"{course}: part {one.get('title')!r}: expected `exercises:` to be a list of "
+                f"labels or `auto-checked`, got {exercises!r}"
+            )
+    labels = list(dict.fromkeys(labels))
+    return (
+        frozenset(label for label in labels if label in graded),
+        tuple(label for label in labels if label not in graded),
+    )
+
+
+def _same_title(a: object, b: str) -> bool:
+    return isinstance(a, str) and a.strip().casefold() == b.strip().casefold()
 
 
 # ------------------------------------------------------------------ one notebook
@@ -806,6 +875,15 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--gradebook", metavar="FILE", help="write one CSV row per student")
     parser.add_argument("--course", metavar="YAML", help="course.yml: points per exercise label")
     parser.add_argument(
+        "--set",
+        metavar="TITLE",
+        help="grade for this assignment set of --course: its other auto-checked exercises "
+        "are worth 0 points",
+    )
+    parser.add_argument(
+        "--part", metavar="TITLE", help="with --set: only this part of the set (e.g. 'Week 2')"
+    )
+    parser.add_argument(
         "--state",
         metavar="FILE",
         help="append-only state file (default: beside --json, --csv or --gradebook, .state.jsonl)",
@@ -868,6 +946,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         _find(args.submissions)  # a usage error before anything runs
     except ValueError as exc:
         parser.error(str(exc))
+    if args.part and not args.set:
+        parser.error("--part needs --set")
+    if args.set and not args.course:
+        parser.error("--set needs --course, the course.yml that holds the set")
     default_points, points = 1.0, {}
     if args.course:
         try:
@@ -879,6 +961,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(
                 f"warning: --course: no auto-checked exercise is labelled {', '.join(unused)}: "
                 "the grader never uses these points (a typo, or an exercise graded by hand?)",
+                file=sys.stderr,
+            )
+    if args.set:
+        try:
+            assigned, by_hand = load_assignment_set(args.course, args.set, args.part)
+        except (OSError, ValueError) as exc:
+            parser.error(f"--set: {exc}")
+        points |= {label: 0.0 for label in graded - assigned}  # counts in no maximum
+        print(
+            f"--set: {len(assigned)} auto-checked exercise(s) graded: "
+            f"{', '.join(sorted(assigned)) or 'none'}; every other one is worth 0 points",
+            file=sys.stderr,
+        )
+        if by_hand:
+            print(
+                f"note: --set: {', '.join(by_hand)}: no auto-checked exercise has these "
+                "labels (pen-and-paper and open exercises have none): grade them by hand",
                 file=sys.stderr,
             )
     if args.unsafe_no_sandbox:
