@@ -39,6 +39,7 @@ __all__ = [
     "Exercise",
     "book_kernel_env",
     "checker_calls",
+    "cpu_line",
     "directive_blocks",
     "exercises",
     "has_avx2",
@@ -67,20 +68,49 @@ TIMEOUT_S = 600  # seconds per cell
 CPU_KERNELS_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
 
 
+def _cpuinfo() -> str:
+    """/proc/cpuinfo's text on x86-64 Linux, else "" (ARM, macOS, Windows)."""
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return ""
+    try:
+        return Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def _has_flag(cpuinfo: str, flag: str) -> bool:
+    return re.search(rf"^flags\s*:.*\b{flag}\b", cpuinfo, flags=re.MULTILINE) is not None
+
+
 def has_avx2(cpuinfo: str | None = None) -> bool:
     """Whether this x86-64 Linux machine's CPU has AVX2 (`cpuinfo`: /proc/cpuinfo's text).
 
     False elsewhere (ARM, macOS, Windows): there PyTorch has no AVX2 kernels to ask for, and
     ATEN_CPU_CAPABILITY=avx2 would print a warning into every chapter's first output.
     """
-    if cpuinfo is None:
-        if platform.machine().lower() not in ("x86_64", "amd64"):
-            return False
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            return False
-    return re.search(r"^flags\s*:.*\bavx2\b", cpuinfo, flags=re.MULTILINE) is not None
+    return _has_flag(_cpuinfo() if cpuinfo is None else cpuinfo, "avx2")
+
+
+def cpu_line(cpuinfo: str | None = None) -> str:
+    """One line for `make test`'s summary: the CPU, and the kernels the notebooks asked for.
+
+    Which machine a run's outputs came from is what tells a CPU effect from a bug
+    (benchmarks/RESULTS.md, 6 December 2026), so the summary says it.
+    """
+    cpuinfo = _cpuinfo() if cpuinfo is None else cpuinfo
+    model = re.search(r"^model name\s*:\s*(.+)$", cpuinfo, flags=re.MULTILINE)
+    name = model[1].strip() if model else platform.machine() or "unknown"
+    has = {
+        label: _has_flag(cpuinfo, flag)
+        for flag, label in (("avx2", "AVX2"), ("avx512f", "AVX-512"))
+    }
+    env = {**(CPU_KERNELS_ENV if has["AVX2"] else {}), **os.environ}  # as book_kernel_env
+    asked = ", ".join(f"{key}={env[key]}" for key in CPU_KERNELS_ENV if key in env)
+    return (
+        f"CPU: {name}, {os.cpu_count()} logical CPUs; "
+        + ", ".join(f"{label} {'yes' if yes else 'no'}" for label, yes in has.items())
+        + f"; the notebooks' kernels: {asked or 'as PyTorch chooses'}"
+    )
 
 
 def book_kernel_env(env: Mapping[str, str] | None = None) -> dict[str, str]:

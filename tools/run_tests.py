@@ -39,7 +39,9 @@ only if nothing failed. pytest's "no tests collected" (exit status 5) is a failu
 unit tests and nbval, and for
 the browser test only where Chromium is installed. Finally the share of code
 cells whose output nbval does not compare (tag `nbval-ignore-output`) must stay
-below 5%. Before the last line, the browser test's page weight (a first visit of the landing
+below 5%; after that count, a line names the CPU (AVX2, AVX-512) and the PyTorch kernels the
+notebooks asked for (tools/notebooks.py: cpu_line), since a CPU of another kind prints other
+digits. Before the last line, the browser test's page weight (a first visit of the landing
 page, the built book's size) is printed.
 
 Every program is taken from the environment of the Python running this script
@@ -65,7 +67,7 @@ from pathlib import Path
 import nbformat
 
 from tools import learner_path
-from tools.notebooks import book_kernel_env
+from tools.notebooks import book_kernel_env, cpu_line
 from tools.page_checks import CHROMIUM
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -372,6 +374,7 @@ def main(selected: list[str]) -> int:
         )
         if ignore_failed:
             print("\n".join(f"  {cell}" for cell in ignored))
+        print(cpu_line())
 
     weight = page_weight_line()
     if weight:

@@ -285,3 +285,20 @@ def test_pytorch_takes_the_cpu_kernels_it_is_asked_for() -> None:
             check=True,
         )
         assert (done.stdout.strip(), done.stderr) == (expected, "")
+
+
+def test_the_summary_names_the_cpu_and_the_kernels_the_notebooks_asked_for(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A CI log must say on which kind of machine its outputs were compared (RESULTS.md)."""
+    monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    xeon = "model name\t: A Xeon\n" + X86_FLAGS.format(extra="avx2 avx512f avx512bw")
+    line = notebooks.cpu_line(xeon)
+    assert line.startswith("CPU: A Xeon, ")
+    assert "AVX2 yes, AVX-512 yes" in line
+    assert line.endswith("ATEN_CPU_CAPABILITY=avx2, ONEDNN_MAX_CPU_ISA=AVX2")
+    assert "AVX2 yes, AVX-512 no" in notebooks.cpu_line(X86_FLAGS.format(extra="avx2"))
+    assert notebooks.cpu_line("").endswith("kernels: as PyTorch chooses")  # ARM, macOS
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "default")  # set by hand: what ran
+    assert "ATEN_CPU_CAPABILITY=default," in notebooks.cpu_line(xeon)
