@@ -104,7 +104,7 @@ def cpu_line(cpuinfo: str | None = None) -> str:
         label: _has_flag(cpuinfo, flag)
         for flag, label in (("avx2", "AVX2"), ("avx512f", "AVX-512"))
     }
-    env = {**(CPU_KERNELS_ENV if has["AVX2"] else {}), **os.environ}  # as book_kernel_env
+    env = book_kernel_env(avx2=has["AVX2"])
     asked = ", ".join(f"{key}={env[key]}" for key in CPU_KERNELS_ENV if key in env)
     return (
         f"CPU: {name}, {os.cpu_count()} logical CPUs; "
@@ -113,11 +113,13 @@ def cpu_line(cpuinfo: str | None = None) -> str:
     )
 
 
-def book_kernel_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
+def book_kernel_env(
+    env: Mapping[str, str] | None = None, *, avx2: bool | None = None
+) -> dict[str, str]:
     """The environment of a kernel whose outputs are stored or compared with stored ones.
 
     `env` (default: this process's) with KERNEL_ENV, and CPU_KERNELS_ENV where the CPU has
-    AVX2, added where unset: a variable set by hand wins.
+    AVX2 (`avx2`, default: this machine's), added where unset: a variable set by hand wins.
     """
-    pins = CPU_KERNELS_ENV if has_avx2() else {}
+    pins = CPU_KERNELS_ENV if (has_avx2() if avx2 is None else avx2) else {}
     return {**KERNEL_ENV, **pins, **(os.environ if env is None else env)}

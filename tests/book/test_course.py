@@ -16,7 +16,9 @@ import nbformat
 import pytest
 import yaml
 
+from attnbook.exercises import grade
 from tools import course
+from tools import exercise_inventory as inventory
 
 ROOT = Path(__file__).resolve().parents[2]
 CHAPTERS = sorted((ROOT / "chapters").glob("*.ipynb"))
@@ -120,3 +122,25 @@ def test_invalid_yaml_is_named(tmp_path: Path) -> None:
     path.write_text("chapters: [\n", encoding="utf-8")
     with pytest.raises(course.CourseError, match=r"course\.yml: not valid YAML"):
         course.load(path)
+
+
+def test_the_grader_reads_every_assignment_set_as_the_instructor_guide_does() -> None:
+    """`python -m attnbook.grade --set` reads course.yml in the package (the grader runs where
+    this repository is not); the guide's tables read it with tools/course.py and the chapters.
+    For every set and part, the two must name the same exercises, each on the same side."""
+    kinds = {ex.label: ex.kind for c in inventory.read_chapters() for ex in c.exercises}
+    by_stem = {c.stem: c for c in inventory.read_chapters()}
+    for assignment_set in REGISTRY.assignment_sets:
+        for part in assignment_set.parts:
+            if part.exercises is None:
+                stems = part.chapters or tuple(by_stem)
+                labels = [ex.label for s in stems for ex in by_stem[s].exercises]
+                labels = [label for label in labels if kinds[label] == "auto-checked"]
+            else:
+                labels = list(part.exercises)
+            graded, by_hand = grade.load_assignment_set(
+                ROOT / "course.yml", assignment_set.title, part.title
+            )
+            where = f"{assignment_set.title} / {part.title}"
+            assert graded == {x for x in labels if kinds[x] == "auto-checked"}, where
+            assert by_hand == tuple(x for x in labels if kinds[x] != "auto-checked"), where
