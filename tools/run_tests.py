@@ -3,28 +3,30 @@
 Usage: python -m tools.run_tests [STEP ...]
        (default: every step but nbval; e.g. `python -m tools.run_tests unit book`)
 
-Steps, each timed; a failing step does not stop the ones after it. The student edition is
-built beside the book (two single-threaded Sphinx builds at once, one core each); its output
-is printed when both are done:
+Steps, each timed; a failing step does not stop the ones after it. Two pairs run side by
+side, their outputs printed one after the other once both are done: the student edition
+beside the book (two single-threaded Sphinx builds, one core each), and the browser test
+beside the learner step (Chromium keeps about one core busy, and the learner step leaves a
+core idle while it installs its environments):
 
   lint      ruff check .
   format    ruff format --check .
   unit      pytest tests -m "not browser" -n 2   the package, the solutions, project files
             (pytest-xdist: two workers)
-  learner   python -m tools.learner_path         nbval on every chapter, in the learner's
-            environment: attnbook's wheel in a clean venv with only its runtime
-            dependencies, each chapter run alone in an empty folder (two at a time) and every
-            output compared with the stored one; then the Colab cell's
-            `attnbook[extra] @ git+...` from a local clone, and the chapters that need the extra
-  nbval     pytest --nbval chapters/ -n 2        the same comparison in .venv's kernel, in
-            place: not run by default (the learner step already compares every output);
-            the quicker loop while writing a chapter (`python -m tools.run_tests nbval`)
+  nbval     pytest --nbval chapters/ -n 2        nbval on every chapter in .venv's kernel, in
+            place: not run by default (the learner step compares every output); the quicker
+            loop while writing a chapter (`python -m tools.run_tests nbval`)
   book      jupyter-book build into an emptied _build/html (warnings are errors,
             nitpicky, every page re-read)
   student   python -m tools.make_student --allow-placeholder-url
                                                  the student edition in _build/student/
             (notebooks, zip, book); fails if any solution text reaches a
             student notebook, page, _sources file or the search index
+  learner   python -m tools.learner_path         nbval on every chapter, in the learner's
+            environment: attnbook's wheel in a clean venv with only its runtime
+            dependencies, each chapter run alone in an empty folder (two at a time) and every
+            output compared with the stored one; then the Colab cell's
+            `attnbook[extra] @ git+...` from a local clone, and the chapters that need the extra
   browser   pytest tests/browser -m browser      the built book in headless Chromium
 
 Each pytest step writes a JUnit XML report to .test-reports/ (the learner step one per
@@ -124,23 +126,6 @@ def steps() -> list[Step]:
             "unit.xml",
         ),
         Step(
-            "learner",
-            "nbval, learner's path",
-            # Two chapters at a time, one core each: on the 2-core machine of CI the chapters
-            # took 347 s one at a time, 235 s two at a time (PyTorch gains little from a
-            # second thread here); the whole step, nbval's comparison included, 271 s.
-            [
-                sys.executable,
-                "-m",
-                "tools.learner_path",
-                "--jobs",
-                "2",
-                "--junit-dir",
-                str(REPORTS / "learner"),
-            ],
-            junit_dir="learner",
-        ),
-        Step(
             "nbval",
             "nbval (chapters, .venv)",
             [
@@ -187,6 +172,23 @@ def steps() -> list[Step]:
             beside="book",
         ),
         Step(
+            "learner",
+            "nbval, learner's path",
+            # Two chapters at a time, one core each: on the 2-core machine of CI the chapters
+            # took 347 s one at a time, 235 s two at a time (PyTorch gains little from a
+            # second thread here); the whole step, nbval's comparison included, 271 s.
+            [
+                sys.executable,
+                "-m",
+                "tools.learner_path",
+                "--jobs",
+                "2",
+                "--junit-dir",
+                str(REPORTS / "learner"),
+            ],
+            junit_dir="learner",
+        ),
+        Step(
             "browser",
             "pytest (browser)",
             # Only tests/browser is collected: collecting all of tests/ (the package's tests
@@ -194,6 +196,13 @@ def steps() -> list[Step]:
             [*PYTEST, "tests/browser", "-m", "browser"],
             "browser.xml",
             empty_is_failure=CHROMIUM.exists(),
+            # Beside the learner step. Alone, this step keeps 1.3 of the 2 cores busy (Chromium's
+            # renderer runs a page's scripts on one thread), and the learner step keeps one core
+            # idle for about a minute while it installs its two environments. On the 2-core
+            # machine, the same day: 253 s and 222 s one after the other, 415 s and 435 s side
+            # by side in two runs (each step slower, the two together 40-60 s sooner). The
+            # chapters run with fixed thread counts, so their outputs do not depend on it.
+            beside="learner",
         ),
     ]
 

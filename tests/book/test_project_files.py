@@ -569,12 +569,23 @@ def test_make_test_compares_every_stored_output_once() -> None:
 def test_steps_side_by_side_both_run_and_their_logs_do_not_mix(
     capfd: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    """The student edition is built beside the book; a failure beside is still a failure."""
-    (student,) = [step for step in run_tests.steps() if step.key == "student"]
-    order = [step.key for step in run_tests.steps()]
-    assert student.beside == "book"
-    assert order[order.index("student") - 1] == "book"
+    """The student edition is built beside the book, the browser test runs beside the
+    learner step (after the book it tests); a failure beside is still a failure."""
     everything = {step.key: step for step in run_tests.steps()}
+    order = list(everything)
+    assert everything["student"].beside == "book"
+    assert order[order.index("student") - 1] == "book"
+    assert everything["browser"].beside == "learner"
+    assert order[order.index("browser") - 1] == "learner"
+    assert order.index("book") < order.index("browser")  # the book is built before its test
+    default = [step for step in run_tests.steps() if step.default]
+    assert [[step.key for _, step in batch] for batch in run_tests.side_by_side(default)] == [
+        ["lint"],
+        ["format"],
+        ["unit"],
+        ["book", "student"],
+        ["learner", "browser"],
+    ]
     chosen = [everything[key] for key in ("unit", "book", "student", "browser")]
     assert [[n for n, _ in batch] for batch in run_tests.side_by_side(chosen)] == [[1], [2, 3], [4]]
     chosen = [everything[key] for key in ("learner", "student")]  # not beside the learner step
