@@ -566,6 +566,37 @@ def test_make_test_compares_every_stored_output_once() -> None:
     assert learner.junit_dir  # its per-chapter nbval reports are counted in the summary
 
 
+def test_the_unit_step_makes_each_module_scoped_fixture_once(tmp_path: Path) -> None:
+    """With the unit step's pytest-xdist options, a module's tests run on one worker, so a
+    module-scoped fixture (the grader's runs in tests/exercises/test_grade.py take 15-25 s
+    each) is made once, not once on each worker. Run on two small modules of 8 tests each:
+    with the default distribution (by test), each fixture is made twice."""
+    (unit,) = [step for step in run_tests.steps() if step.key == "unit"]
+    xdist = unit.command[unit.command.index("-n") :]
+    made = tmp_path / "made.txt"
+    for name in ("a", "b"):
+        tests = "".join(f"def test_{i}(shared):\n    pass\n\n\n" for i in range(8))
+        (tmp_path / f"test_{name}.py").write_text(
+            "import os\n\nimport pytest\n\n\n@pytest.fixture(scope='module')\ndef shared():\n"
+            f"    with open({str(made)!r}, 'a') as f:\n"
+            f"        f.write('{name}:' + os.environ.get('PYTEST_XDIST_WORKER', '-') + ' ')"
+            f"\n\n\n{tests}",
+            encoding="utf-8",
+        )
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *xdist, "."],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:]
+    made_by = [entry.split(":") for entry in made.read_text(encoding="utf-8").split()]
+    assert sorted(name for name, _ in made_by) == ["a", "b"], made_by  # each made once
+    assert all(worker.startswith("gw") for _, worker in made_by), made_by  # by xdist workers
+
+
 def test_steps_side_by_side_both_run_and_their_logs_do_not_mix(
     capfd: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
