@@ -7,7 +7,7 @@ Steps, each timed; a failing step does not stop the ones after it. Two pairs run
 side, their outputs printed one after the other once both are done: the student edition
 beside the book (two single-threaded Sphinx builds, one core each), and the browser test
 beside the learner step (Chromium keeps about one core busy, and the learner step leaves a
-core idle while it installs its environments):
+core idle while it installs packages):
 
   lint      ruff check .
   format    ruff format --check .
@@ -204,7 +204,8 @@ def steps() -> list[Step]:
             empty_is_failure=CHROMIUM.exists(),
             # Beside the learner step. Alone, this step keeps 1.3 of the 2 cores busy (Chromium's
             # renderer runs a page's scripts on one thread), and the learner step keeps one core
-            # idle for about a minute while it installs its two environments. On the 2-core
+            # idle for about a minute: making its clean environment, installing the Colab form
+            # and removing its folder run on one core. On the 2-core
             # machine, the same day: 253 s and 222 s one after the other, 415 s and 435 s side
             # by side in two runs (each step slower, the two together 40-60 s sooner). The
             # chapters run with fixed thread counts, so their outputs do not depend on it.
