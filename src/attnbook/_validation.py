@@ -129,6 +129,18 @@ def same_kind(a: Array, b: Array, name_a: str, name_b: str) -> None:
         )
 
 
+def same_dtype(a: Array, b: Array, name_a: str, name_b: str) -> None:
+    """Raise unless ``b`` has ``a``'s dtype, where both are torch tensors. NumPy promotes mixed
+    dtypes; torch's matrix product fails with "expected m1 and m2 to have the same dtype", and
+    chapters that mix NumPy and torch meet it: ``torch.from_numpy`` gives float64 and
+    ``torch.randn`` float32."""
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dtype != b.dtype:
+        raise ValueError(
+            f"{name_b} must have the dtype of {name_a} ({a.dtype}), got {b.dtype}; convert it, "
+            f"e.g. {name_b}.to({name_a}.dtype)"
+        )
+
+
 def as_float_tensor(x: object, name: str, needed: str) -> torch.Tensor:
     """Return ``x`` if it is a floating-point torch tensor, else raise.
 
@@ -297,11 +309,11 @@ def check_dtype(
 
 def check_where(device: object) -> torch.device | None:
     """The ``device=`` argument of a tensor builder (a mask, a positional table): ``None``
-    (the CPU) and a ``torch.device`` pass as they are (the hot paths hand over a tensor's
-    own device); a string is checked like :func:`check_device` with ``available=True``, so
-    ``"cuda"`` on a machine without CUDA gets a clear ValueError, not torch's
-    "Torch not compiled with CUDA enabled"."""
-    if device is None or isinstance(device, torch.device):
+    (the CPU) and a CPU ``torch.device`` pass as they are (the hot paths hand over a tensor's
+    own device); anything else is checked like :func:`check_device` with ``available=True``,
+    so ``"cuda"`` or ``torch.device("cuda")`` on a machine without CUDA gets a clear
+    ValueError, not torch's "Torch not compiled with CUDA enabled"."""
+    if device is None or (isinstance(device, torch.device) and device.type == "cpu"):
         return device
     return check_device(device, "device", available=True, none_means="the CPU")
 

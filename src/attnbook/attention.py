@@ -336,6 +336,7 @@ class SingleHeadAttention(nn.Module):
         self.d_v = check_int(d_k if d_v is None else d_v, "d_v")
         self.d_context = check_int(d_model if d_context is None else d_context, "d_context")
         self.dropout = check_probability(dropout, "dropout")
+        bias = check_bool(bias, "bias")
         self.q_proj = nn.Linear(self.d_model, self.d_k, bias=bias)  # weight (d_k, D) = W_Qᵀ
         self.k_proj = nn.Linear(self.d_context, self.d_k, bias=bias)  # weight (d_k, D_ctx) = W_Kᵀ
         self.v_proj = nn.Linear(self.d_context, self.d_v, bias=bias)  # weight (d_v, D_ctx) = W_Vᵀ

@@ -143,7 +143,9 @@ def load_checkpoint(path: str | Path, device: str | torch.device | None = None) 
     from safetensors.torch import load_file
 
     path = check_path(path, "path", "a checkpoint folder")
-    device = check_device("cpu" if device is None else device, "device", available=True)
+    device = check_device(
+        "cpu" if device is None else device, "device", available=True, none_means="the CPU"
+    )
     raw = _read_document(path)["gpt_config"]
     known = {f.name for f in fields(GPTConfig)}
     if set(raw) - known:

@@ -241,9 +241,13 @@ def check_task_fits(task: SequenceTask | TokenDataset, config: object) -> None:
 
 
 def _unique_rows(
-    make_rows: object, n_rows: int, n_possible: float, rng: np.random.Generator
+    make_rows: object, n_rows: int, n_possible: int, rng: np.random.Generator
 ) -> np.ndarray:
-    """Draw rows with ``make_rows(rng, count)`` until ``n_rows`` distinct ones, in draw order."""
+    """Draw rows with ``make_rows(rng, count)`` until ``n_rows`` distinct ones, in draw order.
+
+    ``n_possible``, the number of distinct rows there are, is an exact Python int: as a
+    float it overflows for long strings (``10 ** 309``).
+    """
     if n_possible < 1.25 * n_rows:  # leave room, or rejection sampling crawls
         raise ValueError(
             f"n_train + n_test = {n_rows} distinct examples are asked for, but the task has only "
@@ -315,7 +319,7 @@ def reverse_task(
     length, n_symbols, n_train, n_test = _check_sizes(length, n_symbols, n_train, n_test)
     rng = np.random.default_rng(check_int(seed, "seed", minimum=0))
     prompts = _unique_rows(
-        _random_strings(length, n_symbols), n_train + n_test, float(n_symbols) ** length, rng
+        _random_strings(length, n_symbols), n_train + n_test, n_symbols**length, rng
     )
     return _make_task("reverse", prompts, prompts[:, ::-1].copy(), n_symbols, n_train)
 
@@ -341,7 +345,7 @@ def sort_task(
     length, n_symbols, n_train, n_test = _check_sizes(length, n_symbols, n_train, n_test)
     rng = np.random.default_rng(check_int(seed, "seed", minimum=0))
     prompts = _unique_rows(
-        _random_strings(length, n_symbols), n_train + n_test, float(n_symbols) ** length, rng
+        _random_strings(length, n_symbols), n_train + n_test, n_symbols**length, rng
     )
     return _make_task("sort", prompts, np.sort(prompts, axis=1), n_symbols, n_train)
 
@@ -390,8 +394,8 @@ def associative_recall_task(
         pairs = np.stack([keys, values], axis=2).reshape(count, 2 * n_pairs)  # k v k v ...
         return np.concatenate([pairs, query[:, None]], axis=1).astype(np.int64)  # (count, P)
 
-    n_possible = float(np.prod(np.arange(n_keys - n_pairs + 1, n_keys + 1, dtype=float)))
-    prompts = _unique_rows(make, n_train + n_test, n_possible * n_values**n_pairs * n_pairs, rng)
+    n_keyings = math.perm(n_keys, n_pairs)  # ordered choices of n_pairs distinct keys
+    prompts = _unique_rows(make, n_train + n_test, n_keyings * n_values**n_pairs * n_pairs, rng)
     pairs = prompts[:, :-1].reshape(-1, n_pairs, 2)  # (N + M, n_pairs, [key, value])
     hit = pairs[:, :, 0] == prompts[:, -1:]  # (N + M, n_pairs): where the query key sits
     answers = pairs[:, :, 1][hit][:, None]  # (N + M, 1): its value

@@ -183,6 +183,13 @@ def check_cache(model: nn.Module, cache: object, batch_size: int | None = None) 
                 f"{model.blocks[0].self_attn.n_kv_heads}, S, {c.d_model // c.n_heads}) "
                 f"for this model, got {shape_str(cache.keys[0])}"
             )
+        computes = model.tok_emb.weight.dtype
+        keys = cache.keys[0]
+        if keys.dtype != computes and not torch.is_autocast_enabled(keys.device.type):
+            raise ValueError(
+                f"cache holds keys of dtype {keys.dtype}, but the model computes in {computes}: "
+                "a cache serves the model as it was when it was filled; prefill again"
+            )
         if batch_size is not None and batch_size != B:
             raise ValueError(
                 f"cache holds {B} sequences, but idx has {batch_size} rows: one new row per "
@@ -312,7 +319,8 @@ def generate(
             Prompts of different lengths are padded on the left
             (:func:`pad_left`) and ``left_pad`` says by how much.
         max_new_tokens: ``N >= 0``, the number of tokens to append.
-        temperature: ``>= 0``; ``0`` means greedy.
+        temperature: ``>= 0``; ``0`` means greedy (as does a temperature
+            too small for the logits' dtype, the limit of sampling).
         top_k: ``None`` (all tokens) or an int in ``[1, vocab_size]``.
         generator: the random number generator of the sampling (``None``:
             torch's global one); on the model's device.
@@ -432,17 +440,35 @@ def sample_next(
 ) -> torch.Tensor:
     """One token per row of ``logits`` ``(B, V)``: greedy, or sampled with temperature / top-k.
 
-    Unchecked (:func:`generate` checks the settings). ``temperature=0`` is the
-    argmax; ``top_k`` keeps the ``k`` largest logits per row before sampling,
-    and any tied with the ``k``-th largest (more than ``k`` tokens can then be drawn).
+    ``temperature=0`` is the argmax, and so is a temperature too small for the
+    logits' dtype (below its smallest normal number, where dividing by it gives
+    NaN): the limit of sampling as the temperature falls. ``top_k`` keeps the
+    ``k`` largest logits per row before sampling, and any tied with the ``k``-th
+    largest (more than ``k`` tokens can then be drawn).
+
+    Args:
+        logits: floating-point, shape ``(B, V)``.
+        temperature: ``>= 0``.
+        top_k: ``None`` (all tokens) or an int in ``[1, V]``.
+        generator: the random number generator of the sampling, or ``None``.
 
     Returns:
         Token ids of shape ``(B, 1)``.
     """
+    if not (isinstance(logits, torch.Tensor) and logits.ndim == 2 and logits.is_floating_point()):
+        got = (
+            f"shape {shape_str(logits)}, {logits.dtype}"
+            if isinstance(logits, torch.Tensor)
+            else (type(logits).__name__)
+        )
+        raise ValueError(f"logits must be a floating-point tensor of shape (B, V), got {got}")
+    temperature = check_number(temperature, "temperature", 0.0, math.inf)
+    if top_k is not None:
+        check_int(top_k, "top_k", maximum=logits.shape[-1], meaning="or None; at most V")
     if top_k is not None:
         kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]  # (B, 1), the k-th largest
         logits = logits.masked_fill(logits < kth, -math.inf)  # (B, V), the rest cannot be drawn
-    if temperature == 0:
+    if temperature < torch.finfo(logits.dtype).tiny:  # 0, or a limit the dtype cannot divide by
         return logits.argmax(dim=-1, keepdim=True)  # (B, 1)
     logits = logits - logits.amax(dim=-1, keepdim=True)  # (B, V), max 0: no overflow at tiny T
     probs = torch.softmax(logits / temperature, dim=-1)  # (B, V)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from attnbook._validation import Array, as_float_array, same_kind, shape_str
+from attnbook._validation import Array, as_float_array, same_dtype, same_kind, shape_str
 from attnbook.softmax import softmax
 
 __all__ = ["hard_lookup", "soft_lookup"]
@@ -35,10 +35,12 @@ def _check_lookup(query: object, keys: object, values: object) -> tuple[Array, A
     values = as_float_array(values, "values")
     same_kind(query, keys, "query", "keys")
     same_kind(query, values, "query", "values")
+    same_dtype(query, keys, "query", "keys")
+    same_dtype(query, values, "query", "values")
     if query.ndim < 1:
         raise ValueError("query must have shape (..., d), got a scalar")
-    if keys.ndim != 2 or keys.shape[0] == 0:
-        raise ValueError(f"keys must have shape (S, d) with S >= 1, got {shape_str(keys)}")
+    if keys.ndim != 2 or 0 in keys.shape:  # d = 0: every score 0, a lookup that looks at nothing
+        raise ValueError(f"keys must have shape (S, d) with S, d >= 1, got {shape_str(keys)}")
     if keys.shape[-1] != query.shape[-1]:
         raise ValueError(
             f"keys must have shape (S, d) with d = {query.shape[-1]} (query's last dimension), "

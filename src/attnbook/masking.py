@@ -37,7 +37,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from attnbook._validation import check_int, check_mask, check_where, shape_str
+from attnbook._validation import check_bool, check_int, check_mask, check_where, shape_str
 
 __all__ = [
     "apply_mask",
@@ -150,7 +150,14 @@ def padding_mask(
             raise ValueError(f"lengths must hold integers, got dtype {lengths.dtype}")
         lens = lengths.to(device=device, dtype=torch.long)
     else:
-        arr = np.asarray(lengths)
+        try:
+            arr = np.asarray(lengths)
+        except (TypeError, ValueError):  # ragged: e.g. a list of token lists, not of lengths
+            raise ValueError(
+                "lengths must be a sequence of ints of shape (B,), one length per sequence, got "
+                f"a {type(lengths).__name__} NumPy cannot make one array of (lists of tokens? "
+                "pass [len(s) for s in sequences])"
+            ) from None
         if arr.size == 0:  # np.asarray([]) is float64: say what is wrong, not the dtype
             raise ValueError(f"lengths must have shape (B,) with B >= 1, got shape {arr.shape}")
         if arr.dtype == bool or not np.issubdtype(arr.dtype, np.integer):
@@ -171,7 +178,7 @@ def padding_mask(
         )
     positions = torch.arange(max_len, device=lens.device)  # (S,)
     mask = positions[None, :] < lens[:, None]  # (1, S) < (B, 1) -> (B, S)
-    if per_head:
+    if check_bool(per_head, "per_head"):
         return mask[:, None, None, :]  # (B, 1, 1, S)
     return mask[:, None, :]  # (B, 1, S)
 

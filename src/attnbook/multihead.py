@@ -234,8 +234,15 @@ def _check_positional(positional: object, config: AttentionConfig) -> None:
             f"give rope_base or positional, not both: got rope_base = {config.rope_base} and "
             f"positional = {positional!r}"
         )
-    if positional.rotates:
-        positional.check_config(config)  # e.g. an even head width for rotary positions
+    if not positional.rotates:  # attention calls only the rotate hook: the rest would be ignored
+        raise ValueError(
+            "positional must be an encoding whose rotate hook turns queries and keys "
+            f"(rotates = True, e.g. RotaryPositions(10000.0)), got {positional!r}, which "
+            "attention would ignore: an encoding added to the embeddings, or a score bias such "
+            "as alibi_bias(...) passed as mask, works outside the attention layer "
+            "(GPTConfig(positional=...) places either for a whole model)"
+        )
+    positional.check_config(config)  # e.g. an even head width for rotary positions
 
 
 class MultiHeadAttention(nn.Module):
@@ -282,6 +289,11 @@ class MultiHeadAttention(nn.Module):
         n_kv_heads: ``H_kv``, the number of key/value heads, which must divide
             ``n_heads``: ``None`` (default) means ``n_heads`` (multi-head
             attention), ``1`` multi-query attention, in between grouped-query.
+        positional: instead of ``rope_base``, an encoding object whose ``rotate``
+            hook turns each head's queries and keys (``rotates = True``, such as
+            :class:`~attnbook.positional.RotaryPositions`; a model passes its own).
+            Encodings that add to the embeddings or bias the scores work outside
+            attention, and are refused here.
     """
 
     def __init__(

@@ -374,6 +374,15 @@ class PositionalEncoding(nn.Module):
         return None
 
 
+def _check_embeddings(x: object, d_model: int) -> None:
+    """Raise unless ``x`` is a floating-point ``(B, T, d_model)`` tensor of token embeddings."""
+    if not (isinstance(x, torch.Tensor) and x.ndim == 3 and x.shape[-1] == d_model):
+        got = f"shape {shape_str(x)}" if isinstance(x, torch.Tensor) else type(x).__name__
+        raise ValueError(
+            f"x must be token embeddings of shape (B, T, D) with D = d_model = {d_model}, got {got}"
+        )
+
+
 class LearnedPositions(nn.Embedding, PositionalEncoding):
     """A learned vector per position, added to the token embeddings (GPT-2).
 
@@ -392,6 +401,7 @@ class LearnedPositions(nn.Embedding, PositionalEncoding):
         return cls(config.context_length, config.d_model)
 
     def embed(self, x: torch.Tensor, start: int | torch.Tensor) -> torch.Tensor:
+        _check_embeddings(x, self.embedding_dim)
         index = position_index(start, x.shape[1], context_length=self.num_embeddings)
         return x + self.weight[index]  # (B, T, D) + ([B,] T, D)
 
@@ -435,6 +445,7 @@ class SinusoidalPositions(PositionalEncoding):
         return cls(config.context_length, config.d_model)
 
     def embed(self, x: torch.Tensor, start: int | torch.Tensor) -> torch.Tensor:
+        _check_embeddings(x, self.table.shape[1])
         index = position_index(start, x.shape[1], context_length=self.table.shape[0])
         table = self.table[index].to(x.dtype)  # ([B,] T, D)
         return x * self.scale + table  # (B, T, D) + ([B,] T, D)

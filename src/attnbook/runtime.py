@@ -122,7 +122,7 @@ def synchronize(device: str | torch.device) -> None:
     Raises:
         ValueError: for a value that is not a device, or a GPU this machine does not have.
     """
-    device = check_device(device, "device", available=True)
+    device = check_device(device, "device", available=True, advice="use 'cpu'")
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     elif device.type == "mps":

@@ -29,6 +29,7 @@ from attnbook._validation import (
     check_int,
     check_positive_number,
     compute_dtype,
+    same_dtype,
     same_kind,
     shape_str,
 )
@@ -143,6 +144,7 @@ def score_matrix(queries: Array, keys: Array, scale: float | None = None) -> Arr
     queries = as_float_array(queries, "queries")
     keys = as_float_array(keys, "keys")
     same_kind(queries, keys, "queries", "keys")
+    same_dtype(queries, keys, "queries", "keys")
     for x, name, legend in ((queries, "queries", "T"), (keys, "keys", "S")):
         if x.ndim < 2:
             raise ValueError(f"{name} must have shape (..., {legend}, d), got {shape_str(x)}")
@@ -191,12 +193,8 @@ def additive_scores(queries: Array, keys: Array, W_q: Array, W_k: Array, v: Arra
     for name in ("keys", "W_q", "W_k", "v"):
         same_kind(arrays["queries"], arrays[name], "queries", name)
     queries, keys, W_q, W_k, v = arrays.values()
-    if isinstance(queries, torch.Tensor):
-        for name, x in arrays.items():
-            if x.dtype != queries.dtype:
-                raise ValueError(
-                    f"{name} must have the dtype of queries ({queries.dtype}), got {x.dtype}"
-                )
+    for name in ("keys", "W_q", "W_k", "v"):
+        same_dtype(queries, arrays[name], "queries", name)
     for x, name, needed in (
         (queries, "queries", "(..., T, d_q)"),
         (keys, "keys", "(..., S, d_k)"),

@@ -128,7 +128,10 @@ def merge_pair(ids: Sequence[int], pair: Pair, new_id: int) -> list[int]:
     Returns:
         A new list, shorter by one for each occurrence merged (``ids`` is not changed).
     """
-    a, b = pair
+    try:
+        a, b = pair
+    except (TypeError, ValueError):  # not two items
+        raise ValueError(f"pair must be two token ids (left, right), got {pair!r}") from None
     out: list[int] = []
     i, n = 0, len(ids)
     while i < n:
@@ -500,7 +503,7 @@ class BPETokenizer:
         Raises:
             ValueError: if ``path`` is not such a file.
         """
-        path = Path(path)
+        path = check_path(path, "path", "a file written by BPETokenizer.save")
         if not path.is_file():
             raise ValueError(f"path must be a file written by BPETokenizer.save, got {str(path)!r}")
         try:
@@ -554,20 +557,27 @@ class BPETokenizer:
                     f"{where}: {token!r} has a character outside GPT-2's byte map"
                 ) from error
 
-        paths = {"vocab_json": Path(vocab_json), "merges_txt": Path(merges_txt)}
+        paths = {
+            "vocab_json": check_path(vocab_json, "vocab_json", "GPT-2's vocab.json"),
+            "merges_txt": check_path(merges_txt, "merges_txt", "GPT-2's merges.txt"),
+        }
         for name, path in paths.items():
             if not path.is_file():
                 raise ValueError(f"{name} must be an existing file, got {str(path)!r}")
         try:
             table = json.loads(paths["vocab_json"].read_text(encoding="utf-8"))
+        except UnicodeDecodeError as error:
+            raise ValueError(f"vocab_json must be a UTF-8 text file: {error}") from error
         except json.JSONDecodeError as error:
             raise ValueError(f"vocab_json is not JSON: {error}") from error
         if not isinstance(table, dict) or not all(isinstance(i, int) for i in table.values()):
             raise ValueError("vocab_json must map each token (a str) to its id (an int)")
         merges = []
-        for number, line in enumerate(
-            paths["merges_txt"].read_text(encoding="utf-8").splitlines(), 1
-        ):
+        try:
+            merge_lines = paths["merges_txt"].read_text(encoding="utf-8").splitlines()
+        except UnicodeDecodeError as error:
+            raise ValueError(f"merges_txt must be a UTF-8 text file: {error}") from error
+        for number, line in enumerate(merge_lines, 1):
             if not line.strip() or (number == 1 and line.startswith("#version")):
                 continue
             parts = line.split(" ")

@@ -217,7 +217,7 @@ class History:
 
     def last(self, name: str) -> float:
         """The last value of eval metric ``name``, e.g. ``history.last("test_exact_match")``."""
-        if name not in self.eval_metrics or not self.eval_metrics[name]:
+        if not isinstance(name, str) or not self.eval_metrics.get(name):
             raise ValueError(f"name must be one of {sorted(self.eval_metrics)}, got {name!r}")
         return self.eval_metrics[name][-1]
 
@@ -263,9 +263,10 @@ def amp_dtype(device: torch.device | str) -> torch.dtype | None:
     Returns:
         ``torch.bfloat16``, ``torch.float16`` or ``None``.
     """
-    device = torch.device(device)
+    device = check_device(device, "device")
     if device.type != "cuda":
         return None
+    check_device(device, "device", available=True, advice="use 'cpu'")  # a GPU that is there
     major, _ = torch.cuda.get_device_capability(device)
     return torch.bfloat16 if major >= 8 else torch.float16
 

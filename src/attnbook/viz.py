@@ -209,16 +209,43 @@ def _use_figure_png() -> None:
     shell.display_formatter.formatters["image/png"].for_type(Figure, figure_png)
 
 
-def to_numpy(x: Array | Sequence[float]) -> np.ndarray:
+def to_numpy(x: Array | Sequence[float], name: str = "x") -> np.ndarray:
     """Return ``x`` as a NumPy array (detached and on the CPU if it is a tensor; bfloat16,
-    which NumPy lacks, as float32)."""
+    which NumPy lacks, as float32). ``name`` is the argument's name in error messages."""
     if isinstance(x, torch.Tensor):
         x = x.detach().to("cpu")
         return (x.float() if x.dtype == torch.bfloat16 else x).numpy()
-    return np.asarray(x)
+    try:
+        return np.asarray(x)
+    except (TypeError, ValueError) as error:  # ragged lists, or a tuple of unlike tensors
+        hint = (
+            "; a function that returns (output, weights), such as "
+            "scaled_dot_product_attention, needs unpacking first: output, weights = ..."
+            if isinstance(x, tuple) and any(isinstance(t, torch.Tensor) for t in x)
+            else ""
+        )
+        raise ValueError(
+            f"{name} must be one array or tensor, or a list of numbers of one rectangular "
+            f"shape, got a {type(x).__name__} whose parts have unlike shapes ({error}){hint}"
+        ) from None
+
+
+def _real(x: Array | Sequence[float], name: str) -> np.ndarray:
+    """``x`` as a float64 NumPy array, raising unless it holds real numbers (booleans as 0/1)."""
+    arr = to_numpy(x, name)
+    if not (arr.dtype == bool or np.issubdtype(arr.dtype, np.integer)) and not np.issubdtype(
+        arr.dtype, np.floating
+    ):
+        raise ValueError(f"{name} must hold real numbers, got dtype {arr.dtype}")
+    return arr.astype(float)
 
 
 def _check_labels(labels: Sequence[str] | None, n: int, name: str, axis_name: str) -> None:
+    if labels is not None and not hasattr(labels, "__len__"):
+        raise ValueError(
+            f"{name} must be a list of {n} labels, one per {axis_name}, or None, "
+            f"got {type(labels).__name__} {labels!r}"
+        )
     if labels is not None and len(labels) != n:
         raise ValueError(f"{name} must have one label per {axis_name} ({n}), got {len(labels)}")
 
@@ -276,7 +303,7 @@ def plot_heatmap(
     Returns:
         The matplotlib ``Axes``.
     """
-    m = to_numpy(matrix)
+    m = to_numpy(matrix, "matrix")
     if m.dtype == bool:  # a mask: True (may attend) as 1, False as 0
         m = m.astype(float)
     if m.ndim != 2 or 0 in m.shape:
@@ -370,7 +397,7 @@ def plot_bars(
     Returns:
         The matplotlib ``Axes``.
     """
-    v = to_numpy(values).astype(float)
+    v = _real(values, "values")
     if v.ndim != 1:
         raise ValueError(f"values must have shape (n,), got {shape_str(v)}")
     _check_labels(labels, v.shape[0], "labels", "value")
@@ -426,7 +453,7 @@ def plot_query_key(
     Returns:
         The two matplotlib ``Axes``.
     """
-    q, k, p = (to_numpy(v).astype(float) for v in (query, key, products))
+    q, k, p = (_real(v, n) for v, n in ((query, "query"), (key, "key"), (products, "products")))
     for name, v in (("query", q), ("key", k), ("products", p)):
         if v.ndim != 1:
             raise ValueError(f"{name} must have shape (d_k,), got {shape_str(v)}")

@@ -500,3 +500,15 @@ def test_masked_softmax_checker_accepts_correct_answers(right: Callable) -> None
 )
 def test_masked_softmax_mistakes(wrong: Callable, mistake: str) -> None:
     _rejects(check_masked_softmax(wrong), mistake)
+
+
+@pytest.mark.parametrize(
+    "odd",
+    [lambda x: torch.empty(x.shape, device="meta"), lambda x: 10**400],
+    ids=["meta tensor", "int past float64"],
+)
+def test_an_answer_numpy_cannot_read_gets_a_verdict_not_a_crash(odd: Callable) -> None:
+    """Converting these raised NotImplementedError or OverflowError out of the checker."""
+    verdict = check_softmax(odd)
+    assert not verdict, verdict.message
+    assert "expected an array of numbers" in verdict.message

@@ -110,6 +110,8 @@ def test_a_device_this_machine_lacks_is_refused_by_the_builders(
 ) -> None:
     with pytest.raises(ValueError, match=r"device='cuda' asks for a CUDA GPU.*None for the CPU"):
         build("cuda")
+    with pytest.raises(ValueError, match=r"device=device\(type='cuda'\) asks for a CUDA GPU"):
+        build(torch.device("cuda"))  # was torch's AssertionError "not compiled with CUDA"
     with pytest.raises(ValueError, match="device must be a device such as 'cpu'"):
         build("gpu")
     assert build("cpu") is not None
@@ -217,3 +219,108 @@ def test_scores_of_zero_width_and_no_lengths_are_refused() -> None:
         attnbook.score_matrix(torch.zeros(2, 0), torch.zeros(4, 0))  # was a matrix of zeros
     with pytest.raises(ValueError, match=r"lengths must have shape \(B,\) with B >= 1"):
         attnbook.padding_mask([])  # said "got dtype float64"
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda k: attnbook.score_matrix(_x(2, 4), k), "keys must have the dtype of queries"),
+        (lambda k: attnbook.hard_lookup(_x(4), k, _x(3, 2)), "keys must have the dtype of query"),
+        (lambda k: attnbook.soft_lookup(_x(4), _x(3, 4), k[:, :2]), "values must have the dtype"),
+    ],
+    ids=["score_matrix", "hard_lookup", "soft_lookup"],
+)
+def test_float64_from_numpy_mixed_with_float32_is_named(
+    call: Callable[[torch.Tensor], object], message: str
+) -> None:
+    """torch.from_numpy gives float64, torch.randn float32: torch's matmul said "m1 and m2"."""
+    with pytest.raises(ValueError, match=message + r".*\.to\("):
+        call(_x(3, 4).double())
+    assert call(_x(3, 4)) is not None
+
+
+def test_a_lookup_over_keys_of_width_zero_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"keys must have shape \(S, d\) with S, d >= 1"):
+        attnbook.hard_lookup(torch.zeros(0), torch.zeros(3, 0), _x(3, 2))  # was values[0]
+
+
+def test_a_tuple_given_to_a_plot_is_named() -> None:
+    from attnbook.viz import plot_bars, plot_heatmap
+
+    result = scaled_dot_product_attention(_x(3, 4), _x(5, 4), _x(5, 6))  # (output, weights)
+    with pytest.raises(ValueError, match=r"matrix must be one array.*output, weights = \.\.\."):
+        plot_heatmap(result)
+    with pytest.raises(ValueError, match=r"row_labels must be a list of 3 labels"):
+        plot_heatmap(result[1], 3)
+    with pytest.raises(ValueError, match=r"values must hold real numbers, got dtype <U1"):
+        plot_bars(["a", "b"])
+    with pytest.raises(ValueError, match=r"lengths must be a sequence of ints.*len\(s\)"):
+        attnbook.padding_mask([[1, 2], [3]])  # token lists, not lengths
+
+
+def test_an_encoding_that_does_not_rotate_is_refused_by_attention() -> None:
+    """Attention calls only the rotate hook: ALiBi or learned positions would be ignored."""
+    from attnbook.positional import AlibiPositions, LearnedPositions, RotaryPositions
+
+    for encoding in (AlibiPositions(2), LearnedPositions(8, 8)):
+        with pytest.raises(ValueError, match=r"positional must be an encoding whose rotate hook"):
+            MultiHeadAttention(8, 2, positional=encoding)
+    assert MultiHeadAttention(8, 2, positional=RotaryPositions(10000.0)).positional is not None
+
+
+def test_positions_of_the_wrong_width_are_named() -> None:
+    from attnbook.positional import LearnedPositions, SinusoidalPositions
+
+    for encoding in (LearnedPositions(8, 16), SinusoidalPositions(8, 16)):
+        with pytest.raises(ValueError, match=r"x must be token embeddings .* d_model = 16"):
+            encoding.embed(_x(1, 4, 6), 0)
+        assert encoding.embed(_x(1, 4, 16), 0).shape == (1, 4, 16)
+
+
+def test_tasks_of_more_prompts_than_a_float_can_count_are_built() -> None:
+    """10 ** 309 prompts: the size check overflowed float64 (OverflowError)."""
+    task = attnbook.reverse_task(length=309, n_symbols=10, n_train=4, n_test=2)
+    assert task.train.shape == (4, 2 * 309 + 1)
+    assert attnbook.sort_task(length=309, n_train=4, n_test=2).test.shape == (2, 2 * 309 + 1)
+
+
+def test_a_temperature_below_float32s_range_samples_greedily() -> None:
+    model = GPT(GPTConfig(10, 8, 8, 2, 1)).eval()
+    prompt = torch.tensor([[1, 2]])
+    greedy = model.generate(prompt, 3, temperature=0)
+    assert torch.equal(model.generate(prompt, 3, temperature=1e-50), greedy)  # was NaN probs
+
+
+def test_sample_next_checks_its_settings() -> None:
+    from attnbook.generation import sample_next
+
+    with pytest.raises(ValueError, match=r"top_k must be an int in \[1, 5\]"):
+        sample_next(_x(2, 5), 1.0, 6, None)
+    with pytest.raises(ValueError, match=r"temperature must be a number in \[0.0, inf\)"):
+        sample_next(_x(2, 5), -1.0, None, None)  # sampled from the inverted distribution
+    with pytest.raises(ValueError, match=r"logits must be a floating-point tensor of shape"):
+        sample_next(_x(5), 1.0, None, None)
+    assert sample_next(_x(2, 5), 1.0, 5, None).shape == (2, 1)
+
+
+def test_a_cache_of_another_dtype_is_refused() -> None:
+    model = GPT(GPTConfig(10, 8, 8, 2, 1)).eval()
+    _, cache = model.double().prefill(torch.tensor([[1, 2]]))
+    model.float()
+    with pytest.raises(ValueError, match=r"cache holds keys of dtype torch.float64.*prefill again"):
+        model.decode(torch.tensor([[3]]), cache)
+
+
+def test_flags_and_names_of_the_wrong_type_are_named() -> None:
+    from attnbook.tokenizer import merge_pair
+
+    with pytest.raises(ValueError, match=r"bias must be True or False"):
+        SingleHeadAttention(4, 4, bias="False")  # a non-empty string: biases were built
+    with pytest.raises(ValueError, match=r"per_head must be True or False"):
+        attnbook.padding_mask([2, 3], per_head="no")
+    with pytest.raises(ValueError, match=r"pair must be two token ids"):
+        merge_pair([1, 2, 3], 5, 9)
+    with pytest.raises(ValueError, match=r"path must be a str or a pathlib\.Path"):
+        attnbook.BPETokenizer.load(3)
+    with pytest.raises(ValueError, match=r"name must be one of"):
+        attnbook.History().last(["loss"])

@@ -114,6 +114,8 @@ def test_the_exercise_checker_agrees_with_lr_at() -> None:
 def test_amp_dtype_is_bf16_only_where_it_is_native(
     monkeypatch: pytest.MonkeyPatch, capability: tuple[int, int], expected: torch.dtype
 ) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
     assert amp_dtype("cuda") == expected  # a T4 (7.5) or V100 (7.0): fp16; an A100 (8.0): bf16
     assert amp_dtype("cpu") is None

@@ -173,7 +173,8 @@ def _is_text(x: object) -> bool:
         return False
     try:
         return np.asarray(x).dtype.kind in "US"
-    except (TypeError, ValueError):  # a ragged list: the comparison below says so
+    # a ragged list, or an object NumPy cannot read: the comparison below says so
+    except (TypeError, ValueError, RuntimeError, OverflowError, NotImplementedError):
         return False
 
 
@@ -193,7 +194,8 @@ def compare_outputs(got: object, expected: object, rtol: float, atol: float) -> 
         return f"returned text ({_show(np.asarray(got))}), expected an array of numbers"
     try:
         g = _to_numpy(got)
-    except (TypeError, ValueError):
+    # a ragged list, an object that is no array, a meta or nested tensor, an int past float64
+    except (TypeError, ValueError, RuntimeError, OverflowError, NotImplementedError):
         return f"returned a {type(got).__name__}, expected an array of numbers"
     e = _to_numpy(expected)
     if g.shape != e.shape:
