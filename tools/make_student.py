@@ -23,7 +23,7 @@ the package and its metadata only (no chapter, no solution): `wheel_problems` ch
 
 A student notebook (`student_notebook`) is the chapter with every `{solution}`
 directive cut out of its markdown cells, as `tools.notebooks` finds them (a cell
-left empty is dropped). Everything else is kept as it is: the exercise statements, the stubs
+left empty is dropped), and every code cell tagged `solution` dropped. Everything else is kept as it is: the exercise statements, the stubs
 (`raise NotImplementedError  # replace this line with your code`), the hints,
 the checker calls and the Colab cell that comes first. So are the stored outputs
 and execution counts: the figures and printed values of the teaching cells are
@@ -43,7 +43,7 @@ learners to download a chapter's notebook and open it on Colab instead.
 Two checks guard every run and fail it on any hit: `notebook_leaks` looks for
 each non-trivial code line and prose sentence of every solution (one that does
 not also appear elsewhere in the chapter) in the student notebook, its outputs
-included; `page_leaks` looks for runs of eight consecutive words of any solution
+included; `PageChecker` (its `scan`) looks for runs of eight consecutive words of any solution
 in every page and `_sources` file of the built book, and for words that only
 solutions use in its search index. `tests/book/test_student_edition.py` tests both,
 including that they catch a solution left in.

@@ -13,8 +13,8 @@ static drawing in the course's style (what the PDF shows); and ``text/plain``, a
 alternative giving the numbers. The HTML is deterministic (a fixed id derived from
 ``name``, numbers rounded), so a stored notebook output reproduces exactly.
 
-Plotly is an optional dependency (``pip install plotly``): it is imported only when a
-figure is made, never by ``import attnbook``.
+Plotly is a dependency of the package, but it is imported only when a figure is made,
+never by ``import attnbook``.
 
 Conventions: as in :mod:`attnbook.viz`, rows of a heatmap are queries and columns are
 keys. Shapes: ``S`` keys, ``T`` queries.
@@ -237,7 +237,7 @@ def softmax_temperature_explorer(
             wrong number of labels, a bad name, or temperatures out of range.
     """
     _check_name(name)
-    s = to_numpy(scores)
+    s = to_numpy(scores, "scores")
     if s.ndim != 1 or s.shape[0] == 0:
         raise ValueError(f"scores must have shape (S,) with S >= 1, got {shape_str(s)}")
     if not np.issubdtype(s.dtype, np.number) or np.issubdtype(s.dtype, np.complexfloating):
@@ -353,7 +353,7 @@ def attention_heatmap(
             (or NaN), a wrong number of labels, or a bad name.
     """
     _check_name(name)
-    w = to_numpy(weights)
+    w = to_numpy(weights, "weights")
     if w.ndim != 2 or 0 in w.shape:
         raise ValueError(f"weights must have shape (T, S) with T, S >= 1, got {shape_str(w)}")
     if not np.issubdtype(w.dtype, np.number) or np.issubdtype(w.dtype, np.complexfloating):

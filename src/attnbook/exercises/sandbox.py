@@ -31,8 +31,9 @@ The sandbox is bubblewrap (``bwrap``, Debian package ``bubblewrap``):
   ...), the Python installation and the ``attnbook`` package read-only, an
   empty ``/tmp``, and the private folder, the only place it can write: no
   other submission, no output file of the grader, no home folder (only the
-  Hugging Face model cache, ``hub/``, read-only when there is one, for
-  chapter 13's model; never the token beside it);
+  Hugging Face model cache, ``hub/``, read-only when there is one, so that a
+  submission that loads a model offline finds what this machine has cached;
+  never the token beside it);
 - an environment built from nothing (``--clearenv``): ``PATH``, ``HOME``,
   ``LANG``, ``MPLBACKEND``, ``HF_HUB_OFFLINE`` and a few more, so no variable
   of the grader (a token, a password) reaches the submission;
@@ -125,7 +126,7 @@ def _python_dirs() -> list[str]:
 
 
 def _hf_cache() -> str | None:
-    """The Hugging Face cache (chapter 13's model), shared read-only when there is one."""
+    """The Hugging Face cache (models loaded before, offline), shared read-only when there is one."""
     cache = os.environ.get("HF_HUB_CACHE") or os.path.join(
         os.environ.get("HF_HOME", os.path.expanduser("~/.cache/huggingface")), "hub"
     )
