@@ -31,6 +31,7 @@ from pathlib import Path
 
 import torch
 
+from attnbook._validation import check_device
 from attnbook.checkpoint import save_checkpoint
 from attnbook.data import (
     TextDataset,
@@ -126,6 +127,22 @@ def train_command(argv: list[str] | None = None) -> int:
     return _train(_train_arguments(parser).parse_args(argv), parser)
 
 
+def _check_outputs(args: argparse.Namespace) -> None:
+    """Refuse ``--save`` and ``--history-json`` paths that could not be written after training."""
+    if args.save is not None and args.save.exists() and not args.save.is_dir():
+        raise ValueError(f"--save must name a checkpoint folder, got the file {str(args.save)!r}")
+    if args.history_json is not None:
+        if args.history_json.is_dir():
+            raise ValueError(
+                f"--history-json must name a file, got the folder {str(args.history_json)!r}"
+            )
+        if not args.history_json.parent.is_dir():
+            raise ValueError(
+                "--history-json must name a file in an existing folder, got "
+                f"{str(args.history_json)!r}"
+            )
+
+
 def _train(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """Train as ``args`` say, and save what was asked for (process 0).
 
@@ -147,6 +164,9 @@ def _train(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     rank = int(os.environ.get("RANK", "0"))
     try:
         try:
+            _check_outputs(args)  # before training: a bad path must not waste the run
+            if device is not None:
+                check_device(device, "device", available=True, advice="leave --device out")
             data = _data(args)
             config = GPTConfig(
                 vocab_size=data.vocab_size,

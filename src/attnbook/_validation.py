@@ -8,6 +8,7 @@ of failing three calls deeper or silently returning NaN.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 from collections.abc import Iterable
@@ -266,16 +267,34 @@ def check_number(
     an infinite ``high`` is always open. The message writes the interval in
     the usual notation, e.g. ``lr must be a number in (0.0, inf), got -1``.
     """
-    ok = not isinstance(value, bool) and isinstance(value, (int, float))
-    if ok:
-        value = float(value)
-        ok = (low < value if low_open else low <= value) and (
-            value < high if high_open or high == math.inf else value <= high
+    left, right = "(" if low_open else "[", ")" if high_open or high == math.inf else "]"
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ValueError(
+            f"{name} must be a number in {left}{low}, {high}{right} (an int or a float), "
+            f"got {type(value).__name__} {value!r}"
         )
-    if not ok:
-        left, right = "(" if low_open else "[", ")" if high_open or high == math.inf else "]"
+    value = float(value)
+    if not (low < value if low_open else low <= value) or not (
+        value < high if high_open or high == math.inf else value <= high
+    ):
         raise ValueError(f"{name} must be a number in {left}{low}, {high}{right}, got {value!r}")
-    return value  # type: ignore[return-value]
+    return value
+
+
+def plain_numbers(config: object) -> None:
+    """Turn the NumPy scalars among a dataclass's fields into Python ints and floats.
+
+    ``vocab_size = ids.max() + 1`` of a NumPy array is an ``np.int64``: kept as
+    it is, it fails later far from its cause (JSON cannot write it into a
+    checkpoint). Called first in each config's ``__post_init__``; NumPy
+    booleans are left for :func:`check_bool` to refuse.
+    """
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        if isinstance(value, np.integer):
+            object.__setattr__(config, field.name, int(value))
+        elif isinstance(value, np.floating):
+            object.__setattr__(config, field.name, float(value))
 
 
 def check_bool(value: object, name: str) -> bool:

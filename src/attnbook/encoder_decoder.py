@@ -26,7 +26,14 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from attnbook._validation import check_bool, check_int, check_logits, check_token_ids, shape_str
+from attnbook._validation import (
+    check_bool,
+    check_int,
+    check_logits,
+    check_token_ids,
+    plain_numbers,
+    shape_str,
+)
 from attnbook.block import DecoderBlock, EncoderBlock
 from attnbook.generation import KVCache
 from attnbook.model import check_model_widths, init_gpt2
@@ -50,6 +57,7 @@ class EncoderDecoderConfig:
     dropout: float = 0.0  # dropout probability everywhere
 
     def __post_init__(self) -> None:
+        plain_numbers(self)  # NumPy ints and floats, as Python's
         check_int(self.src_vocab_size, "src_vocab_size")
         check_int(self.tgt_vocab_size, "tgt_vocab_size")
         check_int(self.n_encoder_layers, "n_encoder_layers")

@@ -441,7 +441,8 @@ def sample_next(
     """One token per row of ``logits`` ``(B, V)``: greedy, or sampled with temperature / top-k.
 
     ``temperature=0`` is the argmax, and so is a temperature too small for the
-    logits' dtype (below its smallest normal number, where dividing by it gives
+    logits' dtype (below its smallest normal number: below the smallest
+    subnormal it rounds to 0 there, and the best logit divided by it is 0/0,
     NaN): the limit of sampling as the temperature falls. ``top_k`` keeps the
     ``k`` largest logits per row before sampling, and any tied with the ``k``-th
     largest (more than ``k`` tokens can then be drawn).

@@ -1,7 +1,8 @@
-"""Whole models assembled from blocks: a decoder-only language model (GPT) and an encoder-decoder.
+"""A whole model assembled from blocks: the decoder-only language model (GPT).
 
 Introduced in chapter 9 (``chapters/09_transformer_block.ipynb``) and trained
-in chapter 10. Both models are the same few parts:
+in chapter 10. It and the encoder-decoder of :mod:`attnbook.encoder_decoder`
+are the same few parts:
 
 - token embeddings plus position information (learned or sinusoidal vectors
   added to the embeddings, or rotary / ALiBi positions inside attention, see
@@ -49,6 +50,7 @@ from attnbook._validation import (
     check_int,
     check_left_pad,
     check_token_ids,
+    plain_numbers,
 )
 from attnbook.block import BlockConfig, EncoderBlock, SwiGLU
 from attnbook.generation import KVCache
@@ -105,6 +107,7 @@ class GPTConfig:
     rope_base: float = 10000.0  # base of the rotary frequencies (positional="rope" only)
 
     def __post_init__(self) -> None:
+        plain_numbers(self)  # NumPy ints and floats, as Python's
         check_int(self.vocab_size, "vocab_size")
         check_int(self.n_layers, "n_layers")
         if self.ffn == "swiglu" and self.d_ff is None:  # 8/3 d_model: a GELU network's parameters

@@ -59,6 +59,7 @@ from attnbook._validation import (
     check_mask,
     check_probability,
     check_rank,
+    plain_numbers,
     shape_str,
 )
 from attnbook.attention import attend, attend_fused, check_torch_twin, with_causal
@@ -190,6 +191,7 @@ class AttentionConfig:
     rope_base: float | None = None  # base (> 1) of rotary embeddings inside attention, or None
 
     def __post_init__(self) -> None:
+        plain_numbers(self)  # NumPy ints and floats, as Python's
         check_int(self.d_model, "d_model")
         check_int(self.n_heads, "n_heads")
         if self.d_model % self.n_heads != 0:
@@ -257,7 +259,8 @@ class MultiHeadAttention(nn.Module):
 
     The query, key and value maps are stacked in one ``nn.Linear`` named
     ``in_proj`` (weight ``(3 D, D)``: rows ``W_Qᵀ``, then ``W_Kᵀ``, then
-    ``W_Vᵀ``, as PyTorch's ``in_proj_weight`` and GPT-2's ``c_attn``), so
+    ``W_Vᵀ``, as PyTorch's ``in_proj_weight``; GPT-2's ``c_attn`` stacks the
+    same maps transposed, ``(D, 3 D)``, with Q, K, V as columns), so
     self-attention makes all three with one matrix multiply and the optimizer
     updates one tensor; ``out_proj`` is ``nn.Linear(d_model, d_model)``.
     ``q_proj``, ``k_proj`` and ``v_proj`` are :class:`RowBlock` views of

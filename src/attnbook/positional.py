@@ -17,10 +17,12 @@ alike to it. Position has to be put in from outside, in one of three places:
 
 **Pairing convention.** Both the sinusoidal encoding and RoPE work on
 *interleaved* pairs of features ``(2i, 2i + 1)``, ``i = 0 .. d/2 - 1``, each
-pair with frequency ``base^(-2i/d)``. Many RoPE implementations (GPT-NeoX,
-LLaMA) pair feature ``i`` with feature ``i + d/2`` instead ("half split");
+pair with frequency ``base^(-2i/d)``, as Meta's original LLaMA code pairs
+them. Other RoPE implementations (GPT-NeoX, Hugging Face ``transformers``'
+Llama) pair feature ``i`` with feature ``i + d/2`` instead ("half split");
 the two are the same rotation applied to permuted features, but weights
-trained with one are wrong for the other.
+trained with one are wrong for the other (the ``transformers`` conversion of
+LLaMA permuted the query and key rows: see :mod:`attnbook.pretrained`).
 
 Shape legend used in this module:
     ``T`` positions (queries), ``S`` key positions, ``d`` feature width
@@ -123,8 +125,8 @@ def apply_rope(
         out[..., 2i]     = x[..., 2i] * cos(theta) - x[..., 2i + 1] * sin(theta)
         out[..., 2i + 1] = x[..., 2i] * sin(theta) + x[..., 2i + 1] * cos(theta)
 
-    (GPT-NeoX and LLaMA code pairs feature ``i`` with ``i + d/2`` instead;
-    see the module docstring.)
+    (GPT-NeoX and Hugging Face ``transformers``' Llama pair feature ``i`` with
+    ``i + d/2`` instead; see the module docstring.)
 
     Args:
         x: float tensor of shape ``(..., T, d)``, e.g. per-head queries

@@ -38,6 +38,7 @@ from attnbook._validation import (
     check_logits,
     check_token_ids,
     is_prefix,
+    plain_numbers,
     shape_str,
 )
 from attnbook.masking import softmax_with_mask
@@ -65,6 +66,7 @@ class RNNConfig:
     d_hidden: int = 64  # Hd, width of every GRU state
 
     def __post_init__(self) -> None:
+        plain_numbers(self)  # NumPy ints and floats, as Python's
         for name in ("src_vocab_size", "tgt_vocab_size", "context_length", "d_embed", "d_hidden"):
             check_int(getattr(self, name), name)
         if not isinstance(self.attention, str) or self.attention not in DECODERS:
@@ -310,7 +312,13 @@ class RNNEncoderDecoder(nn.Module):
             Target ids ``(B, 1 + n)``, ``n <= N``, starting with ``bos_id``.
         """
         src, _, src_mask = self._check(src, None, src_mask, with_tgt=False)
-        max_new_tokens = check_int(max_new_tokens, "max_new_tokens", minimum=0)
+        max_new_tokens = check_int(
+            max_new_tokens,
+            "max_new_tokens",
+            minimum=0,
+            maximum=self.config.context_length - 1,
+            meaning="context_length - 1: forward takes targets of at most context_length ids",
+        )
         V = self.config.tgt_vocab_size
         check_int(bos_id, "bos_id", minimum=0, maximum=V - 1, meaning="a target token id")
         if eos_id is not None:

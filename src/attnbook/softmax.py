@@ -116,8 +116,10 @@ def softmax(x: Array, axis: int = -1, temperature: float = 1.0) -> Array:
 def log_softmax(x: Array, axis: int = -1, temperature: float = 1.0) -> Array:
     """Logarithm of :func:`softmax`, computed without ever forming tiny weights.
 
-    ``log(softmax(x))`` underflows to ``-inf`` once a weight drops below about
-    ``1e-308`` (float64); ``z - logsumexp(z)`` stays finite. Cross-entropy
+    ``log(softmax(x))`` loses accuracy once a weight drops below about
+    ``1e-308`` (float64's smallest normal number) and is ``-inf`` below about
+    ``5e-324``, where the weight underflows to 0; ``z - logsumexp(z)`` stays
+    finite and accurate. Cross-entropy
     losses use this form.
 
     Args:

@@ -37,7 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnbook._validation import check_bool, check_device, check_int, check_number
+from attnbook._validation import check_bool, check_device, check_int, check_number, plain_numbers
 from attnbook.data import (
     IGNORE_INDEX,
     SequenceTask,
@@ -88,6 +88,7 @@ class TrainConfig:
     progress: bool = True  # show a tqdm progress bar (on the first process only)
 
     def __post_init__(self) -> None:
+        plain_numbers(self)  # NumPy ints and floats, as Python's
         for name in ("steps", "batch_size", "eval_every"):
             check_int(getattr(self, name), name)
         default_warmup = type(self).__dataclass_fields__["warmup_steps"].default
@@ -532,6 +533,20 @@ def train(model: nn.Module, data: Data, config: TrainConfig) -> History:
     _check_model_data(model, data)
     if not isinstance(config, TrainConfig):
         raise ValueError(f"config must be a TrainConfig, got {type(config).__name__}")
+    half = {p.dtype for p in model.parameters()} & {torch.float16}
+    if half:  # AdamW's second moments overflow float16 at once: NaN at any learning rate
+        raise ValueError(
+            "model's parameters are torch.float16, which AdamW's state overflows (the loss is "
+            "NaN at any learning rate): train a float32 model (TrainConfig's amp, on by default, "
+            "computes in 16 bits on a GPU) and convert it afterwards"
+        )
+    if config.target_exact_match is not None and not isinstance(
+        data, (SequenceTask, TranslationTask)
+    ):
+        raise ValueError(
+            "target_exact_match needs a SequenceTask or a TranslationTask, which have answers to "
+            f"match; data is a {type(data).__name__}, so leave it None"
+        )
     rank, world = _distributed()
     if config.batch_size % world:
         raise ValueError(

@@ -208,6 +208,8 @@ def test_fewer_steps_than_the_default_warmup_run(tmp_path: object) -> None:
         (["--device", "gpu"], "device must be a device such as 'cpu'"),
         (["--length", "3"], r"n_train \+ n_test = 21000 distinct examples are asked for"),
         (["--n-test", "0"], "n_test must be an int >= 1, got 0"),
+        (["--history-json", "/no-such-folder-xyz/h.json"], "--history-json must name a file in"),
+        (["--history-json", "."], "--history-json must name a file, got the folder"),
     ],
 )
 def test_a_bad_argument_is_a_usage_error_not_a_traceback(
@@ -244,3 +246,29 @@ def test_a_diverging_run_ends_with_a_message_not_a_traceback() -> None:
     assert re.match(
         r"python -m attnbook train: the training loss is nan at step \d+", exit_.value.code
     )
+
+
+def test_paths_that_cannot_be_written_are_refused_before_training(
+    tmp_path: object, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """They were found only after the run (a FileNotFoundError, or save_checkpoint's error)."""
+    from attnbook.__main__ import main
+
+    taken = tmp_path / "a-file"
+    taken.write_text("")
+    with pytest.raises(SystemExit) as exit_:
+        main(["train", "--save", str(taken), "--device", "cpu", "--no-progress"])
+    assert exit_.value.code == 2
+    out, err = capsys.readouterr()
+    assert "--save must name a checkpoint folder, got the file" in err
+    assert "steps in" not in out  # nothing was trained
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_a_gpu_this_machine_lacks_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    from attnbook.__main__ import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["train", "--device", "cuda", "--no-progress"])
+    assert exit_.value.code == 2
+    assert "device='cuda' asks for a CUDA GPU" in capsys.readouterr().err

