@@ -236,7 +236,7 @@ def test_kv_cache_checker_names_typical_mistakes() -> None:
 
     for wrong, case, mistake in [
         (keys_only, first, "the keys only"),
-        (all_heads, "8 key/value heads", "n_heads instead of n_kv_heads"),
+        (all_heads, "4 key/value heads", "n_heads instead of n_kv_heads"),
         (d_model_wide, first, "d_model per key/value head"),
         (one_layer, first, "one layer's cache"),
         (no_batch, "batch 8", "the batch size left out"),
@@ -311,3 +311,11 @@ def test_nan_where_the_answer_is_infinite_is_described_not_raised() -> None:
     # every difference is NaN: np.nanargmax used to raise "All-NaN slice encountered"
     problem = compare_outputs(np.array([np.nan, np.nan]), np.array([np.inf, 1.0]), 1e-7, 0)
     assert problem.startswith("returned the wrong values (largest difference inf at index (0,))")
+
+
+def test_no_hidden_kv_case_hands_out_the_pen_and_paper_answer() -> None:
+    """A wrong answer's verdict prints the expected bytes of the case it failed."""
+    from attnbook.exercises.efficient import _KV_CASES
+
+    paper = {(32, 32, 32, 4096, 4096, 1, 2), (32, 32, 8, 4096, 4096, 1, 2)}
+    assert not paper & {tuple(case.make_args()) for case in _KV_CASES}

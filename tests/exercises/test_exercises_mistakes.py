@@ -167,6 +167,16 @@ def _fill(q, k, v, m, value):
         ),
         (lambda q, k, v, m: _fill(q, k, v, ~m, float("-inf")), "an inverted mask"),
         (lambda q, k, v, m: _fill(q, k, v, m, 0.0), "filling blocked scores with 0"),
+        (
+            lambda q, k, v, m: torch.softmax((q @ k.mT).masked_fill(~m, -math.inf), -1) @ v,
+            "a missing scale",
+        ),
+        (
+            lambda q, k, v, m: (
+                torch.softmax((q @ k.mT / q.shape[-1]).masked_fill(~m, -math.inf), -1) @ v
+            ),
+            "dividing by d_k instead of sqrt(d_k)",
+        ),
     ],
 )
 def test_masked_attention_mistakes(wrong: Callable, mistake: str) -> None:

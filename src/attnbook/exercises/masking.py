@@ -145,6 +145,11 @@ def _scaled_scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     return q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (..., T, S)
 
 
+def _masked_by(scores: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+    """The softmax of ``scores`` with the blocked ones at -inf: the weights ``(..., T, S)``."""
+    return torch.softmax(scores.masked_fill(~m, float("-inf")), dim=-1)
+
+
 def _finite_fill(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, m: torch.Tensor
 ) -> torch.Tensor:
@@ -228,6 +233,17 @@ _MASKED_MISTAKES = [
         "filling blocked scores with 0 instead of -inf",
         lambda q, k, v, m: torch.softmax(_scaled_scores(q, k).masked_fill(~m, 0.0), -1) @ v,
         "exp(0) = 1: a score of 0 is an ordinary score, not a blocked one. Fill with -inf.",
+    ),
+    Mistake(
+        "a missing scale (no division by sqrt(d_k))",
+        lambda q, k, v, m: _masked_by(_scaled_scores(q, k) * math.sqrt(q.shape[-1]), m) @ v,
+        "The mask is right, but the scores are not scaled: divide query @ key.transpose(-2, -1) "
+        "by math.sqrt(d_k), with d_k the width of a query, before masking (chapter 4).",
+    ),
+    Mistake(
+        "dividing by d_k instead of sqrt(d_k)",
+        lambda q, k, v, m: _masked_by(_scaled_scores(q, k) / math.sqrt(q.shape[-1]), m) @ v,
+        "The mask is right, but the scale is not: divide the scores by math.sqrt(d_k), not by d_k.",
     ),
 ]
 
