@@ -174,6 +174,10 @@ def rotated_builds(
         ``times``.
     """
     names = list(builders)
+    if rounds < len(names):  # a block of no rounds has no median to print
+        raise ValueError(
+            f"rounds must be at least {len(names)}, one per block (a block per model), got {rounds}"
+        )
     times: dict[str, list[float]] = {name: [] for name in names}
     blocks = []
     for block in range(len(names)):

@@ -209,6 +209,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--device", default="auto")
     args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1, got {args.rounds}")
     torch.set_num_threads(args.threads)
     device = attnbook.get_device() if args.device == "auto" else torch.device(args.device)
     print(describe(device))

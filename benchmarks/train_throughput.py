@@ -212,6 +212,8 @@ def main() -> None:
         help="time nothing: print the ATen operators whose calls per step differ between models",
     )
     args = parser.parse_args()
+    if args.rounds < 3:  # three blocks, one per model, each with at least one round
+        parser.error(f"--rounds must be at least 3, one per block, got {args.rounds}")
     if not 1 <= args.context <= CONFIG.context_length:
         parser.error(f"--context must be between 1 and {CONFIG.context_length}")
     device = attnbook.get_device() if args.device == "auto" else torch.device(args.device)
