@@ -37,6 +37,7 @@ Shape legend used in this module:
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -270,6 +271,12 @@ def from_pretrained(name: str, **kwargs: Any) -> GPT:
     """
     if not isinstance(name, str) or not name:
         raise ValueError(f"name must be a model id such as 'gpt2', got {name!r}")
+    looks_local = name.startswith(("/", "./", "../", "~"))  # a Hub id is "name" or "org/name"
+    if looks_local and not Path(name).expanduser().is_dir():
+        raise ValueError(
+            f"name {name!r} looks like a local folder, but there is no such folder; give a "
+            "folder saved with save_pretrained, or a model id on the Hub such as 'gpt2'"
+        )
     try:
         from transformers import AutoModelForCausalLM
     except ImportError as error:

@@ -392,3 +392,9 @@ def test_the_rnn_writes_no_more_than_its_forward_reads() -> None:
     with pytest.raises(ValueError, match=r"max_new_tokens must be an int in \[0, 7\]"):
         model.generate(torch.tensor([[1, 2, 3]]), 20, bos_id=0)  # returned (1, 21)
     assert model.generate(torch.tensor([[1, 2, 3]]), 7, bos_id=0).shape[1] <= 8
+
+
+def test_a_local_folder_that_is_not_there_is_named(tmp_path: Path) -> None:
+    """transformers answered "Repo id must be in the form 'repo_name'..." without the argument."""
+    with pytest.raises(ValueError, match=r"name '.*missing' looks like a local folder, but"):
+        GPT.from_pretrained(str(tmp_path / "missing"))
