@@ -62,7 +62,7 @@ def save_checkpoint(path: str | Path, model: GPT, extra: dict | None = None) -> 
         raise ValueError(f"extra must be None or a dict, got {type(extra).__name__}")
     path = check_path(path, "path", "a folder, created if missing")
     state = _unique_state(model)
-    broken = sorted(k for k, v in state.items() if not bool(torch.isfinite(v).all()))
+    broken = _not_finite(state)
     if broken:  # load_checkpoint would refuse it: say so now, not when it is read back
         raise ValueError(
             f"model's weights hold NaN or inf ({broken[:5]}), saved from a run whose loss "
@@ -90,6 +90,11 @@ def save_checkpoint(path: str | Path, model: GPT, extra: dict | None = None) -> 
     save_file(state, str(path / WEIGHTS_FILE))
     (path / CONFIG_FILE).write_text(text + "\n")
     return path
+
+
+def _not_finite(state: dict[str, torch.Tensor]) -> list[str]:
+    """The names of the tensors of ``state`` that hold NaN or inf, sorted."""
+    return sorted(k for k, v in state.items() if not bool(torch.isfinite(v).all()))
 
 
 def read_checkpoint_extra(path: str | Path) -> dict:
@@ -191,7 +196,7 @@ def load_checkpoint(path: str | Path, device: str | torch.device | None = None) 
             f"{CONFIG_FILE}: missing {missing[:5]}, unexpected {unexpected[:5]}, "
             f"different shapes {shapes[:5]}"
         )
-    broken = sorted(k for k, v in state.items() if not bool(torch.isfinite(v).all()))
+    broken = _not_finite(state)
     if broken:
         raise ValueError(
             f"the weights in {str(path / WEIGHTS_FILE)!r} hold NaN or inf ({broken[:5]}): the "

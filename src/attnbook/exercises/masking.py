@@ -179,7 +179,7 @@ def _softmax_then_zero(
 def _right_answer(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, m: torch.Tensor
 ) -> torch.Tensor:
-    return torch.softmax(_scaled_scores(q, k).masked_fill(~m, float("-inf")), dim=-1) @ v
+    return _masked_by(_scaled_scores(q, k), m) @ v
 
 
 _FINITE_FILL_HINT = (
@@ -236,13 +236,13 @@ _MASKED_MISTAKES = [
     ),
     Mistake(
         "a missing scale (no division by sqrt(d_k))",
-        lambda q, k, v, m: _masked_by(_scaled_scores(q, k) * math.sqrt(q.shape[-1]), m) @ v,
+        lambda q, k, v, m: _masked_by(q @ k.transpose(-2, -1), m) @ v,
         "The mask is right, but the scores are not scaled: divide query @ key.transpose(-2, -1) "
         "by math.sqrt(d_k), with d_k the width of a query, before masking (chapter 4).",
     ),
     Mistake(
         "dividing by d_k instead of sqrt(d_k)",
-        lambda q, k, v, m: _masked_by(_scaled_scores(q, k) / math.sqrt(q.shape[-1]), m) @ v,
+        lambda q, k, v, m: _masked_by(q @ k.transpose(-2, -1) / q.shape[-1], m) @ v,
         "The mask is right, but the scale is not: divide the scores by math.sqrt(d_k), not by d_k.",
     ),
 ]
