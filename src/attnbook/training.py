@@ -533,8 +533,7 @@ def train(model: nn.Module, data: Data, config: TrainConfig) -> History:
     _check_model_data(model, data)
     if not isinstance(config, TrainConfig):
         raise ValueError(f"config must be a TrainConfig, got {type(config).__name__}")
-    half = {p.dtype for p in model.parameters()} & {torch.float16}
-    if half:  # AdamW's second moments overflow float16 at once: NaN at any learning rate
+    if any(p.dtype == torch.float16 for p in model.parameters()):  # AdamW's state overflows
         raise ValueError(
             "model's parameters are torch.float16, which AdamW's state overflows (the loss is "
             "NaN at any learning rate): train a float32 model (TrainConfig's amp, on by default, "

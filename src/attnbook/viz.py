@@ -233,9 +233,7 @@ def to_numpy(x: Array | Sequence[float], name: str = "x") -> np.ndarray:
 def _real(x: Array | Sequence[float], name: str) -> np.ndarray:
     """``x`` as a float64 NumPy array, raising unless it holds real numbers (booleans as 0/1)."""
     arr = to_numpy(x, name)
-    if not (arr.dtype == bool or np.issubdtype(arr.dtype, np.integer)) and not np.issubdtype(
-        arr.dtype, np.floating
-    ):
+    if arr.dtype.kind not in "biuf":  # booleans, signed and unsigned ints, floats
         raise ValueError(f"{name} must hold real numbers, got dtype {arr.dtype}")
     return arr.astype(float)
 
