@@ -177,6 +177,24 @@ def _tensors_in(values: object) -> Iterator[torch.Tensor]:
         yield from _tensors_in(list(values.values()))
 
 
+# The tensors that hold a sparse tensor's numbers, by layout (a strided tensor holds its own).
+_SPARSE_PARTS = {
+    torch.sparse_coo: ("_indices", "_values"),
+    torch.sparse_csr: ("crow_indices", "col_indices", "values"),
+    torch.sparse_bsr: ("crow_indices", "col_indices", "values"),
+    torch.sparse_csc: ("ccol_indices", "row_indices", "values"),
+    torch.sparse_bsc: ("ccol_indices", "row_indices", "values"),
+}
+
+
+def _storages(t: torch.Tensor) -> list[torch.UntypedStorage]:
+    """The memory ``t`` occupies: its storage, or a sparse tensor's index and value storages."""
+    if t.layout == torch.strided:
+        return [t.untyped_storage()]
+    parts = _SPARSE_PARTS.get(t.layout, ())
+    return [storage for part in parts for storage in _storages(getattr(t, part)())]
+
+
 class OpRecorder(TorchDispatchMode):
     """Record every ATen operation run inside ``with OpRecorder() as r:``, and the largest result.
 
@@ -189,7 +207,8 @@ class OpRecorder(TorchDispatchMode):
       first, or what ran before it;
     - ``largest``: the bytes of the largest storage one operation allocates
       for its result. A result that is a view of, or the same memory as, one
-      of the operation's inputs allocates nothing and is not counted.
+      of the operation's inputs allocates nothing and is not counted. A
+      sparse result counts the new storages of its indices and values together.
 
     What one fused operation allocates internally (a kernel's work buffers)
     is invisible here: only the tensors it returns are seen.
@@ -210,10 +229,11 @@ class OpRecorder(TorchDispatchMode):
         self.ops.add(name)
         self.calls.append(name)
         # an input's memory, and a buffer passed as out=, is not a new allocation
-        given = {t.untyped_storage().data_ptr() for t in _tensors_in((args, kwargs or {}))}
+        inputs = _tensors_in((args, kwargs or {}))
+        given = {storage.data_ptr() for t in inputs for storage in _storages(t)}
         for t in _tensors_in(out):
-            if t.untyped_storage().data_ptr() not in given:
-                self.largest = max(self.largest, t.untyped_storage().nbytes())
+            new = [s for s in _storages(t) if s.data_ptr() not in given]
+            self.largest = max(self.largest, sum(s.nbytes() for s in new))
         return out
 
 

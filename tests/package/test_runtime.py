@@ -167,6 +167,15 @@ def test_largest_allocation_counts_results_not_inputs_or_views() -> None:
         attnbook.runtime.largest_allocation(None)  # type: ignore[arg-type]
 
 
+def test_largest_allocation_counts_a_sparse_result_by_its_indices_and_values() -> None:
+    eye = torch.eye(64)  # 64 non-zeros
+    coo = attnbook.runtime.largest_allocation(eye.to_sparse)
+    assert coo == 2 * 64 * 8 + 64 * 4  # int64 indices (2, 64) and float32 values (64,)
+    sparse = eye.to_sparse()
+    assert attnbook.runtime.largest_allocation(sparse.to_dense) == 64 * 64 * 4  # a sparse input
+    assert attnbook.runtime.largest_allocation(lambda: sparse.coalesce()) == 0  # already is
+
+
 @pytest.mark.parametrize("device", ["gpu", None, 3])
 def test_synchronize_refuses_what_is_not_a_device(device: object) -> None:
     with pytest.raises(ValueError, match="device must be a device"):
