@@ -29,6 +29,7 @@ import io
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -439,7 +440,7 @@ def test_the_state_file_holds_the_seed_and_every_notebook(cli_run: dict) -> None
 # ------------------------------------------------------------------ run 2: the machine
 
 TAMPER = """
-import glob, json, os, socket, subprocess, sys, time
+import glob, json, os, subprocess, sys, time
 TARGETS = {targets!r}
 report = {{}}
 for target in TARGETS:
@@ -459,11 +460,6 @@ for path in glob.glob("/proc/*/environ"):
     except OSError:
         pass
 report["proc"] = leaks
-try:
-    socket.create_connection(("1.1.1.1", 53), timeout=2)
-    report["net"] = "online"
-except OSError:
-    report["net"] = "offline"
 subprocess.Popen([sys.executable, "-c", {background!r}, "{marker}"], start_new_session=True)
 print(json.dumps(report))
 """
@@ -573,7 +569,13 @@ def test_the_graders_environment_reaches_no_output(sandbox_run: dict) -> None:
 
 @needs_bwrap
 def test_inside_the_sandbox_there_is_no_network_no_secret_and_nobody_else(tmp_path: Path) -> None:
-    """The evaluation sandbox, driven directly with a program the static check never saw."""
+    """The evaluation sandbox, driven directly with a program the static check never saw.
+
+    The network is probed with a socket listening on this machine's loopback: a sandbox
+    that shared the machine's network would reach it, whether or not the machine is online.
+    """
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
     other = tmp_path / "other.ipynb"
     other.write_text("a submission", encoding="utf-8")
     program = (
@@ -585,7 +587,8 @@ def test_inside_the_sandbox_there_is_no_network_no_secret_and_nobody_else(tmp_pa
         "    if b'" + SECRET + "' in data:\n        found['proc'].append(path)\n"
         "found['pids'] = len([p for p in os.listdir('/proc') if p.isdigit()])\n"
         f"found['other'] = os.path.exists({str(other)!r})\n"
-        "try:\n    socket.create_connection(('1.1.1.1', 53), timeout=2); found['net'] = 'online'\n"
+        f"try:\n    socket.create_connection(('127.0.0.1', {port}), timeout=2)\n"
+        "    found['net'] = 'online'\n"
         "except OSError:\n    found['net'] = 'offline'\n"
         "def answer(x):\n    raise ValueError(json.dumps(found))\n"
         "__attnbook_answer__ = answer\n"
@@ -600,6 +603,7 @@ def test_inside_the_sandbox_there_is_no_network_no_secret_and_nobody_else(tmp_pa
         result = sandbox.run_sandboxed("evaluate", folder, sandbox.Limits(wall_s=120))
     finally:
         del os.environ["ATTNBOOK_TEST_SECRET"]
+        listener.close()
     assert result.returncode == 0, result.log
     report = json.loads((folder / "out" / "softmax.json").read_text())
     found = json.loads(report["cases"][0]["message"].split(": ", 1)[1])
