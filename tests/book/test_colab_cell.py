@@ -183,7 +183,7 @@ def test_stored_colab_cell_runs_as_promised(path: Path) -> None:
     assert colab_cell_problems(first.source, URL, extra) == []
 
 
-def test_chapter_11_installs_the_pretrained_extra() -> None:
+def test_chapter_13_installs_the_pretrained_extra() -> None:
     _, commands = run_cell(sync_repo_url.colab_cell_source(URL, "13_inside_attention"), colab=True)
     (requirement,) = [Requirement(command[-1]) for command in commands]
     assert (requirement.name, requirement.extras) == (PACKAGE, {"pretrained"})

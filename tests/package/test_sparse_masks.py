@@ -118,5 +118,5 @@ def test_masks_on_a_device() -> None:
     ],
 )
 def test_bad_arguments_raise_value_error_naming_them(call, name) -> None:
-    with pytest.raises(ValueError, match=name):
+    with pytest.raises(ValueError, match=rf"^{name} must be an int >= 1"):
         call()
