@@ -22,8 +22,9 @@ def assert_rejects(
     Args:
         verdict: what the checker returned.
         failing_case: text of the case's name that the message must show.
-        mistake: if given, the message must say ``this looks like <mistake>``
-            (the framework's wording for a recognised mistake).
+        mistake: if given, the message must name it: ``this looks like <mistake>`` (the
+            framework's wording for a recognised mistake), or, where the mistake differs
+            from the right answer only by returning NaN or inf, ``is what <mistake> gives``.
         named: if given, this text must appear in the hint.
     """
     assert not verdict, verdict.message
@@ -32,7 +33,8 @@ def assert_rejects(
     assert "Hint:" in verdict.message, verdict.message
     assert "Traceback" not in verdict.message, verdict.message
     if mistake is not None:
-        assert f"this looks like {mistake}" in verdict.message, verdict.message
+        named_as = (f"this looks like {mistake}", f"is what {mistake}")
+        assert any(phrase in verdict.message for phrase in named_as), verdict.message
     if named is not None:
         assert named in verdict.message.split("Hint:")[1], verdict.message
 

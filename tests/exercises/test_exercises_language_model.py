@@ -217,3 +217,23 @@ def test_bpe_merge_checker_rejects_a_merge_in_place() -> None:
     verdict = check_bpe_merge(in_place)
     assert_rejects(verdict, "'the hehe there'", named="leave the inputs")
     assert "changed its argument `ids` in place" in verdict.message
+
+
+def test_bpe_merge_checker_refuses_ids_returned_as_floats() -> None:
+    verdict = check_bpe_merge(
+        lambda ids, pair, new_id: [float(i) for i in _merge(ids, pair, new_id)]
+    )
+    assert not verdict, verdict.message
+    assert "expected integers" in verdict.message, verdict.message
+
+
+def test_rms_norm_checker_refuses_an_eps_of_its_own() -> None:
+    """eps = 1e-5, hard-coded, passed every case while the cases all used 1e-5 or let it vanish."""
+
+    def own_eps(x, weight, eps):
+        return x / torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + 1e-5) * weight
+
+    verdict = check_rms_norm(own_eps)
+    assert not verdict, verdict.message
+    assert "eps = 4e-6" in verdict.message, verdict.message
+    assert "Use the eps argument" in verdict.message, verdict.message

@@ -522,3 +522,40 @@ def test_an_answer_numpy_cannot_read_gets_a_verdict_not_a_crash(odd: Callable) -
     verdict = check_softmax(odd)
     assert not verdict, verdict.message
     assert "expected an array of numbers" in verdict.message
+
+
+# ------------------------------------------------------------ review of December 2026
+
+
+def test_soft_lookup_shifted_by_the_whole_arrays_maximum_is_rejected() -> None:
+    """Every query row shifted by one maximum: rows far below it underflow to 0 / 0."""
+
+    def whole_array_max(q, k, v, t):
+        s = q @ k.T
+        e = np.exp((s - s.max()) / t)
+        return e / e.sum(axis=-1, keepdims=True) @ v
+
+    _rejects(check_soft_lookup(whole_array_max), "the last 100 times longer", "own maximum")
+
+
+def test_a_result_in_another_precision_is_named_as_such() -> None:
+    """float32 rounds the heads of a float64 input: the verdict says so, not only 'wrong'."""
+    verdict = attnbook.exercises.check_split_heads(
+        lambda x, h: x.float().view(x.shape[0], x.shape[1], h, -1).transpose(1, 2)
+    )
+    _rejects(verdict, "Note: your result is float32, the answer float64")
+
+
+def test_a_match_on_nan_alone_is_offered_with_the_cases_own_hint() -> None:
+    """Masked first, then shifted by the whole array's maximum: NaN in the row whose blocked
+    key scores far higher, as 'softmax, then renormalise' gives there. The verdict offers that
+    mistake as what the NaN is, and gives the case's own hint too."""
+
+    def whole_array_max(q, k, v, m):
+        s = _scores(q, k).masked_fill(~m, -math.inf)
+        e = torch.exp(s - s.max())
+        return e / e.sum(dim=-1, keepdim=True) @ v
+
+    verdict = check_masked_attention(whole_array_max)
+    _rejects(verdict, "is what a softmax first, then zeroing", "If that is not what you wrote")
+    assert "this looks like" not in verdict.message

@@ -178,6 +178,50 @@ def _is_text(x: object) -> bool:
         return False
 
 
+def _kind(x: object) -> str:
+    """NumPy's kind letter of ``x``'s numbers: "b" bool, "i" integer, "f" float, "c" complex."""
+    if isinstance(x, torch.Tensor):
+        if x.dtype == torch.bool:
+            return "b"
+        return "f" if x.dtype.is_floating_point else "c" if x.dtype.is_complex else "i"
+    try:
+        return np.asarray(x).dtype.kind
+    except (TypeError, ValueError, RuntimeError, OverflowError, NotImplementedError):
+        return "O"
+
+
+def _floats_for_ids(got: object, expected: object) -> str | None:
+    """Floats where the answer is an array of integers (ids, positions): the values may be
+    right, but indexing with them fails. (NumPy answers to torch exercises are accepted, and
+    so is a count returned as a float: only arrays of ids are refused.)"""
+    if _kind(expected) not in "iu" or _kind(got) != "f":
+        return None
+    try:
+        scalar = np.ndim(got) == 0
+    except (TypeError, ValueError, RuntimeError):  # ragged: the comparison says so
+        return None
+    if scalar:
+        return None
+    return (
+        "returned floating-point numbers, expected integers (ids and positions are whole "
+        "numbers): keep them integers, e.g. with .long() or .astype(int)"
+    )
+
+
+def _precision_note(got: object, expected: object) -> str:
+    """When ``got`` is floating point of another precision than ``expected``, a note saying so."""
+    dtypes = [x.dtype for x in (got, expected) if isinstance(x, torch.Tensor | np.ndarray)]
+    if len(dtypes) < 2 or _kind(got) != "f" or _kind(expected) != "f":
+        return ""
+    names = [str(d).removeprefix("torch.") for d in dtypes]
+    if names[0] == names[1]:
+        return ""
+    return (
+        f"\n   Note: your result is {names[0]}, the answer {names[1]}: compute in the inputs' "
+        "dtype (a conversion such as .float() rounds every value)"
+    )
+
+
 def compare_outputs(got: object, expected: object, rtol: float, atol: float) -> str | None:
     """Return ``None`` if ``got`` matches ``expected``, else a short description of the difference.
 
@@ -188,6 +232,9 @@ def compare_outputs(got: object, expected: object, rtol: float, atol: float) -> 
         return "returned None: did you forget `return`?"
     if isinstance(expected, tuple):
         return _compare_parts(got, expected, rtol, atol)
+    problem = _floats_for_ids(got, expected)
+    if problem is not None:
+        return problem
     if _is_bool(expected):
         return _compare_bool(got, expected)
     if _is_text(got):  # np.asarray(["0.5"], dtype=float) would read the text as the number
@@ -211,7 +258,7 @@ def compare_outputs(got: object, expected: object, rtol: float, atol: float) -> 
         # The arrays are shown to 4 decimals: the size of the gap says what they may hide.
         return (
             f"returned the wrong values (largest difference {gap[worst]:.2g}{at}):\n"
-            f"   expected {_show(e)}\n   got      {_show(g)}"
+            f"   expected {_show(e)}\n   got      {_show(g)}" + _precision_note(got, expected)
         )
     return None
 
@@ -807,8 +854,10 @@ def diagnose_mistake(
     mistakes: Sequence[Mistake],
     rtol: float,
     atol: float,
-) -> Mistake | None:
-    """The first known mistake whose answer on ``args`` is what the learner returned."""
+) -> tuple[Mistake, bool] | None:
+    """The first known mistake whose answer on ``args`` is what the learner returned, and
+    whether the match shows beyond NaN (``False``: the two agree, but the mistake differs
+    from the right answer only where both return NaN or inf)."""
     for mistake in mistakes:
         try:
             with np.errstate(all="ignore"):
@@ -818,8 +867,52 @@ def diagnose_mistake(
         if compare_outputs(wrong, expected, rtol, atol) is None:
             continue  # this case cannot tell the mistake from the right answer
         if compare_outputs(got, wrong, rtol, atol) is None:
-            return mistake
+            return mistake, _shows_beyond_nan(got, wrong, expected, rtol, atol)
     return None
+
+
+def mistake_hint(
+    got: object,
+    expected: object,
+    args: tuple,
+    mistakes: Sequence[Mistake],
+    rtol: float,
+    atol: float,
+    case_hint: str,
+) -> str:
+    """The hint of a failed case: the known mistake the answer matches, else ``case_hint``.
+
+    A match on NaN alone is offered as a possibility, before the case's own hint: every
+    unstable answer returns NaN there, whatever else it does.
+    """
+    found = diagnose_mistake(got, expected, args, mistakes, rtol, atol)
+    if found is None:
+        return case_hint
+    mistake, certain = found
+    if certain:
+        return f"this looks like {mistake.name}. {mistake.hint}"
+    return (
+        f"the NaN or inf is what {mistake.name} gives here. {mistake.hint} "
+        f"If that is not what you wrote: {case_hint}"
+    )
+
+
+def _shows_beyond_nan(
+    got: object, wrong: object, expected: object, rtol: float, atol: float
+) -> bool:
+    """Where ``got`` has NaN or inf in place of finite numbers, does ``wrong`` also differ from
+    ``expected`` somewhere else? NaN on its own is no fingerprint: every unstable answer
+    shares it, whatever its other mistake (e.g. a shift by the whole array's maximum)."""
+    arrays = (got, wrong, expected)
+    if not all(isinstance(x, torch.Tensor | np.ndarray) for x in arrays):
+        return True
+    g, w, e = (_to_numpy(x) for x in arrays)
+    if not g.shape == w.shape == e.shape:
+        return True
+    finite = np.isfinite(g) & np.isfinite(e)
+    if finite.all():
+        return True
+    return bool((finite & ~np.isclose(w, e, rtol=rtol, atol=atol)).any())
 
 
 def run_cases(
@@ -929,8 +1022,7 @@ def _judge(
             )
         problem = compare_outputs(got, expected, rtol, atol)
         if problem is not None:
-            found = diagnose_mistake(got, expected, case.make_args(), mistakes, rtol, atol)
-            hint = case.hint if found is None else f"this looks like {found.name}. {found.hint}"
+            hint = mistake_hint(got, expected, case.make_args(), mistakes, rtol, atol, case.hint)
             return Verdict(
                 exercise,
                 False,

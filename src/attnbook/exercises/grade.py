@@ -103,7 +103,7 @@ from attnbook.exercises._framework import (
     CheckSpec,
     checker_spec,
     compare_outputs,
-    diagnose_mistake,
+    mistake_hint,
     seeded_args,
 )
 
@@ -474,10 +474,15 @@ def _judge(name: str, spec: CheckSpec, args: list[tuple], folder: Path) -> tuple
         expected = spec.reference_fn(*copy.deepcopy(args[i]))
         problem = compare_outputs(got, expected, spec.rtol, spec.atol)
         if problem is not None:
-            found = diagnose_mistake(
-                got, expected, copy.deepcopy(args[i]), spec.mistakes, spec.rtol, spec.atol
+            hint = mistake_hint(
+                got,
+                expected,
+                copy.deepcopy(args[i]),
+                spec.mistakes,
+                spec.rtol,
+                spec.atol,
+                case.hint,
             )
-            hint = case.hint if found is None else f"this looks like {found.name}. {found.hint}"
             return "failed", f"❌ {name}: {where} {problem}\n   Hint: {hint}"
     return "passed", f"✅ {name}: all {n} cases pass (inputs drawn by the grader)."
 

@@ -80,9 +80,10 @@ _NORM_CASES = [
         "and multiply by weight.",
     ),
     Case(
-        "tiny vectors (entries near 1e-3): eps matters",
-        lambda: _norm_args(2010, (4, 6), 1e-3, 1e-5),
-        "eps goes inside the square root, added to the mean of the squares.",
+        "tiny vectors (entries near 1e-3), eps = 4e-6: eps matters",
+        lambda: _norm_args(2010, (4, 6), 1e-3, 4e-6),
+        "Use the eps argument (here 4e-6, not a constant of your own): inside the square "
+        "root, added to the mean of the squares.",
     ),
     Case(
         "one vector of width 5, eps = 1e-6",

@@ -76,10 +76,16 @@ _SOFT_CASES = [
         "dividing them can only reach -inf (weight 0), never inf - inf = NaN.",
     ),
     Case(
-        "three queries at once, shape (3, d)",
-        lambda: (_rng(308).normal(size=(3, 4)), *_dictionary(309, 5, 4, 2), 1.0),
+        "three queries at once, shape (3, d), the last 100 times longer, temperature 0.1",
+        lambda: (
+            _rng(308).normal(size=(3, 4)) * np.array([[1.0], [1.0], [100.0]]),
+            *_dictionary(309, 5, 4, 2),
+            0.1,
+        ),
         "Write the scores as query @ keys.T so one row comes out per query, and "
-        "normalise each row over the keys (the last axis).",
+        "normalise each row over the keys (the last axis), subtracting that row's own "
+        "maximum: the whole array's maximum belongs to the long query, and exp of the other "
+        "rows' gaps to it underflows to 0.",
     ),
 ]
 
