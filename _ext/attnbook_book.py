@@ -310,7 +310,7 @@ def chapter_facts_html(facts: dict, pathto, colab: str | None) -> str:
         for other, title in facts["requires"]
     )
     everything = (
-        f" ({facts['reading']} with its “Going deeper” blocks)"
+        f" ({facts['reading']} with what it shows collapsed)"
         if facts.get("first_reading", facts["reading"]) != facts["reading"]
         else ""
     )

@@ -190,7 +190,9 @@ def read_chapter(path: Path) -> Chapter:
         title=title,
         objectives=_objectives(markdown),
         prose_words=sum(_prose_words(c.source) for c in nb.cells if c.cell_type == "markdown"),
-        code_cells=sum(c.cell_type == "code" and CHECKS_TAG not in _tags(c) for c in nb.cells),
+        code_cells=sum(
+            c.cell_type == "code" and not _tags(c) & {CHECKS_TAG, "remove-cell"} for c in nb.cells
+        ),
         first_words=sum(
             _first_reading_words(c.source) for c in nb.cells if c.cell_type == "markdown"
         ),
@@ -393,7 +395,8 @@ def render(chapters: list[Chapter], measured: dict, registry: course.Course | No
         + ", ".join(f"{m} minutes per {d} exercise" for d, m in MINUTES_PER_EXERCISE.items())
         + '. A *first reading* leaves out what the book shows collapsed: the "Going deeper" '
         "blocks and the code cells behind a toggle; *reading, all* counts them, and both leave "
-        "out the solutions and the hidden cells that check the numbers the prose quotes" + ".",
+        "out the solutions, the hidden cells that check the numbers the prose quotes and the "
+        "Colab install cell" + ".",
     ]
     for chapter in chapters:
         earlier, background = prerequisites.get(chapter.stem, ((), ""))

@@ -299,7 +299,7 @@ def test_chapter_facts_html() -> None:
     html = _extension().chapter_facts_html(
         fact, lambda name, resource=0: f"../{name}.html", "https://colab/x.ipynb"
     )
-    assert "<strong>30 min</strong> to read and run (40 min with its “Going deeper” blocks)" in html
+    assert "<strong>30 min</strong> to read and run (40 min with what it shows collapsed)" in html
     same = _extension().chapter_facts_html(
         {**fact, "first_reading": "40 min"}, lambda name, resource=0: name, None
     )
