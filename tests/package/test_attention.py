@@ -367,6 +367,24 @@ def test_fully_masked_row_has_finite_gradients() -> None:
 
 
 @pytest.mark.parametrize("need_weights", [True, False])
+def test_fully_masked_row_of_an_additive_mask_has_finite_gradients(need_weights: bool) -> None:
+    """An additive mask lets gradients through to the scores: the empty row must not be NaN there.
+
+    (Its scores are set to 0 before the softmax; a softmax of all -inf would send NaN back
+    into the query and every key.)
+    """
+    q, k, v = (t.requires_grad_() for t in _inputs(8, ((3, 4), (5, 4), (5, 2)), torch.float64))
+    allowed = torch.ones(3, 5, dtype=torch.bool)
+    allowed[2] = False
+    mask = mask_to_additive(allowed, torch.float64)
+    output, _ = scaled_dot_product_attention(q, k, v, mask, need_weights=need_weights)
+    output.sum().backward()
+    for t in (q, k, v):
+        assert bool(torch.isfinite(t.grad).all())
+    assert bool((q.grad[2] == 0).all())
+
+
+@pytest.mark.parametrize("need_weights", [True, False])
 @pytest.mark.parametrize("seed", [0, 1])
 def test_a_future_token_never_changes_an_earlier_output(need_weights: bool, seed: int) -> None:
     (x,) = _inputs(seed, ((2, 6, 4),), torch.float64)

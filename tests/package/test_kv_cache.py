@@ -205,6 +205,15 @@ def test_at_the_book_s_temperatures_the_shift_moves_no_sample(
         assert torch.equal(drawn, plain)
 
 
+def test_logits_over_a_temperature_just_above_float32_s_tiny_do_not_overflow() -> None:
+    """8.5 / 2e-38 is inf in float32: each row's maximum is subtracted before dividing."""
+    temperature = 2e-38
+    assert temperature > torch.finfo(torch.float32).tiny  # sampled, not the argmax shortcut
+    logits = torch.tensor([[10.0, 0.0, -5.0], [-10.0, -20.0, -30.0], [1.0, 8.0, 8.5]])
+    drawn = generation.sample_next(logits, temperature, None, torch.Generator().manual_seed(0))
+    assert drawn.flatten().tolist() == [0, 0, 2]
+
+
 def test_top_k_keeps_the_logits_tied_with_the_k_th() -> None:
     """As its docstring says: with top_k=1 and three tied maxima, each of the three is drawn."""
     logits = torch.tensor([[1.0, 1.0, 1.0, 0.0]]).expand(3000, 4)

@@ -90,6 +90,19 @@ def test_cross_attention_agrees_with_torch(
     torch.testing.assert_close(attn(x, c, c)[0], theirs)  # the fused path too
 
 
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_values_are_projected_from_value_not_from_key(
+    need_weights: bool, randn: Callable[..., torch.Tensor], make_mha: Callable[..., nn.Module]
+) -> None:
+    """Three different tensors: keys from key, values from value, as nn.MultiheadAttention does."""
+    attn = make_mha(8, 2, 0)
+    mha = attn.to_torch().eval()
+    x, key, value = randn(0, 2, 3, 8), randn(1, 2, 6, 8), randn(2, 2, 6, 8)
+    theirs, _ = mha(x, key, value)
+    ours, _ = attn(x, key, value, need_weights=need_weights)
+    torch.testing.assert_close(ours, theirs)
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_key_padding_agrees_with_torch_in_its_opposite_convention(
     seed: int, randn: Callable[..., torch.Tensor], make_mha: Callable[..., nn.Module]

@@ -137,6 +137,21 @@ def test_temperature_softmax_at_extreme_scores(
     np.testing.assert_allclose(np.exp(_as_float64(log_w)), exact, rtol=tol, atol=tol)
 
 
+@pytest.mark.parametrize(("kind", "dtype"), DTYPES, ids=lambda d: str(d))
+def test_a_temperature_near_the_largest_number_divides_the_halved_gaps_by_half_of_it(
+    kind: str, dtype: object
+) -> None:
+    """A gap that overflows (-0.9 max - 0.9 max) is halved to fit, and τ with it: same weights."""
+    big = _largest(kind, dtype)
+    x = _make(kind, dtype, [0.9 * big, 0.45 * big, 0.0, -0.9 * big])
+    exact = _exact_softmax(_as_float64(x), big)  # the softmax of about [0, -0.45, -0.9, -1.8]
+    tol = TOLERANCE[x.element_size() if kind == "torch" else x.itemsize]
+    w = _as_float64(softmax(x, temperature=big))
+    log_w = _as_float64(log_softmax(x, temperature=big))
+    np.testing.assert_allclose(w, exact, rtol=tol, atol=tol)
+    np.testing.assert_allclose(np.exp(log_w), exact, rtol=tol, atol=tol)
+
+
 def test_the_examples_of_the_bug_report() -> None:
     half = softmax(torch.tensor([700.0, 0.0], dtype=torch.float16), temperature=0.01)
     assert torch.equal(half, torch.tensor([1.0, 0.0], dtype=torch.float16))

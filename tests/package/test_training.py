@@ -18,6 +18,7 @@ import matplotlib
 import pytest
 import torch
 from torch import nn
+from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from attnbook import (
     GPT,
@@ -193,7 +194,8 @@ def test_optimizer_decays_weight_matrices_only() -> None:
     ],
 )
 def test_train_config_bad_fields(overrides: dict, match: str) -> None:
-    with pytest.raises(ValueError, match=match):
+    """The message starts with the field's name (``lr`` is in ``min_lr_ratio`` too)."""
+    with pytest.raises(ValueError, match="^" + match):
         _config(**overrides)
 
 
@@ -245,6 +247,30 @@ def test_a_nan_loss_stops_the_run_with_the_fp16_scaler_on_too(
         train(model, TASK, _config(lr=1e6, warmup_steps=1, grad_clip=None))
     assert caught.value.step == 1
     assert all(torch.isfinite(p).all() for p in model.parameters())  # the step was skipped
+
+
+def _step_gradient_norms(grad_clip: float | None) -> list[float]:
+    """The global gradient norm at each optimiser step of a 3-step run."""
+    norms = []
+
+    def record(optimizer: torch.optim.Optimizer, args: object, kwargs: object) -> None:
+        grads = [p.grad for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
+        norms.append(float(torch.linalg.vector_norm(torch.cat([g.flatten() for g in grads]))))
+
+    handle = register_optimizer_step_pre_hook(record)
+    try:
+        train(_model(), TASK, _config(steps=3, warmup_steps=1, grad_clip=grad_clip))
+    finally:
+        handle.remove()
+    return norms
+
+
+def test_the_optimiser_steps_with_gradients_clipped_to_grad_clip() -> None:
+    """Each step's global gradient norm is at most grad_clip; unclipped, the first is larger."""
+    clipped = _step_gradient_norms(0.05)
+    assert len(clipped) == 3
+    assert max(clipped) <= 0.05 * (1 + 1e-6)
+    assert _step_gradient_norms(None)[0] > 0.05  # the same weights and batch: clipping had work
 
 
 def test_training_is_reproducible() -> None:
@@ -453,4 +479,3 @@ def test_generate_bad_prompt() -> None:
 def test_dataclass_configs_are_frozen() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         _config().steps = 3  # type: ignore[misc]
-    assert isinstance(nn.Module(), nn.Module)
