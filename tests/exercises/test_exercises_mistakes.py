@@ -559,3 +559,26 @@ def test_a_match_on_nan_alone_is_offered_with_the_cases_own_hint() -> None:
     verdict = check_masked_attention(whole_array_max)
     _rejects(verdict, "is what a softmax first, then zeroing", "If that is not what you wrote")
     assert "this looks like" not in verdict.message
+
+
+def _cross(scale: Callable, dim: int = -1) -> Callable:
+    """A cross-attention answer, projections right, with its own scale and softmax axis."""
+
+    def answer(x_query, x_context, w_q, w_k, w_v):
+        q, k, v = x_query @ w_q, x_context @ w_k, x_context @ w_v
+        return torch.softmax(q @ k.transpose(-2, -1) / scale(q, x_context), dim=dim) @ v
+
+    return answer
+
+
+@pytest.mark.parametrize(
+    ("wrong", "named"),
+    [
+        (_cross(lambda q, c: 1.0), "a missing scale"),
+        (_cross(lambda q, c: math.sqrt(c.shape[-1])), "a scale of sqrt(D_ctx)"),
+        (_cross(lambda q, c: math.sqrt(q.shape[-1]), dim=-2), "a softmax over the queries"),
+    ],
+)
+def test_cross_attention_checker_names_typical_mistakes(wrong: Callable, named: str) -> None:
+    """It had no list of mistakes: every wrong answer got the case's hint about the inputs."""
+    _rejects(attnbook.exercises.check_cross_attention(wrong), f"this looks like {named}")

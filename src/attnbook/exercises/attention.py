@@ -240,6 +240,40 @@ _CROSS_CASES = [
 ]
 
 
+def _projected(attend: Callable) -> Callable:
+    """An attention mistake, as a cross-attention answer: the projections done right first."""
+
+    def answer(x_query, x_context, w_q, w_k, w_v):
+        return attend(x_query @ w_q, x_context @ w_k, x_context @ w_v)
+
+    return answer
+
+
+def _context_width_scale(x_query, x_context, w_q, w_k, w_v):
+    scores = _scores(x_query @ w_q, x_context @ w_k) / np.sqrt(x_context.shape[-1])
+    return torch.softmax(scores, dim=-1) @ (x_context @ w_v)
+
+
+def _self_not_cross(x_query, x_context, w_q, w_k, w_v):
+    return scaled_dot_product_attention(x_query @ w_q, x_query @ w_k, x_query @ w_v)[0]
+
+
+_CROSS_MISTAKES = [
+    *(Mistake(m.name, _projected(m.answer), m.hint) for m in _SDPA_MISTAKES),
+    Mistake(
+        "a scale of sqrt(D_ctx), the context's width, instead of sqrt(d_k)",
+        _context_width_scale,
+        "d_k is the width of the projected queries and keys (W_q's last dimension), not the "
+        "width of either input: divide the scores by math.sqrt(W_q.shape[-1]).",
+    ),
+    Mistake(
+        "keys and values projected from x_query: self-attention, not cross-attention",
+        _self_not_cross,
+        "Only the queries come from x_query: K = x_context @ W_k and V = x_context @ W_v.",
+    ),
+]
+
+
 def check_cross_attention(
     fn: Callable[
         [torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor
@@ -251,4 +285,6 @@ def check_cross_attention(
     ``W_q`` ``(D, d_k)``, ``W_k`` ``(D_ctx, d_k)``, ``W_v`` ``(D_ctx, d_v)``;
     output ``(..., T, d_v)``.
     """
-    return run_cases("cross_attention", fn, _cross_attention_reference, _CROSS_CASES)
+    return run_cases(
+        "cross_attention", fn, _cross_attention_reference, _CROSS_CASES, mistakes=_CROSS_MISTAKES
+    )
