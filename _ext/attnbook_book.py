@@ -207,6 +207,16 @@ def named_toggles(html: str) -> str:
     return html.replace(HIDDEN_CELL_TOGGLE, "<summary>")
 
 
+# sphinx-exercise puts an exercise's title in parentheses, and each title ends with its level
+# in parentheses: "Exercise 1.1 (The score matrix (easy))", and so does its solution's link.
+_LEVEL_IN_TITLE = re.compile(r" \((easy|medium|harder)\)\)")
+
+
+def exercise_levels(html: str) -> str:
+    """`html` with each exercise title's level after a dot: "(The score matrix · easy)"."""
+    return _LEVEL_IN_TITLE.sub(r" · \1)", html)
+
+
 # What the Pages workflow (.github/workflows/deploy-book.yml) publishes beside the HTML,
 # at the site's root: `make pdf`'s book and `make student`'s zip.
 PDF_NAME = "attention-from-scratch.pdf"
@@ -373,13 +383,13 @@ def _front_door(app: Sphinx, pagename: str, context: dict) -> None:
 def _page_assets(
     app: Sphinx, pagename: str, templatename: str, context: dict, doctree: object
 ) -> None:
-    """Make bertviz views and Plotly figures offline on this page; name cell toggles; link the
-    favicon's PNG."""
+    """Make bertviz views and Plotly figures offline on this page; name cell toggles; write
+    exercise levels without nested parentheses; link the favicon's PNG."""
     pathto = context.get("pathto")
     if pathto is None:
         return
     if "body" in context:
-        context["body"] = named_toggles(context["body"])
+        context["body"] = exercise_levels(named_toggles(context["body"]))
     _front_door(app, pagename, context)
     if _vendored() and "body" in context:
         context["body"] = offline_bertviz(context["body"], pathto("_static/", 1))

@@ -246,6 +246,18 @@ def test_hidden_cell_toggles_are_named_by_their_visible_text() -> None:
     assert _extension().named_toggles(html) == html  # idempotent
 
 
+def test_exercise_titles_show_their_level_without_nested_parentheses() -> None:
+    title = (
+        '<p class="admonition-title"><span class="caption-number">Exercise 6.5 </span> '
+        "(Talking to <code>nn.MultiheadAttention</code> (medium))</p>"
+    )
+    html = _extension().exercise_levels(title)
+    assert html.endswith("(Talking to <code>nn.MultiheadAttention</code> · medium)</p>")
+    assert _extension().exercise_levels(html) == html
+    prose = "the softmax (easy) and (the score (medium) one)"  # not a title: kept
+    assert _extension().exercise_levels(prose) == prose
+
+
 # The front door: the chapter pages' facts and the start page's buttons.
 THEME = {
     "repository_url": "https://github.com/some-org/attention-from-scratch",
