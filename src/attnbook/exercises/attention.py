@@ -255,7 +255,7 @@ def _context_width_scale(x_query, x_context, w_q, w_k, w_v):
 
 
 def _self_not_cross(x_query, x_context, w_q, w_k, w_v):
-    return scaled_dot_product_attention(x_query @ w_q, x_query @ w_k, x_query @ w_v)[0]
+    return _self_attention_reference(x_query, w_q, w_k, w_v)  # x_context never read
 
 
 _CROSS_MISTAKES = [
