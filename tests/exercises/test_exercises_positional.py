@@ -77,10 +77,10 @@ def test_sinusoidal_checker_accepts_a_numpy_answer() -> None:
 @pytest.mark.parametrize(
     ("wrong", "failing_case", "named_mistake"),
     [
-        (lambda t, d: _pe(t, d, swap=True), "seq_len = 4, d_model = 2", "sine and cosine are swapped"),
+        (lambda t, d: _pe(t, d, swap=True), "seq_len = 4, d_model = 2", "sine and cosine swapped"),
         (lambda t, d: _pe(t, d, split=True), "seq_len = 6, d_model = 8", "all sines, then all cosines"),
         (lambda t, d: _pe(t, d, exponent="i"), "seq_len = 6, d_model = 8", "missing its factor 2"),
-        (lambda t, d: _pe(t, d, exponent="+2i"), "seq_len = 6, d_model = 8", "the wrong sign"),
+        (lambda t, d: _pe(t, d, exponent="+2i"), "seq_len = 6, d_model = 8", "with the wrong sign"),
         (_pe_per_column, "seq_len = 4, d_model = 2", "must share one frequency"),
     ],
 )  # fmt: skip
@@ -121,9 +121,9 @@ def test_rope_checker_accepts_correct_answers() -> None:
     ("wrong", "failing_case", "named_mistake"),
     [
         (lambda x, p: _rope(x, p, half_split=True), "(T, d) = (6, 4)", "half split"),
-        (lambda x, p: _rope(x, p, sign=-1.0), "(T, d) = (6, 4)", "rotate clockwise"),
+        (lambda x, p: _rope(x, p, sign=-1.0), "(T, d) = (6, 4)", "rotation clockwise"),
         (lambda x, p: _rope(x, p, exponent="i"), "(T, d) = (6, 4)", "missing its factor 2"),
-        (lambda x, p: _rope(x, p, ignore_positions=True), "not starting at 0", "ignored `positions`"),
+        (lambda x, p: _rope(x, p, ignore_positions=True), "not starting at 0", "positions ignored"),
     ],
 )  # fmt: skip
 def test_rope_checker_names_typical_mistakes(wrong, failing_case, named_mistake) -> None:

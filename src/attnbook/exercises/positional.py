@@ -10,13 +10,12 @@ hint names that mistake instead of the case's general hint.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 
-import numpy as np
 import torch
 
 from attnbook.exercises._framework import (
     Case,
+    Mistake,
     Verdict,
     no_python_loops,
     randn,
@@ -27,35 +26,6 @@ from attnbook.positional import apply_rope, sinusoidal_positional_encoding
 __all__ = ["check_apply_rope", "check_sinusoidal_positional_encoding"]
 
 _RTOL, _ATOL = 1e-4, 1e-4  # a float32 answer is fine; every mistake below is off by O(1)
-
-
-def _matches(got: object, expected: torch.Tensor) -> bool:
-    try:
-        g = torch.as_tensor(got).detach().to("cpu", torch.float64).numpy()
-    except (TypeError, ValueError, RuntimeError):
-        return False
-    e = expected.detach().to("cpu", torch.float64).numpy()
-    return g.shape == e.shape and bool(np.allclose(g, e, rtol=_RTOL, atol=_ATOL))
-
-
-def _diagnose(
-    verdict: Verdict,
-    learner_fn: Callable,
-    make_args: Callable[[], tuple],
-    mistakes: list[tuple[Callable, str]],
-) -> Verdict:
-    """Replace a failed verdict's hint by the named mistake the learner's answer matches, if any."""
-    if verdict.passed or not verdict.attempted:
-        return verdict
-    try:
-        got = learner_fn(*make_args())
-    except Exception:  # the verdict already reports the exception
-        return verdict
-    for wrong_fn, hint in mistakes:
-        if _matches(got, wrong_fn(*make_args())):
-            general = verdict.message.rsplit("\n   Hint: ", 1)[0]
-            return replace(verdict, message=f"{general}\n   Hint: {hint}")
-    return verdict
 
 
 # ------------------------------------------------------ sinusoidal encoding
@@ -80,28 +50,31 @@ def _sinusoidal_variant(
 
 
 _SINUSOIDAL_MISTAKES = [
-    (
+    Mistake(
+        "sine and cosine swapped",
         lambda t, d: _sinusoidal_variant(t, d, swap=True),
-        "sine and cosine are swapped: even columns 2i hold sin(pos * w_i), odd columns "
-        "2i + 1 hold cos(pos * w_i).",
+        "Even columns 2i hold sin(pos * w_i), odd columns 2i + 1 hold cos(pos * w_i).",
     ),
-    (
+    Mistake(
+        "all sines, then all cosines (concatenated)",
         lambda t, d: _sinusoidal_variant(t, d, split=True),
-        "your columns are all sines, then all cosines (concatenated); here they interleave: "
-        "column 2i is sin(pos * w_i) and column 2i + 1 is cos(pos * w_i).",
+        "Here the two interleave: column 2i is sin(pos * w_i) and column 2i + 1 is cos(pos * w_i).",
     ),
-    (
+    Mistake(
+        "a frequency exponent missing its factor 2",
         lambda t, d: _sinusoidal_variant(t, d, exponent="i"),
-        "the exponent is missing its factor 2: w_i = 10000^(-2i / d_model) for pair i, "
-        "so the slowest pair has a wavelength near 2π·10000.",
+        "w_i = 10000^(-2i / d_model) for pair i, so the slowest pair has a wavelength near "
+        "2π·10000.",
     ),
-    (
+    Mistake(
+        "a frequency exponent with the wrong sign",
         lambda t, d: _sinusoidal_variant(t, d, exponent="+2i"),
-        "the exponent has the wrong sign: the frequencies must fall, w_i = 10000^(-2i / d_model).",
+        "The frequencies must fall: w_i = 10000^(-2i / d_model).",
     ),
-    (
+    Mistake(
+        "a frequency per column instead of per pair",
         lambda t, d: _sinusoidal_variant(t, d, exponent="column"),
-        "the sine and the cosine of one pair must share one frequency: use the pair index i "
+        "The sine and the cosine of one pair must share one frequency: use the pair index i "
         "(the even column 2i) in 10000^(-2i / d_model) for both columns 2i and 2i + 1.",
     ),
 ]
@@ -133,19 +106,19 @@ def check_sinusoidal_positional_encoding(fn: Callable[[int, int], torch.Tensor])
     Even columns ``2i`` hold ``sin(pos * 10000^(-2i/d_model))``, odd columns
     ``2i + 1`` the cosine at the same frequency; ``d_model`` is even.
     """
-    verdict = run_cases(
+    return run_cases(
         "sinusoidal_positional_encoding",
         fn,
         sinusoidal_positional_encoding,
         _SINUSOIDAL_CASES,
         rtol=_RTOL,
         atol=_ATOL,
+        mistakes=_SINUSOIDAL_MISTAKES,
         guard=no_python_loops(
             "build the whole table at once: a column of positions (T, 1) times a row of "
             "frequencies (1, d/2) gives every angle; then sin and cos, interleaved.",
         ),
     )
-    return _diagnose(verdict, fn, lambda: (12, 8), _SINUSOIDAL_MISTAKES)
 
 
 # ------------------------------------------------------------------- RoPE
@@ -173,23 +146,26 @@ def _rope_variant(
 
 
 _ROPE_MISTAKES = [
-    (
+    Mistake(
+        "the half split: feature i paired with feature i + d/2",
         lambda x, p: _rope_variant(x, p, half_split=True),
-        "you paired feature i with feature i + d/2 (the 'half split' of GPT-NeoX/LLaMA code); "
-        "this exercise pairs neighbours: (x[..., 2i], x[..., 2i + 1]).",
+        "That is the pairing of GPT-NeoX and of the transformers port of LLaMA; this exercise "
+        "pairs neighbours, as Meta's original LLaMA code does: (x[..., 2i], x[..., 2i + 1]).",
     ),
-    (
+    Mistake(
+        "a rotation clockwise (by -θ)",
         lambda x, p: _rope_variant(x, p, sign=-1.0),
-        "you rotate clockwise (by -θ): the rotation by +θ is "
-        "(a, b) -> (a cos θ - b sin θ, a sin θ + b cos θ).",
+        "The rotation by +θ is (a, b) -> (a cos θ - b sin θ, a sin θ + b cos θ).",
     ),
-    (
+    Mistake(
+        "a frequency exponent missing its factor 2",
         lambda x, p: _rope_variant(x, p, exponent="i"),
-        "the exponent is missing its factor 2: pair i turns by pos * 10000^(-2i / d).",
+        "Pair i turns by pos * 10000^(-2i / d).",
     ),
-    (
+    Mistake(
+        "positions ignored: 0, 1, ..., T - 1 used instead",
         lambda x, p: _rope_variant(x, torch.arange(x.shape[-2])),
-        "you ignored `positions` and used 0, 1, ..., T - 1: rotate row t by positions[t].",
+        "Rotate row t by positions[t], the position you are given.",
     ),
 ]
 
@@ -231,17 +207,16 @@ def check_apply_rope(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -
     ``positions`` is an int64 tensor ``(T,)``; pair ``(x[..., 2i], x[..., 2i + 1])``
     of row ``t`` turns counter-clockwise by ``positions[t] * 10000^(-2i/d)``.
     """
-    verdict = run_cases(
+    return run_cases(
         "apply_rope",
         fn,
         lambda x, positions: apply_rope(x, positions),
         _ROPE_CASES,
         rtol=_RTOL,
         atol=_ATOL,
+        mistakes=_ROPE_MISTAKES,
         guard=no_python_loops(
             "rotate every pair of every row at once: a (T, d/2) table of angles, the even "
             "features x[..., 0::2] and the odd ones x[..., 1::2], and broadcasting.",
         ),
     )
-    diagnostic = _rope_case(805, (7, 8), [5, 6, 7, 8, 9, 10, 11])
-    return _diagnose(verdict, fn, diagnostic, _ROPE_MISTAKES)
