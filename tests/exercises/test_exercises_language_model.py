@@ -237,3 +237,18 @@ def test_rms_norm_checker_refuses_an_eps_of_its_own() -> None:
     assert not verdict, verdict.message
     assert "eps = 4e-6" in verdict.message, verdict.message
     assert "Use the eps argument" in verdict.message, verdict.message
+
+
+def test_bpe_merge_checker_names_a_walk_that_drops_the_last_id() -> None:
+    def stops_early(ids, pair, new_id):
+        out, i = [], 0
+        while i < len(ids) - 1:
+            if (ids[i], ids[i + 1]) == tuple(pair):
+                out.append(new_id)
+                i += 2
+            else:
+                out.append(ids[i])
+                i += 1
+        return out
+
+    assert_rejects(check_bpe_merge(stops_early), "'the hehe there'", "the last id dropped")

@@ -582,3 +582,14 @@ def _cross(scale: Callable, dim: int = -1) -> Callable:
 def test_cross_attention_checker_names_typical_mistakes(wrong: Callable, named: str) -> None:
     """It had no list of mistakes: every wrong answer got the case's hint about the inputs."""
     _rejects(attnbook.exercises.check_cross_attention(wrong), f"this looks like {named}")
+
+
+def test_a_package_function_that_raises_is_named_not_its_error() -> None:
+    """attnbook.softmax called with torch's dim=: the TypeError hid the real problem."""
+
+    def with_the_packages_softmax(q, k, v):
+        return attnbook.softmax(_scores(q, k), dim=-1) @ v
+
+    verdict = check_scaled_dot_product_attention(with_the_packages_softmax)
+    _rejects(verdict, "uses the package: attnbook")
+    assert "TypeError" not in verdict.message

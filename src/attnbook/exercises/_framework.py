@@ -386,8 +386,20 @@ def _first_seen(
     call: Callable[[], object], profile: Callable, seen: list[str], problem: Callable[[str], str]
 ) -> tuple[object, str | None]:
     """A guard's verdict: ``call()`` watched by ``profile``, which records what it sees in
-    ``seen``; the problem with the first thing seen, or that the watch was switched off."""
-    result, watched = _watching_calls(call, profile)
+    ``seen``; the problem with the first thing seen, or that the watch was switched off.
+
+    When ``call()`` raises after something was seen, that is the verdict: the forbidden
+    function explains the error (the package's ``softmax`` called with torch's ``dim=``)
+    better than the error does. A stub's ``NotImplementedError`` is left alone.
+    """
+    try:
+        result, watched = _watching_calls(call, profile)
+    except NotImplementedError:
+        raise
+    except Exception:
+        if not seen:
+            raise
+        return None, problem(seen[0])
     if not watched:
         return result, _SWITCHED_OFF
     return result, (problem(seen[0]) if seen else None)

@@ -190,6 +190,20 @@ def _kept_second(ids, pair, new_id):
     return out
 
 
+def _last_id_dropped(ids, pair, new_id):
+    """The walk stops one id early (``while i < len(ids) - 1``): a last id that no match
+    used is lost."""
+    out, i = [], 0
+    while i < len(ids) - 1:
+        if (ids[i], ids[i + 1]) == tuple(pair):
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(ids[i])
+            i += 1
+    return out
+
+
 _MERGE_CASES = [
     Case(
         "the pair (104, 101) ('h', 'e') in 'the hehe there', new id 256",
@@ -221,6 +235,12 @@ _MERGE_CASES = [
 ]
 
 _MERGE_MISTAKES = [
+    Mistake(
+        "the last id dropped: the walk stops one id early",
+        _last_id_dropped,
+        "Walk while i < len(ids) and test i + 1 < len(ids) before reading a pair: a last "
+        "id that no match used must still be copied.",
+    ),
     Mistake(
         "no occurrence found: the ids came back as they were",
         lambda ids, pair, new_id: list(ids),
