@@ -590,7 +590,10 @@ def test_inside_the_sandbox_there_is_no_network_no_secret_and_nobody_else(tmp_pa
         f"try:\n    socket.create_connection(('127.0.0.1', {port}), timeout=2)\n"
         "    found['net'] = 'online'\n"
         "except OSError:\n    found['net'] = 'offline'\n"
-        "def answer(x):\n    raise ValueError(json.dumps(found))\n"
+        # the report leaves as an error message (an answer that reads `json` itself would be
+        # refused before its error is reported: the grader does not let answers import it)
+        "REPORT = json.dumps(found)\n"
+        "def answer(x):\n    raise ValueError(REPORT)\n"
         "__attnbook_answer__ = answer\n"
     )
     folder = tmp_path / "eval"
