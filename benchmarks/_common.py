@@ -7,7 +7,10 @@ with the package's own helpers, the ones chapter 14 uses:
 `attnbook.runtime.seconds_per_call`, `synchronize` and `largest_allocation`;
 where a table compares several functions with each other, `interleaved_rounds`
 times them in rounds, one call of each per round, and keeps every figure;
-`rotated_builds` does so for models, built in a balanced order.
+`rotated_builds` does so for models, built in a balanced order; `quartiles` and
+`ratio_summary` sum the figures up. The command-line options are checked by
+the argparse types `positive_int`, `int_at_least`, `positive_float` and
+`device_option`: a bad value gets argparse's usage error, not a traceback.
 `NanoGPT` is the minimal GPT that `train_throughput.py` and `shakespeare.py`
 compare `attnbook.GPT` with, written once here. The scripts import this file
 as `_common` (the folder of a script run as `python benchmarks/x.py` is on
@@ -16,6 +19,7 @@ as `_common` (the folder of a script run as `python benchmarks/x.py` is on
 
 from __future__ import annotations
 
+import argparse
 import math
 import os
 import platform
@@ -29,6 +33,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+import attnbook
+from attnbook._validation import check_device
 from attnbook.runtime import synchronize
 
 if TYPE_CHECKING:
@@ -55,8 +61,12 @@ def load_average() -> str:
         return "unknown"
 
 
-def describe(device: torch.device) -> str:
-    """The lines a benchmark prints first: device, CPU, threads, versions, GPU, load."""
+def describe(device: str | torch.device) -> str:
+    """The lines a benchmark prints first: device, CPU, threads, versions, GPU, load.
+
+    ``device`` is a ``torch.device`` or its name (``"cpu"``, ``"cuda:0"``).
+    """
+    device = check_device(device, "device")
     lines = [
         f"device {device}; CPU {cpu_model()} ({os.cpu_count()} logical CPUs, "
         f"{platform.machine()}); torch threads {torch.get_num_threads()}; "
@@ -66,6 +76,72 @@ def describe(device: torch.device) -> str:
         lines.append(f"GPU {torch.cuda.get_device_name(device)}")
     lines.append(f"load average (1, 5, 15 min) before: {load_average()}")
     return "\n".join(lines)
+
+
+# ------------------------------------------------------------------ command-line options
+
+
+def int_at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse ``type=``: a whole number ``>= minimum``, else argparse's usage error.
+
+    ``parser.add_argument("--threads", type=int_at_least(0))`` refuses ``-1``
+    (and ``two``) with ``argument --threads: must be a whole number >= 0, got '-1'``.
+    """
+
+    def whole_number(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < minimum:
+            raise argparse.ArgumentTypeError(f"must be a whole number >= {minimum}, got {text!r}")
+        return value
+
+    return whole_number
+
+
+def positive_int(text: str) -> int:
+    """An argparse ``type=``: a whole number >= 1 (rounds, repeats, threads, sizes)."""
+    return int_at_least(1)(text)
+
+
+def positive_float(text: str) -> float:
+    """An argparse ``type=``: a finite number > 0 (seconds), else argparse's usage error."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
+    return value
+
+
+DEVICE_TYPES = ("cpu", "cuda", "mps")
+
+
+def device_option(text: str) -> torch.device:
+    """An argparse ``type=`` for ``--device``: ``auto``, ``cpu``, ``cuda``, ``cuda:N`` or ``mps``.
+
+    ``auto`` is :func:`attnbook.get_device` (the fastest device there is, or
+    the one ``ATTNBOOK_DEVICE`` names). A name that is no device, or a GPU
+    this machine does not have, gets argparse's usage error; what
+    ``attnbook``'s ``check_device`` says about it is the message.
+
+    Returns:
+        The ``torch.device``.
+    """
+    try:
+        if text == "auto":
+            return attnbook.get_device()  # refuses an ATTNBOOK_DEVICE this machine lacks
+        try:
+            device_type = torch.device(text).type
+        except (RuntimeError, ValueError):  # a name torch does not know
+            device_type = None
+        if device_type not in DEVICE_TYPES:
+            raise ValueError(f"must be auto, cpu, cuda, cuda:N or mps, got {text!r}")
+        return check_device(text, "device", available=True, advice="use 'cpu' or 'auto'")
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 # ------------------------------------------------------------------ timing rows against each other
@@ -119,6 +195,13 @@ def interleaved_rounds(
     """
     if order not in ("rotate", "random", "fixed"):
         raise ValueError(f"order must be 'rotate', 'random' or 'fixed', got {order!r}")
+    for name, value, minimum in (
+        ("rounds", rounds, 1),
+        ("number", number, 1),
+        ("warmup", warmup, 0),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
     for fn in fns:
         for _ in range(warmup):
             fn()
@@ -163,7 +246,11 @@ def rotated_builds(
         builders: for each row of the table, a function of no arguments that
             builds a model (seeding it as the comparison needs) and returns
             the function to time.
-        rounds: timed rounds in all, shared out between the blocks.
+        rounds: timed rounds in all, shared out equally between the blocks:
+            a total that is not a multiple of ``len(builders)`` is rounded up
+            to the next one (otherwise the pooled figures would lean towards
+            the orders of the blocks with an extra round); :func:`rounds_note`
+            says so in a table's header.
         device: as in :func:`interleaved_rounds`.
         warmup: untimed calls of each function in each block.
         order: the order within a round, as in :func:`interleaved_rounds`.
@@ -174,10 +261,9 @@ def rotated_builds(
         ``times``.
     """
     names = list(builders)
-    if rounds < len(names):  # a block of no rounds has no median to print
-        raise ValueError(
-            f"rounds must be at least {len(names)}, one per block (a block per model), got {rounds}"
-        )
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+        raise ValueError(f"rounds must be an int >= 1, got {rounds!r}")
+    per_block = -(-rounds // len(names))  # rounded up: every block as many rounds
     times: dict[str, list[float]] = {name: [] for name in names}
     blocks = []
     for block in range(len(names)):
@@ -185,14 +271,27 @@ def rotated_builds(
         fns: dict[str, Callable[[], object]] = {}  # the last block's are released here
         for name in built:
             fns[name] = builders[name]()
-        n_rounds = rounds // len(names) + (block < rounds % len(names))
         block_times = interleaved_rounds(
-            [fns[name] for name in names], n_rounds, device, warmup=warmup, order=order, seed=block
+            [fns[name] for name in names], per_block, device, warmup=warmup, order=order, seed=block
         )
         blocks.append((built, dict(zip(names, block_times))))
         for name, ts in zip(names, block_times):
             times[name] += ts
     return times, blocks
+
+
+def rounds_note(asked: int, blocks: int) -> str:
+    """``"30 interleaved rounds"``, or what :func:`rotated_builds` made of ``asked`` rounds.
+
+    ``"16 interleaved rounds (15 asked, rounded up to a multiple of the 2 blocks)"``.
+    """
+    done = -(-asked // blocks) * blocks
+    if done == asked:
+        return f"{done} interleaved rounds"
+    return (
+        f"{done} interleaved rounds ({asked} asked, rounded up to a multiple of the {blocks} "
+        "blocks)"
+    )
 
 
 def median_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, float]:
@@ -230,14 +329,41 @@ def median_interval(values: Sequence[float], level: float = 0.95) -> tuple[float
     return x[j - 1], x[n - j]
 
 
+def quartiles(values: Sequence[float]) -> tuple[float, float, float]:
+    """The 25th, 50th and 75th percentiles of ``values`` (at least 2), within their range.
+
+    ``statistics.quantiles(method="inclusive")``: the percentiles of the
+    figures themselves, interpolated between them. The default method
+    (``"exclusive"``) treats them as a sample and, for a handful of rounds,
+    reaches outside the data: ``[1, 2]`` would give quartiles of 0.75 and 2.25.
+    """
+    if len(values) < 2:
+        raise ValueError(f"values must hold at least 2 figures for quartiles, got {len(values)}")
+    q1, q2, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return q1, q2, q3
+
+
 def ratio_summary(ratios: Sequence[float]) -> str:
     """``"median 1.012x (95% CI 0.998-1.020x), IQR 0.97-1.05x"``: per-round speed ratios in brief.
 
     The median of the ratios, its distribution-free 95% interval
     (:func:`median_interval`; fewer than 6 rounds cannot give one, and say
-    so) and their 25th-75th percentiles.
+    so) and their 25th-75th percentiles (:func:`quartiles`).
+
+    Raises:
+        ValueError: for fewer than 2 ratios, or one that is not a finite
+            number > 0 (a time of zero, or a NaN, measured nothing).
     """
-    q1, med, q3 = statistics.quantiles(ratios, n=4)
+    ratios = list(ratios)
+    bad = [r for r in ratios if not (math.isfinite(r) and r > 0)]
+    if bad:
+        raise ValueError(
+            f"ratios must be finite numbers > 0 (one speed ratio per round), got {bad[0]!r} "
+            f"among {len(ratios)}"
+        )
+    if len(ratios) < 2:
+        raise ValueError(f"ratios must hold at least 2 rounds' ratios, got {len(ratios)}")
+    q1, med, q3 = quartiles(ratios)
     if len(ratios) < 6:
         interval = "too few rounds for a 95% CI"
     else:

@@ -1,7 +1,7 @@
 """How much does attnbook.MultiHeadAttention cost over the bare fused kernel? (chapters 7 and 9)
 
 Usage:
-    python benchmarks/attention_overhead.py [--repeats 30] [--threads N] [--device auto]
+    python benchmarks/attention_overhead.py [--repeats 30] [--threads N] [--device cpu]
 
 The peer is what a minimal implementation writes: four ``nn.Linear(d_model,
 d_model)`` maps around a bare ``F.scaled_dot_product_attention`` (with
@@ -23,7 +23,7 @@ Every call of every row is timed in interleaved rounds (one call of each row
 per round, after warm-up calls), so a burst of load from another program slows
 all rows of a round alike. The table reports each row's median time and the
 median of its per-round ratio to the peer of the same round, with the 25th and
-75th percentiles of that ratio as its spread. Timings depend on the machine,
+75th percentiles of that ratio as its spread (``_common.quartiles``). Timings depend on the machine,
 its load and the thread count, which is why this is a benchmark and not a test:
 it asserts nothing about speed and exits 0. The load average printed before and
 after says how busy the machine was. On a machine shared with other programs,
@@ -37,14 +37,20 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import platform
 import statistics
 import sys
 from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from _common import cpu_model, interleaved_rounds, load_average
+from _common import (
+    describe,
+    device_option,
+    int_at_least,
+    interleaved_rounds,
+    load_average,
+    quartiles,
+)
 from torch import nn
 
 import attnbook
@@ -119,37 +125,32 @@ def make_rows(
     return forward_rows, backward_rows
 
 
-def quartiles(values: list[float]) -> tuple[float, float, float]:
-    """25th, 50th and 75th percentiles."""
-    q1, q2, q3 = statistics.quantiles(values, n=4, method="inclusive")
-    return q1, q2, q3
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=30, help="timed rounds per table")
-    parser.add_argument("--threads", type=int, default=0, help="CPU threads (0: torch's default)")
     parser.add_argument(
-        "--device", default="cpu", help="cpu, cuda, mps, or auto (attnbook.get_device())"
+        "--repeats",
+        type=int_at_least(4),  # quartiles need a few rounds
+        default=30,
+        help="timed rounds per table, at least 4",
     )
-    args = parser.parse_args(argv)
-    if args.repeats < 4:
-        parser.error(f"--repeats must be >= 4 (quartiles need a few rounds), got {args.repeats}")
-    if args.threads < 0:
-        parser.error(f"--threads must be >= 0, got {args.threads}")
-    return args
+    parser.add_argument(
+        "--threads", type=int_at_least(0), default=0, help="CPU threads (0: torch's default)"
+    )
+    parser.add_argument(
+        "--device",
+        type=device_option,
+        default="cpu",
+        help="cpu, cuda, cuda:N, mps, or auto (attnbook.get_device())",
+    )
+    return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    device = attnbook.get_device() if args.device == "auto" else torch.device(args.device)
+    device = args.device
     if args.threads:
         torch.set_num_threads(args.threads)
-    print(
-        f"device {device}; CPU {cpu_model()}; torch threads {torch.get_num_threads()}; "
-        f"torch {torch.__version__}; Python {platform.python_version()}"
-    )
-    print(f"load average (1, 5, 15 min) before: {load_average()}")
+    print(describe(device))
     print(
         f"{args.repeats} interleaved rounds after {WARMUP} warm-up calls per row; "
         "ratio = time / peer's time in the same round: median [25th, 75th percentile]"

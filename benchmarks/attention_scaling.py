@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from _common import describe
+from _common import describe, device_option, positive_int
 
 import attnbook
 from attnbook.runtime import largest_allocation, seconds_per_call
@@ -42,15 +42,24 @@ MiB = 2**20
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
-    parser.add_argument("--repeats", type=int, default=3, help="timed calls per point")
-    parser.add_argument("--device", default="auto", help="auto (attnbook.get_device), cpu, cuda")
-    parser.add_argument("--lengths", type=int, nargs="+", default=[128, 256, 512, 1024])
+    parser.add_argument(
+        "--threads", type=positive_int, default=1, help="torch CPU threads (default 1)"
+    )
+    parser.add_argument("--repeats", type=positive_int, default=3, help="timed calls per point")
+    parser.add_argument(
+        "--device",
+        type=device_option,
+        default="auto",
+        help="auto (attnbook.get_device), cpu, cuda, cuda:N or mps",
+    )
+    parser.add_argument(
+        "--lengths", type=positive_int, nargs="+", default=[128, 256, 512, 1024], help="T = S"
+    )
     parser.add_argument("--out", type=Path, help="write the figures as PNG files into this folder")
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
-    device = attnbook.get_device() if args.device == "auto" else torch.device(args.device)
+    device = args.device
     print(describe(device))
 
     # 1. memory and time against T = S

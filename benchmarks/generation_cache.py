@@ -6,10 +6,14 @@ Usage:
 
 1. ``GPT.generate(prompt, N, temperature=0, use_cache=True / False)`` for an
    untrained GPT (4 layers, 8 heads, width 128, context 512) from a 16-token
-   prompt: the time of the whole call (fastest of ``--repeats`` after one
-   warm-up), the measured speed-up, and the ratio of the positions the model
-   reads without and with the cache (``sum(P + i)`` against ``P + N - 1``),
-   which bounds it. (Figure ``fig-ch14-kv-cache``.)
+   prompt: the time of the whole call, the measured speed-up, and the ratio
+   of the positions the model reads without and with the cache (``sum(P +
+   i)`` against ``P + N - 1``), which bounds it. After one untimed call of
+   each, the two run in ``--repeats`` interleaved rounds, one call of each
+   per round, the order rotating (``_common.interleaved_rounds``), so that a
+   burst of load from another program slows both alike: the time is the
+   fastest of a path's calls, the speed-up the median of the per-round
+   ratios. The tokens of the two must agree. (Figure ``fig-ch14-kv-cache``.)
 2. The cache of the same model shape with 8, 4, 2 and 1 key/value heads
    after a 64-token prompt: ``KVCache.nbytes`` and the formula
    ``2 * n_layers * B * n_kv_heads * S * d_head * 4`` (exact, not a timing).
@@ -22,57 +26,92 @@ asserts nothing about speed and exits 0.
 from __future__ import annotations
 
 import argparse
+import statistics
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import torch
-from _common import describe
+from _common import describe, device_option, interleaved_rounds, load_average, positive_int
 
 import attnbook
 from attnbook import GPT, GPTConfig
-from attnbook.runtime import seconds_per_call
+
+P = 16  # prompt tokens
+CONTEXT = 512
+
+
+def generate_call(
+    model: GPT, prompt: torch.Tensor, N: int, cached: bool, outputs: list[torch.Tensor]
+) -> Callable[[], None]:
+    """``model.generate(prompt, N)`` greedily, with or without the cache, its tokens kept."""
+
+    def call() -> None:
+        outputs.append(model.generate(prompt, N, temperature=0, use_cache=cached))
+
+    return call
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
-    parser.add_argument("--repeats", type=int, default=2, help="timed calls per point")
-    parser.add_argument("--device", default="auto", help="auto (attnbook.get_device), cpu, cuda")
-    parser.add_argument("--new-tokens", type=int, nargs="+", default=[16, 32, 64, 128, 256])
+    parser.add_argument(
+        "--threads", type=positive_int, default=1, help="torch CPU threads (default 1)"
+    )
+    parser.add_argument(
+        "--repeats", type=positive_int, default=2, help="interleaved rounds (timed calls) per point"
+    )
+    parser.add_argument(
+        "--device",
+        type=device_option,
+        default="auto",
+        help="auto (attnbook.get_device), cpu, cuda, cuda:N or mps",
+    )
+    parser.add_argument(
+        "--new-tokens",
+        type=positive_int,
+        nargs="+",
+        default=[16, 32, 64, 128, 256],
+        help=f"tokens to generate; prompt ({P}) + N must fit the context {CONTEXT}",
+    )
     parser.add_argument("--out", type=Path, help="write the figure as a PNG file into this folder")
     args = parser.parse_args()
+    too_long = [N for N in args.new_tokens if P + N > CONTEXT]
+    if too_long:
+        parser.error(
+            f"--new-tokens must be at most {CONTEXT - P} (prompt {P} + N must fit the context "
+            f"{CONTEXT}), got {too_long[0]}"
+        )
 
     torch.set_num_threads(args.threads)
-    device = attnbook.get_device() if args.device == "auto" else torch.device(args.device)
+    device = args.device
     print(describe(device))
 
-    P = 16
     attnbook.set_seed(0)
-    config = GPTConfig(vocab_size=64, context_length=512, d_model=128, n_heads=8, n_layers=4)
+    config = GPTConfig(vocab_size=64, context_length=CONTEXT, d_model=128, n_heads=8, n_layers=4)
     model = GPT(config).to(device).eval()
     prompt = torch.randint(0, 64, (1, P), device=device)
-    print(f"\n1. generate from a {P}-token prompt, {config}")
+    print(
+        f"\n1. generate from a {P}-token prompt, {config}; {args.repeats} interleaved rounds "
+        "(order rotating) after one untimed call of each"
+    )
     seconds: dict[str, list[float]] = {"with the cache": [], "without the cache": []}
-    read_plain, read_cached = [], []
+    speedups, read_plain, read_cached = [], [], []
     for N in args.new_tokens:
-        if config.context_length < P + N:
-            raise SystemExit(f"--new-tokens {N}: prompt + new tokens exceed the context 512")
-        for (_, times), cached in zip(seconds.items(), (True, False)):
-            times.append(
-                seconds_per_call(
-                    lambda N=N, cached=cached: model.generate(
-                        prompt, N, temperature=0, use_cache=cached
-                    ),
-                    args.repeats,
-                    device,
-                )
-            )
+        outputs: list[torch.Tensor] = []  # every call's tokens, to compare
+        calls = [generate_call(model, prompt, N, cached, outputs) for cached in (True, False)]
+        times = interleaved_rounds(calls, args.repeats, device, warmup=1)
+        if not all(torch.equal(tokens, outputs[0]) for tokens in outputs):
+            raise SystemExit(f"tokens differ with and without the cache at N = {N}")
+        for ts, fastest in zip(times, seconds.values()):
+            fastest.append(min(ts))
+        speedups.append(statistics.median(u / c for c, u in zip(*times)))
         read_plain.append(sum(P + i for i in range(N)))
         read_cached.append(P + N - 1)
         plain, cached = seconds["without the cache"][-1], seconds["with the cache"][-1]
         print(
             f"{N:4d} new tokens: {plain * 1e3:8.1f} ms without, {cached * 1e3:7.1f} ms with the "
-            f"cache: {plain / cached:5.1f}x (positions read: {read_plain[-1] / read_cached[-1]:5.1f}x)"
+            f"cache: {speedups[-1]:5.1f}x (positions read: "
+            f"{read_plain[-1] / read_cached[-1]:5.1f}x)"
         )
 
     print("\n2. the cache after a 64-token prompt, 8 query heads, 4 layers, width 128")
@@ -99,7 +138,7 @@ def main() -> None:
 
         args.out.mkdir(parents=True, exist_ok=True)
         lengths = args.new_tokens
-        speedup = np.array(seconds["without the cache"]) / np.array(seconds["with the cache"])
+        speedup = np.array(speedups)
         with course_style():
             fig, (ax_time, ax_ratio) = plt.subplots(1, 2, figsize=(11, 4))
             for (name, times), marker in zip(seconds.items(), "os"):
@@ -119,6 +158,7 @@ def main() -> None:
             fig.tight_layout()
             fig.savefig(args.out / "fig-ch14-kv-cache.png", dpi=100)
         print(f"\nfigure written to {args.out}")
+    print(f"\nload average (1, 5, 15 min) after: {load_average()}")
 
 
 if __name__ == "__main__":

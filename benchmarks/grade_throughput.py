@@ -3,6 +3,8 @@
 Usage:
     python benchmarks/grade_throughput.py [--chapters 02 06 10] [--skip-run] [--unsafe-no-sandbox]
 
+``--chapters`` takes chapter numbers, ``2`` or ``02`` alike (default: 01 02 06 09 14).
+
 For each chapter, a submission that answers every auto-checked exercise with
 the book's own solution (the chapter notebook, each exercise's code cell
 replaced by the code of its ``{solution}`` block) is graded as an instructor
@@ -56,9 +58,29 @@ def solution_notebook(path: Path) -> nbformat.NotebookNode:
     return nb
 
 
+def chapter(text: str) -> str:
+    """An argparse ``type=``: a chapter's number (``"2"`` or ``"02"``) as its two digits.
+
+    A number without a notebook gets argparse's usage error, naming the chapters there are.
+    """
+    numbers = sorted(p.name[:2] for p in (ROOT / "chapters").glob("[0-9][0-9]_*.ipynb"))
+    prefix = f"{int(text):02d}" if text.isascii() and text.isdigit() else None
+    if prefix not in numbers:
+        raise argparse.ArgumentTypeError(
+            f"no chapter {text!r}: the chapters are {' '.join(numbers)} (give 2 or 02 alike)"
+        )
+    return prefix
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--chapters", nargs="+", default=["01", "02", "06", "09", "14"])
+    parser.add_argument(
+        "--chapters",
+        type=chapter,
+        nargs="+",
+        default=["01", "02", "06", "09", "14"],
+        help="chapter numbers, e.g. 2 or 02",
+    )
     parser.add_argument("--skip-run", action="store_true", help="time the evaluation only")
     parser.add_argument("--unsafe-no-sandbox", action="store_true")
     args = parser.parse_args()

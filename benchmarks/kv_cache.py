@@ -8,9 +8,12 @@ Part 1, time: ``GPT.generate(prompt, N, temperature=0, use_cache=True)``
 against ``use_cache=False`` (the peer: one forward pass over the whole window
 per token), for several generated lengths ``N``, on a randomly initialised
 GPT (4 layers, 4 heads, width 128, context 512, vocabulary 65, learned
-positions), one prompt of 16 tokens. Each round runs both, interleaved; the
-speed-up is ``time without / time with`` within a round, median over rounds.
-The tokens of the two are compared (they must be identical). A last row
+positions), one prompt of 16 tokens. After one untimed call of each (the
+first call pays for allocations and lazy initialisation), the two run in
+``--rounds`` interleaved rounds, one call of each per round, the order
+rotating so that neither always runs first (``_common.interleaved_rounds``);
+the speed-up is ``time without / time with`` within a round, median over
+rounds. The tokens of every call are compared (they must be identical). A last row
 generates 128 tokens with a context of 64: the first 48 fill the context
 with cheap decode steps, then the window slides and the cache is rebuilt by
 a full forward pass every step (see ``GPT.generate``), so the speed-up shrinks.
@@ -19,7 +22,10 @@ Part 2, memory: the same model with ``n_kv_heads`` = 4 (multi-head), 2
 (grouped-query) and 1 (multi-query): ``KVCache.nbytes`` after prefilling the
 full context for a batch of 8, checked against the formula
 ``2 * n_layers * B * H_kv * S * Dh * bytes_per_element``, and the median time
-of one ``decode`` step at that length.
+of one ``decode`` step at that length: each call appends to the same
+prefilled cache, put back as it was before every call (the cache's lists of
+tensors, not a copy: a step concatenates, it does not write into them), the
+three models' steps timed in interleaved rounds like part 1.
 
 A benchmark, not a test: it prints figures and the machine, asserts nothing
 about speed (only that the tokens agree and that the formula holds).
@@ -29,16 +35,25 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
+from collections.abc import Callable
 
 import torch
-from _common import describe, load_average
+from _common import (
+    describe,
+    device_option,
+    int_at_least,
+    interleaved_rounds,
+    load_average,
+    positive_int,
+)
 
 import attnbook
-from attnbook.runtime import synchronize
+from attnbook.generation import KVCache
 
 BASE = {"vocab_size": 65, "d_model": 128, "n_heads": 4, "n_layers": 4}
 PROMPT_LEN = 16
+CONTEXT = 512
+WARMUP = 1  # untimed calls of each function first
 
 
 def make_model(context_length: int, device: torch.device, n_kv_heads: int | None = None):
@@ -47,38 +62,48 @@ def make_model(context_length: int, device: torch.device, n_kv_heads: int | None
     return attnbook.GPT(config).to(device).eval()
 
 
-def timed(fn, device: torch.device) -> tuple[float, object]:
-    synchronize(device)
-    start = time.perf_counter()
-    result = fn()
-    synchronize(device)
-    return time.perf_counter() - start, result
-
-
 def generation_row(
     model: attnbook.GPT, n_new: int, rounds: int, device: torch.device, label: str
 ) -> None:
     prompt = torch.randint(0, 65, (1, PROMPT_LEN), generator=torch.Generator().manual_seed(1))
     prompt = prompt.to(device)
-    with_cache, without, ratios = [], [], []
-    for _ in range(rounds):
-        t_with, tokens_with = timed(
-            lambda: model.generate(prompt, n_new, temperature=0, use_cache=True), device
-        )
-        t_without, tokens_without = timed(
-            lambda: model.generate(prompt, n_new, temperature=0, use_cache=False), device
-        )
-        if not torch.equal(tokens_with, tokens_without):
-            raise SystemExit(f"tokens differ with and without the cache at N = {n_new}")
-        with_cache.append(t_with)
-        without.append(t_without)
-        ratios.append(t_without / t_with)
+    outputs: list[list[torch.Tensor]] = [[], []]  # every call's tokens, with and without
+
+    def run(use_cache: bool) -> Callable[[], None]:
+        def call() -> None:
+            tokens = model.generate(prompt, n_new, temperature=0, use_cache=use_cache)
+            outputs[0 if use_cache else 1].append(tokens)
+
+        return call
+
+    with_cache, without = interleaved_rounds([run(True), run(False)], rounds, device, warmup=WARMUP)
+    reference = outputs[0][0]
+    if not all(torch.equal(t, reference) for t in outputs[0] + outputs[1]):
+        raise SystemExit(f"tokens differ with and without the cache at N = {n_new}")
+    ratios = [t_without / t_with for t_with, t_without in zip(with_cache, without)]
     print(
         f"{label:<12} {n_new:>6} {statistics.median(with_cache) * 1e3:>12.1f} "
         f"{statistics.median(without) * 1e3:>14.1f} "
         f"{n_new / statistics.median(with_cache):>10.0f} {statistics.median(ratios):>9.2f}x   yes",
         flush=True,
     )
+
+
+def decode_step(model: attnbook.GPT, prompt: torch.Tensor) -> tuple[Callable[[], None], KVCache]:
+    """One ``decode`` step after a prefill of ``prompt``, as a function, and the cache it grows.
+
+    Before every call the cache is put back as the prefill left it: its lists
+    of per-layer tensors are restored (a step concatenates onto them, so they
+    are unchanged), which costs nothing next to the step.
+    """
+    _, cache = model.prefill(prompt)
+    keys, values = list(cache.keys), list(cache.values)
+
+    def step() -> None:
+        cache.keys[:], cache.values[:] = keys, values
+        model.decode(prompt[:, :1], cache)
+
+    return step, cache
 
 
 def memory_rows(context_length: int, rounds: int, device: torch.device) -> None:
@@ -93,14 +118,12 @@ def memory_rows(context_length: int, rounds: int, device: torch.device) -> None:
         f"{'n_kv_heads':>10} {'kind':<12} {'cache MiB':>10} {'formula MiB':>12} "
         f"{'bytes/token':>12} {'decode ms':>10} {'params':>9}"
     )
-    for n_kv_heads, kind in ((4, "multi-head"), (2, "grouped"), (1, "multi-query")):
-        model = make_model(context_length, device, n_kv_heads)
+    kinds = ((4, "multi-head"), (2, "grouped"), (1, "multi-query"))
+    models = [make_model(context_length, device, n_kv_heads) for n_kv_heads, _ in kinds]
+    steps, caches = zip(*(decode_step(model, prompt) for model in models))
+    times = interleaved_rounds(list(steps), rounds, device, warmup=WARMUP)
+    for (n_kv_heads, kind), model, cache, step_times in zip(kinds, models, caches, times):
         c = model.config
-        steps = []
-        for _ in range(rounds):
-            _, cache = model.prefill(prompt)
-            step, _ = timed(lambda m=model, kv=cache: m.decode(prompt[:, :1], kv), device)
-            steps.append(step)
         d_head = c.d_model // c.n_heads
         formula = 2 * c.n_layers * batch * n_kv_heads * cache.length * d_head * 4  # float32
         if cache.nbytes != formula:
@@ -108,7 +131,7 @@ def memory_rows(context_length: int, rounds: int, device: torch.device) -> None:
         per_token = cache.nbytes // (batch * cache.length)
         print(
             f"{n_kv_heads:>10} {kind:<12} {cache.nbytes / 2**20:>10.2f} {formula / 2**20:>12.2f} "
-            f"{per_token:>12} {statistics.median(steps) * 1e3:>10.2f} "
+            f"{per_token:>12} {statistics.median(step_times) * 1e3:>10.2f} "
             f"{model.num_parameters():>9}",
             flush=True,
         )
@@ -116,20 +139,39 @@ def memory_rows(context_length: int, rounds: int, device: torch.device) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--new-tokens", type=int, nargs="+", default=[32, 128, 256, 480])
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (CPU); 0 = default")
-    parser.add_argument("--device", default="auto", help="auto (attnbook.get_device()), cpu, cuda")
+    parser.add_argument(
+        "--new-tokens",
+        type=positive_int,
+        nargs="+",
+        default=[32, 128, 256, 480],
+        help=f"tokens to generate; prompt ({PROMPT_LEN}) + N must fit the context {CONTEXT}",
+    )
+    parser.add_argument("--rounds", type=positive_int, default=3)
+    parser.add_argument(
+        "--threads", type=int_at_least(0), default=1, help="torch threads (CPU); 0 = default"
+    )
+    parser.add_argument(
+        "--device",
+        type=device_option,
+        default="auto",
+        help="auto (attnbook.get_device()), cpu, cuda, cuda:N or mps",
+    )
     args = parser.parse_args(argv)
-    device = attnbook.get_device() if args.device == "auto" else torch.device(args.device)
+    too_long = [n for n in args.new_tokens if PROMPT_LEN + n > CONTEXT]
+    if too_long:
+        parser.error(
+            f"--new-tokens must be at most {CONTEXT - PROMPT_LEN} (prompt {PROMPT_LEN} + N must "
+            f"fit the context {CONTEXT}), got {too_long[0]}"
+        )
+    device = args.device
     if args.threads:
         torch.set_num_threads(args.threads)
     print(describe(device))
-    context = 512
-    model = make_model(context, device)
+    model = make_model(CONTEXT, device)
     print(
-        f"GPT {BASE}, context {context}, {model.num_parameters()} parameters, float32; "
-        f"prompt {PROMPT_LEN} tokens, greedy; median over {args.rounds} interleaved rounds"
+        f"GPT {BASE}, context {CONTEXT}, {model.num_parameters()} parameters, float32; "
+        f"prompt {PROMPT_LEN} tokens, greedy; median over {args.rounds} interleaved rounds "
+        f"(order rotating) after {WARMUP} untimed call(s) of each"
     )
     print()
     print(
@@ -137,11 +179,9 @@ def main(argv: list[str] | None = None) -> int:
         f"{'speed-up':>10} same tokens"
     )
     for n_new in args.new_tokens:
-        if PROMPT_LEN + n_new > context:
-            raise SystemExit(f"--new-tokens {n_new}: prompt + N must fit the context {context}")
-        generation_row(model, n_new, args.rounds, device, "context 512")
+        generation_row(model, n_new, args.rounds, device, f"context {CONTEXT}")
     generation_row(make_model(64, device), 128, args.rounds, device, "context 64")
-    memory_rows(context, args.rounds, device)
+    memory_rows(CONTEXT, args.rounds, device)
     print(f"\nload average (1, 5, 15 min) after: {load_average()}")
     return 0
 

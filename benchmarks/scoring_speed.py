@@ -16,11 +16,12 @@ dot-product peer:
   ``need_weights=False`` (PyTorch's fused kernel, which never stores the
   ``(T, S)`` weights).
 
-Each row reports the median of ``--repeats`` timed calls, after warm-up calls that
-are not timed and with the rows' calls interleaved; on a GPU every call is followed by a synchronisation so that the
-clock measures the work, not the launch. Timings depend on the machine, its load
-and the thread count, which is why this is a benchmark and not a test: it
-asserts nothing about speed and exits 0.
+Each row reports the median of ``--repeats`` timed calls, after warm-up calls
+that are not timed and with the rows' calls interleaved; on a GPU every call is
+followed by a synchronisation so that the clock measures the work, not the
+launch. Timings depend on the machine, its load and the thread count (printed
+first, with the load average before and after), which is why this is a
+benchmark and not a test: it asserts nothing about speed and exits 0.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import statistics
 import sys
 
 import torch
-from _common import interleaved_rounds
+from _common import describe, device_option, interleaved_rounds, load_average, positive_int
 
 import attnbook
 
@@ -40,22 +41,22 @@ WARMUP = 3  # untimed calls before timing: first-call allocations, lazy initiali
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seq-len", type=int, default=512, help="T = S, queries and keys")
-    parser.add_argument("--dim", type=int, default=64, help="input width d and d_a")
-    parser.add_argument("--repeats", type=int, default=20, help="timed calls per row")
+    parser.add_argument("--seq-len", type=positive_int, default=512, help="T = S, queries and keys")
+    parser.add_argument("--dim", type=positive_int, default=64, help="input width d and d_a")
+    parser.add_argument("--repeats", type=positive_int, default=20, help="timed calls per row")
     parser.add_argument(
-        "--device", default="auto", help="cpu, cuda, mps, or auto (attnbook.get_device())"
+        "--device",
+        type=device_option,
+        default="auto",
+        help="cpu, cuda, cuda:N, mps, or auto (attnbook.get_device())",
     )
-    args = parser.parse_args(argv)
-    for name in ("seq_len", "dim", "repeats"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    return args
+    return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    device = attnbook.get_device() if args.device == "auto" else torch.device(args.device)
+    device = args.device
+    print(describe(device))
     T = S = args.seq_len
     d = d_a = args.dim
 
@@ -95,10 +96,9 @@ def main(argv: list[str] | None = None) -> int:
         (group, name, seconds, is_peer) for (group, name, _, is_peer), seconds in zip(rows, medians)
     ]
 
-    threads = torch.get_num_threads() if device.type == "cpu" else "-"
     print(
-        f"device {device}, torch {torch.__version__}, CPU threads {threads}; "
-        f"T = S = {T}, d = d_a = {d}; median of {args.repeats} interleaved calls after {WARMUP} warm-up calls"
+        f"T = S = {T}, d = d_a = {d}; median of {args.repeats} interleaved calls after "
+        f"{WARMUP} warm-up calls"
     )
     hidden_mib = T * S * d_a * queries.element_size() / 2**20
     scores_mib = T * S * queries.element_size() / 2**20
@@ -112,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     for group, name, seconds, _ in timed:
         ratio = seconds / peers[group]
         print(f"{group:<10} {name:<28} {seconds * 1e3:>12.3f} {ratio:>8.2f}x")
+    print(f"\nload average (1, 5, 15 min) after: {load_average()}")
     return 0
 
 

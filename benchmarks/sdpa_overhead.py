@@ -1,7 +1,7 @@
 """What does attnbook.scaled_dot_product_attention cost over what it wraps? (chapters 4 and 6)
 
 Usage:
-    python benchmarks/sdpa_overhead.py [--threads 1] [--rounds 15] [--device auto]
+    python benchmarks/sdpa_overhead.py [--threads 1] [--rounds 15] [--number 10] [--device cpu]
 
 Two ratios per shape and kind of mask, on the same inputs in the same run:
 
@@ -24,8 +24,9 @@ Each round times every function once (``--number`` calls, interleaved, so a
 burst of load from another program slows all of them alike) and records the
 ratios of that round; the table shows the median over ``--rounds`` rounds. On a
 GPU every call is followed by a synchronisation. Timings depend on the machine,
-its load and the thread count: this is a benchmark, not a test, it asserts
-nothing about speed and exits 0.
+its load and the thread count, printed first (with the load average before and
+after): this is a benchmark, not a test, it asserts nothing about speed and
+exits 0.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ import statistics
 
 import torch
 import torch.nn.functional as F
-from _common import interleaved_rounds
+from _common import describe, device_option, interleaved_rounds, load_average, positive_int
 
 import attnbook
 
@@ -78,14 +79,16 @@ def cases(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (CPU)")
-    parser.add_argument("--rounds", type=int, default=15)
-    parser.add_argument("--number", type=int, default=10, help="calls per timing")
-    parser.add_argument("--device", default="cpu", help="cpu, cuda, mps or auto")
+    parser.add_argument("--threads", type=positive_int, default=1, help="torch threads (CPU)")
+    parser.add_argument("--rounds", type=positive_int, default=15)
+    parser.add_argument("--number", type=positive_int, default=10, help="calls per timing")
+    parser.add_argument(
+        "--device", type=device_option, default="cpu", help="cpu, cuda, cuda:N, mps or auto"
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    device = attnbook.get_device() if args.device == "auto" else torch.device(args.device)
-    print(f"torch {torch.__version__}, device {device}, {torch.get_num_threads()} thread(s)")
+    device = args.device
+    print(describe(device))
     print(f"median over {args.rounds} interleaved rounds of {args.number} calls\n")
     header = f"{'(B, H, T, d_k)':>18}  {'mask':<22}{'bare':>10}{'fused/bare':>12}"
     print(header + f"{'naive':>10}{'weights/naive':>15}")
@@ -115,6 +118,7 @@ def main() -> None:
                 f"{weights_ratio:>14.2f}x",
                 flush=True,
             )
+    print(f"\nload average (1, 5, 15 min) after: {load_average()}")
 
 
 if __name__ == "__main__":

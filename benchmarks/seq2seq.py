@@ -15,16 +15,20 @@ heads, vocabularies of 40, batch 32, sources of 32 tokens):
 - training steps (forward, cross-entropy, backward, clipping, AdamW) against
   a model built from ``torch.nn.Transformer`` with the same maths (pre-LN,
   GELU, sinusoidal positions scaled as ours, a tied head) and the same
-  parameter count (asserted). attnbook's model is called as
+  parameter count (asserted); its encoder is built with
+  ``enable_nested_tensor=False`` (the fast path for padded batches, which
+  PyTorch turns off for pre-LN layers anyway, with a warning). attnbook's model is called as
   :func:`attnbook.training.train` calls it, ``validate=False`` (the task's
   ids were checked once, when it was built).
 
 Each timing is the median over interleaved rounds (one run of each variant
 per round, the order rotating), so a burst of load from another program
-slows all alike. The training steps come in two blocks, each with both
-models built afresh, attnbook's first in one and last in the other
-(``_common.rotated_builds``: the model built first can run slower), and
-each block's ratio is printed too. The load average printed before and
+slows all alike: ``--rounds`` rounds of decoding, ``3 x --rounds`` training
+steps of each model (rounded up to an even number). The training steps come
+in two blocks of equal rounds, each with both models built afresh,
+attnbook's first in one and last in the other (``_common.rotated_builds``:
+the model built first can run slower), and each block's ratio is printed
+too. The load average printed before and
 after says how busy the machine was. A benchmark, not a test: it asserts
 only what makes the comparisons fair (equal tokens from cached and uncached
 decoding, equal parameter counts) and exits 0.
@@ -40,7 +44,16 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from _common import describe, interleaved_rounds, load_average, ratio_summary, rotated_builds
+from _common import (
+    describe,
+    device_option,
+    interleaved_rounds,
+    load_average,
+    positive_int,
+    ratio_summary,
+    rotated_builds,
+    rounds_note,
+)
 from torch import nn
 
 import attnbook
@@ -67,16 +80,24 @@ class TorchEncoderDecoder(nn.Module):
         super().__init__()
         self.src_emb = nn.Embedding(c.src_vocab_size, c.d_model)
         self.tgt_emb = nn.Embedding(c.tgt_vocab_size, c.d_model)
+        layer = {"dropout": 0.0, "activation": "gelu", "batch_first": True, "norm_first": True}
+        # nn.Transformer's own encoder, but without the nested-tensor fast path, which it
+        # would turn off for norm_first layers with a warning: the same layers, the same
+        # random draws in the same order, the same maths.
+        encoder = nn.TransformerEncoder(
+            nn.TransformerEncoderLayer(c.d_model, c.n_heads, 4 * c.d_model, **layer),
+            c.n_encoder_layers,
+            nn.LayerNorm(c.d_model),
+            enable_nested_tensor=False,
+        )
         self.transformer = nn.Transformer(
             c.d_model,
             c.n_heads,
             c.n_encoder_layers,
             c.n_decoder_layers,
             4 * c.d_model,
-            dropout=0.0,
-            activation="gelu",
-            batch_first=True,
-            norm_first=True,
+            custom_encoder=encoder,
+            **layer,
         )  # its encoder and decoder end with a LayerNorm each, as ours do
         self.lm_head = nn.Linear(c.d_model, c.tgt_vocab_size, bias=False)
         self.lm_head.weight = self.tgt_emb.weight  # tied
@@ -186,8 +207,9 @@ def training(device: torch.device, rounds: int) -> None:
     builders = {name: functools.partial(build, cls) for name, cls in models.items()}
     times, blocks = rotated_builds(builders, rounds, device, warmup=3)
     print(
-        f"training steps, batch {BATCH}, source and target {SRC_LEN} tokens, {rounds} "
-        f"interleaved rounds; load average after: {load_average()}"
+        f"training steps, batch {BATCH}, source and target {SRC_LEN} tokens, "
+        f"{rounds_note(rounds, len(blocks))} in {len(blocks)} blocks; "
+        f"load average after: {load_average()}"
     )
     for name, ts in times.items():
         med = statistics.median(ts)
@@ -205,14 +227,19 @@ def training(device: torch.device, rounds: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=10)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--device", default="auto")
+    parser.add_argument(
+        "--rounds",
+        type=positive_int,
+        default=10,
+        help="rounds of decoding; training runs 3 x as many (rounded up to an even number)",
+    )
+    parser.add_argument("--threads", type=positive_int, default=2, help="torch CPU threads")
+    parser.add_argument(
+        "--device", type=device_option, default="auto", help="auto, cpu, cuda, cuda:N or mps"
+    )
     args = parser.parse_args()
-    if args.rounds < 1:
-        parser.error(f"--rounds must be at least 1, got {args.rounds}")
     torch.set_num_threads(args.threads)
-    device = attnbook.get_device() if args.device == "auto" else torch.device(args.device)
+    device = args.device
     print(describe(device))
     decoding(device, args.rounds)
     training(device, 3 * args.rounds)

@@ -1,7 +1,8 @@
 """Held-out bits per character after equal wall time: attnbook's GPT-2 and Llama blocks vs nanoGPT.
 
 Usage:
-    python benchmarks/shakespeare.py [--seconds 60] [--device auto] [--scale cpu]
+    python benchmarks/shakespeare.py [--seconds S] [--device auto] [--scale cpu]
+        [--threads N] [--tokenizer bpe|char]
     python benchmarks/shakespeare.py --write-corpus DIR      # prepare the data for another machine
     python benchmarks/shakespeare.py --scale gpu --corpus DIR  # there: torch and numpy suffice
 
@@ -61,7 +62,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from _common import NanoGPT, describe, load_average
+from _common import NanoGPT, describe, device_option, load_average, positive_float, positive_int
 from torch import nn
 
 import attnbook
@@ -284,12 +285,22 @@ class Run:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scale", choices=sorted(SCALES), default="cpu")
-    parser.add_argument("--seconds", type=float, default=None, help="training seconds per model")
-    parser.add_argument("--device", default="auto", help="auto (cuda, mps, cpu), cpu, cuda, ...")
+    parser.add_argument(
+        "--seconds",
+        type=positive_float,
+        default=None,
+        help="training seconds per model (default: the scale's, 20 on cpu, 60 on gpu)",
+    )
+    parser.add_argument(
+        "--device",
+        type=device_option,
+        default="auto",
+        help="auto (cuda, mps, cpu), cpu, cuda, cuda:N or mps",
+    )
     parser.add_argument("--tokenizer", choices=("bpe", "char"), default="bpe")
     parser.add_argument("--corpus", default=None, help="a folder written by --write-corpus")
     parser.add_argument("--write-corpus", default=None, metavar="DIR")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (CPU)")
+    parser.add_argument("--threads", type=positive_int, default=None, help="torch threads (CPU)")
     return parser.parse_args(argv)
 
 
@@ -301,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    device = attnbook.get_device() if args.device == "auto" else torch.device(args.device)
+    device = args.device
     budget = scale.seconds if args.seconds is None else args.seconds
     print(describe(device))
     data, pieces, what = load_data(args, scale)

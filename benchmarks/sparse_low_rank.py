@@ -31,7 +31,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
-from _common import describe
+from _common import describe, device_option, positive_int
 
 import attnbook
 from attnbook import (
@@ -77,13 +77,20 @@ def smooth(*shape: int) -> torch.Tensor:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
-    parser.add_argument("--device", default="auto", help="auto (attnbook.get_device), cpu, cuda")
+    parser.add_argument(
+        "--threads", type=positive_int, default=1, help="torch CPU threads (default 1)"
+    )
+    parser.add_argument(
+        "--device",
+        type=device_option,
+        default="auto",
+        help="auto (attnbook.get_device), cpu, cuda, cuda:N or mps",
+    )
     parser.add_argument("--out", type=Path, help="write the figures as PNG files into this folder")
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
-    device = attnbook.get_device() if args.device == "auto" else torch.device(args.device)
+    device = args.device
     print(describe(device))
 
     # 1. masks and pair counts

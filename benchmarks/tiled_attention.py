@@ -45,7 +45,7 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from _common import describe, load_average
+from _common import describe, device_option, int_at_least, load_average, positive_int
 
 import attnbook
 from attnbook.runtime import largest_allocation, synchronize
@@ -143,13 +143,22 @@ def main(argv: list[str] | None = None) -> int:
         child_peak(argv[1], int(argv[2]), int(argv[3]))
         return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--lengths", type=int, nargs="+", default=[256, 512, 1024, 2048])
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (CPU); 0 = default")
-    parser.add_argument("--device", default="auto", help="auto (attnbook.get_device()), cpu, cuda")
-    parser.add_argument("--block-size", type=int, default=64)
+    parser.add_argument(
+        "--lengths", type=positive_int, nargs="+", default=[256, 512, 1024, 2048], help="T = S"
+    )
+    parser.add_argument("--rounds", type=positive_int, default=5)
+    parser.add_argument(
+        "--threads", type=int_at_least(0), default=1, help="torch threads (CPU); 0 = default"
+    )
+    parser.add_argument(
+        "--device",
+        type=device_option,
+        default="auto",
+        help="auto (attnbook.get_device()), cpu, cuda, cuda:N or mps",
+    )
+    parser.add_argument("--block-size", type=positive_int, default=64, help="keys per tile")
     args = parser.parse_args(argv)
-    device = attnbook.get_device() if args.device == "auto" else torch.device(args.device)
+    device = args.device
     if args.threads:
         torch.set_num_threads(args.threads)
     print(describe(device))

@@ -2,6 +2,7 @@
 
 Usage:
     python benchmarks/time_to_accuracy.py [--scale cpu|gpu] [--repeats 3] [--threads N]
+        [--device auto]
 
 Trains ``attnbook.GPT`` with :func:`attnbook.training.reverse_recipe` (the
 chapter's run: ``"cpu"``, or ``"gpu"`` for the bigger one), evaluating on the
@@ -18,11 +19,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
-import platform
 import statistics
 
 import torch
+from _common import describe, device_option, load_average, positive_int
 
 import attnbook
 from attnbook import GPT
@@ -32,26 +32,25 @@ from attnbook.training import reverse_recipe, train
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scale", choices=("cpu", "gpu"), default="cpu")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--device", default=None, help="default: attnbook.get_device()")
+    parser.add_argument("--repeats", type=positive_int, default=3)
+    parser.add_argument(
+        "--threads", type=positive_int, default=None, help="torch CPU threads (default: torch's)"
+    )
+    parser.add_argument(
+        "--device",
+        type=device_option,
+        default=None,
+        help="auto, cpu, cuda, cuda:N or mps (default: attnbook.get_device())",
+    )
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    device = attnbook.get_device() if args.device is None else args.device
     task, model_config, config = reverse_recipe(args.scale)
-    config = dataclasses.replace(
-        config, target_exact_match=0.99, progress=False, device=args.device
-    )
-    device = torch.device(args.device) if args.device else attnbook.get_device()
-    print(
-        f"machine: {platform.machine()} | {os.cpu_count()} CPUs, torch {torch.__version__} "
-        f"with {torch.get_num_threads()} threads | device {device}"
-    )
-    if device.type == "cuda":
-        print(f"GPU: {torch.cuda.get_device_name(device)}")
+    config = dataclasses.replace(config, target_exact_match=0.99, progress=False, device=device)
+    print(describe(device))
     print(f"task: reverse, length {task.prompt_len}, {task.vocab_size - 1} symbols; {model_config}")
     print(f"{config}")
-    print(f"load average before: {os.getloadavg()}")
     seconds, steps = [], []
     for r in range(args.repeats):
         attnbook.set_seed(config.seed)
@@ -75,7 +74,7 @@ def main() -> None:
         print(line)
         seconds.append(sec)
         steps.append(step)
-    print(f"load average after: {os.getloadavg()}")
+    print(f"load average (1, 5, 15 min) after: {load_average()}")
     if seconds:
         print(
             f"time to 99%: median {statistics.median(seconds):.1f} s "

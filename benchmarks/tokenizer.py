@@ -35,7 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from _common import describe, load_average
+from _common import describe, int_at_least, load_average, positive_int
 
 from attnbook import BPETokenizer
 from attnbook.data import shakespeare
@@ -53,8 +53,14 @@ def median_seconds(fn: Callable[[], object], repeats: int) -> tuple[float, objec
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--vocab-sizes", type=int, nargs="+", default=[1024, 4096])
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--vocab-sizes",
+        type=int_at_least(256),
+        nargs="+",
+        default=[1024, 4096],
+        help="vocabulary sizes to train, at least 256 (the bytes)",
+    )
+    parser.add_argument("--repeats", type=positive_int, default=3)
     return parser.parse_args(argv)
 
 

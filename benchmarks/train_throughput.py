@@ -35,9 +35,10 @@ with a gradient scaler), one pass instead of one per thread count.
 For each thread count the three models run in interleaved rounds (one step
 of each per round, after warm-up steps; the order rotating, or with
 ``--order random`` drawn afresh each round), so a burst of load from another
-program slows all alike. The rounds come in three blocks, and before each
-block all three models are built afresh (same seed), in an order rotated by
-one, so that each is built first in one block, second in another and last in
+program slows all alike. The rounds come in three blocks of equal length
+(``--rounds`` is rounded up to a multiple of 3, and the header says so), and
+before each block all three models are built afresh (same seed), in an order
+rotated by one, so that each is built first in one block, second in another and last in
 the third. On the CPU at the proxy size, whichever model was built first ran
 slowest in the same rounds: built first or built last, attnbook measured
 0.967x or 1.005x the nanoGPT-style model (400 rounds each, on a 2-core
@@ -74,10 +75,14 @@ import torch.nn.functional as F
 from _common import (
     NanoGPT,
     describe,
+    device_option,
     init_like_attnbook,
     load_average,
+    positive_int,
+    quartiles,
     ratio_summary,
     rotated_builds,
+    rounds_note,
 )
 from torch import nn
 
@@ -193,12 +198,24 @@ def compare_ops(builders: dict[str, Callable[[], Callable[[], None]]], ours: str
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=30)
-    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--device", default="auto")
-    parser.add_argument("--batch", type=int, default=BATCH, help="sequences per step")
     parser.add_argument(
-        "--context", type=int, default=CONFIG.context_length, help="tokens per sequence"
+        "--rounds",
+        type=positive_int,
+        default=30,
+        help="timed rounds per thread count (rounded up to a multiple of the 3 blocks)",
+    )
+    parser.add_argument(
+        "--threads", type=positive_int, nargs="+", default=[1, 2], help="torch CPU threads"
+    )
+    parser.add_argument(
+        "--device", type=device_option, default="auto", help="auto, cpu, cuda, cuda:N or mps"
+    )
+    parser.add_argument("--batch", type=positive_int, default=BATCH, help="sequences per step")
+    parser.add_argument(
+        "--context",
+        type=positive_int,
+        default=CONFIG.context_length,
+        help=f"tokens per sequence, at most {CONFIG.context_length}",
     )
     parser.add_argument(
         "--order",
@@ -212,11 +229,13 @@ def main() -> None:
         help="time nothing: print the ATen operators whose calls per step differ between models",
     )
     args = parser.parse_args()
-    if args.rounds < 3:  # three blocks, one per model, each with at least one round
-        parser.error(f"--rounds must be at least 3, one per block, got {args.rounds}")
-    if not 1 <= args.context <= CONFIG.context_length:
-        parser.error(f"--context must be between 1 and {CONFIG.context_length}")
-    device = attnbook.get_device() if args.device == "auto" else torch.device(args.device)
+    if args.context > CONFIG.context_length:
+        parser.error(f"--context must be between 1 and {CONFIG.context_length}, got {args.context}")
+    device = args.device
+    # On a GPU the CPU thread count hardly matters: one pass with the default.
+    thread_counts = args.threads if device.type == "cpu" else [torch.get_num_threads()]
+    if not args.compare_ops:
+        torch.set_num_threads(thread_counts[0])  # the machine line says the first pass's count
     print(describe(device))
     models = {"attnbook.GPT": GPT, "nn.TransformerEncoderLayer": TorchGPT, "nanoGPT-style": NanoGPT}
     counts = {}
@@ -226,8 +245,6 @@ def main() -> None:
     print("parameters: " + ", ".join(f"{name} {n:,}" for name, n in counts.items()))
     assert len(set(counts.values())) == 1, "the three models must have the same parameters"
     ours, peers = "attnbook.GPT", [name for name in models if name != "attnbook.GPT"]
-    # On a GPU the CPU thread count hardly matters: one pass with the default.
-    thread_counts = args.threads if device.type == "cpu" else [torch.get_num_threads()]
 
     def build(cls: type[nn.Module]) -> Callable[[], None]:
         attnbook.set_seed(0)
@@ -244,12 +261,12 @@ def main() -> None:
             builders, args.rounds, device, warmup=WARMUP, order=args.order
         )
         print(
-            f"\n{threads} thread(s), {args.rounds} interleaved rounds ({args.order} order) in "
-            f"{len(blocks)} blocks, batch {args.batch}, context {args.context}; "
-            f"load average after: {load_average()}"
+            f"\n{torch.get_num_threads()} torch thread(s), {rounds_note(args.rounds, len(blocks))} "
+            f"in {len(blocks)} blocks ({args.order} order), batch {args.batch}, context "
+            f"{args.context}; load average after: {load_average()}"
         )
         for name, ts in times.items():
-            q1, med, q3 = statistics.quantiles(ts, n=4)
+            q1, med, q3 = quartiles(ts)
             print(
                 f"  {name:28s} median {1e3 * med:7.1f} ms/step ({1 / med:6.2f} steps/s), "
                 f"IQR {1e3 * q1:.1f}-{1e3 * q3:.1f} ms"
