@@ -144,6 +144,16 @@ def device_option(text: str) -> torch.device:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def add_device_option(parser: argparse.ArgumentParser, default: str | None = "auto") -> None:
+    """Give ``parser`` the scripts' ``--device`` option, checked by :func:`device_option`."""
+    parser.add_argument(
+        "--device",
+        type=device_option,
+        default=default,
+        help="auto (attnbook.get_device()), cpu, cuda, cuda:N or mps",
+    )
+
+
 # ------------------------------------------------------------------ timing rows against each other
 
 

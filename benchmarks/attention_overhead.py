@@ -44,8 +44,8 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 from _common import (
+    add_device_option,
     describe,
-    device_option,
     int_at_least,
     interleaved_rounds,
     load_average,
@@ -136,12 +136,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--threads", type=int_at_least(0), default=0, help="CPU threads (0: torch's default)"
     )
-    parser.add_argument(
-        "--device",
-        type=device_option,
-        default="cpu",
-        help="cpu, cuda, cuda:N, mps, or auto (attnbook.get_device())",
-    )
+    add_device_option(parser, default="cpu")
     return parser.parse_args(argv)
 
 

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from _common import describe, device_option, positive_int
+from _common import add_device_option, describe, positive_int
 
 import attnbook
 from attnbook.runtime import largest_allocation, seconds_per_call
@@ -46,12 +46,7 @@ def main() -> None:
         "--threads", type=positive_int, default=1, help="torch CPU threads (default 1)"
     )
     parser.add_argument("--repeats", type=positive_int, default=3, help="timed calls per point")
-    parser.add_argument(
-        "--device",
-        type=device_option,
-        default="auto",
-        help="auto (attnbook.get_device), cpu, cuda, cuda:N or mps",
-    )
+    add_device_option(parser, default="auto")
     parser.add_argument(
         "--lengths", type=positive_int, nargs="+", default=[128, 256, 512, 1024], help="T = S"
     )

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from _common import describe, device_option, interleaved_rounds, load_average, positive_int
+from _common import add_device_option, describe, interleaved_rounds, load_average, positive_int
 
 import attnbook
 from attnbook import GPT, GPTConfig
@@ -60,12 +60,7 @@ def main() -> None:
     parser.add_argument(
         "--repeats", type=positive_int, default=2, help="interleaved rounds (timed calls) per point"
     )
-    parser.add_argument(
-        "--device",
-        type=device_option,
-        default="auto",
-        help="auto (attnbook.get_device), cpu, cuda, cuda:N or mps",
-    )
+    add_device_option(parser, default="auto")
     parser.add_argument(
         "--new-tokens",
         type=positive_int,

@@ -39,8 +39,8 @@ from collections.abc import Callable
 
 import torch
 from _common import (
+    add_device_option,
     describe,
-    device_option,
     int_at_least,
     interleaved_rounds,
     load_average,
@@ -150,12 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--threads", type=int_at_least(0), default=1, help="torch threads (CPU); 0 = default"
     )
-    parser.add_argument(
-        "--device",
-        type=device_option,
-        default="auto",
-        help="auto (attnbook.get_device()), cpu, cuda, cuda:N or mps",
-    )
+    add_device_option(parser, default="auto")
     args = parser.parse_args(argv)
     too_long = [n for n in args.new_tokens if PROMPT_LEN + n > CONTEXT]
     if too_long:

@@ -32,7 +32,7 @@ import statistics
 import sys
 
 import torch
-from _common import describe, device_option, interleaved_rounds, load_average, positive_int
+from _common import add_device_option, describe, interleaved_rounds, load_average, positive_int
 
 import attnbook
 
@@ -44,12 +44,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seq-len", type=positive_int, default=512, help="T = S, queries and keys")
     parser.add_argument("--dim", type=positive_int, default=64, help="input width d and d_a")
     parser.add_argument("--repeats", type=positive_int, default=20, help="timed calls per row")
-    parser.add_argument(
-        "--device",
-        type=device_option,
-        default="auto",
-        help="cpu, cuda, cuda:N, mps, or auto (attnbook.get_device())",
-    )
+    add_device_option(parser, default="auto")
     return parser.parse_args(argv)
 
 

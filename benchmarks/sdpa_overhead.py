@@ -37,7 +37,7 @@ import statistics
 
 import torch
 import torch.nn.functional as F
-from _common import describe, device_option, interleaved_rounds, load_average, positive_int
+from _common import add_device_option, describe, interleaved_rounds, load_average, positive_int
 
 import attnbook
 
@@ -82,9 +82,7 @@ def main() -> None:
     parser.add_argument("--threads", type=positive_int, default=1, help="torch threads (CPU)")
     parser.add_argument("--rounds", type=positive_int, default=15)
     parser.add_argument("--number", type=positive_int, default=10, help="calls per timing")
-    parser.add_argument(
-        "--device", type=device_option, default="cpu", help="cpu, cuda, cuda:N, mps or auto"
-    )
+    add_device_option(parser, default="cpu")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     device = args.device

@@ -45,8 +45,8 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 from _common import (
+    add_device_option,
     describe,
-    device_option,
     interleaved_rounds,
     load_average,
     positive_int,
@@ -234,9 +234,7 @@ def main() -> None:
         help="rounds of decoding; training runs 3 x as many (rounded up to an even number)",
     )
     parser.add_argument("--threads", type=positive_int, default=2, help="torch CPU threads")
-    parser.add_argument(
-        "--device", type=device_option, default="auto", help="auto, cpu, cuda, cuda:N or mps"
-    )
+    add_device_option(parser, default="auto")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     device = args.device

@@ -62,7 +62,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from _common import NanoGPT, describe, device_option, load_average, positive_float, positive_int
+from _common import NanoGPT, add_device_option, describe, load_average, positive_float, positive_int
 from torch import nn
 
 import attnbook
@@ -291,12 +291,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         help="training seconds per model (default: the scale's, 20 on cpu, 60 on gpu)",
     )
-    parser.add_argument(
-        "--device",
-        type=device_option,
-        default="auto",
-        help="auto (cuda, mps, cpu), cpu, cuda, cuda:N or mps",
-    )
+    add_device_option(parser, default="auto")
     parser.add_argument("--tokenizer", choices=("bpe", "char"), default="bpe")
     parser.add_argument("--corpus", default=None, help="a folder written by --write-corpus")
     parser.add_argument("--write-corpus", default=None, metavar="DIR")

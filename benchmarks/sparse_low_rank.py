@@ -31,7 +31,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
-from _common import describe, device_option, positive_int
+from _common import add_device_option, describe, positive_int
 
 import attnbook
 from attnbook import (
@@ -80,12 +80,7 @@ def main() -> None:
     parser.add_argument(
         "--threads", type=positive_int, default=1, help="torch CPU threads (default 1)"
     )
-    parser.add_argument(
-        "--device",
-        type=device_option,
-        default="auto",
-        help="auto (attnbook.get_device), cpu, cuda, cuda:N or mps",
-    )
+    add_device_option(parser, default="auto")
     parser.add_argument("--out", type=Path, help="write the figures as PNG files into this folder")
     args = parser.parse_args()
 

@@ -45,7 +45,7 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from _common import describe, device_option, int_at_least, load_average, positive_int
+from _common import add_device_option, describe, int_at_least, load_average, positive_int
 
 import attnbook
 from attnbook.runtime import largest_allocation, synchronize
@@ -150,12 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--threads", type=int_at_least(0), default=1, help="torch threads (CPU); 0 = default"
     )
-    parser.add_argument(
-        "--device",
-        type=device_option,
-        default="auto",
-        help="auto (attnbook.get_device()), cpu, cuda, cuda:N or mps",
-    )
+    add_device_option(parser, default="auto")
     parser.add_argument("--block-size", type=positive_int, default=64, help="keys per tile")
     args = parser.parse_args(argv)
     device = args.device

@@ -22,7 +22,7 @@ import dataclasses
 import statistics
 
 import torch
-from _common import describe, device_option, load_average, positive_int
+from _common import add_device_option, describe, load_average, positive_int
 
 import attnbook
 from attnbook import GPT
@@ -36,12 +36,7 @@ def main() -> None:
     parser.add_argument(
         "--threads", type=positive_int, default=None, help="torch CPU threads (default: torch's)"
     )
-    parser.add_argument(
-        "--device",
-        type=device_option,
-        default=None,
-        help="auto, cpu, cuda, cuda:N or mps (default: attnbook.get_device())",
-    )
+    add_device_option(parser, default=None)
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)

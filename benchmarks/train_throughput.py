@@ -74,8 +74,8 @@ import torch
 import torch.nn.functional as F
 from _common import (
     NanoGPT,
+    add_device_option,
     describe,
-    device_option,
     init_like_attnbook,
     load_average,
     positive_int,
@@ -207,9 +207,7 @@ def main() -> None:
     parser.add_argument(
         "--threads", type=positive_int, nargs="+", default=[1, 2], help="torch CPU threads"
     )
-    parser.add_argument(
-        "--device", type=device_option, default="auto", help="auto, cpu, cuda, cuda:N or mps"
-    )
+    add_device_option(parser, default="auto")
     parser.add_argument("--batch", type=positive_int, default=BATCH, help="sequences per step")
     parser.add_argument(
         "--context",
