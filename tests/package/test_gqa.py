@@ -25,6 +25,7 @@ from attnbook import (
     load_checkpoint,
     save_checkpoint,
 )
+from attnbook.positional import POSITIONAL_ENCODINGS
 
 
 def _grouped_and_repeated(
@@ -148,7 +149,7 @@ def test_encoder_block_passes_n_kv_heads() -> None:
     assert block.self_attn.k_proj.out_features == 8
 
 
-@pytest.mark.parametrize("positional", ["learned", "sinusoidal", "rope", "alibi"])
+@pytest.mark.parametrize("positional", list(POSITIONAL_ENCODINGS))
 def test_gpt_with_grouped_query_attention(positional: str) -> None:
     base = {"vocab_size": 11, "context_length": 12, "d_model": 24, "n_heads": 6, "n_layers": 2}
     config = GPTConfig(**base, positional=positional, n_kv_heads=2)

@@ -23,7 +23,7 @@ import torch
 
 from attnbook import GPT, GPTConfig, KVCache, generation
 from attnbook.generation import pad_left
-from attnbook.positional import position_index
+from attnbook.positional import POSITIONAL_ENCODINGS, position_index
 
 CONTEXT = 10
 
@@ -50,7 +50,7 @@ def _ids(batch: int, length: int, seed: int = 1) -> torch.Tensor:
     return torch.randint(0, 13, (batch, length), generator=torch.Generator().manual_seed(seed))
 
 
-MODES = ["learned", "sinusoidal", "rope", "alibi"]
+MODES = list(POSITIONAL_ENCODINGS)  # a new encoding is tested here as soon as it is registered
 
 
 @pytest.mark.parametrize("n_kv_heads", [None, 2, 1])

@@ -21,6 +21,15 @@ from attnbook import GPT, EncoderDecoder, EncoderDecoderConfig, GPTConfig
 MODES = ["learned", "sinusoidal", "rope", "alibi"]
 
 
+def test_every_registered_positional_encoding_is_tested_here() -> None:
+    """The parameter formula below has a branch per encoding: a new one must be added."""
+    registered = list(attnbook.positional.POSITIONAL_ENCODINGS)
+    assert registered == MODES, (
+        f"add the new encoding to MODES in this file and a branch for its parameters to "
+        f"test_gpt_shapes_and_parameter_formula: registered {registered}, tested {MODES}"
+    )
+
+
 def _config(**overrides: object) -> GPTConfig:
     fields = {"vocab_size": 11, "context_length": 12, "d_model": 16, "n_heads": 4, "n_layers": 2}
     return GPTConfig(**(fields | overrides))
