@@ -157,6 +157,16 @@ def add_device_option(parser: argparse.ArgumentParser, default: str | None = "au
 # ------------------------------------------------------------------ timing rows against each other
 
 
+def keeping(fn: Callable[[], object], results: list) -> Callable[[], None]:
+    """``fn`` as a function to time that appends each of its results to ``results``, so that
+    the timed calls' outputs can be compared afterwards (a cached path against a plain one)."""
+
+    def call() -> None:
+        results.append(fn())
+
+    return call
+
+
 def interleaved_rounds(
     fns: Sequence[Callable[[], object]],
     rounds: int,

@@ -23,8 +23,9 @@ Every call of every row is timed in interleaved rounds (one call of each row
 per round, after warm-up calls), so a burst of load from another program slows
 all rows of a round alike. The table reports each row's median time and the
 median of its per-round ratio to the peer of the same round, with the 25th and
-75th percentiles of that ratio as its spread (``_common.quartiles``). Timings depend on the machine,
-its load and the thread count, which is why this is a benchmark and not a test:
+75th percentiles of that ratio as its spread (``_common.quartiles``). Timings
+depend on the machine, its load and the thread count, which is why this is a
+benchmark and not a test:
 it asserts nothing about speed and exits 0. The load average printed before and
 after says how busy the machine was. On a machine shared with other programs,
 ``--threads 1`` gives steadier figures: with more threads than free cores, every

@@ -27,29 +27,24 @@ from __future__ import annotations
 
 import argparse
 import statistics
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import torch
-from _common import add_device_option, describe, interleaved_rounds, load_average, positive_int
+from _common import (
+    add_device_option,
+    describe,
+    interleaved_rounds,
+    keeping,
+    load_average,
+    positive_int,
+)
 
 import attnbook
 from attnbook import GPT, GPTConfig
 
 P = 16  # prompt tokens
 CONTEXT = 512
-
-
-def generate_call(
-    model: GPT, prompt: torch.Tensor, N: int, cached: bool, outputs: list[torch.Tensor]
-) -> Callable[[], None]:
-    """``model.generate(prompt, N)`` greedily, with or without the cache, its tokens kept."""
-
-    def call() -> None:
-        outputs.append(model.generate(prompt, N, temperature=0, use_cache=cached))
-
-    return call
 
 
 def main() -> None:
@@ -93,7 +88,12 @@ def main() -> None:
     speedups, read_plain, read_cached = [], [], []
     for N in args.new_tokens:
         outputs: list[torch.Tensor] = []  # every call's tokens, to compare
-        calls = [generate_call(model, prompt, N, cached, outputs) for cached in (True, False)]
+        calls = [
+            keeping(
+                lambda c=cached, n=N: model.generate(prompt, n, temperature=0, use_cache=c), outputs
+            )
+            for cached in (True, False)
+        ]
         times = interleaved_rounds(calls, args.repeats, device, warmup=1)
         if not all(torch.equal(tokens, outputs[0]) for tokens in outputs):
             raise SystemExit(f"tokens differ with and without the cache at N = {N}")

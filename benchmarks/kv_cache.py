@@ -43,6 +43,7 @@ from _common import (
     describe,
     int_at_least,
     interleaved_rounds,
+    keeping,
     load_average,
     positive_int,
 )
@@ -67,18 +68,13 @@ def generation_row(
 ) -> None:
     prompt = torch.randint(0, 65, (1, PROMPT_LEN), generator=torch.Generator().manual_seed(1))
     prompt = prompt.to(device)
-    outputs: list[list[torch.Tensor]] = [[], []]  # every call's tokens, with and without
-
-    def run(use_cache: bool) -> Callable[[], None]:
-        def call() -> None:
-            tokens = model.generate(prompt, n_new, temperature=0, use_cache=use_cache)
-            outputs[0 if use_cache else 1].append(tokens)
-
-        return call
-
-    with_cache, without = interleaved_rounds([run(True), run(False)], rounds, device, warmup=WARMUP)
-    reference = outputs[0][0]
-    if not all(torch.equal(t, reference) for t in outputs[0] + outputs[1]):
+    outputs: list[torch.Tensor] = []  # every call's tokens, with and without the cache
+    calls = [
+        keeping(lambda c=cached: model.generate(prompt, n_new, temperature=0, use_cache=c), outputs)
+        for cached in (True, False)
+    ]
+    with_cache, without = interleaved_rounds(calls, rounds, device, warmup=WARMUP)
+    if not all(torch.equal(t, outputs[0]) for t in outputs):
         raise SystemExit(f"tokens differ with and without the cache at N = {n_new}")
     ratios = [t_without / t_with for t_with, t_without in zip(with_cache, without)]
     print(

@@ -17,9 +17,9 @@ heads, vocabularies of 40, batch 32, sources of 32 tokens):
   GELU, sinusoidal positions scaled as ours, a tied head) and the same
   parameter count (asserted); its encoder is built with
   ``enable_nested_tensor=False`` (the fast path for padded batches, which
-  PyTorch turns off for pre-LN layers anyway, with a warning). attnbook's model is called as
-  :func:`attnbook.training.train` calls it, ``validate=False`` (the task's
-  ids were checked once, when it was built).
+  PyTorch turns off for pre-LN layers anyway, with a warning). attnbook's
+  model is called as :func:`attnbook.training.train` calls it,
+  ``validate=False`` (the task's ids were checked once, when it was built).
 
 Each timing is the median over interleaved rounds (one run of each variant
 per round, the order rotating), so a burst of load from another program
@@ -28,8 +28,8 @@ steps of each model (rounded up to an even number). The training steps come
 in two blocks of equal rounds, each with both models built afresh,
 attnbook's first in one and last in the other (``_common.rotated_builds``:
 the model built first can run slower), and each block's ratio is printed
-too. The load average printed before and
-after says how busy the machine was. A benchmark, not a test: it asserts
+too. The load average printed before and after says how busy the machine
+was. A benchmark, not a test: it asserts
 only what makes the comparisons fair (equal tokens from cached and uncached
 decoding, equal parameter counts) and exits 0.
 """

@@ -38,8 +38,8 @@ of each per round, after warm-up steps; the order rotating, or with
 program slows all alike. The rounds come in three blocks of equal length
 (``--rounds`` is rounded up to a multiple of 3, and the header says so), and
 before each block all three models are built afresh (same seed), in an order
-rotated by one, so that each is built first in one block, second in another and last in
-the third. On the CPU at the proxy size, whichever model was built first ran
+rotated by one, so that each is built first in one block, second in another
+and last in the third. On the CPU at the proxy size, whichever model was built first ran
 slowest in the same rounds: built first or built last, attnbook measured
 0.967x or 1.005x the nanoGPT-style model (400 rounds each, on a 2-core
 machine). With glibc's ``MALLOC_MMAP_THRESHOLD_`` set to a fixed value, the
