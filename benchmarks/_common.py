@@ -144,7 +144,7 @@ def device_option(text: str) -> torch.device:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-def add_device_option(parser: argparse.ArgumentParser, default: str | None = "auto") -> None:
+def add_device_option(parser: argparse.ArgumentParser, default: str = "auto") -> None:
     """Give ``parser`` the scripts' ``--device`` option, checked by :func:`device_option`."""
     parser.add_argument(
         "--device",

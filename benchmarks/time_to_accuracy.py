@@ -36,11 +36,11 @@ def main() -> None:
     parser.add_argument(
         "--threads", type=positive_int, default=None, help="torch CPU threads (default: torch's)"
     )
-    add_device_option(parser, default=None)
+    add_device_option(parser)
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    device = attnbook.get_device() if args.device is None else args.device
+    device = args.device
     task, model_config, config = reverse_recipe(args.scale)
     config = dataclasses.replace(config, target_exact_match=0.99, progress=False, device=device)
     print(describe(device))
