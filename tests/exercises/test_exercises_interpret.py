@@ -19,7 +19,7 @@ def _entropy(weights):  # a correct answer
 def test_head_entropy_checker_accepts_correct_answers() -> None:
     verdict = check_head_entropy(_entropy)
     assert verdict, verdict.message
-    assert "all 4 hidden cases pass" in verdict.message
+    assert "all 5 hidden cases pass" in verdict.message
 
     def with_where(weights):
         logs = torch.where(weights > 0, weights.log(), torch.zeros_like(weights))
@@ -59,6 +59,24 @@ def test_head_entropy_checker_names_typical_mistakes() -> None:
         (mean_over_keys, first, "a mean over the keys instead of a sum"),
     ]:
         assert_rejects(check_head_entropy(wrong), case, mistake)
+
+
+def test_head_entropy_checker_rejects_a_number_added_inside_the_logarithm() -> None:
+    # ln(A + eps) is within tolerance on short rows; a long uniform row's weights (7.6e-6)
+    # are small enough for the bias to show. Clamping before the logarithm is exact there.
+    def plus(eps):
+        def entropy(weights):
+            return -(weights * (weights + eps).log()).sum(-1).mean(-1)
+
+        return entropy
+
+    def clamped(weights):
+        return -(weights * weights.clamp_min(1e-30).log()).sum(-1).mean(-1)
+
+    for eps in (1e-6, 1e-8):
+        assert_rejects(check_head_entropy(plus(eps)), "a uniform row over 131,072 keys")
+    verdict = check_head_entropy(clamped)
+    assert verdict, verdict.message
 
 
 def test_head_entropy_checker_rejects_a_wrong_shape() -> None:

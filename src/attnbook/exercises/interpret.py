@@ -93,6 +93,13 @@ _ENTROPY_CASES = [
         ),
         "A row with all its weight on one key has entropy 0; a uniform row over 4 keys ln 4.",
     ),
+    Case(
+        "a uniform row over 131,072 keys, a long context's: shape (1, 1, 131072)",
+        lambda: (torch.full((1, 1, 2**17), 2.0**-17, dtype=torch.float64),),
+        "Each weight is about 7.6e-6, so a small number added inside the logarithm, "
+        "ln(A + 1e-8), already moves the entropy (ln 131072 = 11.78) by 1e-3 nats: keep zero "
+        "weights out of the logarithm instead (torch.where, or torch.special.xlogy).",
+    ),
 ]
 
 _ENTROPY_MISTAKES = [
