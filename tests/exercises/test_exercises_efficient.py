@@ -217,7 +217,7 @@ def test_kv_cache_checker_accepts_correct_answers() -> None:
 
 
 def test_kv_cache_checker_names_typical_mistakes() -> None:
-    first = "3 layers, 4 heads"
+    first = "3 layers, 8 heads"
 
     def keys_only(n_l, n_h, n_kv, d, s, b, e):
         return _bytes(n_l, n_h, n_kv, d, s, b, e) // 2
@@ -234,12 +234,18 @@ def test_kv_cache_checker_names_typical_mistakes() -> None:
     def no_batch(n_l, n_h, n_kv, d, s, b, e):
         return _bytes(n_l, n_h, n_kv, d, s, 1, e)
 
+    def fixed(size):  # bytes_per_element ignored for a constant
+        return lambda n_l, n_h, n_kv, d, s, b, e: _bytes(n_l, n_h, n_kv, d, s, b, size)
+
     for wrong, case, mistake in [
         (keys_only, first, "the keys only"),
         (all_heads, "4 key/value heads", "n_heads instead of n_kv_heads"),
         (d_model_wide, first, "d_model per key/value head"),
         (one_layer, first, "one layer's cache"),
         (no_batch, "batch 8", "the batch size left out"),
+        (fixed(2), first, "bytes_per_element fixed at 2"),
+        (fixed(4), first, "bytes_per_element fixed at 4"),
+        (fixed(1), "28 layers", "the number of elements, not of bytes"),
     ]:
         assert_rejects(check_kv_cache_bytes(wrong), case, mistake)
 
@@ -249,11 +255,6 @@ def test_kv_cache_checker_rejects_other_wrong_answers() -> None:
         return _bytes(n_l, n_h, n_kv, d, s, b, e) / 2**20
 
     assert_rejects(check_kv_cache_bytes(in_mib), "3 layers")
-
-    def elements_not_bytes(n_l, n_h, n_kv, d, s, b, e):
-        return _bytes(n_l, n_h, n_kv, d, s, b, 1)
-
-    assert_rejects(check_kv_cache_bytes(elements_not_bytes), "3 layers")
 
 
 def test_online_softmax_checker_rejects_an_empty_state_started_at_zero() -> None:

@@ -133,6 +133,7 @@ def test_hard_lookup_with_cosine_similarity_is_named() -> None:
     ("wrong", "mistake"),
     [
         (lambda q, k, v: v[np.argmin(k @ q)], "the arg-min instead of the arg-max"),
+        (lambda q, k, v: v[np.argmax(np.abs(k @ q))], "the largest score in absolute value"),
         (lambda q, k, v: k[np.argmax(k @ q)], "returning the best key instead of its value"),
     ],
 )

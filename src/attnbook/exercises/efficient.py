@@ -347,11 +347,12 @@ def _kv_cache_bytes(
 
 
 _KV_CASES = [
-    Case(
-        "3 layers, 4 heads, 4 key/value heads, d_model 64, 100 positions, batch 1, float32",
-        lambda: (3, 4, 4, 64, 100, 1, 4),
+    Case(  # 1 byte, and 8 heads: each mistake below multiplies this case by its own factor
+        "3 layers, 8 heads, 8 key/value heads, d_model 64, 100 positions, batch 1, "
+        "1 byte (an 8-bit cache)",
+        lambda: (3, 8, 8, 64, 100, 1, 1),
         "Each layer stores one key and one value vector of d_head = d_model / n_heads numbers "
-        "per key/value head and position.",
+        "per key/value head and position, each number bytes_per_element bytes.",
     ),
     Case(  # not the pen-and-paper part's numbers: a wrong answer's verdict would print them
         "28 layers, 28 heads, 4 key/value heads, d_model 3584, 8192 positions, batch 1, 2 bytes",
@@ -366,6 +367,23 @@ _KV_CASES = [
 ]
 
 _KV_MISTAKES = [
+    Mistake(  # before the keys only: on a 2-byte case the two halve the bytes alike
+        "the number of elements, not of bytes (bytes_per_element left out)",
+        lambda n_l, n_h, n_kv, d, s, b, e: _kv_cache_bytes(n_l, n_h, n_kv, d, s, b, 1),
+        "Each number takes bytes_per_element bytes: multiply by it.",
+    ),
+    Mistake(
+        "bytes_per_element fixed at 2 (16-bit numbers)",
+        lambda n_l, n_h, n_kv, d, s, b, e: _kv_cache_bytes(n_l, n_h, n_kv, d, s, b, 2),
+        "Use the bytes_per_element argument: the same cache takes half as much memory in 8 "
+        "bits as in 16, and twice as much in float32.",
+    ),
+    Mistake(
+        "bytes_per_element fixed at 4 (float32)",
+        lambda n_l, n_h, n_kv, d, s, b, e: _kv_cache_bytes(n_l, n_h, n_kv, d, s, b, 4),
+        "Use the bytes_per_element argument: the same cache takes half as much memory in 16 "
+        "bits as in float32.",
+    ),
     Mistake(
         "the keys only (no factor 2 for the values)",
         lambda n_l, n_h, n_kv, d, s, b, e: _kv_cache_bytes(n_l, n_h, n_kv, d, s, b, e) // 2,

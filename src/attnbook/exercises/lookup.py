@@ -190,6 +190,13 @@ _HARD_MISTAKES = [
         "the query's way; the lookup scores with the raw dot product query · key, which also "
         "rewards a long key. Drop the normalisation: np.argmax(keys @ query).",
     ),
+    Mistake(  # before the arg-min: where the most negative score is the largest in size,
+        # the two pick the same key, and an arg-min answer already failed on the first case
+        "the largest score in absolute value instead of the largest score",
+        lambda q, k, v: v[np.argmax(np.abs(k @ q))],
+        "A large negative score means the key points away from the query, a bad match: take "
+        "np.argmax(keys @ query) without np.abs.",
+    ),
     Mistake(
         "the arg-min instead of the arg-max",
         lambda q, k, v: v[np.argmin(k @ q)],
