@@ -120,10 +120,17 @@ def test_beam_step_checker_names_typical_mistakes() -> None:
         new, pick = total.topk(K, dim=-1)
         return new, pick // V, pick % V
 
+    def unsorted(scores, log_probs):  # on the CPU, torch leaves case 2's K = 3 out of order
+        B, K, V = log_probs.shape
+        total = (scores[:, :, None] + log_probs).reshape(B, K * V)
+        new, pick = total.topk(K, dim=-1, sorted=False)
+        return new, pick // V, pick % V
+
     for wrong, mistake in [
         (per_beam, "the best word of each beam"),
         (no_history, "the new word's log-probability without"),
         (products, "probabilities multiplied"),
+        (unsorted, "the right K extensions, not in order best first"),
     ]:
         verdict = check_beam_step(wrong)
         assert not verdict, verdict.message

@@ -192,6 +192,14 @@ def _first_beam_only(scores, log_probs):
     return new_scores, torch.zeros_like(tokens), tokens
 
 
+def _unsorted(scores, log_probs):
+    """The right K extensions in the order ``topk(sorted=False)`` leaves them (not best first)."""
+    B, K, V = log_probs.shape
+    total = (scores[:, :, None] + log_probs).reshape(B, K * V)  # (B, K V)
+    new_scores, pick = total.topk(K, dim=-1, sorted=False)  # (B, K), in no promised order
+    return new_scores, pick // V, pick % V
+
+
 def _beam_args(seed: int, B: int, K: int, V: int, spread: float) -> tuple:
     g = torch.Generator().manual_seed(seed)
     scores = -spread * torch.rand(B, K, generator=g, dtype=torch.float64).sort(-1, True).values
@@ -242,6 +250,12 @@ _BEAM_MISTAKES = [
         "only the first beam extended",
         _packed(_first_beam_only),
         "Every beam is extended by every word, not only the best one.",
+    ),
+    Mistake(
+        "the right K extensions, not in order best first (topk with sorted=False)",
+        _packed(_unsorted),
+        "Return the survivors best first: topk sorts them unless told sorted=False; the "
+        "parents and words must follow the same order.",
     ),
 ]
 
