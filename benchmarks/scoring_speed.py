@@ -1,7 +1,8 @@
 """How much faster is dot-product scoring than additive (Bahdanau) scoring? (chapter 5)
 
 Usage:
-    python benchmarks/scoring_speed.py [--seq-len 512] [--dim 64] [--repeats 20] [--device auto]
+    python benchmarks/scoring_speed.py [--seq-len 512] [--dim 64] [--repeats 20] [--threads N]
+        [--device auto]
 
 Every row is timed on the same inputs in the same run, and reported against its
 dot-product peer:
@@ -17,7 +18,8 @@ dot-product peer:
   ``(T, S)`` weights).
 
 Each row reports the median of ``--repeats`` timed calls, after warm-up calls
-that are not timed and with the rows' calls interleaved; on a GPU every call is
+that are not timed and with the rows' calls interleaved (the order rotating from
+round to round, so that no row always runs first); on a GPU every call is
 followed by a synchronisation so that the clock measures the work, not the
 launch. Timings depend on the machine, its load and the thread count (printed
 first, with the load average before and after), which is why this is a
@@ -32,7 +34,14 @@ import statistics
 import sys
 
 import torch
-from _common import add_device_option, describe, interleaved_rounds, load_average, positive_int
+from _common import (
+    add_device_option,
+    describe,
+    int_at_least,
+    interleaved_rounds,
+    load_average,
+    positive_int,
+)
 
 import attnbook
 
@@ -44,6 +53,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seq-len", type=positive_int, default=512, help="T = S, queries and keys")
     parser.add_argument("--dim", type=positive_int, default=64, help="input width d and d_a")
     parser.add_argument("--repeats", type=positive_int, default=20, help="timed calls per row")
+    parser.add_argument(
+        "--threads", type=int_at_least(0), default=0, help="CPU threads (0: torch's default)"
+    )
     add_device_option(parser, default="auto")
     return parser.parse_args(argv)
 
@@ -51,6 +63,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     device = args.device
+    if args.threads:
+        torch.set_num_threads(args.threads)
     print(describe(device))
     T = S = args.seq_len
     d = d_a = args.dim
@@ -84,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     with torch.inference_mode():
         times = interleaved_rounds(
-            [fn for _, _, fn, _ in rows], args.repeats, device, warmup=WARMUP, order="fixed"
+            [fn for _, _, fn, _ in rows], args.repeats, device, warmup=WARMUP
         )
     medians = [statistics.median(fn_times) for fn_times in times]
     timed = [

@@ -21,8 +21,10 @@ Kinds of mask: none; a boolean causal ``(T, T)`` mask; ``is_causal=True``
 ``(T, T)`` float mask.
 
 Each round times every function once (``--number`` calls, interleaved, so a
-burst of load from another program slows all of them alike) and records the
-ratios of that round; the table shows the median over ``--rounds`` rounds. On a
+burst of load from another program slows all of them alike; the order rotates
+from round to round, so that no function always runs first) and records the
+ratios of that round; the table shows their median over ``--rounds`` rounds,
+with the 25th and 75th percentiles in brackets (``_common.quartiles``). On a
 GPU every call is followed by a synchronisation. Timings depend on the machine,
 its load and the thread count, printed first (with the load average before and
 after): this is a benchmark, not a test, it asserts nothing about speed and
@@ -37,7 +39,15 @@ import statistics
 
 import torch
 import torch.nn.functional as F
-from _common import add_device_option, describe, interleaved_rounds, load_average, positive_int
+from _common import (
+    add_device_option,
+    describe,
+    int_at_least,
+    interleaved_rounds,
+    load_average,
+    positive_int,
+    quartiles,
+)
 
 import attnbook
 
@@ -77,19 +87,30 @@ def cases(
     ]
 
 
+def ratio_text(ratios: list[float]) -> str:
+    """``"1.02x [0.98, 1.05]"``: the median of per-round ratios and their quartiles."""
+    q1, q2, q3 = quartiles(ratios)
+    return f"{q2:.2f}x [{q1:.2f}, {q3:.2f}]"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=positive_int, default=1, help="torch threads (CPU)")
-    parser.add_argument("--rounds", type=positive_int, default=15)
+    parser.add_argument(
+        "--rounds", type=int_at_least(4), default=15, help="timed rounds, at least 4"
+    )
     parser.add_argument("--number", type=positive_int, default=10, help="calls per timing")
     add_device_option(parser, default="cpu")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     device = args.device
     print(describe(device))
-    print(f"median over {args.rounds} interleaved rounds of {args.number} calls\n")
-    header = f"{'(B, H, T, d_k)':>18}  {'mask':<22}{'bare':>10}{'fused/bare':>12}"
-    print(header + f"{'naive':>10}{'weights/naive':>15}")
+    print(
+        f"{args.rounds} interleaved rounds of {args.number} calls, after {WARMUP} warm-up calls; "
+        "ratio: median of the per-round ratios [25th, 75th percentile]\n"
+    )
+    header = f"{'(B, H, T, d_k)':>18}  {'mask':<22}{'bare':>10}{'fused/bare':>24}"
+    print(header + f"{'naive':>10}{'weights/naive':>24}")
     for shape in SHAPES:
         for name, (q, k, v), ours_kw, bare_kw in cases(shape, device):
             mask = ours_kw.get("mask")
@@ -106,14 +127,14 @@ def main() -> None:
                 ),
             ]
             bare, fused, plain, weights = interleaved_rounds(
-                fns, args.rounds, device, warmup=WARMUP, number=args.number, order="fixed"
+                fns, args.rounds, device, warmup=WARMUP, number=args.number
             )
-            fused_ratio = statistics.median(f / b for f, b in zip(fused, bare, strict=True))
-            weights_ratio = statistics.median(w / p for w, p in zip(weights, plain, strict=True))
+            fused_ratio = ratio_text([f / b for f, b in zip(fused, bare, strict=True)])
+            weights_ratio = ratio_text([w / p for w, p in zip(weights, plain, strict=True)])
             print(
                 f"{shape!s:>18}  {name:<22}{statistics.median(bare) * 1e3:>8.2f}ms"
-                f"{fused_ratio:>11.2f}x{statistics.median(plain) * 1e3:>8.2f}ms"
-                f"{weights_ratio:>14.2f}x",
+                f"{fused_ratio:>24}{statistics.median(plain) * 1e3:>8.2f}ms"
+                f"{weights_ratio:>24}",
                 flush=True,
             )
     print(f"\nload average (1, 5, 15 min) after: {load_average()}")
