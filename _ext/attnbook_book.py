@@ -36,6 +36,7 @@ import html as html_text
 import os
 import re
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 from docutils import nodes
@@ -217,8 +218,9 @@ def exercise_levels(html: str) -> str:
     return _LEVEL_IN_TITLE.sub(r" · \1)", html)
 
 
-# What the Pages workflow (.github/workflows/deploy-book.yml) publishes beside the HTML,
-# at the site's root: `make pdf`'s book and `make student`'s zip.
+# What the Pages workflow (.github/workflows/deploy-book.yml) puts beside the HTML, at the
+# site's root, before it builds the HTML: `make pdf`'s book and `make student`'s zip. The
+# start page links each only where the build's output folder has it (a local build does not).
 PDF_NAME = "attention-from-scratch.pdf"
 STUDENT_ZIP = "attnbook-student.zip"
 START_MARK = '<div class="attnbook-start"></div>'  # in intro.md, where the buttons go
@@ -343,14 +345,18 @@ def chapter_facts_html(facts: dict, pathto, colab: str | None) -> str:
     )
 
 
-def start_html(pathto, colab: str | None) -> str:
-    """The start page's buttons: chapter 1, on Colab, the PDF and the student notebooks."""
+def start_html(pathto, colab: str | None, beside: Iterable[str]) -> str:
+    """The start page's buttons: chapter 1, on Colab, and the PDF and the student notebooks
+    where their files are `beside` the pages (names at the output folder's root)."""
     first = next(iter(_course_facts()), None)
+    beside = set(beside)
     buttons = [
         _button(pathto(f"chapters/{first}"), "Start with chapter 1", primary=True) if first else "",
         _button(colab, "Open chapter 1 in Colab") if colab else "",
-        _button(pathto(PDF_NAME, 1), "The book as a PDF"),
-        _button(pathto(STUDENT_ZIP, 1), "The notebooks without solutions (zip)"),
+        _button(pathto(PDF_NAME, 1), "The book as a PDF") if PDF_NAME in beside else "",
+        _button(pathto(STUDENT_ZIP, 1), "The notebooks without solutions (zip)")
+        if STUDENT_ZIP in beside
+        else "",
     ]
     return (
         '<div class="attnbook-start attnbook-buttons">'
@@ -377,7 +383,8 @@ def _front_door(app: Sphinx, pagename: str, context: dict) -> None:
     if facts is None and START_MARK in context["body"]:
         first = next(iter(_course_facts()), None)
         colab = colab_url(options, f"chapters/{first}") if first else None
-        context["body"] = context["body"].replace(START_MARK, start_html(pathto, colab), 1)
+        beside = [name for name in (PDF_NAME, STUDENT_ZIP) if (Path(app.outdir) / name).is_file()]
+        context["body"] = context["body"].replace(START_MARK, start_html(pathto, colab, beside), 1)
 
 
 def _page_assets(

@@ -325,6 +325,25 @@ def test_chapter_facts_html() -> None:
     assert "Colab" not in without_colab
 
 
+def test_the_start_page_links_the_pdf_and_the_zip_only_where_they_are_beside_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Pages workflow puts both files beside the HTML before building it; a local build
+    has neither, and its start page showed two buttons that led nowhere."""
+    monkeypatch.syspath_prepend(str(ROOT / "_ext"))
+    ext = _extension()
+    pages = {"start.rst": "Start\n=====\n\n" + _raw_html(ext.START_MARK)}
+    local = (_build_pages(tmp_path / "local", pages) / "start.html").read_text()
+    assert "Start with chapter 1" in local
+    assert ext.PDF_NAME not in local
+    assert ext.STUDENT_ZIP not in local
+    (tmp_path / "published" / "out").mkdir(parents=True)
+    (tmp_path / "published" / "out" / ext.PDF_NAME).write_bytes(b"%PDF-1.7\n")
+    published = (_build_pages(tmp_path / "published", pages) / "start.html").read_text()
+    assert f'href="{ext.PDF_NAME}">The book as a PDF</a>' in published
+    assert ext.STUDENT_ZIP not in published
+
+
 def test_the_chapter_map_is_put_in_the_page_with_its_links() -> None:
     svg = (ROOT / "images" / "chapter_map.svg").read_text(encoding="utf-8")
     body = '<p>Map:</p>\n<img alt="A map &amp; more" src="_images/chapter_map.svg" style="width: 100%;" />'
