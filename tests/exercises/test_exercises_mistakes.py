@@ -547,6 +547,26 @@ def test_a_result_in_another_precision_is_named_as_such() -> None:
     _rejects(verdict, "Note: your result is float32, the answer float64")
 
 
+def test_nan_from_a_narrower_dtype_is_named_as_such() -> None:
+    """A soft lookup in float32, right in its order of operations: the scores of 1e308 do not
+    fit in float32. The verdict said only what dividing by τ first gives (NaN), a mistake the
+    answer does not make; it now says that float32 overflowed."""
+
+    def in_float32(q, k, v, t):
+        q, k, v = (a.astype(np.float32) for a in (q, k, v))
+        s = q @ k.T
+        e = np.exp((s - s.max(axis=-1, keepdims=True)) / t)
+        return e / e.sum(axis=-1, keepdims=True) @ v
+
+    with np.errstate(all="ignore"):
+        verdict = check_soft_lookup(in_float32)
+    _rejects(verdict, "scores of 1e308", "NaN or inf", "float32 overflows to inf past 3.4e+38")
+    # a NaN in the answer's own dtype gets no note about the dtype
+    with np.errstate(all="ignore"):
+        verdict = check_soft_lookup(lambda q, k, v, t: _np_softmax(q @ k.T / t) @ v)
+    assert "Note: your result is" not in verdict.message
+
+
 def test_a_match_on_nan_alone_is_offered_with_the_cases_own_hint() -> None:
     """Masked first, then shifted by the whole array's maximum: NaN in the row whose blocked
     key scores far higher, as 'softmax, then renormalise' gives there. The verdict offers that
@@ -583,6 +603,57 @@ def _cross(scale: Callable, dim: int = -1) -> Callable:
 def test_cross_attention_checker_names_typical_mistakes(wrong: Callable, named: str) -> None:
     """It had no list of mistakes: every wrong answer got the case's hint about the inputs."""
     _rejects(attnbook.exercises.check_cross_attention(wrong), f"this looks like {named}")
+
+
+def test_cross_attention_scaled_by_the_query_inputs_width_is_named() -> None:
+    """sqrt(d_model) of x_query, the scale the self-attention exercise warns against: the
+    verdict said "Queries come from x_query; keys and values both come from x_context",
+    which the answer does right."""
+
+    def query_width(x_query, x_context, w_q, w_k, w_v):
+        q, k, v = x_query @ w_q, x_context @ w_k, x_context @ w_v
+        scores = q @ k.transpose(-2, -1) / math.sqrt(x_query.shape[-1])
+        return torch.softmax(scores, dim=-1) @ v
+
+    verdict = attnbook.exercises.check_cross_attention(query_width)
+    _rejects(verdict, "this looks like a scale of sqrt(d_model), x_query's width")
+    assert "Queries come from x_query" not in verdict.message
+
+
+def _self(scale: Callable | None = None, *, dim: int = -1, values: bool = True) -> Callable:
+    """A self-attention answer, projections right (values unprojected if not ``values``),
+    scaled by ``scale(x, q)`` (default sqrt(d_k)), softmax over ``dim``."""
+
+    def answer(x, w_q, w_k, w_v):
+        q, k = x @ w_q, x @ w_k
+        v = x @ w_v if values else x
+        width = math.sqrt(q.shape[-1]) if scale is None else scale(x, q)
+        return torch.softmax(q @ k.transpose(-2, -1) / width, dim=dim) @ v
+
+    return answer
+
+
+def _self_transposed(x, w_q, w_k, w_v):
+    return _self()(x, w_q.T, w_k.T, w_v.T)
+
+
+@pytest.mark.parametrize(
+    ("wrong", "named"),
+    [
+        (_self(lambda x, q: 1.0), "a missing scale"),
+        (_self(lambda x, q: q.shape[-1]), "dividing by d_k instead of sqrt(d_k)"),
+        (_self(dim=-2), "a softmax over the queries"),
+        (_self(lambda x, q: math.sqrt(x.shape[-1])), "a scale of sqrt(d_model), the input's"),
+        (_self(values=False), "averaging x itself instead of the projected values"),
+        (_self_transposed, "the transposed weight matrices"),
+    ],
+)
+def test_self_attention_checker_names_typical_mistakes(wrong: Callable, named: str) -> None:
+    """It had no list of mistakes: a missing scale got the first case's hint, "Project first:
+    Q = x @ W_Q, ...", about the projections the answer does right."""
+    verdict = attnbook.exercises.check_self_attention(wrong)
+    _rejects(verdict, f"this looks like {named}")
+    assert "Project first" not in verdict.message
 
 
 def test_a_package_function_that_raises_is_named_not_its_error() -> None:

@@ -208,17 +208,34 @@ def _floats_for_ids(got: object, expected: object) -> str | None:
     )
 
 
-def _precision_note(got: object, expected: object) -> str:
-    """When ``got`` is floating point of another precision than ``expected``, a note saying so."""
+def _float_max(dtype: object) -> float:
+    """The largest finite number of a floating-point dtype, torch's or NumPy's."""
+    return float(torch.finfo(dtype).max if isinstance(dtype, torch.dtype) else np.finfo(dtype).max)
+
+
+def _precision_note(got: object, expected: object, *, overflow: bool = False) -> str:
+    """When ``got`` is floating point of another precision than ``expected``, a note saying so.
+
+    With ``overflow`` (``got`` holds NaN or inf where ``expected`` is finite), the note is
+    given only when ``got``'s dtype holds smaller numbers, and says that it overflowed.
+    """
     dtypes = [x.dtype for x in (got, expected) if isinstance(x, torch.Tensor | np.ndarray)]
     if len(dtypes) < 2 or _kind(got) != "f" or _kind(expected) != "f":
         return ""
     names = [str(d).removeprefix("torch.") for d in dtypes]
     if names[0] == names[1]:
         return ""
+    if not overflow:
+        return (
+            f"\n   Note: your result is {names[0]}, the answer {names[1]}: compute in the "
+            "inputs' dtype (a conversion such as .float() rounds every value)"
+        )
+    if _float_max(dtypes[0]) >= _float_max(dtypes[1]):
+        return ""
     return (
-        f"\n   Note: your result is {names[0]}, the answer {names[1]}: compute in the inputs' "
-        "dtype (a conversion such as .float() rounds every value)"
+        f"\n   Note: your result is {names[0]}, the answer {names[1]}: {names[0]} overflows to "
+        f"inf past {_float_max(dtypes[0]):.3g}, where {names[1]} does not. Compute in the "
+        "inputs' dtype (a conversion such as .float() narrows the range)"
     )
 
 
@@ -248,7 +265,9 @@ def compare_outputs(got: object, expected: object, rtol: float, atol: float) -> 
     if g.shape != e.shape:
         return f"returned shape {_fmt_shape(g.shape)}, expected shape {_fmt_shape(e.shape)}"
     if not np.all(np.isfinite(g)) and np.all(np.isfinite(e)):
-        return f"returned NaN or inf where the answer is finite:\n   got      {_show(g)}"
+        return f"returned NaN or inf where the answer is finite:\n   got      {_show(g)}" + (
+            _precision_note(got, expected, overflow=True)
+        )
     wrong = ~np.isclose(g, e, rtol=rtol, atol=atol, equal_nan=True)
     if wrong.any():
         with np.errstate(invalid="ignore"):  # inf - inf

@@ -161,6 +161,50 @@ _SELF_CASES = [
 ]
 
 
+def _self_projected(attend: Callable) -> Callable:
+    """An attention mistake, as a self-attention answer: the projections done right first."""
+
+    def answer(x, w_q, w_k, w_v):
+        return attend(x @ w_q, x @ w_k, x @ w_v)
+
+    return answer
+
+
+def _self_model_width_scale(x, w_q, w_k, w_v):
+    scores = _scores(x @ w_q, x @ w_k) / np.sqrt(x.shape[-1])  # sqrt(d_model), not sqrt(d_k)
+    return torch.softmax(scores, dim=-1) @ (x @ w_v)
+
+
+def _self_unprojected_values(x, w_q, w_k, w_v):
+    return _self_attention_reference(x, w_q, w_k, torch.eye(x.shape[-1], dtype=x.dtype))
+
+
+def _self_transposed_weights(x, w_q, w_k, w_v):
+    return _self_attention_reference(x, w_q.T, w_k.T, w_v.T)  # nn.Linear's habit
+
+
+_SELF_MISTAKES = [
+    *(Mistake(m.name, _self_projected(m.answer), m.hint) for m in _SDPA_MISTAKES),
+    Mistake(
+        "a scale of sqrt(d_model), the input's width, instead of sqrt(d_k)",
+        _self_model_width_scale,
+        "d_k is the width of the projected queries and keys (W_q's last dimension), not the "
+        "width of x: divide the scores by math.sqrt(W_q.shape[-1]).",
+    ),
+    Mistake(
+        "averaging x itself instead of the projected values x @ W_v",
+        _self_unprojected_values,
+        "The weights mix the values V = x @ W_v, not the inputs: output = weights @ (x @ W_v).",
+    ),
+    Mistake(
+        "the transposed weight matrices, x @ W.T",
+        _self_transposed_weights,
+        "The matrices act from the right as they are given: Q = x @ W_q, with W_q of shape "
+        "(d_model, d_k). Transpose only an nn.Linear's weight, which stores W transposed.",
+    ),
+]
+
+
 def check_self_attention(
     fn: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
 ) -> Verdict:
@@ -177,6 +221,7 @@ def check_self_attention(
         fn,
         _self_attention_reference,
         _SELF_CASES,
+        mistakes=_SELF_MISTAKES,
         guard=forbid_calls(
             {
                 **_FORBIDDEN_SDPA,
@@ -254,6 +299,11 @@ def _context_width_scale(x_query, x_context, w_q, w_k, w_v):
     return torch.softmax(scores, dim=-1) @ (x_context @ w_v)
 
 
+def _query_width_scale(x_query, x_context, w_q, w_k, w_v):
+    scores = _scores(x_query @ w_q, x_context @ w_k) / np.sqrt(x_query.shape[-1])
+    return torch.softmax(scores, dim=-1) @ (x_context @ w_v)
+
+
 def _self_not_cross(x_query, x_context, w_q, w_k, w_v):
     return _self_attention_reference(x_query, w_q, w_k, w_v)  # x_context never read
 
@@ -263,6 +313,12 @@ _CROSS_MISTAKES = [
     Mistake(
         "a scale of sqrt(D_ctx), the context's width, instead of sqrt(d_k)",
         _context_width_scale,
+        "d_k is the width of the projected queries and keys (W_q's last dimension), not the "
+        "width of either input: divide the scores by math.sqrt(W_q.shape[-1]).",
+    ),
+    Mistake(
+        "a scale of sqrt(d_model), x_query's width, instead of sqrt(d_k)",
+        _query_width_scale,
         "d_k is the width of the projected queries and keys (W_q's last dimension), not the "
         "width of either input: divide the scores by math.sqrt(W_q.shape[-1]).",
     ),
