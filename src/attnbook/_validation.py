@@ -2,7 +2,13 @@
 
 Every public function validates its arguments up front and raises a
 ``ValueError`` that names the argument, what it got and what it needs, instead
-of failing three calls deeper or silently returning NaN.
+of failing three calls deeper or silently returning NaN from valid input.
+Values are scanned for NaN and infinities only where they would otherwise
+vanish or pick an arbitrary answer (softmax, lookups, cosine similarity,
+sampling, attention statistics, checkpoints); the tensor operations of the hot
+paths (scores, attention, RoPE, norms, the models) do not scan, which would
+read every input back from the device, so a NaN or an infinity in their input
+gives NaN in their output.
 """
 
 from __future__ import annotations

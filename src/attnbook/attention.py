@@ -178,6 +178,15 @@ def attend_fused(
         query = query.expand(*batch, *query.shape[-2:])  # (..., T, d_k)
         key = key.expand(*batch, *key.shape[-2:])  # (..., S, d_k)
         value = value.expand(*batch, *value.shape[-2:])  # (..., S, d_v)
+    if query.ndim < 4:
+        # PyTorch's fused kernels (flash, memory-efficient) take only 4-D inputs: a (T, d_k)
+        # or (B, T, d_k) query would run its math path, which builds the (..., T, S) weights.
+        # Leading 1s (views, no copy) make it (1, 1, T, d_k); the mask broadcasts as before.
+        lead = (None,) * (4 - query.ndim)
+        output = attend_fused(
+            query[lead], key[lead], value[lead], mask, dropout_p, scale, is_causal=is_causal
+        )  # (1, ..., T, d_v)
+        return output[(0,) * len(lead)]  # (..., T, d_v)
     if is_causal and mask is None and n_queries == n_keys:
         return F.scaled_dot_product_attention(
             query, key, value, dropout_p=dropout_p, is_causal=True, scale=scale
@@ -224,7 +233,9 @@ def scaled_dot_product_attention(
     always holds (``nn.MultiheadAttention`` returns the same).
 
     A query whose mask row allows no key gets weights 0 and an output row of
-    zeros, not NaN (see :mod:`attnbook.masking`), on both paths.
+    zeros, not NaN (see :mod:`attnbook.masking`), on both paths. The inputs are
+    not scanned for NaN or infinities (a pass over them, and a wait for the
+    device, on every call): a NaN or an infinite query, key or value gives NaN.
 
     Args:
         query: shape ``(..., T, d_k)``, floating point.
@@ -246,6 +257,11 @@ def scaled_dot_product_attention(
         need_weights: if ``False``, skip materialising the weights and call
             PyTorch's fused ``F.scaled_dot_product_attention`` (faster, far less
             memory for long sequences); the result is then ``(output, None)``.
+            PyTorch runs a fused kernel only on 4-D inputs (and under further
+            conditions, e.g. ``d_v = d_k`` for its flash kernel): inputs with
+            fewer leading dimensions are viewed as 4-D here; otherwise (more
+            than two leading dimensions, ``d_v != d_k`` on the CPU) it falls back
+            to its math path, which builds the ``(..., T, S)`` weights.
         is_causal: if ``True``, also apply the causal rule of
             :func:`attnbook.causal_mask` (ANDed with ``mask``), aligned
             bottom-right when ``T != S``: query ``t`` sits at position
@@ -371,18 +387,24 @@ class SingleHeadAttention(nn.Module):
                 f"x_query must have shape (..., T, d_model) with d_model = {self.d_model}, "
                 f"got {shape_str(x_query)}"
             )
+        context_name = "x_context"
         if x_context is None:
             if self.d_context != self.d_model:
                 raise ValueError(
                     f"x_context is None (self-attention), but this module was built for a "
                     f"context of width d_context = {self.d_context} != d_model = {self.d_model}"
                 )
-            x_context = x_query
+            x_context, context_name = x_query, "x_query"  # the keys are the queries' positions
         x_context = as_float_tensor(x_context, "x_context", "(..., S, d_context)")
         if x_context.ndim < 2 or x_context.shape[-1] != self.d_context:
             raise ValueError(
                 f"x_context must have shape (..., S, d_context) with d_context = {self.d_context}, "
                 f"got {shape_str(x_context)}"
+            )
+        if x_context.shape[-2] == 0:  # named here: attention would blame its "key"
+            raise ValueError(
+                f"{context_name} must have at least one position to attend to (S >= 1), got "
+                f"{shape_str(x_context)}"
             )
         check_dtype({"x_query": x_query, "x_context": x_context}, self.q_proj.weight.dtype)
         if broadcast_shape(tuple(x_query.shape[:-2]), tuple(x_context.shape[:-2])) is None:

@@ -438,7 +438,8 @@ class EncoderBlock(_Block):
             feed-forward hidden layer and each sub-layer's output (training mode only).
         norm_first: ``True`` for pre-LN (normalise each sub-layer's input),
             ``False`` for post-LN (normalise after each residual sum).
-        bias: whether the linear maps have biases.
+        bias: whether the linear maps and the norms have biases (a LayerNorm
+            without one, as ``nn.TransformerEncoderLayer(bias=False)`` builds it).
         rope_base: if not ``None``, the attention rotates queries and keys with
             rotary position embeddings of this base (see :mod:`attnbook.positional`).
         n_kv_heads: key/value heads of the attention (grouped-query attention,

@@ -692,10 +692,11 @@ class TextDataset(TokenDataset):
         check_int(seq_len, "seq_len")
         if (
             isinstance(test_fraction, bool)
-            or not isinstance(test_fraction, (int, float))
+            or not isinstance(test_fraction, (int, float, np.integer, np.floating))
             or not 0.0 < test_fraction < 1.0
         ):
             raise ValueError(f"test_fraction must be a number in (0, 1), got {test_fraction!r}")
+        test_fraction = float(test_fraction)  # a NumPy number too, e.g. np.float32(0.1)
         ids = self.tokenizer.encode(text)  # (len(text),)
         n_train = round(len(ids) * (1.0 - test_fraction))
         super().__init__(ids[:n_train], ids[n_train:], seq_len, self.tokenizer.vocab_size)
@@ -1318,6 +1319,9 @@ _T_TRANSITIVE = {  # source verb (one or two words) -> one target word
 _T_INTRANSITIVE = {("sleeps",): "dormas", ("runs",): "kuras", ("sings",): "kantas"}
 _T_ADVERBS = {"today": "odie", "again": "ree", "slowly": "lente"}
 _T_SPECIALS = ("<pad>", "<bos>", "<eos>")  # ids 0, 1, 2 on both sides
+# The longest source sentence _t_sentence writes: three clauses of "the" + 2 adjectives + a
+# noun, the longest verb, the same object, an adverb, joined by two "and": 3 * 11 + 2 = 35.
+_T_LONGEST = 3 * (2 * (1 + 2 + 1) + max(map(len, _T_TRANSITIVE)) + 1) + 2
 TRANSLATION_SPLITS = ("train", "test", "test_long")
 _NOUN_LIST, _ADJ_LIST, _ADVERB_LIST = list(_T_NOUNS), list(_T_ADJECTIVES), list(_T_ADVERBS)
 
@@ -1621,8 +1625,10 @@ def translation_task(
         n_train: number of training sentences ``N``.
         n_test: number of held-out sentences of the training lengths.
         n_test_long: number of held-out longer sentences.
-        max_train_len: the longest source sentence of ``train`` and ``test``, in words (>= 3).
-        max_len: the longest source sentence of ``test_long`` (> ``max_train_len``).
+        max_train_len: the longest source sentence of ``train`` and ``test``, in words,
+            in ``[3, 34]``.
+        max_len: the longest source sentence of ``test_long`` (> ``max_train_len``, at
+            most 40); the generator writes sentences of at most 35 words.
         seed: the generator's seed (same seed, same task).
 
     Returns:
@@ -1630,10 +1636,19 @@ def translation_task(
     """
     n_train, n_test = check_int(n_train, "n_train"), check_int(n_test, "n_test")
     n_test_long = check_int(n_test_long, "n_test_long")
-    max_train_len = check_int(max_train_len, "max_train_len", minimum=3)
+    max_train_len = check_int(
+        max_train_len,
+        "max_train_len",
+        minimum=3,
+        maximum=_T_LONGEST - 1,
+        meaning=f"test_long needs longer sentences, and the longest has {_T_LONGEST} words",
+    )
     max_len = check_int(max_len, "max_len", minimum=max_train_len + 1)
     if max_len > 40:
-        raise ValueError(f"max_len must be at most 40 (three clauses), got {max_len}")
+        raise ValueError(
+            f"max_len must be at most 40 (no sentence has more than {_T_LONGEST} words), "
+            f"got {max_len}"
+        )
     rng = random.Random(check_int(seed, "seed", minimum=0))
     src_vocab, tgt_vocab = _translation_vocabularies()
     src_ids = {w: i for i, w in enumerate(src_vocab)}

@@ -362,7 +362,7 @@ def generate(
                 if not use_cache:
                     logits = _step(model, *_window(out, left_pad, c.context_length), None)
                 check_logits(logits, step)
-                token = sample_next(logits.float(), temperature, top_k, generator)  # (B, 1)
+                token = _sample(logits.float(), temperature, top_k, generator)  # (B, 1)
                 out = torch.cat([out, token], dim=1)
                 if use_cache and step + 1 < max_new_tokens:
                     if cache.length < c.context_length:
@@ -448,13 +448,20 @@ def sample_next(
     largest (more than ``k`` tokens can then be drawn).
 
     Args:
-        logits: floating-point, shape ``(B, V)``.
+        logits: floating-point, shape ``(B, V)`` with ``V >= 1``; finite numbers or
+            ``-inf`` (a token that cannot be drawn), at least one finite per row.
         temperature: ``>= 0``.
         top_k: ``None`` (all tokens) or an int in ``[1, V]``.
         generator: the random number generator of the sampling, or ``None``.
 
     Returns:
         Token ids of shape ``(B, 1)``.
+
+    Raises:
+        ValueError: for logits of another shape or dtype, logits holding NaN or
+            ``+inf`` or a row of only ``-inf`` (which have no distribution to
+            draw from: ``argmax`` would take a NaN for the largest logit), or a
+            ``temperature`` or ``top_k`` out of range.
     """
     if not (isinstance(logits, torch.Tensor) and logits.ndim == 2 and logits.is_floating_point()):
         got = (
@@ -463,9 +470,32 @@ def sample_next(
             else (type(logits).__name__)
         )
         raise ValueError(f"logits must be a floating-point tensor of shape (B, V), got {got}")
+    if logits.shape[1] == 0:
+        raise ValueError(f"logits must have shape (B, V) with V >= 1, got {shape_str(logits)}")
     temperature = check_number(temperature, "temperature", 0.0, math.inf)
     if top_k is not None:
         check_int(top_k, "top_k", maximum=logits.shape[-1], meaning="or None; at most V")
+    if logits.numel():
+        no_nan_or_inf = (logits < math.inf).all()  # NaN compares False
+        some_finite = (logits.amax(dim=-1) > -math.inf).all()  # every row can be drawn from
+        ok = torch.stack((no_nan_or_inf, some_finite)).tolist()  # one read-back
+        if not ok[0]:
+            raise ValueError(
+                "logits must hold finite numbers or -inf, but they contain NaN or +inf: there "
+                "is no distribution to draw from (the model's weights or input hold NaN?)"
+            )
+        if not ok[1]:
+            raise ValueError(
+                "logits must have at least one finite value per row, got a row of only -inf: "
+                "no token can be drawn from it"
+            )
+    return _sample(logits, temperature, top_k, generator)
+
+
+def _sample(
+    logits: torch.Tensor, temperature: float, top_k: int | None, generator: torch.Generator | None
+) -> torch.Tensor:
+    """:func:`sample_next` on checked arguments (:func:`generate` checks its logits itself)."""
     if top_k is not None:
         kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]  # (B, 1), the k-th largest
         logits = logits.masked_fill(logits < kth, -math.inf)  # (B, V), the rest cannot be drawn

@@ -123,7 +123,8 @@ def padding_mask(
 
     Args:
         lengths: shape ``(B,)``, the true length of each sequence, each in ``[0, max_len]``.
-        max_len: ``S``, the padded length (default: the largest length).
+        max_len: ``S >= 1``, the padded length (default: the largest length, which
+            must then be >= 1).
         per_head: return ``(B, 1, 1, S)`` instead of ``(B, 1, S)``, for scores
             with a head axis ``(B, H, T, S)``.
         device: where to create the mask (default: ``lengths``' device, else the CPU).
@@ -171,6 +172,11 @@ def padding_mask(
         raise ValueError(f"lengths must be >= 0, got {lens.tolist()}")
     if max_len is None:
         max_len = int(lens.max())
+        if max_len == 0:  # say so: the message below would name a max_len nobody passed
+            raise ValueError(
+                f"lengths are all 0, got {lens.tolist()}, so the default max_len (the largest "
+                "length) would be 0; pass max_len, the padded length S >= 1"
+            )
     max_len = check_int(max_len, "max_len")
     if bool((lens > max_len).any()):
         raise ValueError(

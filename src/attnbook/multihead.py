@@ -241,7 +241,7 @@ def _check_positional(positional: object, config: AttentionConfig) -> None:
             "positional must be an encoding whose rotate hook turns queries and keys "
             f"(rotates = True, e.g. RotaryPositions(10000.0)), got {positional!r}, which "
             "attention would ignore: an encoding added to the embeddings, or a score bias such "
-            "as alibi_bias(...) passed as mask, works outside the attention layer "
+            "as alibi_bias(...)[None] passed as mask, works outside the attention layer "
             "(GPTConfig(positional=...) places either for a whole model)"
         )
     positional.check_config(config)  # e.g. an even head width for rotary positions

@@ -249,6 +249,9 @@ def alibi_bias(
     ``-inf``: the tensor is itself a causal additive mask, so passing it as
     the ``mask`` of attention both biases and masks, and combining it with a
     causal mask changes nothing. (ALiBi was designed for left-to-right models.)
+    :class:`~attnbook.MultiHeadAttention` refuses a 3-D mask as ambiguous
+    (its first axis could be the batch's): give it ``alibi_bias(...)[None]``,
+    ``(1, H, T, S)``.
 
     With ``key_len = S`` different from ``seq_len = T`` the queries are the
     *last* ``T`` of the ``S`` positions (bottom-right, like
@@ -263,7 +266,8 @@ def alibi_bias(
     Returns:
         Float32 tensor of shape ``(H, T, S)``: ``-m_h * (t + S - T - s)`` where
         ``s <= t + S - T``, ``-inf`` elsewhere. It broadcasts against scores
-        ``(B, H, T, S)``.
+        ``(B, H, T, S)`` (``[None]`` makes it ``(1, H, T, S)``, the shape
+        :class:`~attnbook.MultiHeadAttention` takes).
     """
     n_heads = check_int(n_heads, "n_heads")
     seq_len = check_int(seq_len, "seq_len")

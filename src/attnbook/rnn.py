@@ -303,7 +303,8 @@ class RNNEncoderDecoder(nn.Module):
 
         Args:
             src: source ids ``(B, S)``.
-            max_new_tokens: ``N >= 0``, the most words to write.
+            max_new_tokens: ``N >= 0``, the most words to write, with ``1 + N <=
+                context_length`` (the target :meth:`forward` takes).
             bos_id: the target id every output starts with.
             eos_id: the target id that ends a sentence, or ``None``.
             src_mask: ``(B, S)`` bool, ``True`` at real words.

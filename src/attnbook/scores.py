@@ -24,7 +24,9 @@ from torch import nn
 from attnbook._validation import (
     Array,
     as_float_array,
+    as_float_tensor,
     check_batch_broadcast,
+    check_dtype,
     check_finite,
     check_int,
     check_positive_number,
@@ -248,6 +250,21 @@ class AdditiveScorer(nn.Module):
         Returns:
             ``scores`` of shape ``(..., T, S)``.
         """
+        # Checked here, by the names the caller passed: additive_scores would blame the
+        # module's own W_q and W_k for a query of the wrong width or dtype.
+        tensors = {}
+        for x, name, width, field in (
+            (queries, "queries", self.W_q.in_features, "T, d_query"),
+            (keys, "keys", self.W_k.in_features, "S, d_key"),
+        ):
+            x = as_float_tensor(x, name, f"(..., {field})")
+            if x.ndim < 2 or x.shape[-1] != width:
+                raise ValueError(
+                    f"{name} must have shape (..., {field}) with {field[3:]} = {width}, "
+                    f"got {shape_str(x)}"
+                )
+            tensors[name] = x
+        check_dtype(tensors, self.W_q.weight.dtype)
         return additive_scores(
             queries, keys, self.W_q.weight.T, self.W_k.weight.T, self.v.weight[0]
         )  # W_q.weight.T: (d_q, d_a), W_k.weight.T: (d_k, d_a), v.weight[0]: (d_a,)

@@ -146,7 +146,9 @@ def softmax_jacobian(weights: Array) -> Array:
     passes almost no gradient back to its scores (chapter 2).
 
     Args:
-        weights: softmax outputs ``p`` of shape ``(..., n)``, each row summing to 1.
+        weights: softmax outputs ``p`` of shape ``(..., n)``, each row summing to 1
+            up to the rounding of their dtype (a float16 or bfloat16 row of
+            :func:`softmax` can sum to ``1 - 2^-11`` or ``1 - 2^-8``).
 
     Returns:
         Shape ``(..., n, n)``.
@@ -155,13 +157,17 @@ def softmax_jacobian(weights: Array) -> Array:
     if p.ndim == 0:
         raise ValueError("weights must have shape (..., n), got a scalar")
     check_no_nan(p, "weights")
-    row_sums = p.sum(-1)
-    ok = (
-        bool(torch.allclose(row_sums, torch.ones_like(row_sums), atol=1e-4))
-        and bool((p >= 0).all())
-        if isinstance(p, torch.Tensor)
-        else bool(np.allclose(row_sums, 1.0, atol=1e-4)) and bool((p >= 0).all())
-    )
+    # Summed in at least float32, and compared with a tolerance no finer than the dtype's
+    # rounding: each 16-bit weight is rounded on its own, so a row's sum may miss 1 by eps.
+    if isinstance(p, torch.Tensor):
+        row_sums = p.sum(-1, dtype=compute_dtype(p))
+        tol = max(1e-4, torch.finfo(p.dtype).eps)
+        ok = bool(torch.allclose(row_sums, torch.ones_like(row_sums), atol=tol))
+    else:
+        row_sums = p.sum(-1, dtype=compute_dtype(p))
+        tol = max(1e-4, float(np.finfo(p.dtype).eps))
+        ok = bool(np.allclose(row_sums, 1.0, atol=tol))
+    ok = ok and bool((p >= 0).all())
     if not ok:
         raise ValueError(
             "weights must be non-negative and sum to 1 along the last axis (the output of softmax); "

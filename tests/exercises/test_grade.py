@@ -990,6 +990,28 @@ def test_the_course_registry_gives_the_points() -> None:
     assert set(points) <= labels
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("title: no points\n", (1.0, {})),  # no `points:`: 1 per exercise, as documented
+        ("points:\n  default: 2\n  exercises:\n    ex-a: 3\n", (2.0, {"ex-a": 3.0})),
+        ("points:\n  default: true\n", None),  # a bool is no number of points
+        ("points:\n  default: many\n", None),
+        ("points:\n  exercises:\n    ex-a: [1]\n", None),  # was a TypeError
+    ],
+)
+def test_load_points_reads_what_its_docstring_says(
+    tmp_path: Path, text: str, expected: tuple | None
+) -> None:
+    course = tmp_path / "course.yml"
+    course.write_text(text, encoding="utf-8")
+    if expected is None:
+        with pytest.raises(ValueError, match="expected `points: default: N`"):
+            grade.load_points(course)
+    else:
+        assert grade.load_points(course) == expected
+
+
 def test_the_courses_assignment_sets_name_what_is_graded_and_what_by_hand() -> None:
     course = ROOT / "course.yml"
     graded, by_hand = grade.load_assignment_set(course, " A one-week INTRODUCTION ")

@@ -551,3 +551,31 @@ def test_soft_lookup_bad_inputs() -> None:
         soft_lookup(np.ones(3), keys, values, temperature=0.0)
     with pytest.raises(ValueError, match="query and keys must both be NumPy arrays or both torch"):
         hard_lookup(torch.ones(3), keys, values)
+
+
+@pytest.mark.parametrize("batch", [(), (1,), (3,)])
+def test_the_fused_path_builds_no_t_by_s_matrix_for_inputs_of_fewer_than_four_dims(
+    batch: tuple[int, ...],
+) -> None:
+    """need_weights=False promises far less memory: PyTorch's fused kernels take 4-D inputs only
+    (and, for flash, d_v = d_k), so (T, d) and (B, T, d) ones are viewed as 4-D instead of
+    running its math path."""
+    from attnbook.runtime import largest_allocation
+
+    generator = torch.Generator().manual_seed(0)
+    T, S = 64, 512
+    q = torch.randn(*batch, T, 16, generator=generator)
+    k = torch.randn(*batch, S, 16, generator=generator)
+    v = torch.randn(*batch, S, 16, generator=generator)
+    weights_bytes = max(1, math.prod(batch)) * T * S * 4
+    fused = largest_allocation(lambda: scaled_dot_product_attention(q, k, v, need_weights=False))
+    assert fused < weights_bytes / 8
+    output, none = scaled_dot_product_attention(q, k, v, need_weights=False)
+    assert none is None
+    assert output.shape == (*batch, T, 16)
+    torch.testing.assert_close(output, scaled_dot_product_attention(q, k, v)[0])
+    empty = torch.ones(T, S, dtype=torch.bool)
+    empty[3] = False  # a row with no key: zeros on the fused path too
+    output, _ = scaled_dot_product_attention(q, k, v, empty, need_weights=False)
+    assert bool((output[..., 3, :] == 0).all())
+    torch.testing.assert_close(output, scaled_dot_product_attention(q, k, v, empty)[0])

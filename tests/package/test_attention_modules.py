@@ -269,3 +269,36 @@ def test_additive_scores_bad_inputs(args: tuple, match: str) -> None:
 def test_additive_scorer_bad_widths() -> None:
     with pytest.raises(ValueError, match="d_attn must be an int >= 1, got 0"):
         AdditiveScorer(4, 4, 0)
+
+
+def test_additive_scorer_names_its_inputs_not_its_weights_in_errors() -> None:
+    """additive_scores, called with the module's W_q and W_k, blamed them ("W_q must have shape
+    (4, 6)", "convert it, e.g. W_q.to(queries.dtype)") for queries of the wrong width or dtype."""
+    scorer = AdditiveScorer(3, 4, 6)
+    with pytest.raises(
+        ValueError,
+        match=r"queries must have shape \(\.\.\., T, d_query\) with "
+        r"d_query = 3, got \(2, 5, 4\)",
+    ):
+        scorer(torch.ones(2, 5, 4), torch.ones(7, 4))
+    with pytest.raises(
+        ValueError,
+        match=r"keys must have shape \(\.\.\., S, d_key\) with "
+        r"d_key = 4, got \(7, 3\)",
+    ):
+        scorer(torch.ones(2, 5, 3), torch.ones(7, 3))
+    with pytest.raises(ValueError, match=r"queries and keys must have the module's dtype"):
+        scorer(torch.ones(2, 5, 3, dtype=torch.float64), torch.ones(7, 4, dtype=torch.float64))
+    with pytest.raises(ValueError, match="queries must be a torch tensor"):
+        scorer(np.ones((2, 5, 3)), torch.ones(7, 4))
+    assert scorer(torch.ones(2, 5, 3), torch.ones(7, 4)).shape == (2, 5, 7)
+
+
+def test_single_head_with_no_position_to_attend_to_names_its_own_input() -> None:
+    """Not "key must have shape (..., S, d_k) with S >= 1": key is no argument of forward."""
+    head = SingleHeadAttention(8, 8)
+    with pytest.raises(ValueError, match=r"x_query must have at least one position"):
+        head(torch.ones(2, 0, 8))
+    with pytest.raises(ValueError, match=r"x_context must have at least one position"):
+        head(torch.ones(2, 3, 8), torch.ones(2, 0, 8))
+    assert head(torch.ones(2, 0, 8), torch.ones(2, 3, 8))[0].shape == (2, 0, 8)  # no query

@@ -573,3 +573,20 @@ def test_translation_inputs_targets_rejects_an_empty_batch(
         task.inputs_targets(task.train.src[:0], task.train.tgt[:0])
     (src, tgt_in, mask), targets = task.inputs_targets(task.train.src[:1], task.train.tgt[:1])
     assert src.shape[0] == tgt_in.shape[0] == mask.shape[0] == targets.shape[0] == 1
+
+
+def test_text_dataset_takes_a_numpy_test_fraction() -> None:
+    """np.float32(0.1) is "a number in (0, 1)", as the message it got said it must be."""
+    text = "abcdefgh" * 40
+    for fraction in (np.float32(0.25), np.float64(0.25)):
+        ds = TextDataset(text, seq_len=4, test_fraction=fraction)
+        assert (ds.train.numel(), ds.test.numel()) == (240, 80)
+    with pytest.raises(ValueError, match="test_fraction"):
+        TextDataset(text, seq_len=4, test_fraction=np.bool_(True))
+
+
+def test_translation_task_refuses_a_max_train_len_no_longer_sentence_can_exceed() -> None:
+    """The generator's longest sentence has 35 words (three clauses): with max_train_len = 35
+    no sentence is long enough for test_long; say so at once, not after a million draws."""
+    with pytest.raises(ValueError, match=r"max_train_len must be an int in \[3, 34\]"):
+        translation_task(n_train=10, n_test=2, n_test_long=2, max_train_len=35, max_len=40)

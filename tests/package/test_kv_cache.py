@@ -501,3 +501,29 @@ def test_generation_refuses_nan_logits(temperature: float, use_cache: bool) -> N
         next(model.parameters()).fill_(math.nan)
     with pytest.raises(ValueError, match="NaN logits at decoding step 0"):
         generation.generate(model, _ids(2, 3), 4, temperature=temperature, use_cache=use_cache)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+@pytest.mark.parametrize(
+    ("logits", "match"),
+    [
+        ([[math.nan, 1.0]], "NaN or \\+inf"),  # argmax took the NaN for the largest logit
+        ([[math.inf, 1.0]], "NaN or \\+inf"),
+        ([[-math.inf, -math.inf], [0.0, 1.0]], "only -inf"),
+    ],
+)
+def test_sample_next_refuses_logits_with_no_distribution(
+    logits: list[list[float]], match: str, temperature: float
+) -> None:
+    """No token comes back silently (greedy: token 0 for a NaN) and no RuntimeError from
+    torch.multinomial: a ValueError that says what is wrong with the logits."""
+    with pytest.raises(ValueError, match=match):
+        generation.sample_next(torch.tensor(logits), temperature, None, None)
+
+
+def test_sample_next_refuses_an_empty_vocabulary() -> None:
+    with pytest.raises(ValueError, match="V >= 1"):
+        generation.sample_next(torch.zeros(2, 0), 1.0, None, None)
+    assert generation.sample_next(torch.zeros(0, 3), 1.0, None, None).shape == (0, 1)
+    masked = torch.tensor([[-math.inf, 2.0, -math.inf]])  # -inf: a token that cannot be drawn
+    assert generation.sample_next(masked, 1.0, None, None).tolist() == [[1]]

@@ -228,3 +228,10 @@ def test_a_row_of_values_below_float16_s_range_is_fully_masked_in_half_precision
     torch.testing.assert_close(masked_softmax(torch.zeros(1, 3), mask), torch.full((1, 3), 1 / 3))
     half = masked_softmax(torch.zeros(1, 3, dtype=torch.float16), mask)
     assert half.tolist() == [[0.0, 0.0, 0.0]]
+
+
+def test_padding_mask_of_zero_lengths_says_why_it_needs_max_len() -> None:
+    """Not "max_len must be an int >= 1, got 0" when no max_len was passed."""
+    with pytest.raises(ValueError, match="lengths are all 0"):
+        padding_mask([0, 0])
+    assert not padding_mask([0, 0], max_len=3).any()

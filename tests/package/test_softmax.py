@@ -249,3 +249,18 @@ def test_jacobian_rejects_non_distributions() -> None:
         softmax_jacobian(np.array([0.5, 0.7]))
     with pytest.raises(ValueError, match="weights must have shape"):
         softmax_jacobian(np.array(1.0))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, np.float16])
+def test_jacobian_takes_every_16_bit_output_of_softmax(dtype: object) -> None:
+    """Its docstring takes softmax outputs: 16-bit rows, each weight rounded on its own, can sum
+    to 1 - 2^-11 (float16) or 1 - 2^-8 (bfloat16), which a fixed 1e-4 tolerance refused."""
+    generator = torch.Generator().manual_seed(0)
+    x = 3 * torch.randn(2000, 5, generator=generator)
+    x = x.numpy().astype(dtype) if dtype is np.float16 else x.to(dtype)
+    p = softmax(x)
+    jacobian = softmax_jacobian(p)
+    assert jacobian.shape == (2000, 5, 5)
+    assert jacobian.dtype == p.dtype
+    with pytest.raises(ValueError, match="sum to 1"):
+        softmax_jacobian(p * 0.9)  # still refused: not softmax weights

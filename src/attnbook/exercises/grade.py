@@ -266,8 +266,11 @@ def _require_grading_tools() -> None:
 def load_points(course: str | Path) -> tuple[float, dict[str, float]]:
     """The ``points:`` of a course registry (``course.yml``): the default and per-label values.
 
+    A registry without ``points:`` (or without its ``default``) gives 1 point per exercise.
+
     Raises:
-        ValueError: the file has no ``points: default`` number.
+        ValueError: ``points: default`` is not a number, or ``points: exercises`` is not a
+            mapping of labels to numbers.
     """
     import yaml
 
@@ -275,7 +278,15 @@ def load_points(course: str | Path) -> tuple[float, dict[str, float]]:
     points = data.get("points") or {}
     default = points.get("default", 1)
     overrides = points.get("exercises") or {}
-    if not isinstance(default, int | float) or not isinstance(overrides, dict):
+
+    def number(value: object) -> bool:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+
+    if (
+        not number(default)
+        or not isinstance(overrides, dict)
+        or not all(number(v) for v in overrides.values())
+    ):
         raise ValueError(f"{course}: expected `points: default: N` and `exercises: label: N`")
     return float(default), {str(k): float(v) for k, v in overrides.items()}
 
