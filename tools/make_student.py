@@ -14,7 +14,9 @@ It writes only under `_build/student/` (never `_build/html`, the main book):
 While `repository: url:` of `_config.yml` is the placeholder (owner `your-org`), it
 refuses to build (exit status 2, nothing written): every Colab cell and the README would
 send learners to a repository that does not exist. `--allow-placeholder-url` (`make student
-ALLOW_PLACEHOLDER_URL=1`) builds anyway, for the tests and CI of this repository.
+ALLOW_PLACEHOLDER_URL=1`) builds anyway, for the tests and CI of this repository. It
+refuses too (exit status 2) while a chapter's Colab cell does not install from that URL at
+`package_ref:` (`stale_colab_cells`): `_config.yml` was changed and `make sync-url` not run.
 
 The zip holds the wheel of attnbook (`attnbook-VERSION-py3-none-any.whl`, built from this
 working tree with SOURCE_DATE_EPOCH fixed, so it is the same bytes every run), so a learner
@@ -70,7 +72,7 @@ import yaml
 
 from tools import course
 from tools.notebooks import strip_solutions as _strip
-from tools.sync_repo_url import is_placeholder, package_ref, repository_url
+from tools.sync_repo_url import colab_cell_source, is_placeholder, package_ref, repository_url
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -556,6 +558,27 @@ _config.yml to your repository, run `make sync-url`, then `make student` again.
 To build anyway (tests, CI, a look at the result): make student ALLOW_PLACEHOLDER_URL=1"""
 
 
+STALE_REFUSAL = """\
+make student: refusing to build the student edition: the Colab cell of {count} chapter(s)
+({names}) does not install the course package from
+    {url}@{ref}
+as _config.yml says (`repository: url:` and `package_ref:`), so learners would install it
+from elsewhere. Run `make sync-url` (it rewrites those cells), then `make student` again."""
+
+
+def stale_colab_cells(paths: Iterable[Path], url: str, ref: str) -> list[Path]:
+    """The chapters whose Colab cell does not install from `url` at `ref`: `_config.yml` was
+    changed and `make sync-url` not run since (a handout built then would send learners to
+    the old repository or tag)."""
+    stale = []
+    for path in paths:
+        nb = nbformat.read(path, as_version=4)
+        first = next((cell for cell in nb.cells if cell.cell_type == "code"), None)
+        if first is None or first.source != colab_cell_source(url, path.stem, ref):
+            stale.append(path)
+    return stale
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-book", action="store_true", help="notebooks and zip only")
@@ -573,6 +596,12 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         print(f"warning: building with the placeholder URL {url}; not for learners")
     paths = chapter_paths()
+    ref = package_ref()
+    if stale := stale_colab_cells(paths, url, ref):
+        names = ", ".join(path.stem for path in stale[:3]) + (", ..." if len(stale) > 3 else "")
+        message = STALE_REFUSAL.format(count=len(stale), names=names, url=url, ref=ref)
+        print(message, file=sys.stderr)
+        return 2
     leaks = write_notebooks(paths, OUT / "notebooks")
     wheel = build_wheel(OUT / "dist")
     leaks += wheel_problems(wheel)

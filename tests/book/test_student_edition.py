@@ -24,7 +24,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from tools import make_student
+from tools import make_student, sync_repo_url
 from tools.notebooks import notebook_blocks, run_notebook, strip_solutions
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -378,6 +378,25 @@ def test_make_student_refuses_the_placeholder_url(
     assert "placeholder" in capsys.readouterr().out
     with zipfile.ZipFile(out / make_student.ZIP_NAME) as archive:
         assert any(name.endswith(".whl") for name in archive.namelist())
+
+
+def test_make_student_refuses_chapters_not_synced_to_the_url(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`repository: url:` changed in _config.yml but `make sync-url` not run: every Colab cell
+    still installs from the old URL, so no handout is built."""
+    out = tmp_path / "student"
+    monkeypatch.setattr(make_student, "OUT", out)
+    url = "https://github.com/acme-uni/attention-from-scratch"
+    monkeypatch.setattr(make_student, "repository_url", lambda: url)
+    assert make_student.main(["--no-book"]) == 2
+    err = capsys.readouterr().err
+    assert f"{url}@{make_student.package_ref()}" in err
+    assert "make sync-url" in err
+    assert not out.exists(), "nothing is built"
+    ref = make_student.package_ref()
+    assert make_student.stale_colab_cells(CHAPTERS, url, ref) == CHAPTERS
+    assert make_student.stale_colab_cells(CHAPTERS, sync_repo_url.repository_url(), ref) == []
 
 
 def test_a_student_notebook_runs_top_to_bottom_in_an_empty_folder(tmp_path: Path) -> None:

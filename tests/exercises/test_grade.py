@@ -921,6 +921,69 @@ def test_grading_for_a_set_makes_its_other_exercises_worth_0(
     assert worth == {"ex-ch02-stable-softmax": 2, "ex-ch02-temperature": 2}
 
 
+TWO_CHAPTER_COURSE = """\
+points:
+  default: 2
+assignment_sets:
+  - title: "Week 1"
+    parts:
+      - title: "Scores and softmax"
+        chapters: [01_scores, 02_softmax]
+        exercises: [ex-ch01-score-matrix, ex-ch02-temperature]
+"""
+
+
+def test_a_sets_exercise_that_nobody_handed_in_still_counts_in_every_maximum(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--set: the maximum is what the set asks for, not what came back. Nobody handed in
+    chapter 1 here, yet its exercise of the set is worth its points: 2 / 4, not 2 / 2
+    (100% for half the set), with a column for it in the gradebook."""
+    monkeypatch.setattr(sandbox, "bwrap_available", lambda: False)
+    _mini(tmp_path / "subs" / "zoe" / "02_softmax.ipynb", IMPORTS, _good_temperature())
+    course = tmp_path / "course.yml"
+    course.write_text(TWO_CHAPTER_COURSE)
+    book = tmp_path / "gradebook.csv"
+    argv = [str(tmp_path / "subs"), "--unsafe-no-sandbox", "--skip-run", "--course", str(course)]
+    argv += ["--gradebook", str(book), "--set", "week 1"]
+    out = io.StringIO()
+    with redirect_stderr(io.StringIO()), redirect_stdout(out):
+        assert grade.main(argv) == 0
+    (zoe,) = csv.DictReader(book.open(encoding="utf-8", newline=""))
+    assert (zoe["softmax_temperature"], zoe["score_matrix"]) == ("2", "0")
+    assert (zoe["total"], zoe["max_points"]) == ("2", "4")
+    assert "zoe: 2 / 4" in out.getvalue()
+
+
+def test_a_run_too_large_to_read_back_is_not_called_unfinished(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A notebook that ran to its end but printed more than the grader reads back is said to
+    be too large, not to have stopped at a time limit or with a dead kernel."""
+    nbformat.write(new_notebook(cells=[new_code_cell("print('x')")]), tmp_path / "executed.ipynb")
+    assert grade._read_run(tmp_path).ok
+    monkeypatch.setattr(grade, "_MAX_READ", 10)
+    run = grade._read_run(tmp_path)
+    assert "too large to read back" in run.stopped
+    assert "did not finish" not in run.stopped
+
+
+def test_a_seed_that_the_state_file_overrides_is_warned_about(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The state file keeps the first run's seed; a different --seed later is not silently
+    dropped."""
+    monkeypatch.setattr(sandbox, "bwrap_available", lambda: True)
+    notebook = tmp_path / "broken.ipynb"  # unreadable: graded without any sandbox
+    notebook.write_text("not a notebook", encoding="utf-8")
+    argv = [str(notebook), "--json", str(tmp_path / "grades.json"), "--seed"]
+    for seed, warned in (("1", False), ("1", False), ("2", True)):
+        err = io.StringIO()
+        with redirect_stderr(err), redirect_stdout(io.StringIO()):
+            assert grade.main([*argv, seed]) == 0
+        assert ("--seed is ignored" in err.getvalue()) is warned, err.getvalue()
+
+
 def test_set_options_without_what_they_need_are_usage_errors(tmp_path: Path) -> None:
     notebook = _mini(tmp_path / "02_softmax.ipynb", IMPORTS)
     course = tmp_path / "course.yml"

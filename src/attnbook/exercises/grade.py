@@ -71,8 +71,9 @@ Points come from ``--course course.yml`` (``points: default`` and per
 exercise label), else 1 per exercise. ``--set TITLE`` (and ``--part TITLE``)
 grades for one of its ``assignment_sets``: every auto-checked exercise that
 the set (or its part) does not hand in is worth 0 points, so it counts in no
-maximum, and the set's exercises without a checker are named, to be graded by
-hand.
+maximum; every one that it hands in counts in every student's maximum, even
+if nobody handed in its chapter; and the set's exercises without a checker
+are named, to be graded by hand.
 
 The exit status is 0 when grading completed, whatever the learners' results;
 2 for a usage error; 1 when the grading tools are missing (``pip install
@@ -94,7 +95,7 @@ import secrets
 import sys
 import tempfile
 import zipfile
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -398,6 +399,18 @@ def _readable(path: Path, folder: Path) -> bool:
         return False
 
 
+def _plain_size(path: Path, folder: Path) -> int | None:
+    """The size of a plain file inside ``folder`` (not a link out of it); ``None`` otherwise."""
+    try:
+        if path.is_symlink() or not path.is_file():
+            return None
+        if not path.resolve().is_relative_to(folder.resolve()):
+            return None
+        return path.stat().st_size
+    except OSError:
+        return None
+
+
 def _read_json(path: Path) -> Any:
     if not _readable(path, path.parent):
         return None
@@ -502,6 +515,13 @@ def _read_run(folder: Path) -> NotebookRun:
     """How the sandboxed run ended, from the executed notebook it left (untrusted)."""
     path = folder / "executed.ipynb"
     if not _readable(path, folder):
+        size = _plain_size(path, folder)
+        if size is not None and size > _MAX_READ:  # it ended: its outputs are too large to read
+            return NotebookRun(
+                {},
+                f"the executed notebook is too large to read back ({size / 2**20:.0f} MB: a "
+                "cell printed a huge output?), so which cells raised is not known",
+            )
         return NotebookRun({}, "the notebook run did not finish (time limit, or the kernel died)")
     try:
         import nbformat
@@ -764,11 +784,15 @@ def _short(record: GradeRecord, width: int = 60) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def format_table(records: Sequence[GradeRecord]) -> str:
+def format_table(
+    records: Sequence[GradeRecord], expected: Mapping[str, float] | None = None
+) -> str:
     """The records as a plain-text table, then per-student totals and a one-line summary.
 
     Args:
         records: what :func:`grade` returned.
+        expected: exercise name -> points of every exercise asked for (``--set``), handed
+            in or not: each counts in every student's maximum (see :func:`_totals`).
 
     Returns:
         The text, ready to print.
@@ -785,7 +809,7 @@ def format_table(records: Sequence[GradeRecord]) -> str:
     lines.insert(1, "  ".join("-" * w for w in widths) + "  " + "-" * 7)
     lines.append("")
     lines.append("student totals:")
-    for student, (earned, worth, _) in _totals(records).items():
+    for student, (earned, worth, _) in _totals(records, expected).items():
         lines.append(f"  {student}: {earned:g} / {worth:g}")
     for student, files in _handed_in_twice(records).items():
         lines.append(
@@ -799,17 +823,20 @@ def format_table(records: Sequence[GradeRecord]) -> str:
     return "\n".join(line.rstrip() for line in lines)
 
 
-def _totals(records: Sequence[GradeRecord]) -> dict[str, tuple[float, float, dict[str, float]]]:
+def _totals(
+    records: Sequence[GradeRecord], expected: Mapping[str, float] | None = None
+) -> dict[str, tuple[float, float, dict[str, float]]]:
     """Per student: points earned, points possible, and the points of each exercise.
 
     An exercise counts once, with its best result, however many notebooks of a student hold
     it (a chapter handed in twice, as ``02_softmax.ipynb`` and ``02_softmax (1).ipynb``).
     The points possible are the same for every student: those of every exercise that anyone
     handed in, so a chapter a student did not hand in counts as 0 of its points, not as
-    nothing asked.
+    nothing asked; and those of every exercise in ``expected`` (exercise name -> points: what
+    an assignment set asks for), so a chapter of the set that nobody handed in counts too.
     """
     earned: dict[str, dict[str, float]] = {}
-    worth: dict[str, float] = {}
+    worth: dict[str, float] = dict(expected or {})
     for r in records:
         got = earned.setdefault(r.student, {})
         if r.exercise:  # not a notebook's own record (worth 0)
@@ -857,15 +884,24 @@ def write_csv(records: Sequence[GradeRecord], path: str | Path) -> None:
     _atomic_write(path, buffer.getvalue())
 
 
-def write_gradebook(records: Sequence[GradeRecord], path: str | Path) -> None:
-    """Write one CSV row per student: the points of each exercise, the total and the maximum."""
+def write_gradebook(
+    records: Sequence[GradeRecord],
+    path: str | Path,
+    expected: Mapping[str, float] | None = None,
+) -> None:
+    """Write one CSV row per student: the points of each exercise, the total and the maximum.
+
+    ``expected`` (exercise name -> points: what ``--set`` asks for) adds a column, and its
+    points to the maximum, for each such exercise, whether anyone handed it in or not.
+    """
     import io
 
-    exercises = list(dict.fromkeys(r.exercise for r in records if r.exercise))
+    handed_in = (r.exercise for r in records if r.exercise)
+    exercises = list(dict.fromkeys([*handed_in, *(expected or {})]))
     buffer = io.StringIO()
     writer = csv.writer(buffer)
     writer.writerow(["student", *exercises, "total", "max_points"])
-    for student, (earned, worth, per) in _totals(records).items():
+    for student, (earned, worth, per) in _totals(records, expected).items():
         writer.writerow(
             [student, *(f"{per.get(e, 0):g}" for e in exercises), f"{earned:g}", f"{worth:g}"]
         )
@@ -967,6 +1003,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.set and not args.course:
         parser.error("--set needs --course, the course.yml that holds the set")
     default_points, points = 1.0, {}
+    expected: dict[str, float] = {}  # with --set: every exercise it asks for, handed in or not
     if args.course:
         try:
             default_points, points = load_points(args.course)
@@ -985,6 +1022,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         except (OSError, ValueError) as exc:
             parser.error(f"--set: {exc}")
         points |= {label: 0.0 for label in graded - assigned}  # counts in no maximum
+        expected = {
+            name: points.get(label, default_points)
+            for chapter in catalog.CHAPTERS
+            for name, label in chapter.exercises
+            if label in assigned
+        }
         print(
             f"--set: {len(assigned)} auto-checked exercise(s) graded: "
             f"{', '.join(sorted(assigned)) or 'none'}; every other one is worth 0 points",
@@ -1025,6 +1068,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     for path in (args.json, args.csv, args.gradebook, state):
         if path:  # out/grades.json with no out/ yet: made now, not a crash after the grading
             Path(path).parent.mkdir(parents=True, exist_ok=True)
+    if args.seed is not None and state is not None:
+        kept, _ = _read_state(Path(state))
+        if kept is not None and kept != args.seed:
+            print(
+                f"warning: --seed is ignored: the state file {state} keeps the seed of its "
+                "first run (delete it, or name a new --state, to grade again with --seed)",
+                file=sys.stderr,
+            )
 
     def write(records: list[GradeRecord]) -> None:
         if args.json:
@@ -1032,7 +1083,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.csv:
             write_csv(records, args.csv)
         if args.gradebook:
-            write_gradebook(records, args.gradebook)
+            write_gradebook(records, args.gradebook, expected)
 
     records = grade(
         args.submissions,
@@ -1041,7 +1092,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         progress=lambda line: print(line, file=sys.stderr, flush=True),
         on_notebook=write,
     )
-    print(format_table(records))
+    print(format_table(records, expected))
     write(records)
     return 0
 
