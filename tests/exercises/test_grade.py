@@ -1120,6 +1120,10 @@ def test_seeded_cases_differ_from_the_shipped_ones_and_keep_their_kind() -> None
         (again,) = _framework.seeded_args(case, 7)
         assert drawn.shape == shipped.shape
         assert np.array_equal(drawn, again)
+        if case.draw is not None:  # equal scores, all 0 as shipped: equal again, not 0
+            assert np.ptp(drawn) == 0
+            assert not np.array_equal(drawn, shipped)
+            continue
         assert np.array_equal(np.sign(drawn), np.sign(shipped))
         if np.any(shipped != 0) and np.ptp(shipped) > 0:
             assert not np.allclose(drawn, shipped)

@@ -78,6 +78,10 @@ class Case:
     name: str  # what the case exercises, shown when it fails, e.g. "large scores (1e4)"
     make_args: Callable[[], tuple]  # builds fresh inputs each time (learners may mutate them)
     hint: str  # one sentence shown when this case fails; points at the idea, not the code
+    # The grader's inputs of the same kind, from its random generator (seeded_args). For cases
+    # whose inputs are integers (sizes, counts, ids), which perturbing floats cannot change;
+    # None: the grader perturbs make_args()'s floating-point values instead.
+    draw: Callable[[np.random.Generator], tuple] | None = None
 
 
 @dataclass(frozen=True)
@@ -112,6 +116,11 @@ class Verdict:
         return self.message
 
     __str__ = __repr__
+
+
+def randint(rng: np.random.Generator, low: int, high: int) -> int:
+    """A whole number in ``[low, high]``, both ends included: for a case's ``draw``."""
+    return int(rng.integers(low, high, endpoint=True))
 
 
 def randn(seed: int, *shape: int, scale: float = 1.0) -> torch.Tensor:
@@ -1179,18 +1188,41 @@ def _perturb(value: object, rng: np.random.Generator) -> object:
 
 def seeded_args(case: Case, seed: int) -> tuple:
     """A fresh variant of ``case``'s inputs, drawn from ``seed``: the values move, the case's
-    kind (shapes, signs, zeros, masks, integer settings) stays.
+    kind (shapes, signs, zeros, masks, what the case tests) stays.
 
     The hidden cases ship inside the package, so their answers can be read and
     memorised; a grader that keeps ``seed`` to itself asks for values no
     submission has seen. The expected output is the reference's on the same
-    variant.
+    variant. A case with a ``draw`` function (integer inputs: sizes, counts,
+    token ids) gets what it draws; any other case, its own inputs with every
+    floating-point value perturbed (:func:`_perturb`).
 
     Args:
         case: a hidden case.
         seed: the grader's secret seed, combined with the case by the caller.
 
     Returns:
-        The case's arguments, perturbed.
+        The case's arguments, drawn or perturbed.
     """
-    return _perturb(case.make_args(), np.random.default_rng(seed))
+    rng = np.random.default_rng(seed)
+    if case.draw is None:
+        return _perturb(case.make_args(), rng)
+    shipped = _fingerprint(case.make_args())
+    for _ in range(100):  # a small range of sizes may hold the shipped ones: draw again
+        args = case.draw(rng)
+        if _fingerprint(args) != shipped:
+            return args
+    raise ValueError(f"case {case.name!r}: its draw function keeps giving the shipped inputs")
+
+
+def _fingerprint(value: object) -> object:
+    """A comparable form of a case's inputs: arrays by dtype, shape and bytes."""
+    if isinstance(value, torch.Tensor):
+        return ("tensor", str(value.dtype), tuple(value.shape), _to_numpy(value).tobytes())
+    if isinstance(value, np.ndarray):
+        return ("array", str(value.dtype), value.shape, value.tobytes())
+    if isinstance(value, tuple | list):
+        return (type(value).__name__, tuple(_fingerprint(v) for v in value))
+    if isinstance(value, dict):
+        return ("dict", tuple((k, _fingerprint(v)) for k, v in value.items()))
+    return (type(value).__name__, repr(value))

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnbook.exercises._framework import Case, Mistake, Verdict, randn, run_cases
+from attnbook.exercises._framework import Case, Mistake, Verdict, randint, randn, run_cases
 from attnbook.model import GPT, GPTConfig
 from attnbook.multihead import MultiHeadAttention
 
@@ -260,6 +260,17 @@ def _zero(*_: int) -> int:
     return 0
 
 
+def _draw_sizes(rng, *, d_ff_is_4d: bool, layers: tuple[int, int]) -> tuple[int, ...]:
+    """The grader's ``(vocab_size, context_length, d_model, n_layers, d_ff)``, of a case's kind:
+    ``d_ff = 4 * d_model`` or any other width, and ``n_layers`` in ``layers``."""
+    d_model = 8 * randint(rng, 2, 16)
+    if d_ff_is_4d:
+        d_ff = 4 * d_model
+    else:
+        d_ff = int(rng.choice([f for f in range(d_model, 6 * d_model + 1) if f != 4 * d_model]))
+    return randint(rng, 10, 300), randint(rng, 8, 256), d_model, randint(rng, *layers), d_ff
+
+
 _COUNT_CASES = [
     Case(
         "vocab_size = 65, context_length = 64, d_model = 128, n_layers = 4, d_ff = 512",
@@ -267,17 +278,20 @@ _COUNT_CASES = [
         "Per layer: attention (4 matrices and 4 biases), feed-forward (2 matrices, 2 biases), "
         "2 LayerNorms (a weight and a bias each); once: token and position embeddings, a final "
         "LayerNorm; the head is tied to the token embedding.",
+        draw=lambda rng: _draw_sizes(rng, d_ff_is_4d=True, layers=(2, 6)),
     ),
     Case(
         "vocab_size = 100, context_length = 32, d_model = 48, n_layers = 3, d_ff = 80",
         lambda: (100, 32, 48, 3, 80),
         "Use d_ff for the feed-forward width; it need not be 4 * d_model.",
+        draw=lambda rng: _draw_sizes(rng, d_ff_is_4d=False, layers=(2, 5)),
     ),
     Case(
         "vocab_size = 10, context_length = 8, d_model = 16, n_layers = 1, d_ff = 64",
         lambda: (10, 8, 16, 1, 64),
         "Count one layer's parameters, then multiply by n_layers; the embeddings and the final "
         "LayerNorm are counted once.",
+        draw=lambda rng: _draw_sizes(rng, d_ff_is_4d=True, layers=(1, 1)),
     ),
 ]
 

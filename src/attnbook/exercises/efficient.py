@@ -21,6 +21,7 @@ from attnbook.exercises._framework import (
     Mistake,
     Verdict,
     no_python_loops,
+    randint,
     randn,
     run_cases,
 )
@@ -271,21 +272,25 @@ _WINDOW_CASES = [
         lambda: (4, 2),
         "Query t may attend to keys t - window + 1 .. t: itself and the window - 1 before it, "
         "never the future; return a boolean (T, T) tensor.",
+        draw=lambda rng: (randint(rng, 4, 7), randint(rng, 2, 3)),
     ),
     Case(
         "seq_len = 5, window = 1",
         lambda: (5, 1),
         "A window of 1 key is the query itself: the diagonal only.",
+        draw=lambda rng: (randint(rng, 3, 9), 1),
     ),
     Case(
         "seq_len = 8, window = 3",
         lambda: (8, 3),
         "Each row has min(t + 1, window) True entries, ending on the diagonal.",
+        draw=lambda rng: (randint(rng, 8, 12), randint(rng, 3, 5)),
     ),
     Case(
         "seq_len = 4, window = 10 (wider than the sequence)",
         lambda: (4, 10),
         "A window wider than the sequence is the plain causal mask.",
+        draw=lambda rng: (randint(rng, 2, 6), randint(rng, 7, 16)),
     ),
 ]
 
@@ -346,6 +351,27 @@ def _kv_cache_bytes(
     return 2 * n_layers * batch_size * n_kv_heads * seq_len * d_head * bytes_per_element
 
 
+def _draw_kv(rng, case: str) -> tuple[int, ...]:
+    """The grader's cache of each case's kind: ``"mha"`` (8-bit, as many key/value heads as
+    heads, one sequence), ``"gqa"`` (16-bit, heads / key/value heads >= 3) or ``"mqa"`` (16-bit,
+    one key/value head, a batch of 3 or more). Each mistake of ``_KV_MISTAKES`` then gives a
+    factor of its own on the first case it fails, as on the shipped cases."""
+    if case == "mha":
+        heads = int(rng.choice([8, 16, 32]))
+        d_model = heads * int(rng.choice([8, 16, 32, 64]))
+        return (randint(rng, 3, 12), heads, heads, d_model, randint(rng, 16, 4096), 1, 1)
+    if case == "gqa":
+        heads = int(rng.choice([16, 24, 28, 32, 64]))
+        kv_heads = int(rng.choice([n for n in (2, 4, 8) if heads % n == 0 and heads // n >= 3]))
+        d_model = heads * int(rng.choice([64, 128]))
+        return (randint(rng, 2, 40), heads, kv_heads, d_model, randint(rng, 512, 16384), 1, 2)
+    batch = randint(rng, 3, 16)
+    layers = int(rng.choice([n for n in range(2, 25) if n != batch]))  # 1/L is not 1/B
+    heads = int(rng.choice([8, 12, 16]))
+    d_model = heads * int(rng.choice([32, 64]))
+    return (layers, heads, 1, d_model, randint(rng, 128, 2048), batch, 2)
+
+
 _KV_CASES = [
     Case(  # 1 byte, and 8 heads: each mistake below multiplies this case by its own factor
         "3 layers, 8 heads, 8 key/value heads, d_model 64, 100 positions, batch 1, "
@@ -353,16 +379,19 @@ _KV_CASES = [
         lambda: (3, 8, 8, 64, 100, 1, 1),
         "Each layer stores one key and one value vector of d_head = d_model / n_heads numbers "
         "per key/value head and position, each number bytes_per_element bytes.",
+        draw=lambda rng: _draw_kv(rng, "mha"),
     ),
     Case(  # not the pen-and-paper part's numbers: a wrong answer's verdict would print them
         "28 layers, 28 heads, 4 key/value heads, d_model 3584, 8192 positions, batch 1, 2 bytes",
         lambda: (28, 28, 4, 3584, 8192, 1, 2),
         "With grouped-query attention only the n_kv_heads key/value heads are cached.",
+        draw=lambda rng: _draw_kv(rng, "gqa"),
     ),
     Case(
         "12 layers, 12 heads, 1 key/value head, d_model 768, 1024 positions, batch 8, 2 bytes",
         lambda: (12, 12, 1, 768, 1024, 8, 2),
         "Every sequence of the batch has its own cache.",
+        draw=lambda rng: _draw_kv(rng, "mqa"),
     ),
 ]
 

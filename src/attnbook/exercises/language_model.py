@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import torch
 
-from attnbook.exercises._framework import Case, Mistake, Verdict, run_cases
+from attnbook.exercises._framework import Case, Mistake, Verdict, randint, run_cases
 from attnbook.tokenizer import merge_pair
 
 __all__ = ["check_bpe_merge", "check_rms_norm"]
@@ -204,33 +204,54 @@ def _last_id_dropped(ids, pair, new_id):
     return out
 
 
+def _relabelled(ids: list[int], pair: tuple[int, int], rng) -> tuple:
+    """The grader's variant of a merge case: every id renamed to another byte, one for one (the
+    same occurrences, overlaps and orders), and a new id drawn above the bytes."""
+    alphabet = sorted(set(ids) | set(pair))
+    rename = dict(zip(alphabet, rng.choice(256, size=len(alphabet), replace=False).tolist()))
+    return [rename[i] for i in ids], (rename[pair[0]], rename[pair[1]]), randint(rng, 256, 999)
+
+
+def _digits_run_together(rng) -> tuple:
+    """Case 4 redrawn: two digits a != b, ids [aa, b, a, ba, b, a, b] and the pair (a, b), where
+    joining the ids' digits puts "ab" inside "aab" and "aba"."""
+    a, b = rng.choice(range(1, 10), size=2, replace=False).tolist()
+    return [11 * a, b, a, 10 * b + a, b, a, b], (a, b), randint(rng, 100, 999)
+
+
 _MERGE_CASES = [
     Case(
         "the pair (104, 101) ('h', 'e') in 'the hehe there', new id 256",
         lambda: (list(b"the hehe there"), (104, 101), 256),
         "Walk left to right; where ids[i], ids[i + 1] is the pair, write new_id and skip both.",
+        draw=lambda rng: _relabelled(list(b"the hehe there"), (104, 101), rng),
     ),
     Case(
         "overlapping occurrences: (97, 97) in 'aaaaa', new id 300",
         lambda: (list(b"aaaaa"), (97, 97), 300),
         "Occurrences do not overlap: in a a a a a the pair (a, a) is merged twice, leaving "
         "[300, 300, 97]; an id used by a match is not reused by the next.",
+        # an odd run, as "aaaaa": from the right, the merges would leave the first id alone
+        draw=lambda rng: _relabelled([97] * (2 * randint(rng, 1, 4) + 1), (97, 97), rng),
     ),
     Case(
         "the pair in one order only: (98, 97) in 'abab ba', new id 400",
         lambda: (list(b"abab ba"), (98, 97), 400),
         "A pair is ordered: (b, a) matches b followed by a, not a followed by b.",
+        draw=lambda rng: _relabelled(list(b"abab ba"), (98, 97), rng),
     ),
     Case(
         "ids whose digits run together: (1, 2) in [11, 2, 1, 21, 2, 1, 2], new id 300",
         lambda: ([11, 2, 1, 21, 2, 1, 2], (1, 2), 300),
         "Compare whole ids, not their digits: 11 followed by 2 is not the pair (1, 2), and "
         "neither is 21 after 1.",
+        draw=_digits_run_together,
     ),
     Case(
         "no occurrence, and a list of one id",
         lambda: ([5], (5, 5), 500),
         "When the pair does not occur, the ids come back unchanged.",
+        draw=lambda rng: _relabelled([5], (5, 5), rng),
     ),
 ]
 

@@ -9,12 +9,21 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from attnbook.attention import scaled_dot_product_attention
-from attnbook.exercises._framework import Case, Mistake, Verdict, forbid_calls, randn, run_cases
+from attnbook.exercises._framework import (
+    Case,
+    Mistake,
+    Verdict,
+    forbid_calls,
+    randint,
+    randn,
+    run_cases,
+)
 from attnbook.masking import (
     apply_mask,
     causal_mask,
@@ -37,6 +46,7 @@ _CAUSAL_CASES = [
         lambda: (4,),
         "Query t may attend to keys 0..t: True on and below the diagonal, and the result must "
         "be boolean (dtype torch.bool).",
+        draw=lambda rng: (randint(rng, 2, 6),),
     ),
     Case(
         "seq_len = 1",
@@ -47,6 +57,7 @@ _CAUSAL_CASES = [
         "seq_len = 7",
         lambda: (7,),
         "Row t is True up to and including column t, False after it (the future).",
+        draw=lambda rng: (randint(rng, 7, 12),),
     ),
 ]
 
@@ -285,22 +296,42 @@ def check_masked_attention(
 
 # ------------------------------------------------------------------ padding_mask
 
+
+def _draw_lengths(
+    rng: np.random.Generator, *, longest: bool = False, empty: bool = False
+) -> tuple[torch.Tensor, int]:
+    """``(lengths (B,), max_len)`` for the grader: 2 to 4 sequences shorter than ``max_len``,
+    but one as long as ``max_len`` if ``longest``, and one empty if ``empty``."""
+    batch, max_len = randint(rng, 2, 4), randint(rng, 3, 8)
+    lengths = [randint(rng, 1, max_len - 1) for _ in range(batch)]
+    if longest:
+        lengths[randint(rng, 0, batch - 1)] = max_len
+    if empty:
+        lengths[0] = 0
+        lengths[1] = randint(rng, 1, max_len)  # and one sequence that is not
+        rng.shuffle(lengths)
+    return torch.tensor(lengths), max_len
+
+
 _PADDING_CASES = [
     Case(
         "lengths [3, 1, 4], max_len = 4",
         lambda: (torch.tensor([3, 1, 4]), 4),
         "Key s of sequence b is real when s < lengths[b]: True there, False on the padding; "
         "shape (B, 1, S), dtype torch.bool.",
+        draw=lambda rng: _draw_lengths(rng, longest=True),
     ),
     Case(
         "lengths [2, 5], max_len = 6 (every sequence is padded)",
         lambda: (torch.tensor([2, 5]), 6),
         "The mask has max_len columns even when no sequence is that long.",
+        draw=lambda rng: _draw_lengths(rng),
     ),
     Case(
         "an empty sequence: lengths [0, 2], max_len = 3",
         lambda: (torch.tensor([0, 2]), 3),
         "A sequence of length 0 has no real key: its row is all False.",
+        draw=lambda rng: _draw_lengths(rng, empty=True),
     ),
     Case(
         "one sequence, lengths [1], max_len = 1",

@@ -18,6 +18,7 @@ from attnbook.exercises._framework import (
     Mistake,
     Verdict,
     no_python_loops,
+    randint,
     randn,
     run_cases,
 )
@@ -84,18 +85,21 @@ _SINUSOIDAL_CASES = [
         "seq_len = 4, d_model = 2",
         lambda: (4, 2),
         "With one pair, column 0 is sin(pos) and column 1 is cos(pos); row 0 is (0, 1).",
+        draw=lambda rng: (randint(rng, 3, 8), 2),
     ),
     Case(
         "seq_len = 6, d_model = 8",
         lambda: (6, 8),
         "Pair i uses the frequency w_i = 10000^(-2i / d_model): column 2i = sin(pos * w_i), "
         "column 2i + 1 = cos(pos * w_i).",
+        draw=lambda rng: (randint(rng, 4, 10), 2 * randint(rng, 2, 6)),
     ),
     Case(
         "seq_len = 50, d_model = 16 (far positions, slow pairs)",
         lambda: (50, 16),
         "Compute pos * w_i for every position and pair at once by broadcasting "
         "(T, 1) * (1, d_model / 2), then interleave the sines and cosines.",
+        draw=lambda rng: (randint(rng, 40, 80), 8 * randint(rng, 2, 4)),
     ),
 ]
 

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from attnbook.exercises._framework import Case, Mistake, Verdict, run_cases
+from attnbook.exercises._framework import Case, Mistake, Verdict, randint, run_cases
 
 __all__ = ["check_answer_loss", "check_lr_schedule"]
 
@@ -92,6 +92,15 @@ def _curve(fn: Callable) -> Callable:
     return curve
 
 
+def _draw_lr(rng, max_lr: tuple[float, float], warmup: tuple[int, int], total: tuple[int, int]):
+    """The grader's ``(max_lr, min_lr, warmup_steps, total_steps)``: ``max_lr`` log-uniform in
+    the range, ``min_lr`` 5% to 30% of it, the step counts in theirs."""
+    top = float(10 ** rng.uniform(*np.log10(max_lr)))
+    return _lr_args(
+        top, top * float(rng.uniform(0.05, 0.3)), randint(rng, *warmup), randint(rng, *total)
+    )
+
+
 _LR_CASES = [
     Case(
         "max_lr = 1.0, min_lr = 0.1, warmup_steps = 4, total_steps = 20",
@@ -99,16 +108,19 @@ _LR_CASES = [
         "Steps 0 .. warmup_steps - 1 rise linearly to max_lr (step 0 gets max_lr / "
         "warmup_steps); from step warmup_steps the cosine falls from max_lr to min_lr, "
         "reaching it at the last step, total_steps - 1.",
+        draw=lambda rng: _draw_lr(rng, (0.5, 2.0), (2, 6), (15, 30)),
     ),
     Case(
         "max_lr = 3e-3, min_lr = 3e-4, warmup_steps = 10, total_steps = 100",
         lambda: _lr_args(3e-3, 3e-4, 10, 100),
         "Scale the warmup by max_lr, and let the cosine run between max_lr and min_lr.",
+        draw=lambda rng: _draw_lr(rng, (1e-4, 1e-2), (5, 20), (60, 150)),
     ),
     Case(
         "no warmup: warmup_steps = 0, total_steps = 10",
         lambda: _lr_args(1e-3, 1e-4, 0, 10),
         "With warmup_steps = 0 the cosine starts at step 0, at max_lr.",
+        draw=lambda rng: _draw_lr(rng, (1e-4, 1e-2), (0, 0), (5, 15)),
     ),
 ]
 

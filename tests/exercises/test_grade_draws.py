@@ -1,0 +1,125 @@
+"""The grader's inputs (``_framework.seeded_args``): new for every case, of the case's kind.
+
+The hidden cases ship inside the package, so a learner could paste a table of their
+answers into a notebook. The grader asks for inputs drawn from a seed it keeps: floats
+perturbed, and, for a case whose inputs are integers (sizes, counts, ids), which no
+perturbation of floats changes, inputs its ``draw`` function makes. These tests check
+that no case is left as it ships (but the two that admit one input) and that a drawn
+case keeps its point: each known mistake fails on the same case, and is named the same,
+on drawn inputs as on the shipped ones.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+import attnbook.exercises as exercises
+from attnbook.exercises import _framework
+
+CHECKERS = sorted(name for name in dir(exercises) if name.startswith("check_"))
+SEEDS = range(25)
+
+# Cases whose kind admits a single input: the grader asks for the shipped one.
+ONE_INPUT = {("causal_mask", 2): "seq_len = 1", ("padding_mask", 4): "lengths [1], max_len = 1"}
+
+
+def _spec(name: str) -> _framework.CheckSpec:
+    return _framework.checker_spec(getattr(exercises, name), lambda *args: None)
+
+
+def _key(value: object) -> object:
+    """A comparable form of a case's inputs (arrays by dtype, shape and bytes)."""
+    if isinstance(value, torch.Tensor):
+        value = value.detach().numpy()
+    if isinstance(value, np.ndarray):
+        return ("array", str(value.dtype), value.shape, value.tobytes())
+    if isinstance(value, torch.nn.Module):
+        return ("module", tuple(_key(p) for p in value.parameters()))
+    if isinstance(value, tuple | list):
+        return (type(value).__name__, tuple(_key(v) for v in value))
+    if isinstance(value, dict):
+        return ("dict", tuple((k, _key(v)) for k, v in sorted(value.items())))
+    if isinstance(value, int | float | str | bool) or value is None:
+        return value
+    return type(value).__name__  # a closure, e.g. a block's sub-layer: not compared
+
+
+@pytest.mark.parametrize("name", CHECKERS)
+def test_every_case_gets_inputs_no_table_of_the_shipped_ones_holds(name: str) -> None:
+    """A table of the shipped cases' answers, the attack, fails in the grader on every case
+    (the ones that admit one input aside): its inputs are never the shipped ones, even where
+    a case draws from a small range of sizes that holds them."""
+    spec = _spec(name)
+    for i, case in enumerate(spec.cases, start=1):
+        if (spec.exercise, i) in ONE_INPUT:
+            assert ONE_INPUT[spec.exercise, i] in case.name
+            assert _key(_framework.seeded_args(case, 0)) == _key(case.make_args())
+            continue
+        shipped = _key(case.make_args())
+        repeats = sum(_key(_framework.seeded_args(case, seed)) == shipped for seed in SEEDS)
+        assert repeats == 0, f"{name} case {i} ({case.name}): the shipped inputs {repeats} times"
+
+
+def _outcome(
+    spec: _framework.CheckSpec, mistake: _framework.Mistake, cases: list[tuple]
+) -> tuple[int, str | None] | None:
+    """Where ``mistake`` first fails among ``cases`` (inputs per case), and what the checker
+    calls it there; ``None`` if it passes them all."""
+    for i, args in enumerate(cases):
+        expected = spec.reference_fn(*copy.deepcopy(args))
+        try:
+            with np.errstate(all="ignore"):
+                got = mistake.answer(*copy.deepcopy(args))
+        except Exception:
+            return i, None  # raised: the case's own hint
+        if _framework.compare_outputs(got, expected, spec.rtol, spec.atol) is not None:
+            found = _framework.diagnose_mistake(
+                got, expected, copy.deepcopy(args), spec.mistakes, spec.rtol, spec.atol
+            )
+            return i, None if found is None else found[0].name
+    return None
+
+
+@pytest.mark.parametrize(
+    "name",
+    [n for n in CHECKERS if _spec(n).mistakes and any(case.draw for case in _spec(n).cases)],
+)
+def test_drawn_cases_keep_their_point(name: str) -> None:
+    """Each known mistake fails on the same case, and is named the same, on the grader's
+    drawn inputs as on the shipped ones: a draw keeps what its case tests."""
+    spec = _spec(name)
+    shipped = [case.make_args() for case in spec.cases]
+    for mistake in spec.mistakes:
+        want = _outcome(spec, mistake, shipped)
+        assert want is not None, f"{name}: {mistake.name} passes the shipped cases"
+        for seed in SEEDS:
+            drawn = [
+                _framework.seeded_args(case, 1000 * seed + i) for i, case in enumerate(spec.cases)
+            ]
+            got = _outcome(spec, mistake, drawn)
+            assert got == want, (
+                f"{name}, seed {seed}: {mistake.name}: {got} on drawn, {want} shipped"
+            )
+
+
+def test_a_table_of_the_shipped_counts_passes_the_notebook_and_fails_the_grader() -> None:
+    """The attack on an exercise whose inputs are all integers: the parameter count, read off
+    the package for the three shipped cases. The notebook's checker cannot tell (its cases
+    are fixed); the grader's drawn sizes can."""
+    spec = _spec("check_gpt_num_parameters")
+    table = {case.make_args(): spec.reference_fn(*case.make_args()) for case in spec.cases}
+
+    def memorised(*args: int) -> int:
+        return table.get(args, 0)
+
+    assert exercises.check_gpt_num_parameters(memorised)
+    for i, case in enumerate(spec.cases):
+        drawn = _framework.seeded_args(case, 7 + i)
+        problem = _framework.compare_outputs(
+            memorised(*drawn), spec.reference_fn(*drawn), spec.rtol, spec.atol
+        )
+        assert problem is not None, f"case {i + 1}: {drawn}"
