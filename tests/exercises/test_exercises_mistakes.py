@@ -141,6 +141,14 @@ def test_hard_lookup_mistakes(wrong: Callable, mistake: str) -> None:
     _rejects(check_hard_lookup(wrong), mistake)
 
 
+def test_hard_lookup_off_by_one_is_not_called_an_arg_min() -> None:
+    """The key before the best one: on the first case's old keys it was also the arg-min's,
+    and the verdict named that mistake."""
+    verdict = check_hard_lookup(lambda q, k, v: v[np.argmax(k @ q) - 1])
+    _rejects(verdict, "one query, 4 keys")
+    assert "arg-min" not in verdict.message
+
+
 # ------------------------------------------------------------- masked attention
 
 

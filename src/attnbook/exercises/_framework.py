@@ -672,7 +672,8 @@ def no_python_loops(hint: str, max_calls: int = 4) -> Guard:
         if repeated:
             n, line = max(repeated)
             return result, (
-                f"runs a Python loop: line {line} of your code ran {n} times in one call.\n"
+                f"runs a Python loop: line {line} of your code ran {n} times in one call "
+                "(any loop counts, even a generator in an input check).\n"
                 f"   Hint: {hint}"
             )
         busy = [(n, code.co_name) for code, n in calls.items() if n > max_calls]

@@ -145,11 +145,11 @@ def check_soft_lookup(fn: Callable[..., np.ndarray]) -> Verdict:
 
 
 _HARD_CASES = [
-    Case(
+    Case(  # scores -1, 0.5, 1, 1.5: the arg-min (0) and the key before the best (2) differ
         "one query, 4 keys",
         lambda: (
             np.array([1.0, 0.5]),
-            np.array([[0.0, 1.0], [1.0, 0.0], [-1.0, 0.0], [1.0, 1.0]]),
+            np.array([[-1.0, 0.0], [0.0, 1.0], [1.0, 0.0], [1.0, 1.0]]),
             np.arange(8.0).reshape(4, 2),
         ),
         "Find the key with the largest dot product with the query and return the value "
