@@ -617,6 +617,39 @@ def test_inside_the_sandbox_there_is_no_network_no_secret_and_nobody_else(tmp_pa
     assert found["pids"] <= 4  # bwrap's init, the evaluator and its child, nothing of ours
 
 
+@needs_bwrap
+def test_the_sandboxs_tmp_holds_no_more_than_its_limit_in_all(tmp_path: Path) -> None:
+    """/tmp lives in memory, which neither the address-space nor the file-size limit reaches:
+    many files under the file-size limit could fill the machine's memory. Its total is
+    capped (here at 8 MiB, written in files of 1 MiB)."""
+    if not sandbox._bwrap_sizes_tmpfs():
+        pytest.skip("this bubblewrap (before 0.5) cannot cap a tmpfs")
+    program = (
+        "written = 0\n"
+        "try:\n"
+        "    for i in range(32):\n"
+        "        with open(f'/tmp/block{i}', 'wb') as f:\n"
+        "            f.write(b'x' * 2**20)\n"
+        "        written += 1\n"
+        "except OSError as exc:\n"
+        "    written = f'{written} MiB, then errno {exc.errno}'\n"
+        "def answer(x):\n    raise ValueError(f'wrote {written}')\n"
+        "__attnbook_answer__ = answer\n"
+    )
+    folder = tmp_path / "eval"
+    folder.mkdir()
+    job = [{"exercise": "softmax", "program": program, "args": [(np.zeros(3),)], "seeds": [0]}]
+    (folder / "job.pkl").write_bytes(__import__("pickle").dumps(job))
+    (folder / "settings.json").write_text(json.dumps({"exercise_timeout": 60}))
+    limits = sandbox.Limits(wall_s=120, tmp_bytes=8 * 2**20)
+    result = sandbox.run_sandboxed("evaluate", folder, limits)
+    assert result.returncode == 0, result.log
+    report = json.loads((folder / "out" / "softmax.json").read_text())
+    message = report["cases"][0]["message"]
+    assert "MiB, then errno 28" in message, message  # ENOSPC: no space left on the device
+    assert int(message.split("wrote ")[1].split(" MiB")[0]) <= 8, message
+
+
 def _evaluate_unchecked(
     program: str, folder: Path, *, more: dict[str, str] | None = None, timeout: float = 60
 ) -> tuple[dict, str, str]:

@@ -29,7 +29,9 @@ The sandbox is bubblewrap (``bwrap``, Debian package ``bubblewrap``):
   only its own processes in ``/proc``;
 - a file system of the system's read-only program folders (``/usr``, ``/lib``,
   ...), the Python installation and the ``attnbook`` package read-only, an
-  empty ``/tmp``, and the private folder, the only place it can write: no
+  empty ``/tmp`` (a file system in memory, capped at ``Limits.tmp_bytes`` in all
+  where bubblewrap can cap it: 0.5 and later), and the private folder, the only
+  place it can write: no
   other submission, no output file of the grader, no home folder (only the
   Hugging Face model cache, ``hub/``, read-only when there is one, so that a
   submission that loads a model offline finds what this machine has cached;
@@ -55,9 +57,11 @@ but with the grader's view of files, processes and network.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import pickle
+import re
 import resource
 import shutil
 import signal
@@ -86,6 +90,8 @@ class Limits:
     wall_s: float = 600.0  # wall-clock seconds, then every process of the sandbox is killed
     memory_bytes: int = 6 * 2**30  # address space per process (torch alone maps about 2 GiB)
     file_bytes: int = 256 * 2**20  # the largest file it may write
+    # all of /tmp together: it lives in memory, where the address-space limit does not reach
+    tmp_bytes: int = 2**30
 
 
 @dataclass(frozen=True)
@@ -160,9 +166,25 @@ def _environment(inside: str) -> dict[str, str]:
     return env
 
 
-def _bwrap_argv(folder: Path, argv: list[str], env: dict[str, str]) -> list[str]:
+@functools.cache
+def _bwrap_sizes_tmpfs() -> bool:
+    """Whether this bubblewrap takes ``--size`` for a tmpfs (0.5.0 and later)."""
+    try:
+        out = subprocess.run(["bwrap", "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    found = re.search(r"(\d+)\.(\d+)", out.stdout)
+    return found is not None and (int(found[1]), int(found[2])) >= (0, 5)
+
+
+def _bwrap_argv(
+    folder: Path, argv: list[str], env: dict[str, str], tmp_bytes: int = Limits.tmp_bytes
+) -> list[str]:
     cmd = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
-    cmd += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    cmd += ["--proc", "/proc", "--dev", "/dev"]
+    if _bwrap_sizes_tmpfs():  # else /tmp is bounded only by the machine's memory
+        cmd += ["--size", str(tmp_bytes)]
+    cmd += ["--tmpfs", "/tmp"]
     for path in _SYSTEM:
         if os.path.exists(path):
             cmd += ["--ro-bind", path, path]
@@ -218,7 +240,7 @@ def run_sandboxed(
             )
         env = _environment(INSIDE)
         inner = [sys.executable, "-m", "attnbook.exercises.sandbox", task, INSIDE]
-        argv, cwd = _bwrap_argv(folder, inner, env), None
+        argv, cwd = _bwrap_argv(folder, inner, env, limits.tmp_bytes), None
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}  # bwrap's own: it clears it
     log_path = folder / f"{task}.log"
     start = time.perf_counter()
