@@ -65,20 +65,22 @@ def test_every_case_gets_inputs_no_table_of_the_shipped_ones_holds(name: str) ->
 
 
 def _outcome(
-    spec: _framework.CheckSpec, mistake: _framework.Mistake, cases: list[tuple]
+    spec: _framework.CheckSpec,
+    mistake: _framework.Mistake,
+    cases: list[tuple],
+    expected: list[object],
 ) -> tuple[int, str | None] | None:
-    """Where ``mistake`` first fails among ``cases`` (inputs per case), and what the checker
-    calls it there; ``None`` if it passes them all."""
-    for i, args in enumerate(cases):
-        expected = spec.reference_fn(*copy.deepcopy(args))
+    """Where ``mistake`` first fails among ``cases`` (inputs per case, the reference's results
+    ``expected``), and what the checker calls it there; ``None`` if it passes them all."""
+    for i, (args, want) in enumerate(zip(cases, expected, strict=True)):
         try:
             with np.errstate(all="ignore"):
                 got = mistake.answer(*copy.deepcopy(args))
         except Exception:
             return i, None  # raised: the case's own hint
-        if _framework.compare_outputs(got, expected, spec.rtol, spec.atol) is not None:
+        if _framework.compare_outputs(got, want, spec.rtol, spec.atol) is not None:
             found = _framework.diagnose_mistake(
-                got, expected, copy.deepcopy(args), spec.mistakes, spec.rtol, spec.atol
+                got, want, copy.deepcopy(args), spec.mistakes, spec.rtol, spec.atol
             )
             return i, None if found is None else found[0].name
     return None
@@ -92,15 +94,20 @@ def test_drawn_cases_keep_their_point(name: str) -> None:
     """Each known mistake fails on the same case, and is named the same, on the grader's
     drawn inputs as on the shipped ones: a draw keeps what its case tests."""
     spec = _spec(name)
+
+    def results(cases: list[tuple]) -> list[object]:  # the reference once per case
+        return [spec.reference_fn(*copy.deepcopy(args)) for args in cases]
+
     shipped = [case.make_args() for case in spec.cases]
-    for mistake in spec.mistakes:
-        want = _outcome(spec, mistake, shipped)
+    expected = results(shipped)
+    wants = [_outcome(spec, mistake, shipped, expected) for mistake in spec.mistakes]
+    for mistake, want in zip(spec.mistakes, wants, strict=True):
         assert want is not None, f"{name}: {mistake.name} passes the shipped cases"
-        for seed in SEEDS:
-            drawn = [
-                _framework.seeded_args(case, 1000 * seed + i) for i, case in enumerate(spec.cases)
-            ]
-            got = _outcome(spec, mistake, drawn)
+    for seed in SEEDS:
+        drawn = [_framework.seeded_args(case, 1000 * seed + i) for i, case in enumerate(spec.cases)]
+        expected = results(drawn)
+        for mistake, want in zip(spec.mistakes, wants, strict=True):
+            got = _outcome(spec, mistake, drawn, expected)
             assert got == want, (
                 f"{name}, seed {seed}: {mistake.name}: {got} on drawn, {want} shipped"
             )
