@@ -96,6 +96,26 @@ def test_the_parser_finds_every_checker_call_of_the_book() -> None:
     assert n_exercises == 68
 
 
+STUB_LINE = "raise NotImplementedError  # replace this line with your code"
+
+
+def test_every_stub_says_which_line_to_replace_in_the_same_words() -> None:
+    """The student edition's stubs read alike (`tools/make_student.py` describes them so):
+    one `raise NotImplementedError` per stub, with the same comment."""
+    stubs = []
+    for path in CHAPTERS:
+        for cell in nbformat.read(path, as_version=4).cells:
+            raises = [
+                line.strip()
+                for line in cell.source.splitlines()
+                if line.strip().startswith("raise NotImplementedError")
+            ]
+            if cell.cell_type == "code" and raises:
+                assert raises == [STUB_LINE], f"{path.name}: {raises}"
+                stubs.append(path.stem)
+    assert len(stubs) == len(CHECKERS), stubs
+
+
 def test_a_block_has_its_argument_options_body_and_place() -> None:
     text = (
         "Intro.\n\n:::{exercise} Add (easy)\n:label: ex-add\n:class: open\nWrite it.\n:::\n\n"
