@@ -124,6 +124,14 @@ def test_gpt_num_parameters_checker_accepts_a_correct_answer() -> None:
     assert not check_gpt_num_parameters(stub).attempted
 
 
+def test_a_wrong_count_is_shown_as_a_whole_number() -> None:
+    """Not "expected 809856." (the comparison reads numbers as floats)."""
+    message = check_gpt_num_parameters(lambda *sizes: 5).message
+    assert "expected 809856\n" in message, message
+    assert "got      5\n" in message, message
+    assert "got      5.5\n" in check_gpt_num_parameters(lambda *sizes: 5.5).message
+
+
 def test_gpt_num_parameters_checker_names_typical_mistakes() -> None:
     first = "vocab_size = 65"
     for wrong, mistake in [

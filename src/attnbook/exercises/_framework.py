@@ -139,10 +139,14 @@ def _to_numpy(x: object) -> np.ndarray:
     return np.asarray(x, dtype=float)
 
 
-def _show(x: np.ndarray) -> str:
-    if x.size <= _MAX_SHOWN:
-        return np.array2string(x, precision=4, suppress_small=True, separator=", ")
-    return f"array of shape {x.shape} (too large to print)"
+def _show(x: np.ndarray, like: object = None) -> str:
+    """``x`` printed to 4 decimals; as whole numbers where ``like``, the value it was read from,
+    holds integers (a count reads 809856, not 809856.)."""
+    if x.size > _MAX_SHOWN:
+        return f"array of shape {x.shape} (too large to print)"
+    if like is not None and _kind(like) in "iu" and np.all(np.abs(x) < 2**62):
+        x = x.astype(np.int64)
+    return np.array2string(x, precision=4, suppress_small=True, separator=", ")
 
 
 def _fmt_shape(shape: Sequence[int]) -> str:
@@ -286,7 +290,8 @@ def compare_outputs(got: object, expected: object, rtol: float, atol: float) -> 
         # The arrays are shown to 4 decimals: the size of the gap says what they may hide.
         return (
             f"returned the wrong values (largest difference {gap[worst]:.2g}{at}):\n"
-            f"   expected {_show(e)}\n   got      {_show(g)}" + _precision_note(got, expected)
+            f"   expected {_show(e, expected)}\n   got      {_show(g, got)}"
+            + _precision_note(got, expected)
         )
     return None
 
