@@ -623,7 +623,7 @@ def test_the_sandboxs_tmp_holds_no_more_than_its_limit_in_all(tmp_path: Path) ->
     many files under the file-size limit could fill the machine's memory. Its total is
     capped (here at 8 MiB, written in files of 1 MiB)."""
     if not sandbox._bwrap_sizes_tmpfs():
-        pytest.skip("this bubblewrap (before 0.5) cannot cap a tmpfs")
+        pytest.skip("this bubblewrap (before 0.7, or setuid) cannot cap a tmpfs")
     program = (
         "written = 0\n"
         "try:\n"
@@ -988,6 +988,31 @@ def test_a_sets_exercise_that_nobody_handed_in_still_counts_in_every_maximum(
     assert "zoe: 2 / 4" in out.getvalue()
 
 
+def test_a_failed_drawn_case_shows_the_graders_own_inputs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A drawn case keeps its notebook name ("equal scores", all zeros as shipped), and the
+    message adds the inputs the grader drew, so that the failure can be reproduced."""
+    monkeypatch.setattr(sandbox, "bwrap_available", lambda: False)
+    wrong = (  # right, except that equal scores get all the weight on the first
+        "def my_softmax(x):\n"
+        "    e = np.exp(x - x.max(axis=-1, keepdims=True))\n"
+        "    if np.ptp(x) == 0:\n"
+        "        return np.eye(x.shape[-1])[0]\n"
+        "    return e / e.sum(axis=-1, keepdims=True)\n\n\n"
+        "check_softmax(my_softmax)"
+    )
+    _mini(tmp_path / "subs" / "zoe" / "02_softmax.ipynb", IMPORTS, wrong)
+    out = tmp_path / "grades.json"
+    argv = [str(tmp_path / "subs"), "--unsafe-no-sandbox", "--skip-run", "--json", str(out)]
+    with redirect_stderr(io.StringIO()), redirect_stdout(io.StringIO()):
+        assert grade.main(argv) == 0
+    (record,) = [r for r in json.loads(out.read_text()) if r["exercise"] == "softmax"]
+    assert record["status"] == "failed", record
+    assert "case 3/6 (equal scores; here on ([" in record["message"], record["message"]
+    assert "[0.0, 0.0, 0.0, 0.0]" not in record["message"], record["message"]
+
+
 def test_a_run_too_large_to_read_back_is_not_called_unfinished(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -1094,6 +1119,8 @@ def test_the_course_registry_gives_the_points() -> None:
         ("points:\n  default: true\n", None),  # a bool is no number of points
         ("points:\n  default: many\n", None),
         ("points:\n  exercises:\n    ex-a: [1]\n", None),  # was a TypeError
+        ("points: 3\n", None),  # was an AttributeError
+        ("- a list\n", None),  # was an AttributeError
     ],
 )
 def test_load_points_reads_what_its_docstring_says(
@@ -1106,6 +1133,13 @@ def test_load_points_reads_what_its_docstring_says(
             grade.load_points(course)
     else:
         assert grade.load_points(course) == expected
+
+
+def test_load_points_refuses_a_file_that_is_not_yaml(tmp_path: Path) -> None:
+    course = tmp_path / "course.yml"
+    course.write_text("points: [unclosed\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="not a YAML file"):
+        grade.load_points(course)
 
 
 def test_the_courses_assignment_sets_name_what_is_graded_and_what_by_hand() -> None:

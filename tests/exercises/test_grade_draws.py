@@ -60,7 +60,7 @@ def test_every_case_gets_inputs_no_table_of_the_shipped_ones_holds(name: str) ->
             assert _key(_framework.seeded_args(case, 0)) == _key(case.make_args())
             continue
         shipped = _key(case.make_args())
-        repeats = sum(_key(_framework.seeded_args(case, seed)) == shipped for seed in SEEDS)
+        repeats = sum(_key(_framework.seeded_args(case, seed, spec)) == shipped for seed in SEEDS)
         assert repeats == 0, f"{name} case {i} ({case.name}): the shipped inputs {repeats} times"
 
 
@@ -90,6 +90,26 @@ def _outcome(
     "name",
     [n for n in CHECKERS if _spec(n).mistakes and any(case.draw for case in _spec(n).cases)],
 )
+def test_drawn_cases_tell_the_mistakes_apart_as_the_shipped_ones_do(name: str) -> None:
+    """On every drawn case, the reference and the known mistakes fall into the same groups of
+    equal results as on the shipped case: no two mistakes that the shipped case tells apart
+    give the same result on a draw (the first count draws had the position table's c * d
+    equal to the biases' 9 * d * L when c = 9 * L, and named one for the other)."""
+    spec = _spec(name)
+    for i, case in enumerate(spec.cases):
+        if case.draw is None:
+            continue
+        want = _framework.results_alike(spec, case.make_args())
+        for seed in SEEDS:
+            drawn = _framework.seeded_args(case, 1000 * seed + i, spec)
+            alike = _framework.results_alike(spec, drawn)
+            assert alike == want, f"{name} case {i + 1}, seed {seed}: {drawn}"
+
+
+@pytest.mark.parametrize(
+    "name",
+    [n for n in CHECKERS if _spec(n).mistakes and any(case.draw for case in _spec(n).cases)],
+)
 def test_drawn_cases_keep_their_point(name: str) -> None:
     """Each known mistake fails on the same case, and is named the same, on the grader's
     drawn inputs as on the shipped ones: a draw keeps what its case tests."""
@@ -104,7 +124,9 @@ def test_drawn_cases_keep_their_point(name: str) -> None:
     for mistake, want in zip(spec.mistakes, wants, strict=True):
         assert want is not None, f"{name}: {mistake.name} passes the shipped cases"
     for seed in SEEDS:
-        drawn = [_framework.seeded_args(case, 1000 * seed + i) for i, case in enumerate(spec.cases)]
+        drawn = [
+            _framework.seeded_args(case, 1000 * seed + i, spec) for i, case in enumerate(spec.cases)
+        ]
         expected = results(drawn)
         for mistake, want in zip(spec.mistakes, wants, strict=True):
             got = _outcome(spec, mistake, drawn, expected)
@@ -125,7 +147,7 @@ def test_a_table_of_the_shipped_counts_passes_the_notebook_and_fails_the_grader(
 
     assert exercises.check_gpt_num_parameters(memorised)
     for i, case in enumerate(spec.cases):
-        drawn = _framework.seeded_args(case, 7 + i)
+        drawn = _framework.seeded_args(case, 7 + i, spec)
         problem = _framework.compare_outputs(
             memorised(*drawn), spec.reference_fn(*drawn), spec.rtol, spec.atol
         )

@@ -1192,7 +1192,30 @@ def _perturb(value: object, rng: np.random.Generator) -> object:
     return value
 
 
-def seeded_args(case: Case, seed: int) -> tuple:
+def results_alike(spec: CheckSpec, args: tuple) -> list[int]:
+    """On one case's inputs ``args``, for the reference's result and then each known mistake's,
+    the index of the first of them that the checker cannot tell from it (``-1``: the mistake
+    raises). Two mistakes with one result cannot be told apart, nor a mistake from the right
+    answer where they agree."""
+    outs: list[object] = [spec.reference_fn(*copy.deepcopy(args))]
+    for mistake in spec.mistakes:
+        try:
+            with np.errstate(all="ignore"):
+                outs.append(mistake.answer(*copy.deepcopy(args)))
+        except Exception:  # a mistake that raises here is told apart by raising
+            outs.append(None)
+    alike = []
+    for i, out in enumerate(outs):
+        same = (
+            j
+            for j, other in enumerate(outs[: i + 1])
+            if other is not None and compare_outputs(out, other, spec.rtol, spec.atol) is None
+        )
+        alike.append(-1 if out is None else next(same, i))
+    return alike
+
+
+def seeded_args(case: Case, seed: int, spec: CheckSpec | None = None) -> tuple:
     """A fresh variant of ``case``'s inputs, drawn from ``seed``: the values move, the case's
     kind (shapes, signs, zeros, masks, what the case tests) stays.
 
@@ -1200,12 +1223,18 @@ def seeded_args(case: Case, seed: int) -> tuple:
     memorised; a grader that keeps ``seed`` to itself asks for values no
     submission has seen. The expected output is the reference's on the same
     variant. A case with a ``draw`` function (integer inputs: sizes, counts,
-    token ids) gets what it draws; any other case, its own inputs with every
-    floating-point value perturbed (:func:`_perturb`).
+    token ids) gets what it draws, never the shipped inputs, and, given the
+    checker's ``spec``, only inputs on which the reference and the known mistakes
+    fall into the same groups of equal results as on the shipped ones
+    (:func:`results_alike`): a mistake is then named on a draw as it is in the
+    notebook, and never mistaken for another. Any other case gets its own inputs
+    with every floating-point value perturbed (:func:`_perturb`).
 
     Args:
         case: a hidden case.
         seed: the grader's secret seed, combined with the case by the caller.
+        spec: the checker's cases, reference and mistakes (``None``: draws are not
+            compared with the mistakes).
 
     Returns:
         The case's arguments, drawn or perturbed.
@@ -1214,11 +1243,14 @@ def seeded_args(case: Case, seed: int) -> tuple:
     if case.draw is None:
         return _perturb(case.make_args(), rng)
     shipped = _fingerprint(case.make_args())
+    want = None if spec is None else results_alike(spec, case.make_args())
     for _ in range(100):  # a small range of sizes may hold the shipped ones: draw again
         args = case.draw(rng)
-        if _fingerprint(args) != shipped:
+        if _fingerprint(args) == shipped:
+            continue
+        if want is None or results_alike(spec, args) == want:
             return args
-    raise ValueError(f"case {case.name!r}: its draw function keeps giving the shipped inputs")
+    raise ValueError(f"case {case.name!r}: its draw function keeps giving inputs unlike its own")
 
 
 def _fingerprint(value: object) -> object:

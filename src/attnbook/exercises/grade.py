@@ -270,13 +270,20 @@ def load_points(course: str | Path) -> tuple[float, dict[str, float]]:
     A registry without ``points:`` (or without its ``default``) gives 1 point per exercise.
 
     Raises:
-        ValueError: ``points: default`` is not a number, or ``points: exercises`` is not a
-            mapping of labels to numbers.
+        ValueError: the file is not YAML, or not a mapping; ``points`` is not a mapping;
+            ``points: default`` is not a number, or ``points: exercises`` is not a mapping of
+            labels to numbers.
     """
     import yaml
 
-    data = yaml.safe_load(Path(course).read_text(encoding="utf-8")) or {}
-    points = data.get("points") or {}
+    expected = f"{course}: expected `points: default: N` and `exercises: label: N`"
+    try:
+        data = yaml.safe_load(Path(course).read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{course}: not a YAML file ({exc})") from None
+    points = (data.get("points") or {}) if isinstance(data, dict) else None
+    if not isinstance(points, dict):
+        raise ValueError(expected)
     default = points.get("default", 1)
     overrides = points.get("exercises") or {}
 
@@ -288,7 +295,7 @@ def load_points(course: str | Path) -> tuple[float, dict[str, float]]:
         or not isinstance(overrides, dict)
         or not all(number(v) for v in overrides.values())
     ):
-        raise ValueError(f"{course}: expected `points: default: N` and `exercises: label: N`")
+        raise ValueError(expected)
     return float(default), {str(k): float(v) for k, v in overrides.items()}
 
 
@@ -371,7 +378,7 @@ def _cases(spec: CheckSpec, seed: int) -> tuple[list[tuple], list[Any], list[int
     args, sent, seeds = [], [], []
     for i, case in enumerate(spec.cases):
         case_seed = _derive(seed, spec.exercise, i)
-        drawn = seeded_args(case, case_seed)
+        drawn = seeded_args(case, case_seed, spec)
         try:
             spec.reference_fn(*copy.deepcopy(drawn))
         except Exception:  # the reference's own precondition: keep the case as it is
@@ -420,6 +427,23 @@ def _read_json(path: Path) -> Any:
         return None
 
 
+def _inputs_text(args: tuple, limit: int = 160) -> str:
+    """A drawn case's inputs in brief, e.g. ``(70, 24, 96, 3, 384)``: they are this
+    submission's own, so showing them gives nothing away."""
+    import numpy as np
+    import torch
+
+    def plain(value: object) -> object:
+        if isinstance(value, torch.Tensor | np.ndarray):
+            return value.tolist()
+        if isinstance(value, tuple | list):
+            return type(value)(plain(v) for v in value)
+        return value
+
+    text = repr(tuple(plain(a) for a in args))
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _judge(name: str, spec: CheckSpec, args: list[tuple], folder: Path) -> tuple[str, str]:
     """(status, message) of one exercise from what the sandbox wrote, compared here."""
     import numpy as np
@@ -462,6 +486,8 @@ def _judge(name: str, spec: CheckSpec, args: list[tuple], folder: Path) -> tuple
         return "error", f"⚠️ {name}: the answer's results cannot be read"
     for i, case in enumerate(spec.cases):
         where = f"case {i + 1}/{n} ({case.name})"
+        if case.draw is not None:  # named by the notebook's inputs, run on the grader's own
+            where = f"case {i + 1}/{n} ({case.name}; here on {_inputs_text(args[i])})"
         entry = entries[i] if i < len(entries) and isinstance(entries[i], dict) else None
         if entry is None:
             return "error", f"⚠️ {name}: {where} gave no result (time or memory limit)"

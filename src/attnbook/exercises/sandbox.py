@@ -30,9 +30,9 @@ The sandbox is bubblewrap (``bwrap``, Debian package ``bubblewrap``):
 - a file system of the system's read-only program folders (``/usr``, ``/lib``,
   ...), the Python installation and the ``attnbook`` package read-only, an
   empty ``/tmp`` (a file system in memory, capped at ``Limits.tmp_bytes`` in all
-  where bubblewrap can cap it: 0.5 and later), and the private folder, the only
-  place it can write: no
-  other submission, no output file of the grader, no home folder (only the
+  where bubblewrap can cap it: 0.7 and later, not setuid), and the private
+  folder, the only place it can write: no other submission, no output file of
+  the grader, no home folder (only the
   Hugging Face model cache, ``hub/``, read-only when there is one, so that a
   submission that loads a model offline finds what this machine has cached;
   never the token beside it);
@@ -61,7 +61,6 @@ import functools
 import json
 import os
 import pickle
-import re
 import resource
 import shutil
 import signal
@@ -168,13 +167,14 @@ def _environment(inside: str) -> dict[str, str]:
 
 @functools.cache
 def _bwrap_sizes_tmpfs() -> bool:
-    """Whether this bubblewrap takes ``--size`` for a tmpfs (0.5.0 and later)."""
+    """Whether this bubblewrap takes ``--size`` for a tmpfs: tried once, not read off its
+    version (the option came in 0.7.0, and a setuid bubblewrap refuses it)."""
+    probe = ["bwrap", "--unshare-all", "--ro-bind", "/", "/", "--size", str(2**20)]
+    probe += ["--tmpfs", "/tmp", "--", "true"]
     try:
-        out = subprocess.run(["bwrap", "--version"], capture_output=True, text=True, timeout=30)
+        return subprocess.run(probe, capture_output=True, timeout=30).returncode == 0
     except (OSError, subprocess.TimeoutExpired):
         return False
-    found = re.search(r"(\d+)\.(\d+)", out.stdout)
-    return found is not None and (int(found[1]), int(found[2])) >= (0, 5)
 
 
 def _bwrap_argv(
@@ -443,7 +443,7 @@ def _evaluate_one(folder: Path, job: dict) -> None:
         report["setup"] = f"{type(exc).__name__}: {str(exc)[:500]}"
         return write()
     cases = [
-        args if args is not None else seeded_args(spec.cases[i], job["seeds"][i])
+        args if args is not None else seeded_args(spec.cases[i], job["seeds"][i], spec)
         for i, args in enumerate(job["args"])
     ]
     _install_tripwires(name, tripped)
