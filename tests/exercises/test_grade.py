@@ -567,6 +567,18 @@ def test_the_graders_environment_reaches_no_output(sandbox_run: dict) -> None:
     assert not any(SECRET in text for text in texts)
 
 
+def _probe(program: str, folder: Path, limits: sandbox.Limits) -> str:
+    """Evaluate ``program`` as the softmax exercise's answer, in the sandbox, on one case; the
+    message of the error its ``answer`` raises (how a probe reports what it found)."""
+    folder.mkdir()
+    job = [{"exercise": "softmax", "program": program, "args": [(np.zeros(3),)], "seeds": [0]}]
+    (folder / "job.pkl").write_bytes(__import__("pickle").dumps(job))
+    (folder / "settings.json").write_text(json.dumps({"exercise_timeout": 60}))
+    result = sandbox.run_sandboxed("evaluate", folder, limits)
+    assert result.returncode == 0, result.log
+    return json.loads((folder / "out" / "softmax.json").read_text())["cases"][0]["message"]
+
+
 @needs_bwrap
 def test_inside_the_sandbox_there_is_no_network_no_secret_and_nobody_else(tmp_path: Path) -> None:
     """The evaluation sandbox, driven directly with a program the static check never saw.
@@ -596,20 +608,13 @@ def test_inside_the_sandbox_there_is_no_network_no_secret_and_nobody_else(tmp_pa
         "def answer(x):\n    raise ValueError(REPORT)\n"
         "__attnbook_answer__ = answer\n"
     )
-    folder = tmp_path / "eval"
-    folder.mkdir()
-    job = [{"exercise": "softmax", "program": program, "args": [(np.zeros(3),)], "seeds": [0]}]
-    (folder / "job.pkl").write_bytes(__import__("pickle").dumps(job))
-    (folder / "settings.json").write_text(json.dumps({"exercise_timeout": 60}))
     os.environ["ATTNBOOK_TEST_SECRET"] = SECRET
     try:
-        result = sandbox.run_sandboxed("evaluate", folder, sandbox.Limits(wall_s=120))
+        message = _probe(program, tmp_path / "eval", sandbox.Limits(wall_s=120))
     finally:
         del os.environ["ATTNBOOK_TEST_SECRET"]
         listener.close()
-    assert result.returncode == 0, result.log
-    report = json.loads((folder / "out" / "softmax.json").read_text())
-    found = json.loads(report["cases"][0]["message"].split(": ", 1)[1])
+    found = json.loads(message.split(": ", 1)[1])
     assert found["env"] == []
     assert found["proc"] == []
     assert found["net"] == "offline"
@@ -636,16 +641,7 @@ def test_the_sandboxs_tmp_holds_no_more_than_its_limit_in_all(tmp_path: Path) ->
         "def answer(x):\n    raise ValueError(f'wrote {written}')\n"
         "__attnbook_answer__ = answer\n"
     )
-    folder = tmp_path / "eval"
-    folder.mkdir()
-    job = [{"exercise": "softmax", "program": program, "args": [(np.zeros(3),)], "seeds": [0]}]
-    (folder / "job.pkl").write_bytes(__import__("pickle").dumps(job))
-    (folder / "settings.json").write_text(json.dumps({"exercise_timeout": 60}))
-    limits = sandbox.Limits(wall_s=120, tmp_bytes=8 * 2**20)
-    result = sandbox.run_sandboxed("evaluate", folder, limits)
-    assert result.returncode == 0, result.log
-    report = json.loads((folder / "out" / "softmax.json").read_text())
-    message = report["cases"][0]["message"]
+    message = _probe(program, tmp_path / "eval", sandbox.Limits(wall_s=120, tmp_bytes=8 * 2**20))
     assert "MiB, then errno 28" in message, message  # ENOSPC: no space left on the device
     assert int(message.split("wrote ")[1].split(" MiB")[0]) <= 8, message
 
