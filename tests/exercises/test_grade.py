@@ -624,16 +624,17 @@ def test_inside_the_sandbox_there_is_no_network_no_secret_and_nobody_else(tmp_pa
 
 @needs_bwrap
 def test_the_sandboxs_tmp_holds_no_more_than_its_limit_in_all(tmp_path: Path) -> None:
-    """/tmp lives in memory, which neither the address-space nor the file-size limit reaches:
-    many files under the file-size limit could fill the machine's memory. Its total is
-    capped (here at 8 MiB, written in files of 1 MiB)."""
+    """The sandbox's temporary folder (TMPDIR) lives in memory, which neither the address-space
+    nor the file-size limit reaches: many files under the file-size limit could fill the
+    machine's memory. Its total is capped (here at 8 MiB, written in files of 1 MiB)."""
     if not sandbox._bwrap_sizes_tmpfs():
         pytest.skip("this bubblewrap (before 0.7, or setuid) cannot cap a tmpfs")
     program = (
+        "import os\n"
         "written = 0\n"
         "try:\n"
         "    for i in range(32):\n"
-        "        with open(f'/tmp/block{i}', 'wb') as f:\n"
+        "        with open(os.path.join(os.environ['TMPDIR'], f'block{i}'), 'wb') as f:\n"
         "            f.write(b'x' * 2**20)\n"
         "        written += 1\n"
         "except OSError as exc:\n"
