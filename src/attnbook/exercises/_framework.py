@@ -1254,13 +1254,19 @@ def seeded_args(case: Case, seed: int, spec: CheckSpec | None = None) -> tuple:
 
 
 def _fingerprint(value: object) -> object:
-    """A comparable form of a case's inputs: arrays by dtype, shape and bytes."""
+    """A comparable form of a case's inputs: arrays by dtype, shape and bytes, a module by its
+    parameters, numbers and text by value; any other object (a function, e.g. a block's
+    sub-layer) by its type alone, not by a repr that holds its address."""
     if isinstance(value, torch.Tensor):
         return ("tensor", str(value.dtype), tuple(value.shape), _to_numpy(value).tobytes())
     if isinstance(value, np.ndarray):
         return ("array", str(value.dtype), value.shape, value.tobytes())
+    if isinstance(value, torch.nn.Module):
+        return ("module", tuple(_fingerprint(p) for p in value.parameters()))
     if isinstance(value, tuple | list):
         return (type(value).__name__, tuple(_fingerprint(v) for v in value))
     if isinstance(value, dict):
         return ("dict", tuple((k, _fingerprint(v)) for k, v in value.items()))
-    return (type(value).__name__, repr(value))
+    if isinstance(value, int | float | complex | str | bool) or value is None:
+        return (type(value).__name__, repr(value))
+    return type(value).__name__
