@@ -105,9 +105,14 @@ format: venv ## apply ruff's fixes and formatting
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
+# sync_repo_url rewrites pyproject.toml's Homepage, which .venv's stamp depends on: the
+# package's metadata is refreshed here (no dependency changed), and the stamp touched, so
+# that the next `make` does not reinstall every requirement.
 sync-url: venv ## copy the repository URL from _config.yml to every place that shows it
 	$(PY) -m tools.sync_repo_url
 	$(PY) -m tools.exercise_inventory --write  # the instructor guide's copy of the Colab cell
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation --editable .
+	@touch $(STAMP)
 
 lock: ## re-resolve requirements.in into requirements.txt in a throw-away environment
 	rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv
