@@ -98,6 +98,21 @@ def test_split_heads_square_case_catches_what_hides_in_the_shape() -> None:
     assert_rejects(check_split_heads(sneaky), "square")
 
 
+def test_split_heads_checker_refuses_a_list_of_tensors() -> None:
+    # The right numbers, one (n_heads, T, d_head) tensor per sequence: NumPy would stack them
+    # into the expected array, but merge_heads and the attention after it need one tensor.
+    def per_sequence(x, h):
+        return [_learner_split(x, h)[b] for b in range(x.shape[0])]
+
+    verdict = check_split_heads(per_sequence)
+    assert_rejects(verdict, "she likes coffee")
+    assert "returned a list of 1 tensor, expected one tensor of shape (1, 2, 3, 2)" in (
+        verdict.message
+    )
+    # A tuple of the heads, as torch.unbind gives, too.
+    assert not check_split_heads(lambda x, h: _learner_split(x, h).unbind(0))
+
+
 # ------------------------------------------------------------------ merge heads
 
 

@@ -262,6 +262,20 @@ def compare_outputs(got: object, expected: object, rtol: float, atol: float) -> 
         return "returned None: did you forget `return`?"
     if isinstance(expected, tuple):
         return _compare_parts(got, expected, rtol, atol)
+    if (
+        isinstance(expected, torch.Tensor)
+        and isinstance(got, list | tuple)
+        and any(isinstance(item, torch.Tensor | np.ndarray) for item in got)
+    ):
+        # NumPy would stack a list of tensors into the right numbers, but the next step of
+        # the model (a .transpose, a matrix product) needs one tensor. (A list of numbers is
+        # read as an array, as a NumPy answer is.)
+        return (
+            f"returned a {type(got).__name__} of {len(got)} "
+            f"{'tensor' if len(got) == 1 else 'tensors'}, expected one tensor of shape "
+            f"{_fmt_shape(expected.shape)}: build it with tensor operations (reshape, "
+            "transpose), or join the pieces with torch.stack or torch.cat"
+        )
     problem = _floats_for_ids(got, expected)
     if problem is not None:
         return problem
