@@ -148,3 +148,18 @@ def test_beam_step_checker_accepts_a_list_of_the_three_tensors() -> None:
     """ "Return three (B, K) tensors": a list of them is as right as a tuple."""
     verdict = check_beam_step(lambda scores, log_probs: list(_beam(scores, log_probs)))
     assert verdict, verdict.message
+
+
+def test_beam_step_checker_refuses_parents_and_words_as_floats() -> None:
+    """The right numbers, but parents and words that cannot index the next step's tensors; the
+    message names the value at fault."""
+
+    def as_floats(scores, log_probs):
+        new, parents, words = _beam(scores, log_probs)
+        return new, parents.float(), words.float()
+
+    verdict = check_beam_step(as_floats)
+    assert not verdict, verdict.message
+    assert "for parents (value 2 of 3), floating-point numbers, expected integers" in (
+        verdict.message
+    )

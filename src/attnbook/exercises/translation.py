@@ -15,6 +15,7 @@ Two exercises, each with the typical wrong answers it recognises and names:
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 
@@ -139,19 +140,24 @@ def check_additive_step(fn: Callable) -> Verdict:
 # ------------------------------------------------------------------ one beam-search step
 
 
-def _pack(result: object) -> object:
-    """``(scores, parents, tokens)``, each ``(B, K)``, as one ``(B, K, 3)`` float tensor."""
-    if not isinstance(result, tuple | list) or len(result) != 3:
-        return result  # the framework says what is wrong with it
-    try:
-        return torch.stack([torch.as_tensor(x).double() for x in result], dim=-1)
-    except (TypeError, RuntimeError, ValueError):
-        return result
+class BeamStep(NamedTuple):
+    """One beam-search step's result, each ``(B, K)``: compared part by part, by name."""
+
+    scores: torch.Tensor
+    parents: torch.Tensor
+    tokens: torch.Tensor
 
 
-def _packed(fn: Callable) -> Callable:
+def _as_step(result: object) -> object:
+    """Three values (a tuple or a list) as a :class:`BeamStep`; anything else as it is."""
+    if isinstance(result, tuple | list) and len(result) == 3:
+        return BeamStep(*result)
+    return result  # the framework says what is wrong with it
+
+
+def _stepwise(fn: Callable) -> Callable:
     def run(scores, log_probs):
-        return _pack(fn(scores, log_probs))
+        return _as_step(fn(scores, log_probs))
 
     return run
 
@@ -230,30 +236,30 @@ _BEAM_CASES = [
 _BEAM_MISTAKES = [
     Mistake(
         "the best word of each beam, one survivor per beam",
-        _packed(_per_beam),
+        _stepwise(_per_beam),
         "The K survivors are the best of all K * V extensions: a strong beam may have two "
         "children and a weak one none. Flatten (B, K, V) to (B, K * V) before topk.",
     ),
     Mistake(
         "the new word's log-probability without the beam's score",
-        _packed(_forget_history),
+        _stepwise(_forget_history),
         "A partial translation is scored by the sum of the log-probabilities of all its "
         "words: add scores[:, :, None] before choosing.",
     ),
     Mistake(
         "probabilities multiplied instead of log-probabilities added",
-        _packed(_multiply_probs),
+        _stepwise(_multiply_probs),
         "Scores are log-probabilities: add them (multiplying probabilities underflows on long "
         "sentences, and the returned scores must stay logs).",
     ),
     Mistake(
         "only the first beam extended",
-        _packed(_first_beam_only),
+        _stepwise(_first_beam_only),
         "Every beam is extended by every word, not only the best one.",
     ),
     Mistake(
         "the right K extensions, not in order best first (topk with sorted=False)",
-        _packed(_unsorted),
+        _stepwise(_unsorted),
         "Return the survivors best first: topk sorts them unless told sorted=False; the "
         "parents and words must follow the same order.",
     ),
@@ -271,7 +277,7 @@ def check_beam_step(fn: Callable) -> Verdict:
     and the word it adds (in ``[0, V)``).
     """
     if not callable(fn):
-        return run_cases("beam_step", fn, _packed(_beam_step), _BEAM_CASES)
+        return run_cases("beam_step", fn, _stepwise(_beam_step), _BEAM_CASES)
     return run_cases(
-        "beam_step", _packed(fn), _packed(_beam_step), _BEAM_CASES, mistakes=_BEAM_MISTAKES
+        "beam_step", _stepwise(fn), _stepwise(_beam_step), _BEAM_CASES, mistakes=_BEAM_MISTAKES
     )
