@@ -135,6 +135,14 @@ class EncoderDecoder(nn.Module):
                 f"{name} must have shape {legend} = {shape_str(src)} like "
                 f"{name.split('_')[0]}, got {shape_str(src_mask)}"
             )
+        if src_mask.numel() and not bool(src_mask.any(1).all()):  # one read-back
+            # an inverted mask (True at padding) leaves the rows without padding all False, and
+            # a row with no real token attends to nothing: its outputs would be silently empty
+            raise ValueError(
+                f"{name} must be True at one position at least in each row of {legend} (True = "
+                f"real token, False = padding), got a row of only False; is it inverted? "
+                f"Build it as {name.split('_')[0]} != pad_id"
+            )
 
     def _check_pair(
         self,
@@ -164,7 +172,8 @@ class EncoderDecoder(nn.Module):
         Args:
             src: source token ids, shape ``(B, S)``, int64 in ``[0, src_vocab_size)``.
             src_mask: optional boolean ``(B, S)``, ``True`` at real tokens and
-                ``False`` at padding (no position attends to padding).
+                ``False`` at padding (no position attends to padding); every row
+                holds at least one real token.
             validate: ``False`` skips the checks (:meth:`forward` has made them).
 
         Returns:
@@ -235,8 +244,10 @@ class EncoderDecoder(nn.Module):
         Args:
             src: source token ids, shape ``(B, S)``, int64 in ``[0, src_vocab_size)``.
             tgt: target token ids so far, shape ``(B, T)``, int64 in ``[0, tgt_vocab_size)``.
-            src_mask: optional boolean ``(B, S)``, ``True`` at real source tokens.
-            tgt_mask: optional boolean ``(B, T)``, ``True`` at real target tokens
+            src_mask: optional boolean ``(B, S)``, ``True`` at real source tokens
+                (at least one per row).
+            tgt_mask: optional boolean ``(B, T)``, ``True`` at real target tokens (at least
+                one per row)
                 (ANDed with the causal mask; with padding at the end of each row
                 it changes no real position's output, only the padded ones').
             validate: ``False`` skips the checks of the ids and masks (for a
@@ -325,7 +336,8 @@ class EncoderDecoder(nn.Module):
             max_new_tokens: ``N >= 0`` tokens at most, ``1 + N <= context_length``.
             bos_id: the token every target starts with, in ``[0, tgt_vocab_size)``.
             eos_id: the token that ends a target, or ``None`` (always ``N`` tokens).
-            src_mask: optional boolean ``(B, S)``, ``True`` at real source tokens.
+            src_mask: optional boolean ``(B, S)``, ``True`` at real source tokens
+                (at least one per row).
             beam_size: ``K >= 1``, at most ``tgt_vocab_size``; 1 is greedy.
             use_cache: keep keys and values between steps (faster, same tokens).
 

@@ -265,6 +265,16 @@ def test_attention_weights_keep_the_training_mode() -> None:
         (lambda m, s, k: m(s, torch.ones(5, 3, dtype=torch.int64), k), "batch size"),
         (lambda m, s, k: m(s, torch.ones(6, 3, dtype=torch.int64), k[:, :4]), "src_mask"),
         (lambda m, s, k: m(s, torch.ones(6, 3, dtype=torch.int64), k.long()), "src_mask"),
+        # inverted (True at padding): a row without padding is all False, attends to nothing
+        (lambda m, s, k: m(s, torch.ones(6, 3, dtype=torch.int64), ~k), "src_mask.*inverted"),
+        (
+            lambda m, s, k: m(
+                s, torch.ones(6, 3, dtype=torch.int64), k, torch.zeros(6, 3, dtype=torch.bool)
+            ),
+            "tgt_mask.*only False",
+        ),
+        (lambda m, s, k: m.encode(s, ~k), "src_mask.*only False"),
+        (lambda m, s, k: m.generate(s, 5, bos_id=1, src_mask=~k), "src_mask.*only False"),
         (
             lambda m, s, k: m(
                 s, torch.ones(6, 3, dtype=torch.int64), k, torch.ones(6, 4, dtype=torch.bool)
