@@ -1055,6 +1055,27 @@ def test_set_options_without_what_they_need_are_usage_errors(tmp_path: Path) -> 
         assert says in err.getvalue(), err.getvalue()
 
 
+def test_an_output_that_is_a_submission_or_another_output_is_a_usage_error(
+    tmp_path: Path,
+) -> None:
+    """--json naming the submitted notebook overwrote the learner's work with the grades."""
+    notebook = _mini(tmp_path / "02_softmax.ipynb", IMPORTS)
+    before = notebook.read_bytes()
+    grades = str(tmp_path / "grades.json")
+    for argv, says in (
+        ([str(notebook), "--json", str(notebook)], "--json"),
+        ([str(tmp_path), "--csv", str(notebook)], "--csv"),
+        ([str(notebook), "--json", grades, "--gradebook", grades], "--json and --gradebook"),
+        ([str(notebook), "--json", grades, "--state", grades], "--json and --state"),
+    ):
+        err = io.StringIO()
+        with redirect_stderr(err), pytest.raises(SystemExit) as exit_info:
+            grade.main([*argv, "--unsafe-no-sandbox", "--skip-run"])
+        assert exit_info.value.code == 2, argv
+        assert says in err.getvalue(), err.getvalue()
+    assert notebook.read_bytes() == before
+
+
 # ------------------------------------------------------------------ pieces, no sandbox
 
 

@@ -231,6 +231,26 @@ def _find(paths: Iterable[str | Path]) -> list[tuple[Path, str]]:
     return unique
 
 
+def _clashing_outputs(outputs: dict[str, str | Path | None], notebooks: list[Path]) -> str | None:
+    """What is wrong with the files the grader writes (option -> path), or ``None``: one that is
+    a submitted notebook would overwrite it, two that are one file would overwrite each other."""
+    submitted = {p.resolve() for p in notebooks}
+    seen: dict[Path, str] = {}
+    for option, path in outputs.items():
+        if not path:
+            continue
+        resolved = Path(path).resolve()
+        if resolved in submitted:
+            return (
+                f"{option} {str(path)!r} is a submitted notebook, which writing the grades "
+                "would overwrite: name another file"
+            )
+        if resolved in seen:
+            return f"{seen[resolved]} and {option} both name {str(path)!r}: give each its own file"
+        seen[resolved] = option
+    return None
+
+
 def checker_calls(source: str) -> list[str]:
     """Names of the exercises a code cell checks: ``check_softmax(f)`` -> ``"softmax"``.
 
@@ -1021,7 +1041,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     try:
-        _find(args.submissions)  # a usage error before anything runs
+        found = _find(args.submissions)  # a usage error before anything runs
     except ValueError as exc:
         parser.error(str(exc))
     if args.part and not args.set:
@@ -1091,6 +1111,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     output = args.json or args.csv or args.gradebook
     state = args.state or (Path(output).with_suffix(".state.jsonl") if output else None)
+    outputs = {"--json": args.json, "--csv": args.csv, "--gradebook": args.gradebook}
+    if problem := _clashing_outputs({**outputs, "--state": state}, [p for p, _ in found]):
+        parser.error(problem)
     for path in (args.json, args.csv, args.gradebook, state):
         if path:  # out/grades.json with no out/ yet: made now, not a crash after the grading
             Path(path).parent.mkdir(parents=True, exist_ok=True)
