@@ -1530,7 +1530,15 @@ class TranslationTask:
         """
         for x, name in ((src, "src"), (tgt, "tgt")):
             if not isinstance(x, torch.Tensor) or x.dtype != torch.int64 or x.ndim != 2:
-                raise ValueError(f"{name} must be an int64 tensor of shape (B, L), got {x!r:.80}")
+                got = (
+                    f"shape {shape_str(x)} and dtype {x.dtype}"
+                    if isinstance(x, torch.Tensor)
+                    else type(x).__name__
+                )
+                raise ValueError(
+                    f"{name} must be an int64 tensor of shape (B, L) (rows of a split's {name}), "
+                    f"got {got}"
+                )
         if src.shape[0] != tgt.shape[0]:
             raise ValueError(
                 f"src and tgt must have the same batch size, got {tuple(src.shape)} and "

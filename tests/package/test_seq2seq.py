@@ -133,6 +133,23 @@ def test_task_rejects_bad_arguments(kwargs: dict, name: str) -> None:
         translation_task(**({"n_train": 50, "n_test": 5, "n_test_long": 5} | kwargs))
 
 
+@pytest.mark.parametrize(
+    ("src", "tgt", "says"),
+    [
+        (torch.ones(2, 3), torch.ones(2, 4, dtype=torch.int64), r"src .* got shape \(2, 3\) "),
+        (torch.ones(2, 3, dtype=torch.int64), torch.ones(4, dtype=torch.int64), r"tgt .*\(4\)"),
+        (torch.ones(2, 3, dtype=torch.int64), [[1, 2]], "tgt .* got list"),
+    ],
+)
+def test_inputs_targets_names_the_shape_and_dtype_it_got(
+    task: TranslationTask, src: object, tgt: object, says: str
+) -> None:
+    """The message says the shape and dtype it got, not the tensor's values."""
+    with pytest.raises(ValueError, match=says) as info:
+        task.inputs_targets(src, tgt)
+    assert "tensor(" not in str(info.value)
+
+
 def test_split_name_is_checked(task: TranslationTask) -> None:
     with pytest.raises(ValueError, match="split"):
         task.split("valid")
