@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from attnbook._validation import Array, shape_str
+from attnbook._validation import Array, check_no_nan, shape_str
 from attnbook.softmax import softmax
 from attnbook.viz import course_style, figure_png, plot_bars, plot_heatmap, to_numpy
 
@@ -359,6 +359,7 @@ def attention_heatmap(
     if not np.issubdtype(w.dtype, np.number) or np.issubdtype(w.dtype, np.complexfloating):
         raise ValueError(f"weights must hold real numbers, got dtype {w.dtype}")
     w = w.astype(float)
+    check_no_nan(w, "weights")  # the range below would ignore it: "values from 1 to 1"
     if not (np.isfinite(w).all() and w.min() >= 0.0 and w.max() <= 1.0):
         raise ValueError(
             f"weights must lie in [0, 1] (attention weights), got values from "

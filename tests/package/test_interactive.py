@@ -171,7 +171,8 @@ def test_explorer_rejects_bad_input(kwargs: dict, message: str) -> None:
         (np.ones(3) / 3, {}, r"weights must have shape \(T, S\).*got \(3\)"),
         (np.zeros((0, 2)), {}, r"weights must have shape \(T, S\) with T, S >= 1"),
         (np.array([[1.5, -0.5]]), {}, r"weights must lie in \[0, 1\].*-0.5 to 1.5"),
-        (np.array([[np.nan, 1.0]]), {}, r"weights must lie in \[0, 1\]"),
+        (np.array([[np.nan, 1.0]]), {}, "weights contains NaN"),  # not "values from 1 to 1"
+        (np.array([[np.inf, 1.0]]), {}, r"weights must lie in \[0, 1\].*1 to inf"),
         (np.eye(2), {"query_labels": ["a"]}, r"query_labels must have one label per row"),
         (np.eye(2), {"key_labels": ["a", "b", "c"]}, r"key_labels must have one label"),
         (np.eye(2), {"name": "a b"}, "name must start with a letter"),
