@@ -1055,6 +1055,20 @@ def test_set_options_without_what_they_need_are_usage_errors(tmp_path: Path) -> 
         assert says in err.getvalue(), err.getvalue()
 
 
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("--timeout", "0"), ("--exercise-timeout", "-5"), ("--memory", "nan"), ("--memory", "inf")],
+)
+def test_limits_must_be_finite_and_positive(tmp_path: Path, option: str, value: str) -> None:
+    """--memory inf crashed with an OverflowError after the checks; now a usage error."""
+    notebook = _mini(tmp_path / "02_softmax.ipynb", IMPORTS)
+    err = io.StringIO()
+    with redirect_stderr(err), pytest.raises(SystemExit) as exit_info:
+        grade.main([str(notebook), option, value, "--unsafe-no-sandbox", "--skip-run"])
+    assert exit_info.value.code == 2
+    assert f"{option} must be a finite number > 0" in err.getvalue(), err.getvalue()
+
+
 def test_an_output_that_is_a_submission_or_another_output_is_a_usage_error(
     tmp_path: Path,
 ) -> None:

@@ -99,6 +99,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from attnbook._validation import check_positive_number
 from attnbook.exercises import catalog, extract, notebooks, sandbox
 from attnbook.exercises._framework import (
     CheckSpec,
@@ -1031,10 +1032,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     for option in ("timeout", "exercise_timeout", "memory"):
-        if not getattr(args, option) > 0:
-            parser.error(
-                f"--{option.replace('_', '-')} must be positive, got {getattr(args, option):g}"
-            )
+        try:  # inf too: --memory inf crashed with an OverflowError (int(inf * 2**30))
+            check_positive_number(getattr(args, option), f"--{option.replace('_', '-')}")
+        except ValueError as exc:
+            parser.error(str(exc))
     try:
         _require_grading_tools()
     except ImportError as exc:
