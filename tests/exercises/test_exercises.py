@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -68,6 +70,21 @@ def test_numbers_returned_as_text_fail_and_as_a_list_pass() -> None:
         assert not verdict.passed
         assert "returned text" in verdict.message
     assert check_softmax(lambda x: _stable_softmax(x).tolist()).passed
+
+
+def test_complex_numbers_fail_without_a_warning() -> None:
+    """Read as floats, complex numbers lose their imaginary parts with only a warning: a
+    complex softmax passed."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # NumPy's ComplexWarning
+        verdict = check_softmax(lambda x: _stable_softmax(x).astype(complex))
+    assert not verdict.passed
+    assert "returned complex numbers (complex128), expected real numbers" in verdict.message
+
+
+def test_a_returned_object_is_named_with_its_article() -> None:
+    assert "returned an object, expected an array" in check_softmax(lambda x: object()).message
+    assert "returned a dict, expected an array" in check_softmax(lambda x: {}).message
 
 
 def test_a_wrong_answer_too_close_to_see_at_4_decimals_is_told_how_far_off_it_is() -> None:

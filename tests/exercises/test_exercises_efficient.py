@@ -301,7 +301,7 @@ def test_a_tuple_is_compared_part_by_part() -> None:
     assert compare_outputs((np.zeros(2), np.ones(3)), expected, 1e-7, 0) is None
     assert compare_outputs([np.zeros(2), np.ones(3)], expected, 1e-7, 0) is None
     assert compare_outputs(np.zeros(2), expected, 1e-7, 0) == (
-        "returned a ndarray, expected a tuple of 2 values"
+        "returned an ndarray, expected a tuple of 2 values"
     )
     assert compare_outputs((np.zeros(2),), expected, 1e-7, 0) == "returned 1 value, expected 2"
     problem = compare_outputs((np.zeros(2), np.zeros(3)), expected, 1e-7, 0)

@@ -149,6 +149,12 @@ def _show(x: np.ndarray, like: object = None) -> str:
     return np.array2string(x, precision=4, suppress_small=True, separator=", ")
 
 
+def _a_type(value: object) -> str:
+    """``value``'s type with its article: "a list", "an int", "an ndarray"."""
+    name = type(value).__name__
+    return f"{'an' if name[0].lower() in 'aeiou' or name == 'ndarray' else 'a'} {name}"
+
+
 def _fmt_shape(shape: Sequence[int]) -> str:
     return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
 
@@ -271,7 +277,7 @@ def compare_outputs(got: object, expected: object, rtol: float, atol: float) -> 
         # the model (a .transpose, a matrix product) needs one tensor. (A list of numbers is
         # read as an array, as a NumPy answer is.)
         return (
-            f"returned a {type(got).__name__} of {len(got)} "
+            f"returned {_a_type(got)} of {len(got)} "
             f"{'tensor' if len(got) == 1 else 'tensors'}, expected one tensor of shape "
             f"{_fmt_shape(expected.shape)}: build it with tensor operations (reshape, "
             "transpose), or join the pieces with torch.stack or torch.cat"
@@ -281,13 +287,16 @@ def compare_outputs(got: object, expected: object, rtol: float, atol: float) -> 
         return problem
     if _is_bool(expected):
         return _compare_bool(got, expected)
+    if _kind(got) == "c":  # reading them as floats would drop the imaginary parts, with a warning
+        dtype = got.dtype if isinstance(got, torch.Tensor) else np.asarray(got).dtype
+        return f"returned complex numbers ({dtype}), expected real numbers"
     if _is_text(got):  # np.asarray(["0.5"], dtype=float) would read the text as the number
         return f"returned text ({_show(np.asarray(got))}), expected an array of numbers"
     try:
         g = _to_numpy(got)
     # a ragged list, an object that is no array, a meta or nested tensor, an int past float64
     except (TypeError, ValueError, RuntimeError, OverflowError, NotImplementedError):
-        return f"returned a {type(got).__name__}, expected an array of numbers"
+        return f"returned {_a_type(got)}, expected an array of numbers"
     e = _to_numpy(expected)
     if g.shape != e.shape:
         return f"returned shape {_fmt_shape(g.shape)}, expected shape {_fmt_shape(e.shape)}"
@@ -313,7 +322,7 @@ def compare_outputs(got: object, expected: object, rtol: float, atol: float) -> 
 def _compare_parts(got: object, expected: tuple, rtol: float, atol: float) -> str | None:
     n = len(expected)
     if not isinstance(got, tuple | list):
-        return f"returned a {type(got).__name__}, expected a tuple of {n} values"
+        return f"returned {_a_type(got)}, expected a tuple of {n} values"
     if len(got) != n:
         return f"returned {len(got)} value{'' if len(got) == 1 else 's'}, expected {n}"
     fields = getattr(expected, "_fields", None)  # a named tuple's
