@@ -39,7 +39,9 @@ The guide `instructors.md` has three generated parts, each between two markers:
 Run times are measured by `--measure` (`--repeat N`: the best of N runs): each chapter runs
 top to bottom in a fresh kernel, nothing is written back to the notebook, and the CPU time of
 its kernel and the wall-clock time are kept in a comment of the generated part, so that
-`--write` and `--check` reuse them without running anything. `--chapters DIR` reads the
+`--write` and `--check` reuse them without running anything. A notebook that does not run to
+its end is not measured; when none is, the guide is left as it was (with the date of its
+figures) and the exit status is 1. `--chapters DIR` reads the
 chapters from another folder. `tests/book/test_instructor_guide.py` calls `find_out_of_sync()`.
 """
 
@@ -627,6 +629,17 @@ def _machine() -> str:
     return f"{cores} CPU cores, {platform.machine()}, {day}"
 
 
+def _at_least_one(text: str) -> int:
+    """An argparse ``type=``: a whole number >= 1, else argparse's usage error."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     group = parser.add_mutually_exclusive_group()
@@ -634,7 +647,9 @@ def main(argv: list[str] | None = None) -> int:
     group.add_argument("--write", action="store_true", help="rewrite the guide's generated part")
     group.add_argument("--check", action="store_true", help="exit 1 if the guide is out of date")
     group.add_argument("--measure", nargs="*", metavar="NOTEBOOK", help="time chapters, then write")
-    parser.add_argument("--repeat", type=int, default=1, help="with --measure: best of N runs")
+    parser.add_argument(
+        "--repeat", type=_at_least_one, default=1, help="with --measure: best of N runs (default 1)"
+    )
     parser.add_argument(
         "--chapters",
         type=Path,
@@ -642,8 +657,15 @@ def main(argv: list[str] | None = None) -> int:
         help="read the chapters from this folder instead of chapters/",
     )
     args = parser.parse_args(argv)
+    if not args.chapters.is_dir():
+        parser.error(f"--chapters: no folder {str(args.chapters)!r}")
+    for name in args.measure or []:  # before any kernel starts, and before the guide is touched
+        if not Path(name).is_file():
+            parser.error(f"--measure: no notebook {name!r}")
 
     chapters = read_chapters(args.chapters)
+    if not chapters:
+        parser.error(f"--chapters: no chapter notebook (NN_*.ipynb) in {str(args.chapters)!r}")
     if args.check:
         found = find_out_of_sync(GUIDE, args.chapters)
         for line in found:
@@ -660,6 +682,9 @@ def main(argv: list[str] | None = None) -> int:
                 args.chapters / f"{c.stem}.ipynb" for c in chapters
             ]
             timings = measure(paths, repeat=args.repeat)  # minutes: read the guide afterwards
+            if not timings:  # keep the guide's figures, and the date they were taken
+                print(f"nothing was measured: {GUIDE.name} is unchanged", file=sys.stderr)
+                return 1
             old = read_measured(GUIDE.read_text(encoding="utf-8")).get("chapters", {})
             measured = {"machine": _machine(), "chapters": {**old, **timings}}
         text = GUIDE.read_text(encoding="utf-8")

@@ -254,3 +254,34 @@ def test_assignment_sets_name_real_exercises() -> None:
     assert "### ok" in text
     assert "{ref}`Cosine similarity <ex-ch01-cosine>`" in text
     assert "not written yet" not in text  # its chapter is not there: left out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--measure", "no-such-chapter.ipynb"], "--measure: no notebook 'no-such-chapter.ipynb'"),
+        (["--measure", "--repeat", "0"], "--repeat: must be a whole number >= 1, got '0'"),
+        (["--chapters", "no-such-folder"], "--chapters: no folder 'no-such-folder'"),
+    ],
+)
+def test_bad_arguments_are_usage_errors_that_leave_the_guide_alone(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A missing notebook was 'not measured', then the guide's old figures got today's date."""
+    before = GUIDE.read_text(encoding="utf-8")
+    with pytest.raises(SystemExit) as exit_:
+        inventory.main(argv)
+    assert exit_.value.code == 2
+    assert message in capsys.readouterr().err
+    assert GUIDE.read_text(encoding="utf-8") == before
+
+
+def test_a_measure_that_measured_nothing_keeps_the_guide_and_its_date(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    guide = tmp_path / "instructors.md"
+    guide.write_text(GUIDE.read_text(encoding="utf-8"), encoding="utf-8")
+    monkeypatch.setattr(inventory, "GUIDE", guide)
+    monkeypatch.setattr(inventory, "measure", lambda paths, repeat: {})  # every run failed
+    assert inventory.main(["--measure", str(CHAPTERS / "01_scores.ipynb")]) == 1
+    assert guide.read_text(encoding="utf-8") == GUIDE.read_text(encoding="utf-8")
