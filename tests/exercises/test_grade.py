@@ -1128,6 +1128,24 @@ def test_usage_errors_exit_with_status_2(tmp_path: Path) -> None:
         assert exit_info.value.code == 2, argv
 
 
+def test_output_paths_that_cannot_work_are_usage_errors(tmp_path: Path) -> None:
+    """An output naming a folder was a traceback, after the bubblewrap check; a file where an
+    output's folder should be was one too."""
+    notebook = _mini(tmp_path / "a.ipynb", "1")
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    for extra, says in (
+        (["--state", str(tmp_path)], "--state must name a file, got the folder"),
+        (["--json", str(tmp_path)], "--json must name a file, got the folder"),
+        (["--csv", str(blocker / "g.csv")], "--csv: cannot make the folder of"),
+    ):
+        err = io.StringIO()
+        with redirect_stderr(err), pytest.raises(SystemExit) as exit_info:
+            grade.main([str(notebook), "--unsafe-no-sandbox", "--skip-run", *extra])
+        assert exit_info.value.code == 2, extra
+        assert says in err.getvalue(), err.getvalue()
+
+
 def test_an_unreadable_file_is_one_error_record(tmp_path: Path) -> None:
     broken = tmp_path / "broken.ipynb"
     broken.write_text("{this is not a notebook", encoding="utf-8")

@@ -1115,9 +1115,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     outputs = {"--json": args.json, "--csv": args.csv, "--gradebook": args.gradebook}
     if problem := _clashing_outputs({**outputs, "--state": state}, [p for p, _ in found]):
         parser.error(problem)
-    for path in (args.json, args.csv, args.gradebook, state):
-        if path:  # out/grades.json with no out/ yet: made now, not a crash after the grading
+    for option, path in (outputs | {"--state": state}).items():
+        if not path:
+            continue
+        if Path(path).is_dir():
+            parser.error(f"{option} must name a file, got the folder {str(path)!r}")
+        try:  # out/grades.json with no out/ yet: made now, not a crash after the grading
             Path(path).parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # a file where the folder should be, no permission
+            blocked = isinstance(exc, (FileExistsError, NotADirectoryError))
+            why = "a file stands in its path" if blocked else exc.strerror
+            parser.error(f"{option}: cannot make the folder of {str(path)!r}: {why}")
     if args.seed is not None and state is not None:
         kept, _ = _read_state(Path(state))
         if kept is not None and kept != args.seed:
