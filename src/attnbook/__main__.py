@@ -64,23 +64,61 @@ def _parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
 
 
 def _train_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    p.add_argument("--task", choices=TASKS, default="reverse")
-    p.add_argument("--length", type=int, default=16, help="reverse/sort: symbols per prompt")
-    p.add_argument("--n-train", type=int, default=20000, help="reverse/sort/recall: examples")
-    p.add_argument("--n-test", type=int, default=1000, help="reverse/sort/recall: held out")
-    p.add_argument("--text", type=Path, help="text: a UTF-8 file (default: the grammar corpus)")
-    p.add_argument("--seq-len", type=int, default=64, help="text: characters per window")
-    p.add_argument("--d-model", type=int, default=64)
-    p.add_argument("--n-heads", type=int, default=4)
-    p.add_argument("--n-layers", type=int, default=2)
-    p.add_argument("--steps", type=int, default=300)
-    p.add_argument("--batch-size", type=int, default=64, help="the global batch")
-    p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument(
-        "--warmup-steps", type=int, default=30, help="linear warmup (cut to --steps if longer)"
+        "--task", choices=TASKS, default="reverse", help="what to learn (default: %(default)s)"
     )
-    p.add_argument("--eval-every", type=int, default=25)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--length",
+        type=int,
+        default=16,
+        help="reverse/sort: symbols per prompt (default: %(default)s)",
+    )
+    p.add_argument(
+        "--n-train",
+        type=int,
+        default=20000,
+        help="reverse/sort/recall: examples (default: %(default)s)",
+    )
+    p.add_argument(
+        "--n-test",
+        type=int,
+        default=1000,
+        help="reverse/sort/recall: held out (default: %(default)s)",
+    )
+    p.add_argument("--text", type=Path, help="text: a UTF-8 file (default: the grammar corpus)")
+    p.add_argument(
+        "--seq-len", type=int, default=64, help="text: characters per window (default: %(default)s)"
+    )
+    p.add_argument("--d-model", type=int, default=64, help="model width (default: %(default)s)")
+    p.add_argument("--n-heads", type=int, default=4, help="attention heads (default: %(default)s)")
+    p.add_argument(
+        "--n-layers", type=int, default=2, help="transformer blocks (default: %(default)s)"
+    )
+    p.add_argument("--steps", type=int, default=300, help="optimiser steps (default: %(default)s)")
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=64,
+        help="the global batch, in examples (default: %(default)s)",
+    )
+    p.add_argument(
+        "--lr", type=float, default=3e-3, help="AdamW's peak learning rate (default: %(default)s)"
+    )
+    p.add_argument(
+        "--warmup-steps",
+        type=int,
+        default=30,
+        help="linear warmup, in steps (cut to --steps if longer; default: %(default)s)",
+    )
+    p.add_argument(
+        "--eval-every",
+        type=int,
+        default=25,
+        help="steps between held-out evaluations (default: %(default)s)",
+    )
+    p.add_argument(
+        "--seed", type=int, default=0, help="data, weights and batches (default: %(default)s)"
+    )
     p.add_argument("--device", default=None, help="cpu, cuda, mps (default: the fastest)")
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")

@@ -14,6 +14,7 @@ all-reduce or gradients summed instead of averaged.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -178,6 +179,18 @@ def test_the_command_line_and_its_alias_take_the_same_arguments(
     assert done.returncode == 0, done.stderr[-2000:]
     assert "--task" in done.stdout
     assert "--history-json" in done.stdout
+
+
+def test_the_help_names_every_options_default() -> None:
+    """--steps, --lr, --batch-size and the others had no help, so --help hid their defaults."""
+    from attnbook.__main__ import _parsers
+
+    _, train_parser = _parsers()
+    text = " ".join(train_parser.format_help().split())  # argparse wraps the lines
+    for action in train_parser._actions:
+        if action.default not in (None, False, argparse.SUPPRESS):
+            assert f"default: {action.default}" in text, action.option_strings
+    assert "--lr LR AdamW's peak learning rate (default: 0.003)" in text
 
 
 def test_the_command_line_needs_a_command() -> None:
