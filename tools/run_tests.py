@@ -1,6 +1,6 @@
 """Run every check of the book, in order, and print one summary: what `make test` runs.
 
-Usage: python -m tools.run_tests [STEP ...]
+Usage: python -m tools.run_tests [STEP ...]    (--help: this text)
        (default: every step but nbval; e.g. `python -m tools.run_tests unit book`)
 
 Steps, each timed; a failing step does not stop the ones after it. Two pairs run side by
@@ -345,10 +345,18 @@ def page_weight_line() -> str | None:
 
 
 def main(selected: list[str]) -> int:
+    if {"-h", "--help"} & set(selected):
+        print(__doc__)
+        return 0
     all_steps = steps()
     unknown = set(selected) - {step.key for step in all_steps}
     if unknown:
-        print(f"unknown step(s): {', '.join(sorted(unknown))}\n\n{__doc__}")
+        keys = " ".join(step.key for step in all_steps)
+        print(
+            f"python -m tools.run_tests: unknown step(s): {', '.join(sorted(unknown))} "
+            f"(the steps: {keys}; --help says what each runs)",
+            file=sys.stderr,
+        )
         return 2
     chosen = [step for step in all_steps if step.key in selected or (not selected and step.default)]
 

@@ -556,6 +556,18 @@ def test_the_assert_count_sees_asserts() -> None:
     assert visible_assert_lines(nb) == (4, 5)
 
 
+def test_run_tests_help_exits_0_and_an_unknown_step_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """--help was 'unknown step(s): --help', exit 2; nothing runs for either."""
+    assert run_tests.main(["--help"]) == 0
+    assert "Usage: python -m tools.run_tests [STEP ...]" in capsys.readouterr().out
+    assert run_tests.main(["unit", "bogus"]) == 2
+    out, err = capsys.readouterr()
+    assert "unknown step(s): bogus (the steps: lint format unit" in err
+    assert out == ""
+
+
 def test_make_test_compares_every_stored_output_once() -> None:
     """`make test` runs every chapter once under nbval: in the learner's step, not twice."""
     default = [step.key for step in run_tests.steps() if step.default]
