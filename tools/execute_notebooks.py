@@ -98,15 +98,31 @@ def execute(path: Path) -> None:
     nbformat.write(nb, path)
 
 
+def _usage_error(paths: list[str]) -> str | None:
+    """What is wrong with the arguments before anything runs or is written, or None."""
+    names = paths[1:] if paths[:1] == ["--kernelspec-only"] else paths
+    if not names:
+        return "no notebook given"
+    for name in names:
+        if name.startswith("-"):
+            return f"unknown option {name!r} (--kernelspec-only must come first)"
+        if not Path(name).is_file():
+            return f"no notebook {name!r}"
+    return None
+
+
 def main(paths: list[str]) -> int:
+    if {"-h", "--help"} & set(paths):
+        print(__doc__)
+        return 0
+    if (error := _usage_error(paths)) is not None:
+        print(f"python -m tools.execute_notebooks: {error}\n\n{__doc__}", file=sys.stderr)
+        return 2
     if paths[:1] == ["--kernelspec-only"]:
         for name in paths[1:]:
             changed = set_kernelspec(Path(name))
             print(f"{'set' if changed else 'unchanged'}: kernelspec of {name}")
-        return 0 if paths[1:] else 2
-    if not paths:
-        print(__doc__)
-        return 2
+        return 0
     _check_kernel()
     for name in paths:
         path = Path(name)

@@ -95,3 +95,20 @@ def test_kernelspec_only_is_idempotent_and_keeps_colabs_name(tmp_path: Path) -> 
     assert json.loads(first)["metadata"]["kernelspec"]["name"] == "python3"
     assert execute_notebooks.set_kernelspec(path) is False
     assert path.read_text(encoding="utf-8") == first
+
+
+def test_help_and_bad_arguments_run_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--help and a missing notebook were tracebacks (FileNotFoundError: '--help'), the
+    latter after the notebooks before it had run."""
+    assert execute_notebooks.main(["--help"]) == 0
+    assert "Usage: python -m tools.execute_notebooks" in capsys.readouterr().out
+    missing = str(tmp_path / "missing.ipynb")
+    for argv, says in (
+        ([str(CHAPTER), missing], f"no notebook {missing!r}"),
+        ([str(CHAPTER), "--all"], "unknown option '--all'"),
+        (["--kernelspec-only"], "no notebook given"),
+    ):
+        assert execute_notebooks.main(argv) == 2, argv
+        assert f"python -m tools.execute_notebooks: {says}" in capsys.readouterr().err
