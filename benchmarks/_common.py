@@ -9,8 +9,8 @@ where a table compares several functions with each other, `interleaved_rounds`
 times them in rounds, one call of each per round, and keeps every figure;
 `rotated_builds` does so for models, built in a balanced order; `quartiles` and
 `ratio_summary` sum the figures up. The command-line options are checked by
-the argparse types `positive_int`, `int_at_least`, `positive_float` and
-`device_option`: a bad value gets argparse's usage error, not a traceback.
+the argparse types `positive_int`, `int_at_least`, `positive_float`,
+`folder_option` and `device_option`: a bad value gets argparse's usage error, not a traceback.
 `NanoGPT` is the minimal GPT that `train_throughput.py` and `shakespeare.py`
 compare `attnbook.GPT` with, written once here. The scripts import this file
 as `_common` (the folder of a script run as `python benchmarks/x.py` is on
@@ -27,6 +27,7 @@ import random
 import statistics
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 import torch
@@ -114,6 +115,19 @@ def positive_float(text: str) -> float:
     if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
     return value
+
+
+def folder_option(text: str) -> Path:
+    """An argparse ``type=`` for a folder to write into (``--out DIR``), made if missing.
+
+    A path where a file stands (itself or a parent) gets argparse's usage error before the
+    benchmark runs, not a ``FileExistsError`` once its figures are computed.
+    """
+    path = Path(text)
+    for part in (path, *path.parents):
+        if part.exists() and not part.is_dir():
+            raise argparse.ArgumentTypeError(f"{str(part)!r} is a file, not a folder")
+    return path
 
 
 DEVICE_TYPES = ("cpu", "cuda", "mps")

@@ -28,11 +28,10 @@ test; it asserts nothing about speed and exits 0.
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 import numpy as np
 import torch
-from _common import add_device_option, describe, positive_int
+from _common import add_device_option, describe, folder_option, positive_int
 
 import attnbook
 from attnbook.runtime import largest_allocation, seconds_per_call
@@ -50,7 +49,9 @@ def main() -> None:
     parser.add_argument(
         "--lengths", type=positive_int, nargs="+", default=[128, 256, 512, 1024], help="T = S"
     )
-    parser.add_argument("--out", type=Path, help="write the figures as PNG files into this folder")
+    parser.add_argument(
+        "--out", type=folder_option, help="write the figures as PNG files into this folder"
+    )
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)

@@ -27,13 +27,13 @@ from __future__ import annotations
 
 import argparse
 import statistics
-from pathlib import Path
 
 import numpy as np
 import torch
 from _common import (
     add_device_option,
     describe,
+    folder_option,
     interleaved_rounds,
     keeping,
     load_average,
@@ -63,7 +63,9 @@ def main() -> None:
         default=[16, 32, 64, 128, 256],
         help=f"tokens to generate; prompt ({P}) + N must fit the context {CONTEXT}",
     )
-    parser.add_argument("--out", type=Path, help="write the figure as a PNG file into this folder")
+    parser.add_argument(
+        "--out", type=folder_option, help="write the figure as a PNG file into this folder"
+    )
     args = parser.parse_args()
     too_long = [N for N in args.new_tokens if P + N > CONTEXT]
     if too_long:

@@ -62,7 +62,15 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from _common import NanoGPT, add_device_option, describe, load_average, positive_float, positive_int
+from _common import (
+    NanoGPT,
+    add_device_option,
+    describe,
+    folder_option,
+    load_average,
+    positive_float,
+    positive_int,
+)
 from torch import nn
 
 import attnbook
@@ -293,10 +301,32 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     add_device_option(parser, default="auto")
     parser.add_argument("--tokenizer", choices=("bpe", "char"), default="bpe")
-    parser.add_argument("--corpus", default=None, help="a folder written by --write-corpus")
-    parser.add_argument("--write-corpus", default=None, metavar="DIR")
+    parser.add_argument(
+        "--corpus", default=None, metavar="DIR", help="a folder written by --write-corpus"
+    )
+    parser.add_argument(
+        "--write-corpus",
+        type=folder_option,
+        default=None,
+        metavar="DIR",
+        help="write the text, BPE ids and tokenizer here for --corpus, then exit",
+    )
     parser.add_argument("--threads", type=positive_int, default=None, help="torch threads (CPU)")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.corpus is not None:
+        missing = [
+            name
+            for name in ("train.txt", "heldout.txt")
+            if not (Path(args.corpus) / name).is_file()
+        ]
+        if not Path(args.corpus).is_dir():
+            parser.error(f"--corpus: no folder {args.corpus!r}")
+        if missing:  # a FileNotFoundError after the machine was described, before
+            parser.error(
+                f"--corpus: {args.corpus!r} holds no {' or '.join(missing)}: "
+                "give a folder written by --write-corpus"
+            )
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -28,10 +28,9 @@ import argparse
 import math
 import time
 from dataclasses import replace
-from pathlib import Path
 
 import torch
-from _common import add_device_option, describe, positive_int
+from _common import add_device_option, describe, folder_option, positive_int
 
 import attnbook
 from attnbook import (
@@ -81,7 +80,9 @@ def main() -> None:
         "--threads", type=positive_int, default=1, help="torch CPU threads (default 1)"
     )
     add_device_option(parser, default="auto")
-    parser.add_argument("--out", type=Path, help="write the figures as PNG files into this folder")
+    parser.add_argument(
+        "--out", type=folder_option, help="write the figures as PNG files into this folder"
+    )
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
