@@ -10,7 +10,8 @@ times them in rounds, one call of each per round, and keeps every figure;
 `rotated_builds` does so for models, built in a balanced order; `quartiles` and
 `ratio_summary` sum the figures up. The command-line options are checked by
 the argparse types `positive_int`, `int_at_least`, `positive_float`,
-`folder_option` and `device_option`: a bad value gets argparse's usage error, not a traceback.
+`folder_option` and `device_option`: a bad value gets argparse's usage error, not a traceback;
+`DefaultsHelp`, their `formatter_class`, shows each option's default in `--help`.
 `NanoGPT` is the minimal GPT that `train_throughput.py` and `shakespeare.py`
 compare `attnbook.GPT` with, written once here. The scripts import this file
 as `_common` (the folder of a script run as `python benchmarks/x.py` is on
@@ -115,6 +116,21 @@ def positive_float(text: str) -> float:
     if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
     return value
+
+
+class DefaultsHelp(argparse.HelpFormatter):
+    """The scripts' ``formatter_class``: each option's help ends with its default, unless the
+    help says it already or there is none to say (``None``, a flag)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "(default" in text or any(action.default is x for x in (None, False, argparse.SUPPRESS)):
+            return text
+        if not action.option_strings:
+            return text
+        default = action.default
+        shown = " ".join(map(str, default)) if isinstance(default, list) else "%(default)s"
+        return f"{text} (default: {shown})".lstrip()
 
 
 def folder_option(text: str) -> Path:

@@ -45,6 +45,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 from _common import (
+    DefaultsHelp,
     add_device_option,
     describe,
     int_at_least,
@@ -127,7 +128,9 @@ def make_rows(
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=DefaultsHelp
+    )
     parser.add_argument(
         "--repeats",
         type=int_at_least(4),  # quartiles need a few rounds

@@ -31,7 +31,7 @@ import argparse
 
 import numpy as np
 import torch
-from _common import add_device_option, describe, folder_option, positive_int
+from _common import DefaultsHelp, add_device_option, describe, folder_option, positive_int
 
 import attnbook
 from attnbook.runtime import largest_allocation, seconds_per_call
@@ -40,7 +40,9 @@ MiB = 2**20
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n")[0], formatter_class=DefaultsHelp
+    )
     parser.add_argument(
         "--threads", type=positive_int, default=1, help="torch CPU threads (default 1)"
     )

@@ -31,6 +31,7 @@ import statistics
 import numpy as np
 import torch
 from _common import (
+    DefaultsHelp,
     add_device_option,
     describe,
     folder_option,
@@ -48,7 +49,9 @@ CONTEXT = 512
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n")[0], formatter_class=DefaultsHelp
+    )
     parser.add_argument(
         "--threads", type=positive_int, default=1, help="torch CPU threads (default 1)"
     )

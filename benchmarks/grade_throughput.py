@@ -73,7 +73,9 @@ def chapter(text: str) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=_common.DefaultsHelp
+    )
     parser.add_argument(
         "--chapters",
         type=chapter,
@@ -82,7 +84,9 @@ def main() -> int:
         help="chapter numbers, e.g. 2 or 02",
     )
     parser.add_argument("--skip-run", action="store_true", help="time the evaluation only")
-    parser.add_argument("--unsafe-no-sandbox", action="store_true")
+    parser.add_argument(
+        "--unsafe-no-sandbox", action="store_true", help="grade without bubblewrap (as the grader)"
+    )
     args = parser.parse_args()
     if not args.unsafe_no_sandbox and not sandbox.bwrap_available():
         print("bubblewrap is missing: install it, or pass --unsafe-no-sandbox", file=sys.stderr)

@@ -39,6 +39,7 @@ from collections.abc import Callable
 
 import torch
 from _common import (
+    DefaultsHelp,
     add_device_option,
     describe,
     int_at_least,
@@ -134,7 +135,9 @@ def memory_rows(context_length: int, rounds: int, device: torch.device) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=DefaultsHelp
+    )
     parser.add_argument(
         "--new-tokens",
         type=positive_int,
@@ -142,9 +145,14 @@ def main(argv: list[str] | None = None) -> int:
         default=[32, 128, 256, 480],
         help=f"tokens to generate; prompt ({PROMPT_LEN}) + N must fit the context {CONTEXT}",
     )
-    parser.add_argument("--rounds", type=positive_int, default=3)
     parser.add_argument(
-        "--threads", type=int_at_least(0), default=1, help="torch threads (CPU); 0 = default"
+        "--rounds", type=positive_int, default=3, help="interleaved timed rounds per row"
+    )
+    parser.add_argument(
+        "--threads",
+        type=int_at_least(0),
+        default=1,
+        help="torch threads (CPU); 0: torch's own number",
     )
     add_device_option(parser, default="auto")
     args = parser.parse_args(argv)

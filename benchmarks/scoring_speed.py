@@ -35,6 +35,7 @@ import sys
 
 import torch
 from _common import (
+    DefaultsHelp,
     add_device_option,
     describe,
     int_at_least,
@@ -49,7 +50,9 @@ WARMUP = 3  # untimed calls before timing: first-call allocations, lazy initiali
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=DefaultsHelp
+    )
     parser.add_argument("--seq-len", type=positive_int, default=512, help="T = S, queries and keys")
     parser.add_argument("--dim", type=positive_int, default=64, help="input width d and d_a")
     parser.add_argument("--repeats", type=positive_int, default=20, help="timed calls per row")

@@ -40,6 +40,7 @@ import statistics
 import torch
 import torch.nn.functional as F
 from _common import (
+    DefaultsHelp,
     add_device_option,
     describe,
     int_at_least,
@@ -94,7 +95,9 @@ def ratio_text(ratios: list[float]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=DefaultsHelp
+    )
     parser.add_argument("--threads", type=positive_int, default=1, help="torch threads (CPU)")
     parser.add_argument(
         "--rounds", type=int_at_least(4), default=15, help="timed rounds, at least 4"

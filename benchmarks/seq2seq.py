@@ -45,6 +45,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 from _common import (
+    DefaultsHelp,
     add_device_option,
     describe,
     interleaved_rounds,
@@ -226,7 +227,9 @@ def training(device: torch.device, rounds: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=DefaultsHelp
+    )
     parser.add_argument(
         "--rounds",
         type=positive_int,

@@ -63,6 +63,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from _common import (
+    DefaultsHelp,
     NanoGPT,
     add_device_option,
     describe,
@@ -291,8 +292,12 @@ class Run:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--scale", choices=sorted(SCALES), default="cpu")
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=DefaultsHelp
+    )
+    parser.add_argument(
+        "--scale", choices=sorted(SCALES), default="cpu", help="the models' size and batch"
+    )
     parser.add_argument(
         "--seconds",
         type=positive_float,
@@ -300,7 +305,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="training seconds per model (default: the scale's, 20 on cpu, 60 on gpu)",
     )
     add_device_option(parser, default="auto")
-    parser.add_argument("--tokenizer", choices=("bpe", "char"), default="bpe")
+    parser.add_argument(
+        "--tokenizer", choices=("bpe", "char"), default="bpe", help="BPE (1024) or characters"
+    )
     parser.add_argument(
         "--corpus", default=None, metavar="DIR", help="a folder written by --write-corpus"
     )
@@ -311,7 +318,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="DIR",
         help="write the text, BPE ids and tokenizer here for --corpus, then exit",
     )
-    parser.add_argument("--threads", type=positive_int, default=None, help="torch threads (CPU)")
+    parser.add_argument(
+        "--threads", type=positive_int, default=None, help="torch threads (CPU; default: torch's)"
+    )
     args = parser.parse_args(argv)
     if args.corpus is not None:
         missing = [

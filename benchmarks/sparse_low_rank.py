@@ -30,7 +30,7 @@ import time
 from dataclasses import replace
 
 import torch
-from _common import add_device_option, describe, folder_option, positive_int
+from _common import DefaultsHelp, add_device_option, describe, folder_option, positive_int
 
 import attnbook
 from attnbook import (
@@ -75,7 +75,9 @@ def smooth(*shape: int) -> torch.Tensor:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n")[0], formatter_class=DefaultsHelp
+    )
     parser.add_argument(
         "--threads", type=positive_int, default=1, help="torch CPU threads (default 1)"
     )

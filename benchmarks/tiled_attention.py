@@ -45,7 +45,14 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from _common import add_device_option, describe, int_at_least, load_average, positive_int
+from _common import (
+    DefaultsHelp,
+    add_device_option,
+    describe,
+    int_at_least,
+    load_average,
+    positive_int,
+)
 
 import attnbook
 from attnbook.runtime import largest_allocation, synchronize
@@ -142,13 +149,20 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "--child":
         child_peak(argv[1], int(argv[2]), int(argv[3]))
         return 0
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=DefaultsHelp
+    )
     parser.add_argument(
         "--lengths", type=positive_int, nargs="+", default=[256, 512, 1024, 2048], help="T = S"
     )
-    parser.add_argument("--rounds", type=positive_int, default=5)
     parser.add_argument(
-        "--threads", type=int_at_least(0), default=1, help="torch threads (CPU); 0 = default"
+        "--rounds", type=positive_int, default=5, help="interleaved timed rounds per length"
+    )
+    parser.add_argument(
+        "--threads",
+        type=int_at_least(0),
+        default=1,
+        help="torch threads (CPU); 0: torch's own number",
     )
     add_device_option(parser, default="auto")
     parser.add_argument("--block-size", type=positive_int, default=64, help="keys per tile")

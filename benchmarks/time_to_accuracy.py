@@ -22,7 +22,7 @@ import dataclasses
 import statistics
 
 import torch
-from _common import add_device_option, describe, load_average, positive_int
+from _common import DefaultsHelp, add_device_option, describe, load_average, positive_int
 
 import attnbook
 from attnbook import GPT
@@ -30,9 +30,13 @@ from attnbook.training import reverse_recipe, train
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--scale", choices=("cpu", "gpu"), default="cpu")
-    parser.add_argument("--repeats", type=positive_int, default=3)
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=DefaultsHelp
+    )
+    parser.add_argument(
+        "--scale", choices=("cpu", "gpu"), default="cpu", help="reverse_recipe's setting"
+    )
+    parser.add_argument("--repeats", type=positive_int, default=3, help="training runs")
     parser.add_argument(
         "--threads", type=positive_int, default=None, help="torch CPU threads (default: torch's)"
     )

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from _common import describe, int_at_least, load_average, positive_int
+from _common import DefaultsHelp, describe, int_at_least, load_average, positive_int
 
 from attnbook import BPETokenizer
 from attnbook.data import shakespeare
@@ -52,7 +52,9 @@ def median_seconds(fn: Callable[[], object], repeats: int) -> tuple[float, objec
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=DefaultsHelp
+    )
     parser.add_argument(
         "--vocab-sizes",
         type=int_at_least(256),
@@ -60,7 +62,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=[1024, 4096],
         help="vocabulary sizes to train, at least 256 (the bytes)",
     )
-    parser.add_argument("--repeats", type=positive_int, default=3)
+    parser.add_argument(
+        "--repeats", type=positive_int, default=3, help="runs of each timing (the median)"
+    )
     return parser.parse_args(argv)
 
 

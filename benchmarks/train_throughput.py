@@ -73,6 +73,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 from _common import (
+    DefaultsHelp,
     NanoGPT,
     add_device_option,
     describe,
@@ -197,7 +198,9 @@ def compare_ops(builders: dict[str, Callable[[], Callable[[], None]]], ours: str
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=DefaultsHelp
+    )
     parser.add_argument(
         "--rounds",
         type=positive_int,
