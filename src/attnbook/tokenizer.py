@@ -515,7 +515,7 @@ class BPETokenizer:
             specials = {str(t): int(i) for t, i in data["special_tokens"].items()}
         except (ValueError, KeyError, TypeError, AttributeError) as error:
             raise ValueError(
-                f"path {str(path)!r} is not a {FORMAT} file of version {FORMAT_VERSION}: {error}"
+                f"path {str(path)!r} is not an {FORMAT} file of version {FORMAT_VERSION}: {error}"
             ) from error
         try:
             return cls(vocab, merges, specials)
