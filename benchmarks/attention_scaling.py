@@ -31,7 +31,14 @@ import argparse
 
 import numpy as np
 import torch
-from _common import DefaultsHelp, add_device_option, describe, folder_option, positive_int
+from _common import (
+    DefaultsHelp,
+    add_device_option,
+    describe,
+    folder_option,
+    load_average,
+    positive_int,
+)
 
 import attnbook
 from attnbook.runtime import largest_allocation, seconds_per_call
@@ -119,6 +126,7 @@ def main() -> None:
     for name, sizes in largest.items():
         print(f"{name:27s}", "  ".join(f"{b / MiB:6.2f}" for b in sizes))
 
+    print(f"\nload average (1, 5, 15 min) after: {load_average()}")
     if args.out is not None:
         _plot(args.out, lengths, weights_bytes, output_bytes, timings, key_lengths, largest)
 

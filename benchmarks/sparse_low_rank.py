@@ -30,7 +30,14 @@ import time
 from dataclasses import replace
 
 import torch
-from _common import DefaultsHelp, add_device_option, describe, folder_option, positive_int
+from _common import (
+    DefaultsHelp,
+    add_device_option,
+    describe,
+    folder_option,
+    load_average,
+    positive_int,
+)
 
 import attnbook
 from attnbook import (
@@ -167,6 +174,7 @@ def main() -> None:
                 spectra[f"layer {layer}, {label}"] = (sigma / sigma[..., :1]).mean(dim=(0, 1))
                 print(f"   layer {layer} {label:9s}: 90% energy in {rank90.numpy().round(1)} of 32")
 
+    print(f"\nload average (1, 5, 15 min) after: {load_average()}")
     if args.out is not None:
         _plot(args.out, masks, layers, reachable, ranks, errors, spectra)
 
