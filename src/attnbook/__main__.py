@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 from pathlib import Path
 
 import torch
@@ -165,6 +166,28 @@ def train_command(argv: list[str] | None = None) -> int:
     return _train(_train_arguments(parser).parse_args(argv), parser)
 
 
+# The arguments of the functions `train` calls, by the option that sets each: their errors
+# name the argument ("n_test must be an int >= 1"), which a user of the command knows by its
+# option. Words that are also plain English (steps, length, seed, path) are renamed only at
+# the start of a message, where they name the argument.
+_OPTIONS = {
+    name: "--" + name.replace("_", "-")
+    for name in (
+        *("n_train", "n_test", "seq_len", "d_model", "n_heads", "n_layers"),
+        *("batch_size", "warmup_steps", "eval_every"),
+    )
+}
+_LEADING = {"length": "--length", "steps": "--steps", "lr": "--lr", "seed": "--seed"}
+
+
+def _as_options(message: str, args: argparse.Namespace) -> str:
+    """``message`` with the arguments it names written as the options that set them."""
+    leading = _LEADING | ({"path": "--text"} if args.text is not None else {})
+    first, _, rest = message.partition(" ")
+    message = f"{leading.get(first, first)} {rest}" if rest else message
+    return re.sub(r"\b[a-z]+(?:_[a-z]+)+\b", lambda m: _OPTIONS.get(m[0], m[0]), message)
+
+
 def _check_outputs(args: argparse.Namespace) -> None:
     """Refuse ``--save`` and ``--history-json`` paths that could not be written after training."""
     if args.save is not None and args.save.exists() and not args.save.is_dir():
@@ -225,7 +248,7 @@ def _train(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                 progress=not args.no_progress,
             )
         except ValueError as error:  # e.g. --d-model 30 --n-heads 4
-            parser.error(str(error))
+            parser.error(_as_options(str(error), args))
         set_seed(args.seed)  # the same initial weights on every process
         model = GPT(config)
         try:

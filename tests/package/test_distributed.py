@@ -216,11 +216,14 @@ def test_fewer_steps_than_the_default_warmup_run(tmp_path: object) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--d-model", "30", "--n-heads", "4"], "d_model must be a multiple of n_heads"),
-        (["--steps", "0"], "steps must be an int >= 1, got 0"),
+        (["--d-model", "30", "--n-heads", "4"], "--d-model must be a multiple of --n-heads"),
+        (["--steps", "0"], "--steps must be an int >= 1, got 0"),
         (["--device", "gpu"], "device must be a device such as 'cpu'"),
-        (["--length", "3"], r"n_train \+ n_test = 21000 distinct examples are asked for"),
-        (["--n-test", "0"], "n_test must be an int >= 1, got 0"),
+        (["--length", "3"], r"--n-train \+ --n-test = 21000 distinct examples are asked for"),
+        (["--n-test", "0"], "--n-test must be an int >= 1, got 0"),
+        (["--task", "text", "--seq-len", "0"], "--seq-len must be an int >= 1, got 0"),
+        (["--task", "text", "--text", "no-such-file.txt"], "--text must be an existing text"),
+        (["--warmup-steps", "-1"], r"--warmup-steps must be an int in \[0, 300\]"),
         (["--history-json", "/no-such-folder-xyz/h.json"], "--history-json must name a file in"),
         (["--history-json", "."], "--history-json must name a file, got the folder"),
     ],
