@@ -595,8 +595,12 @@ def test_the_unit_step_makes_each_module_scoped_fixture_once(tmp_path: Path) -> 
             f"\n\n\n{tests}",
             encoding="utf-8",
         )
+    # Without the plugins that these tests do not use: nbval imports nbformat, whose
+    # jsonschema builds rfc3987-syntax's parsers at import (about 1.5 s of CPU), and
+    # hypothesis 0.9 s, in the controller and in each worker (10-14 s against 1-2 s here).
+    unused = ["-p", "no:nbval", "-p", "no:hypothesispytest"]
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *xdist, "."],
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *unused, "-q", *xdist, "."],
         cwd=tmp_path,
         capture_output=True,
         text=True,
