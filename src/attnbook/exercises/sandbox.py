@@ -325,6 +325,9 @@ def _client_class() -> type:
         async def _async_handle_timeout(self, timeout: int, cell: Any = None) -> Any:
             if id(cell) in self.interrupted_cells:
                 number = next((i + 1 for i, c in enumerate(self.nb.cells) if c is cell), "?")
+                # A kernel that ignored the interrupt ignores a shutdown request too: killed
+                # now, not after the graceful shutdown's wait (2.5 s, then SIGTERM).
+                self.shutdown_kernel = "immediate"
                 raise CellTimeoutError(
                     f"cell {number} ran on {timeout:g} s after the kernel's interrupt "
                     "(a long loop inside one C call?): the run stopped there"
