@@ -777,11 +777,16 @@ def test_on_run_reports_how_the_notebook_run_ended(tmp_path: Path) -> None:
     assert not ran_broken.ok
     assert ran_broken.errors == {2: "ZeroDivisionError"}  # after the title and the imports
     assert ran_broken.summary() == "cell 3 raised ZeroDivisionError"
+    # No notebook run, no report. Shown on a notebook whose exercises are all missing, graded
+    # without any sandbox: the run is skipped or not whatever the answers, and evaluating
+    # them would cost a sandbox (3-4 s).
+    unchecked = _mini(tmp_path / "unchecked" / "02_softmax.ipynb", IMPORTS)
     skipped: list[grade.NotebookRun] = []
-    grade.grade_notebook(
-        clean, settings=grade.Settings(run_notebook=False, seed=3), on_run=skipped.append
+    records = grade.grade_notebook(
+        unchecked, settings=grade.Settings(run_notebook=False, seed=3), on_run=skipped.append
     )
-    assert skipped == []  # no notebook run, no report
+    assert {r.status for r in records} == {"missing"}
+    assert skipped == []
 
 
 def test_a_cell_that_ignores_the_interrupt_stops_the_run_at_its_second_timeout(
@@ -840,9 +845,18 @@ def test_a_killed_grader_loses_nothing_and_resumes(tmp_path: Path) -> None:
     process.wait()
     graded_before = len(state.read_text().splitlines()) - 1
     assert graded_before >= 1
-    again = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
-    assert again.returncode == 0, again.stderr[-2000:]
-    assert again.stderr.count("graded before (state file)") == graded_before
+
+    def rerun(*more: str) -> tuple[int, str]:
+        """The same command line again, in this process (as cli_run): the grader killed above
+        had to be a process of its own; a second one would import torch again (3-5 s)."""
+        err = io.StringIO()
+        with redirect_stderr(err), redirect_stdout(io.StringIO()):
+            code = grade.main([*command[3:], *more])
+        return code, err.getvalue()
+
+    code, stderr = rerun()
+    assert code == 0, stderr[-2000:]
+    assert stderr.count("graded before (state file)") == graded_before
     rows = json.loads(json_path.read_text())
     assert sorted(r["student"] for r in rows) == sorted(["ann", "ben"] * 2)
     assert {r["status"] for r in rows} == {"passed"}
@@ -854,11 +868,9 @@ def test_a_killed_grader_loses_nothing_and_resumes(tmp_path: Path) -> None:
     # from the course as it is now
     course = tmp_path / "course.yml"
     course.write_text("points:\n  default: 2\n  exercises:\n    ex-ch02-temperature: 3\n")
-    repriced = subprocess.run(
-        [*command, "--course", str(course)], env=env, capture_output=True, text=True, timeout=600
-    )
-    assert repriced.returncode == 0, repriced.stderr[-2000:]
-    assert repriced.stderr.count("graded before (state file)") == 2
+    code, stderr = rerun("--course", str(course))
+    assert code == 0, stderr[-2000:]
+    assert stderr.count("graded before (state file)") == 2
     worth = {r["exercise"]: r["max_points"] for r in json.loads(json_path.read_text())}
     assert worth == {"softmax": 2, "softmax_temperature": 3}
 
