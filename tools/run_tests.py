@@ -124,11 +124,22 @@ def steps() -> list[Step]:
         # made once, not once on each worker (the grader's runs in test_grade.py take 15-25 s
         # each). On the 2-core machine: 204 s and 209 s, against 239-264 s in three runs of
         # the default (by test). `--dist loadgroup` with xdist_group marks would group fewer
-        # tests, but pytest 9.2 silently ignores the marks (pytest-xdist issue 1386).
+        # tests, but pytest 9.2 silently ignores the marks (pytest-xdist issue 1386). Modules in
+        # the order collected, not by number of tests: tests/conftest.py puts the longest first.
         Step(
             "unit",
             "pytest (not browser)",
-            [*PYTEST, "tests", "-m", "not browser", "-n", "2", "--dist", "loadscope"],
+            [
+                *PYTEST,
+                "tests",
+                "-m",
+                "not browser",
+                "-n",
+                "2",
+                "--dist",
+                "loadscope",
+                "--no-loadscope-reorder",
+            ],
             "unit.xml",
         ),
         Step(
