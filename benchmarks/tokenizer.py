@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -73,7 +74,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from tokenizers import ByteLevelBPETokenizer, __version__
     except ImportError:
-        print('This benchmark needs the tokenizers library: pip install -e ".[bench]"')
+        print(
+            'This benchmark needs the tokenizers library: pip install -e ".[bench]"',
+            file=sys.stderr,
+        )
         return 1
     print(describe(torch.device("cpu")))
     print(f"tokenizers {__version__}")
