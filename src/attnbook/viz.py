@@ -259,6 +259,19 @@ def _luminance(rgba: Sequence[float]) -> float:
     return 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
 
 
+def _check_fmt(fmt: object, sample: object) -> None:
+    """Refuse an annotation format that cannot print one of the values (``{:d}`` for floats)."""
+    try:
+        if not isinstance(fmt, str):
+            raise TypeError
+        fmt.format(sample)
+    except (ValueError, TypeError, IndexError, KeyError) as error:
+        raise ValueError(
+            f"fmt must be a format string for one number, such as '{{:.2f}}', got {fmt!r}"
+            + (f" ({error})" if str(error) else "")
+        ) from None
+
+
 def plot_heatmap(
     matrix: Array,
     row_labels: Sequence[str] | None = None,
@@ -324,6 +337,8 @@ def plot_heatmap(
         vmin, vmax = -bound, bound
     if annotate is None:
         annotate = T <= 12 and S <= 12
+    if annotate:
+        _check_fmt(fmt, float(m.flat[0]))
     with course_style():
         if ax is None:  # room for each label, up to a page: a long sequence gets thin cells
             width, height = min(16.0, max(3.0, 0.6 * S + 2.0)), min(12.0, max(2.5, 0.5 * T + 1.5))
@@ -396,9 +411,15 @@ def plot_bars(
         The matplotlib ``Axes``.
     """
     v = _real(values, "values")
-    if v.ndim != 1:
-        raise ValueError(f"values must have shape (n,), got {shape_str(v)}")
+    if v.ndim != 1 or v.shape[0] == 0:
+        raise ValueError(f"values must have shape (n,) with n >= 1, got {shape_str(v)}")
     _check_labels(labels, v.shape[0], "labels", "value")
+    if ylim is not None:
+        low, high = ylim  # None keeps that end, as in matplotlib
+        if low is not None and high is not None and not low < high:
+            raise ValueError(f"ylim must be (low, high) with low < high, got {ylim!r}")
+    if annotate:
+        _check_fmt(fmt, v[0])  # as the bars are annotated: integers stay integers
     with course_style():
         if ax is None:
             _, ax = plt.subplots(figsize=(max(3.0, 0.5 * v.shape[0] + 1.5), 2.8))

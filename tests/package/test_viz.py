@@ -131,6 +131,31 @@ def test_bars_show_values_with_labels() -> None:
         plot_bars(np.zeros((2, 2)))
 
 
+@pytest.mark.parametrize(
+    ("draw", "match"),
+    [
+        # no bars: an empty figure, no error, before
+        (lambda: plot_bars([]), r"values must have shape \(n,\) with n >= 1"),
+        # an upside-down axis, silently
+        (lambda: plot_bars([0.2, 0.8], ylim=(1, 0)), r"ylim must be \(low, high\) with low < high"),
+        # matplotlib's or Python's own errors, which did not name fmt
+        (lambda: plot_bars([0.2, 0.8], fmt="{:d}"), r"fmt must be a format string .* '\{:d\}'"),
+        (lambda: plot_heatmap(np.eye(2), fmt="{:d}"), r"fmt must be a format string"),
+        (lambda: plot_heatmap(np.eye(2), fmt="{0} {1}"), r"fmt must be a format string"),
+    ],
+)
+def test_bars_and_heatmap_name_a_bad_layout_argument(draw, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        draw()
+    plt.close("all")
+
+
+def test_bars_keep_matplotlib_open_ended_limits() -> None:
+    ax = plot_bars([0.2, 0.8], ylim=(0, None))
+    assert ax.get_ylim()[0] == 0
+    plt.close("all")
+
+
 def test_plot_history_draws_the_losses_and_exact_match() -> None:
     history = History(
         train_loss=[2.0 / (i + 1) for i in range(20)],
