@@ -116,6 +116,8 @@ def _as_positions(positions: object, name: str, needed: str) -> torch.Tensor:
             index = torch.as_tensor(positions)
         except (TypeError, ValueError, RuntimeError, OverflowError):
             index = None  # None, strings, objects, ragged lists, generators, ...
+    if index is not None and index.numel() == 0 and not isinstance(positions, torch.Tensor):
+        index = index.long()  # [] reads as float32: the caller then says it must not be empty
     if index is None or index.dtype not in _INDEX_DTYPES:
         shown = isinstance(positions, (torch.Tensor, np.ndarray)) or index is None
         kind = "" if shown else f" (dtype {index.dtype})"

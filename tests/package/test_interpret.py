@@ -315,7 +315,8 @@ def test_offset_share_finds_a_previous_token_head() -> None:
         (lambda w: attention_share(w, None), "key_positions"),
         (lambda w: attention_share(w, "0"), "key_positions"),
         (lambda w: attention_share(w, -1), r"key_positions .*each in \[0, 5\)"),
-        (lambda w: attention_share(w, [], query_positions=[0]), "key_positions"),
+        (lambda w: attention_share(w, [], query_positions=[0]), "key_positions must be non-empty"),
+        (lambda w: head_entropy(w, query_positions=[]), "query_positions must be non-empty"),
         (lambda w: attention_share(w, 0, query_positions=object()), "query_positions"),
     ],
 )
