@@ -97,6 +97,13 @@ def _check_generator(generator: object) -> torch.Generator | None:
     return generator
 
 
+def _shape_and_dtype(x: object) -> str:
+    """What an error message says a batch of ids was: its shape and dtype, or its type."""
+    if isinstance(x, torch.Tensor):
+        return f"shape {shape_str(x)} and dtype {x.dtype}"
+    return type(x).__name__
+
+
 @dataclass(frozen=True)
 class SequenceTask:
     """An algorithmic task as token sequences ``prompt | separator | answer``, split in two.
@@ -168,14 +175,9 @@ class SequenceTask:
             or sequences.ndim != 2
             or sequences.shape[1] != self.seq_len
         ):
-            got = (
-                f"shape {tuple(sequences.shape)} and dtype {sequences.dtype}"
-                if isinstance(sequences, torch.Tensor)
-                else type(sequences).__name__
-            )
             raise ValueError(
                 f"sequences must be an int64 tensor of shape (B, L) with L = {self.seq_len}, "
-                f"got {got}"
+                f"got {_shape_and_dtype(sequences)}"
             )
         inputs = sequences[:, :-1]  # (B, L - 1)
         targets = sequences[:, 1:].clone()  # (B, L - 1): targets[:, t] follows inputs[:, :t + 1]
@@ -1530,14 +1532,9 @@ class TranslationTask:
         """
         for x, name in ((src, "src"), (tgt, "tgt")):
             if not isinstance(x, torch.Tensor) or x.dtype != torch.int64 or x.ndim != 2:
-                got = (
-                    f"shape {shape_str(x)} and dtype {x.dtype}"
-                    if isinstance(x, torch.Tensor)
-                    else type(x).__name__
-                )
                 raise ValueError(
                     f"{name} must be an int64 tensor of shape (B, L) (rows of a split's {name}), "
-                    f"got {got}"
+                    f"got {_shape_and_dtype(x)}"
                 )
         if src.shape[0] != tgt.shape[0]:
             raise ValueError(
