@@ -20,6 +20,7 @@ import matplotlib.pyplot as plt
 from matplotlib.patches import Circle, FancyArrowPatch, FancyBboxPatch
 
 from attnbook.viz import svg_metadata
+from tools.figure_command import parse_figure_args
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -125,7 +126,8 @@ def _column(
     ax.text(x - 0.1, TITLE_Y, title, ha="center", va="center", fontsize=11, fontweight="bold")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    parse_figure_args(__doc__, __file__, argv)  # --help, or a usage error: nothing drawn
     plt.rcParams["svg.hashsalt"] = "attnbook-transformer-block"
     fig, ax = plt.subplots(figsize=(7.9, 7.8))
     attention = [("Multi-head attention", "attn")]

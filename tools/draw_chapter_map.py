@@ -29,6 +29,7 @@ from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
 from attnbook.viz import svg_metadata
 from tools import course
+from tools.figure_command import parse_figure_args
 
 ROOT = Path(__file__).resolve().parent.parent
 COLUMN_IN = 1.9  # width of one part's column, inches
@@ -36,7 +37,8 @@ LABEL_PT = 10.5  # the chapters' labels, the map's smallest text
 BOX_W = 0.92  # width of a chapter's box, in columns
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    parse_figure_args(__doc__, __file__, argv)  # --help, or a usage error: nothing drawn
     plan = [
         (part, [(c.stem, c.map_label) for c in chapters]) for part, chapters in course.load().parts
     ]

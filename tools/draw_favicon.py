@@ -20,6 +20,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.patches import FancyBboxPatch, Rectangle
 
+from tools.figure_command import parse_figure_args
+
 ROOT = Path(__file__).resolve().parent.parent
 SVG = ROOT / "images" / "favicon.svg"
 PNG = ROOT / "images" / "favicon.png"
@@ -88,7 +90,8 @@ def draw_png(path: Path) -> None:
     plt.close(fig)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    parse_figure_args(__doc__, __file__, argv)  # --help, or a usage error: nothing drawn
     SVG.write_text(svg_text(), encoding="utf-8")
     draw_png(PNG)
     print(f"wrote {SVG.relative_to(ROOT)} and {PNG.relative_to(ROOT)}")

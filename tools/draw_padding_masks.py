@@ -22,6 +22,7 @@ from matplotlib.patches import FancyArrowPatch, Rectangle
 
 from attnbook import causal_mask, combine_masks, padding_mask
 from attnbook.viz import svg_metadata
+from tools.figure_command import parse_figure_args
 
 ROOT = Path(__file__).resolve().parent.parent
 SENTENCES = [["she", "likes", "coffee"], ["she", "likes"]]
@@ -247,7 +248,8 @@ def draw_left_right() -> None:
     save(fig, "left_right_padding.svg")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    parse_figure_args(__doc__, __file__, argv)  # --help, or a usage error: nothing drawn
     draw_broadcast()
     draw_left_right()
 

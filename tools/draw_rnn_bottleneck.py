@@ -23,6 +23,7 @@ import matplotlib.pyplot as plt
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
 from attnbook.viz import svg_metadata
+from tools.figure_command import parse_figure_args
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE = ["she", "likes", "coffee"]  # the book's running example
@@ -95,7 +96,8 @@ def decoder(ax, y: float, x0: float) -> list[tuple[float, float]]:
     return centres
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    parse_figure_args(__doc__, __file__, argv)  # --help, or a usage error: nothing drawn
     plt.rcParams["svg.hashsalt"] = "attnbook-rnn-bottleneck"
     fig, ax = plt.subplots(figsize=(8.4, 5.8))
     ax.set_xlim(-0.2, 9.6)

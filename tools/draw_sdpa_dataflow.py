@@ -21,6 +21,7 @@ import matplotlib.pyplot as plt
 from matplotlib.patches import FancyArrowPatch, Rectangle
 
 from attnbook.viz import svg_metadata
+from tools.figure_command import parse_figure_args
 
 ROOT = Path(__file__).resolve().parent.parent
 T, S, D_K, D_V = 3, 4, 2, 3  # the shapes drawn
@@ -58,7 +59,8 @@ def arrow(ax, start: tuple, end: tuple, label: str = "", offset: tuple = (0.0, 0
         ax.text(*mid, label, ha="center", va="bottom", fontsize=10, color=TEXT)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    parse_figure_args(__doc__, __file__, argv)  # --help, or a usage error: nothing drawn
     plt.rcParams["svg.hashsalt"] = "attnbook-sdpa-dataflow"
     fig, ax = plt.subplots(figsize=(8.1, 3.5))
     ax.set_xlim(0, 10.9)

@@ -22,6 +22,7 @@ import matplotlib.pyplot as plt
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Rectangle
 
 from attnbook.viz import svg_metadata
+from tools.figure_command import parse_figure_args
 
 ROOT = Path(__file__).resolve().parent.parent
 QUERY_FILL, CONTEXT_FILL, WEIGHT_FILL = "#dbe9f6", "#fde2c8", "#fbd0d0"
@@ -172,7 +173,8 @@ def panel(ax, x0: float, queries: list[str], context: list[str] | None, title: s
     )
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    parse_figure_args(__doc__, __file__, argv)  # --help, or a usage error: nothing drawn
     plt.rcParams["svg.hashsalt"] = "attnbook-self-cross"
     fig, ax = plt.subplots(figsize=(8.65, 5.05))
     fig.subplots_adjust(0, 0, 1, 1)

@@ -8,8 +8,10 @@ renders at `smallest_pt * column_px / width_pt` CSS px; at the narrowest laptop 
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
+import matplotlib.figure
 import pytest
 
 from attnbook.viz import SVG_SMALLEST_TEXT, svg_smallest_text
@@ -17,6 +19,7 @@ from tools.figure_text import COLUMN_PX, FLOOR_PX
 
 ROOT = Path(__file__).resolve().parents[2]
 DIAGRAMS = sorted(p for p in (ROOT / "images").glob("*.svg") if p.name != "favicon.svg")
+DRAWING_SCRIPTS = sorted(p.stem for p in (ROOT / "tools").glob("draw_*.py"))
 
 
 def rendered_px(svg: str, column_px: float) -> float:
@@ -49,3 +52,32 @@ def test_rendered_px_reads_the_recorded_text_and_width() -> None:
     )
     assert rendered_px(svg, 672) == pytest.approx(9.0)
     assert rendered_px(svg.replace('"672pt"', '"1344pt"'), 672) == pytest.approx(4.5)
+
+
+@pytest.mark.parametrize("name", DRAWING_SCRIPTS)
+def test_a_drawing_script_s_help_and_a_bad_argument_draw_nothing(
+    name: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`python -m tools.draw_block --help` (or any argument) redrew the figure."""
+    module = importlib.import_module(f"tools.{name}")
+
+    def drawing(*args: object, **kwargs: object) -> None:
+        raise AssertionError(f"tools.{name} wrote a file")
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", drawing)
+    monkeypatch.setattr(Path, "write_text", drawing)
+    with pytest.raises(SystemExit) as exit:
+        module.main(["--help"])
+    assert exit.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: python -m tools.{name} [-h]\n")
+    assert module.__doc__.splitlines()[0] in out  # the description
+    assert "Usage: python -m tools." in out  # and the rest of the docstring
+
+    with pytest.raises(SystemExit) as exit:
+        module.main(["--bogus"])
+    assert exit.value.code == 2
+    assert capsys.readouterr() == (
+        "",
+        f"python -m tools.{name}: unrecognized arguments: --bogus (--help says what it draws)\n",
+    )
