@@ -11,7 +11,9 @@ times them in rounds, one call of each per round, and keeps every figure;
 `ratio_summary` sum the figures up. The command-line options are checked by
 the argparse types `positive_int`, `int_at_least`, `positive_float`,
 `folder_option` and `device_option`: a bad value gets argparse's usage error, not a traceback;
-`DefaultsHelp`, their `formatter_class`, shows each option's default in `--help`.
+`DefaultsHelp`, their `formatter_class`, shows each option's default in `--help`. Every
+script's timed repetitions are `--rounds` (`add_rounds_option`; `--repeats`, as six of
+them said before, still works).
 `NanoGPT` is the minimal GPT that `train_throughput.py` and `shakespeare.py`
 compare `attnbook.GPT` with, written once here. The scripts import this file
 as `_common` (the folder of a script run as `python benchmarks/x.py` is on
@@ -103,7 +105,7 @@ def int_at_least(minimum: int) -> Callable[[str], int]:
 
 
 def positive_int(text: str) -> int:
-    """An argparse ``type=``: a whole number >= 1 (rounds, repeats, threads, sizes)."""
+    """An argparse ``type=``: a whole number >= 1 (rounds, threads, sizes)."""
     return int_at_least(1)(text)
 
 
@@ -131,6 +133,23 @@ class DefaultsHelp(argparse.HelpFormatter):
         default = action.default
         shown = " ".join(map(str, default)) if isinstance(default, list) else "%(default)s"
         return f"{text} (default: {shown})".lstrip()
+
+
+def add_rounds_option(
+    parser: argparse.ArgumentParser,
+    default: int,
+    help: str,
+    type: Callable[[str], int] = positive_int,
+) -> None:
+    """Give ``parser`` the scripts' ``--rounds`` option: how many timed repetitions.
+
+    ``--repeats``, its name in some scripts before, is a hidden alias (not in ``--help``), so
+    that commands written with it still run; ``args.rounds`` holds either.
+    """
+    parser.add_argument("--rounds", type=type, default=default, help=help)
+    parser.add_argument(
+        "--repeats", dest="rounds", type=type, default=argparse.SUPPRESS, help=argparse.SUPPRESS
+    )
 
 
 def folder_option(text: str) -> Path:

@@ -1,7 +1,7 @@
 """How much does attnbook.MultiHeadAttention cost over the bare fused kernel? (chapters 7 and 9)
 
 Usage:
-    python benchmarks/attention_overhead.py [--repeats 30] [--threads N] [--device cpu]
+    python benchmarks/attention_overhead.py [--rounds 30] [--threads N] [--device cpu]
 
 The peer is what a minimal implementation writes: four ``nn.Linear(d_model,
 d_model)`` maps around a bare ``F.scaled_dot_product_attention`` (with
@@ -47,6 +47,7 @@ import torch.nn.functional as F
 from _common import (
     DefaultsHelp,
     add_device_option,
+    add_rounds_option,
     describe,
     int_at_least,
     interleaved_rounds,
@@ -131,12 +132,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__.splitlines()[0], formatter_class=DefaultsHelp
     )
-    parser.add_argument(
-        "--repeats",
-        type=int_at_least(4),  # quartiles need a few rounds
-        default=30,
-        help="timed rounds per table, at least 4",
-    )
+    add_rounds_option(parser, 30, "timed rounds per table, at least 4", type=int_at_least(4))
     parser.add_argument(
         "--threads", type=int_at_least(0), default=0, help="CPU threads (0: torch's default)"
     )
@@ -151,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     print(describe(device))
     print(
-        f"{args.repeats} interleaved rounds after {WARMUP} warm-up calls per row; "
+        f"{args.rounds} interleaved rounds after {WARMUP} warm-up calls per row; "
         "ratio = time / peer's time in the same round: median [25th, 75th percentile]"
     )
     print()
@@ -172,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
             for pass_name, rows in (("fwd", forward_rows), ("fwd+bwd", backward_rows)):
                 fns = [fn for _, fn in rows]
                 with torch.no_grad() if pass_name == "fwd" else contextlib.nullcontext():
-                    times = interleaved_rounds(fns, args.repeats, device, warmup=WARMUP)
+                    times = interleaved_rounds(fns, args.rounds, device, warmup=WARMUP)
                 for (name, _), row_times in zip(rows, times):
                     ratios = [t / p for t, p in zip(row_times, times[0])]
                     q1, q2, q3 = quartiles(ratios)

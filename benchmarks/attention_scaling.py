@@ -1,7 +1,7 @@
 """Where attention's cost goes: memory and time against the sequence length (chapter 14).
 
 Usage:
-    python benchmarks/attention_scaling.py [--threads 1] [--repeats 3] [--device auto]
+    python benchmarks/attention_scaling.py [--threads 1] [--rounds 3] [--device auto]
         [--lengths 128 256 512 1024] [--out DIR]
 
 Two measurements, the two figures of chapter 14's first sections:
@@ -12,7 +12,7 @@ Two measurements, the two figures of chapter 14's first sections:
    and the time per call of ``attnbook.scaled_dot_product_attention`` with
    ``need_weights=True``, with ``need_weights=False`` (PyTorch's fused
    kernel) and of ``attnbook.tiled_attention`` (the online-softmax loop).
-   Times are the fastest of ``--repeats`` calls after one warm-up.
+   Times are the fastest of ``--rounds`` calls after one warm-up.
    (Figure ``fig-ch14-quadratic``.)
 2. For 256 queries and ``S`` from 256 to 4096 keys: the largest block of
    memory any single PyTorch operation allocates for its result, watched
@@ -34,6 +34,7 @@ import torch
 from _common import (
     DefaultsHelp,
     add_device_option,
+    add_rounds_option,
     describe,
     folder_option,
     load_average,
@@ -53,7 +54,7 @@ def main() -> None:
     parser.add_argument(
         "--threads", type=positive_int, default=1, help="torch CPU threads (default 1)"
     )
-    parser.add_argument("--repeats", type=positive_int, default=3, help="timed calls per point")
+    add_rounds_option(parser, 3, "timed calls per point")
     add_device_option(parser, default="auto")
     parser.add_argument(
         "--lengths", type=positive_int, nargs="+", default=[128, 256, 512, 1024], help="T = S"
@@ -76,7 +77,7 @@ def main() -> None:
         "need_weights=False (fused)": [],
         "tiled_attention": [],
     }
-    print(f"\n1. one sequence, {H} heads of width {d_k}; fastest of {args.repeats} calls")
+    print(f"\n1. one sequence, {H} heads of width {d_k}; fastest of {args.rounds} calls")
     for T in lengths:
         attnbook.set_seed(0)
         q, k, v = torch.randn(3, B, H, T, d_k, device=device).unbind(0)
@@ -91,7 +92,7 @@ def main() -> None:
             lambda q=q, k=k, v=v: attnbook.tiled_attention(q, k, v),
         ]
         for times, call in zip(timings.values(), calls):
-            times.append(seconds_per_call(call, args.repeats, device))
+            times.append(seconds_per_call(call, args.rounds, device))
         print(
             f"T = {T:5d}: weights {weights_bytes[-1] / MiB:8.2f} MiB, output "
             f"{output_bytes[-1] / MiB:6.2f} MiB | "

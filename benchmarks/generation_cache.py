@@ -1,7 +1,7 @@
 """Generation with and without the key-value cache; the cache of grouped-query attention (chapter 14).
 
 Usage:
-    python benchmarks/generation_cache.py [--threads 1] [--repeats 2] [--device auto]
+    python benchmarks/generation_cache.py [--threads 1] [--rounds 2] [--device auto]
         [--new-tokens 16 32 64 128 256] [--out DIR]
 
 1. ``GPT.generate(prompt, N, temperature=0, use_cache=True / False)`` for an
@@ -9,7 +9,7 @@ Usage:
    prompt: the time of the whole call, the measured speed-up, and the ratio
    of the positions the model reads without and with the cache (``sum(P +
    i)`` against ``P + N - 1``), which bounds it. After one untimed call of
-   each, the two run in ``--repeats`` interleaved rounds, one call of each
+   each, the two run in ``--rounds`` interleaved rounds, one call of each
    per round, the order rotating (``_common.interleaved_rounds``), so that a
    burst of load from another program slows both alike: the time is the
    fastest of a path's calls, the speed-up the median of the per-round
@@ -33,6 +33,7 @@ import torch
 from _common import (
     DefaultsHelp,
     add_device_option,
+    add_rounds_option,
     describe,
     folder_option,
     interleaved_rounds,
@@ -55,9 +56,7 @@ def main() -> None:
     parser.add_argument(
         "--threads", type=positive_int, default=1, help="torch CPU threads (default 1)"
     )
-    parser.add_argument(
-        "--repeats", type=positive_int, default=2, help="interleaved rounds (timed calls) per point"
-    )
+    add_rounds_option(parser, 2, "interleaved rounds (timed calls) per point")
     add_device_option(parser, default="auto")
     parser.add_argument(
         "--new-tokens",
@@ -86,7 +85,7 @@ def main() -> None:
     model = GPT(config).to(device).eval()
     prompt = torch.randint(0, 64, (1, P), device=device)
     print(
-        f"\n1. generate from a {P}-token prompt, {config}; {args.repeats} interleaved rounds "
+        f"\n1. generate from a {P}-token prompt, {config}; {args.rounds} interleaved rounds "
         "(order rotating) after one untimed call of each"
     )
     seconds: dict[str, list[float]] = {"with the cache": [], "without the cache": []}
@@ -99,7 +98,7 @@ def main() -> None:
             )
             for cached in (True, False)
         ]
-        times = interleaved_rounds(calls, args.repeats, device, warmup=1)
+        times = interleaved_rounds(calls, args.rounds, device, warmup=1)
         if not all(torch.equal(tokens, outputs[0]) for tokens in outputs):
             raise SystemExit(f"tokens differ with and without the cache at N = {N}")
         for ts, fastest in zip(times, seconds.values()):

@@ -41,6 +41,7 @@ import torch
 from _common import (
     DefaultsHelp,
     add_device_option,
+    add_rounds_option,
     describe,
     int_at_least,
     interleaved_rounds,
@@ -145,9 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         default=[32, 128, 256, 480],
         help=f"tokens to generate; prompt ({PROMPT_LEN}) + N must fit the context {CONTEXT}",
     )
-    parser.add_argument(
-        "--rounds", type=positive_int, default=3, help="interleaved timed rounds per row"
-    )
+    add_rounds_option(parser, 3, "interleaved timed rounds per row")
     parser.add_argument(
         "--threads",
         type=int_at_least(0),

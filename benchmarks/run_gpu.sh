@@ -23,6 +23,6 @@ step() {
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out/gpu.txt"
 python -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" | tee -a "$out/gpu.txt"
 step train_throughput 75 python benchmarks/train_throughput.py --device cuda --rounds 30
-step time_to_accuracy 100 python benchmarks/time_to_accuracy.py --scale gpu --repeats 1
+step time_to_accuracy 100 python benchmarks/time_to_accuracy.py --scale gpu --rounds 1
 step seq2seq 60 python benchmarks/seq2seq.py --device cuda --rounds 5
 step shakespeare 230 python benchmarks/shakespeare.py --scale gpu --corpus "$corpus" --seconds 50 --device cuda

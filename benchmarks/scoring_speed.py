@@ -1,7 +1,7 @@
 """How much faster is dot-product scoring than additive (Bahdanau) scoring? (chapter 5)
 
 Usage:
-    python benchmarks/scoring_speed.py [--seq-len 512] [--dim 64] [--repeats 20] [--threads N]
+    python benchmarks/scoring_speed.py [--seq-len 512] [--dim 64] [--rounds 20] [--threads N]
         [--device auto]
 
 Every row is timed on the same inputs in the same run, and reported against its
@@ -17,7 +17,7 @@ dot-product peer:
   ``need_weights=False`` (PyTorch's fused kernel, which never stores the
   ``(T, S)`` weights).
 
-Each row reports the median of ``--repeats`` timed calls, after warm-up calls
+Each row reports the median of ``--rounds`` timed calls, after warm-up calls
 that are not timed and with the rows' calls interleaved (the order rotating from
 round to round, so that no row always runs first); on a GPU every call is
 followed by a synchronisation so that the clock measures the work, not the
@@ -37,6 +37,7 @@ import torch
 from _common import (
     DefaultsHelp,
     add_device_option,
+    add_rounds_option,
     describe,
     int_at_least,
     interleaved_rounds,
@@ -55,7 +56,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--seq-len", type=positive_int, default=512, help="T = S, queries and keys")
     parser.add_argument("--dim", type=positive_int, default=64, help="input width d and d_a")
-    parser.add_argument("--repeats", type=positive_int, default=20, help="timed calls per row")
+    add_rounds_option(parser, 20, "timed calls per row")
     parser.add_argument(
         "--threads", type=int_at_least(0), default=0, help="CPU threads (0: torch's default)"
     )
@@ -100,16 +101,14 @@ def main(argv: list[str] | None = None) -> int:
         ("attention", "need_weights=False (fused)", attention_fused, False),
     ]
     with torch.inference_mode():
-        times = interleaved_rounds(
-            [fn for _, _, fn, _ in rows], args.repeats, device, warmup=WARMUP
-        )
+        times = interleaved_rounds([fn for _, _, fn, _ in rows], args.rounds, device, warmup=WARMUP)
     medians = [statistics.median(fn_times) for fn_times in times]
     timed = [
         (group, name, seconds, is_peer) for (group, name, _, is_peer), seconds in zip(rows, medians)
     ]
 
     print(
-        f"T = S = {T}, d = d_a = {d}; median of {args.repeats} interleaved calls after "
+        f"T = S = {T}, d = d_a = {d}; median of {args.rounds} interleaved calls after "
         f"{WARMUP} warm-up calls"
     )
     hidden_mib = T * S * d_a * queries.element_size() / 2**20

@@ -42,6 +42,7 @@ import torch.nn.functional as F
 from _common import (
     DefaultsHelp,
     add_device_option,
+    add_rounds_option,
     describe,
     int_at_least,
     interleaved_rounds,
@@ -99,9 +100,7 @@ def main() -> None:
         description=__doc__.splitlines()[0], formatter_class=DefaultsHelp
     )
     parser.add_argument("--threads", type=positive_int, default=1, help="torch threads (CPU)")
-    parser.add_argument(
-        "--rounds", type=int_at_least(4), default=15, help="timed rounds, at least 4"
-    )
+    add_rounds_option(parser, 15, "timed rounds, at least 4", type=int_at_least(4))
     parser.add_argument("--number", type=positive_int, default=10, help="calls per timing")
     add_device_option(parser, default="cpu")
     args = parser.parse_args()

@@ -47,6 +47,7 @@ import torch.nn.functional as F
 from _common import (
     DefaultsHelp,
     add_device_option,
+    add_rounds_option,
     describe,
     interleaved_rounds,
     load_average,
@@ -230,11 +231,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__.splitlines()[0], formatter_class=DefaultsHelp
     )
-    parser.add_argument(
-        "--rounds",
-        type=positive_int,
-        default=10,
-        help="rounds of decoding; training runs 3 x as many (rounded up to an even number)",
+    add_rounds_option(
+        parser, 10, "rounds of decoding; training runs 3 x as many (rounded up to an even number)"
     )
     parser.add_argument("--threads", type=positive_int, default=2, help="torch CPU threads")
     add_device_option(parser, default="auto")

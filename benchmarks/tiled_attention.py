@@ -48,6 +48,7 @@ import torch.nn.functional as F
 from _common import (
     DefaultsHelp,
     add_device_option,
+    add_rounds_option,
     describe,
     int_at_least,
     load_average,
@@ -155,9 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--lengths", type=positive_int, nargs="+", default=[256, 512, 1024, 2048], help="T = S"
     )
-    parser.add_argument(
-        "--rounds", type=positive_int, default=5, help="interleaved timed rounds per length"
-    )
+    add_rounds_option(parser, 5, "interleaved timed rounds per length")
     parser.add_argument(
         "--threads",
         type=int_at_least(0),

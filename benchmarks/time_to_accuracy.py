@@ -1,7 +1,7 @@
 """Seconds of training until 99% held-out exact-match on the reverse task (chapter 10).
 
 Usage:
-    python benchmarks/time_to_accuracy.py [--scale cpu|gpu] [--repeats 3] [--threads N]
+    python benchmarks/time_to_accuracy.py [--scale cpu|gpu] [--rounds 3] [--threads N]
         [--device auto]
 
 Trains ``attnbook.GPT`` with :func:`attnbook.training.reverse_recipe` (the
@@ -22,7 +22,14 @@ import dataclasses
 import statistics
 
 import torch
-from _common import DefaultsHelp, add_device_option, describe, load_average, positive_int
+from _common import (
+    DefaultsHelp,
+    add_device_option,
+    add_rounds_option,
+    describe,
+    load_average,
+    positive_int,
+)
 
 import attnbook
 from attnbook import GPT
@@ -36,7 +43,7 @@ def main() -> None:
     parser.add_argument(
         "--scale", choices=("cpu", "gpu"), default="cpu", help="reverse_recipe's setting"
     )
-    parser.add_argument("--repeats", type=positive_int, default=3, help="training runs")
+    add_rounds_option(parser, 3, "training runs")
     parser.add_argument(
         "--threads", type=positive_int, default=None, help="torch CPU threads (default: torch's)"
     )
@@ -51,7 +58,7 @@ def main() -> None:
     print(f"task: reverse, length {task.prompt_len}, {task.vocab_size - 1} symbols; {model_config}")
     print(f"{config}")
     seconds, steps = [], []
-    for r in range(args.repeats):
+    for r in range(args.rounds):
         attnbook.set_seed(config.seed)
         model = GPT(model_config)
         if device.type == "cuda":

@@ -1,7 +1,7 @@
 """BPE training time and encoding speed: attnbook.BPETokenizer against Hugging Face's tokenizers.
 
 Usage:
-    python benchmarks/tokenizer.py [--vocab-sizes 1024 4096] [--repeats 3]
+    python benchmarks/tokenizer.py [--vocab-sizes 1024 4096] [--rounds 3]
 
 Needs the ``bench`` extra (``pip install -e ".[bench]"``, the ``tokenizers``
 library) and Shakespeare's plays (:func:`attnbook.data.shakespeare`; the first
@@ -21,7 +21,7 @@ library's own merges (``from_gpt2_files``) and encodes the same lines with
 them: same merges, so the ids must be equal (checked), and the difference in
 speed is the implementation's alone.
 
-Figures are medians of ``--repeats`` runs. A benchmark, not a test: it exits
+Figures are medians of ``--rounds`` runs. A benchmark, not a test: it exits
 0 and prints its figures, with the machine and the load average.
 """
 
@@ -36,16 +36,22 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from _common import DefaultsHelp, describe, int_at_least, load_average, positive_int
+from _common import (
+    DefaultsHelp,
+    add_rounds_option,
+    describe,
+    int_at_least,
+    load_average,
+)
 
 from attnbook import BPETokenizer
 from attnbook.data import shakespeare
 
 
-def median_seconds(fn: Callable[[], object], repeats: int) -> tuple[float, object]:
-    """The median time of ``repeats`` calls, and the last call's result."""
+def median_seconds(fn: Callable[[], object], rounds: int) -> tuple[float, object]:
+    """The median time of ``rounds`` calls, and the last call's result."""
     times, result = [], None
-    for _ in range(repeats):
+    for _ in range(rounds):
         start = time.perf_counter()
         result = fn()
         times.append(time.perf_counter() - start)
@@ -63,9 +69,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=[1024, 4096],
         help="vocabulary sizes to train, at least 256 (the bytes)",
     )
-    parser.add_argument(
-        "--repeats", type=positive_int, default=3, help="runs of each timing (the median)"
-    )
+    add_rounds_option(parser, 3, "runs of each timing (the median)")
     return parser.parse_args(argv)
 
 
@@ -89,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for vocab_size in args.vocab_sizes:
         book_train, book = median_seconds(
-            lambda v=vocab_size: BPETokenizer.train(train, v), args.repeats
+            lambda v=vocab_size: BPETokenizer.train(train, v), args.rounds
         )
 
         def hf_trained(v: int = vocab_size) -> ByteLevelBPETokenizer:
@@ -97,21 +101,21 @@ def main(argv: list[str] | None = None) -> int:
             hf.train_from_iterator(train_lines, vocab_size=v, min_frequency=1, show_progress=False)
             return hf
 
-        hf_train, hf = median_seconds(hf_trained, args.repeats)
+        hf_train, hf = median_seconds(hf_trained, args.rounds)
 
         def book_encode(tok: BPETokenizer) -> list[list[int]]:
             tok.clear_cache()  # every repeat a first encoding: no word is cached yet
             return [tok.encode(line) for line in heldout_lines]
 
-        book_enc, book_ids = median_seconds(lambda t=book: book_encode(t), args.repeats)
-        hf_enc, hf_out = median_seconds(lambda h=hf: h.encode_batch(heldout_lines), args.repeats)
-        hf_one, _ = median_seconds(lambda h=hf: h.encode(heldout), args.repeats)
+        book_enc, book_ids = median_seconds(lambda t=book: book_encode(t), args.rounds)
+        hf_enc, hf_out = median_seconds(lambda h=hf: h.encode_batch(heldout_lines), args.rounds)
+        hf_one, _ = median_seconds(lambda h=hf: h.encode(heldout), args.rounds)
         with tempfile.TemporaryDirectory() as folder:
             hf.save_model(folder)
             same = BPETokenizer.from_gpt2_files(
                 Path(folder) / "vocab.json", Path(folder) / "merges.txt"
             )
-        same_enc, same_ids = median_seconds(lambda t=same: book_encode(t), args.repeats)
+        same_enc, same_ids = median_seconds(lambda t=same: book_encode(t), args.rounds)
         assert same_ids == [e.ids for e in hf_out], "same merges must give the same ids"
         n_book, n_hf = sum(map(len, book_ids)), sum(len(e.ids) for e in hf_out)
         rows.append(

@@ -76,6 +76,7 @@ from _common import (
     DefaultsHelp,
     NanoGPT,
     add_device_option,
+    add_rounds_option,
     describe,
     init_like_attnbook,
     load_average,
@@ -201,11 +202,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__.splitlines()[0], formatter_class=DefaultsHelp
     )
-    parser.add_argument(
-        "--rounds",
-        type=positive_int,
-        default=30,
-        help="timed rounds per thread count (rounded up to a multiple of the 3 blocks)",
+    add_rounds_option(
+        parser, 30, "timed rounds per thread count (rounded up to a multiple of the 3 blocks)"
     )
     parser.add_argument(
         "--threads", type=positive_int, nargs="+", default=[1, 2], help="torch CPU threads"
