@@ -66,11 +66,14 @@ def dot_product(a: Array, b: Array) -> Array:
     Args:
         a: shape ``(..., d)``.
         b: shape ``(..., d)``; leading dimensions broadcast against ``a``'s.
+            Torch tensors must share ``a``'s dtype, as in :func:`score_matrix`
+            (NumPy arrays promote).
 
     Returns:
         Shape ``(...)``: one score per pair of vectors.
     """
     a, b = _check_pair(a, b, "a", "b")
+    same_dtype(a, b, "a", "b")
     return (a * b).sum(-1)
 
 

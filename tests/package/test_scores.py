@@ -113,6 +113,18 @@ def test_bad_input_raises_a_clear_value_error(fn, args: tuple, match: str) -> No
         fn(*args)
 
 
+def test_dot_product_treats_mixed_dtypes_as_score_matrix_does() -> None:
+    """dot_product promoted a float32 tensor against a float64 one, which score_matrix refuses."""
+    a, b = torch.ones(2, 3), torch.ones(2, 3, dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"b must have the dtype of a \(torch.float32\), got "):
+        dot_product(a, b)
+    with pytest.raises(ValueError, match=r"keys must have the dtype of queries \(torch.float32\)"):
+        score_matrix(a, b)
+    # NumPy arrays promote in both, as NumPy does
+    a, b = np.ones((2, 3), dtype=np.float32), np.ones((2, 3))
+    assert dot_product(a, b).dtype == score_matrix(a, b).dtype == np.float64
+
+
 @pytest.mark.parametrize("kind", ["torch", "numpy"])
 @pytest.mark.parametrize(
     ("a", "b", "match"),
