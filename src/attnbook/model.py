@@ -317,6 +317,12 @@ class GPT(nn.Module):
 
         Returns:
             The :class:`GPT`, in ``eval()`` mode.
+
+        Raises:
+            ValueError: for a GPT-2 that is none of its sizes (``"gpt2-small"``), before any
+                download.
+            OSError: where ``transformers`` cannot load the model: an unknown id, no network,
+                or offline (``HF_HUB_OFFLINE=1``) without the model in the Hugging Face cache.
         """
         from attnbook.pretrained import from_pretrained
 

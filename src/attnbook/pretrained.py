@@ -37,7 +37,7 @@ Shape legend used in this module:
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
 from typing import Any
 
 import torch
@@ -49,6 +49,9 @@ __all__ = ["from_hf", "from_pretrained", "interleave_rope_rows"]
 
 SUPPORTED = ("GPT2LMHeadModel", "LlamaForCausalLM")
 """The Hugging Face model classes :func:`from_hf` converts."""
+
+GPT2_SIZES = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")
+"""GPT-2's model ids on the Hugging Face Hub, small to XL (124M to 1.5B parameters)."""
 
 
 def interleave_rope_rows(weight: torch.Tensor, n_heads: int) -> torch.Tensor:
@@ -268,14 +271,28 @@ def from_pretrained(name: str, **kwargs: Any) -> GPT:
 
     Returns:
         The :class:`~attnbook.GPT`, in float32 unless ``kwargs`` choose a dtype, in ``eval()`` mode.
+
+    Raises:
+        ValueError: for a name that is no model id, a local folder that is not there, or
+            a GPT-2 that is none of its sizes (:data:`GPT2_SIZES`; ``'gpt2-small'``), before
+            anything is downloaded.
+        OSError: where ``transformers`` cannot load the model (its error is the cause): no
+            such model on the Hub, no network, or offline (``HF_HUB_OFFLINE=1``) without
+            the model in the Hugging Face cache; it cannot tell these apart.
     """
     if not isinstance(name, str) or not name:
         raise ValueError(f"name must be a model id such as 'gpt2', got {name!r}")
+    local = os.path.isdir(os.path.expanduser(name))  # transformers reads a folder first
     looks_local = name.startswith(("/", "./", "../", "~"))  # a Hub id is "name" or "org/name"
-    if looks_local and not Path(name).expanduser().is_dir():
+    if looks_local and not local:
         raise ValueError(
             f"name {name!r} looks like a local folder, but there is no such folder; give a "
             "folder saved with save_pretrained, or a model id on the Hub such as 'gpt2'"
+        )
+    if not local and name not in GPT2_SIZES and name.startswith(("gpt2", "gpt-2")):
+        raise ValueError(
+            f"name {name!r} is none of GPT-2's sizes on the Hub: {_quoted(GPT2_SIZES)} "
+            "(small, 124M parameters, to XL, 1.5B)"
         )
     try:
         from transformers import AutoModelForCausalLM
@@ -283,4 +300,30 @@ def from_pretrained(name: str, **kwargs: Any) -> GPT:
         raise ImportError(
             "GPT.from_pretrained needs the transformers package: pip install transformers"
         ) from error
-    return from_hf(AutoModelForCausalLM.from_pretrained(name, **kwargs))
+    try:
+        model = AutoModelForCausalLM.from_pretrained(name, **kwargs)
+    except OSError as error:
+        raise OSError(_not_loaded(name, local)) from error
+    return from_hf(model)
+
+
+def _quoted(names: tuple[str, ...]) -> str:
+    return ", ".join(repr(n) for n in names)
+
+
+def _not_loaded(name: str, local: bool) -> str:
+    """What to tell a reader whose model transformers could not load (its error, the cause)."""
+    if local:
+        return (
+            f"name {name!r} is a folder, but transformers could not load a model from it (its "
+            "error is above): give a folder saved with save_pretrained (config.json and the "
+            "weights)"
+        )
+    return (
+        f"name {name!r}: transformers could not load this model (its error is above): the "
+        "Hub may have no model of that id, or it could not be reached. The course loads "
+        f"'gpt2' (GPT-2 small; its sizes: {_quoted(GPT2_SIZES)}); any GPT-2 or Llama model id "
+        "on the Hub, or a folder saved with save_pretrained, loads too. Offline (no network, "
+        "or HF_HUB_OFFLINE=1) the model must already be in the Hugging Face cache: load it "
+        "once online"
+    )

@@ -11,6 +11,7 @@ book's model does not have must raise ``ValueError`` naming them.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers is imported: never download
 
@@ -244,3 +245,48 @@ def test_other_models_are_refused() -> None:
         GPT.from_hf(base)
     with pytest.raises(ValueError, match="name"):
         GPT.from_pretrained("")
+
+
+@pytest.mark.parametrize("name", ["gpt2-small", "gpt2-tiny", "gpt-2"])
+def test_a_gpt2_that_is_none_of_its_sizes_is_refused_before_any_download(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """'gpt2-small' ended in transformers' OSError, after its retries where online."""
+
+    def download(*args: object, **kwargs: object) -> None:
+        raise AssertionError("from_pretrained asked transformers for the model")
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", download)
+    sizes = "'gpt2', 'gpt2-medium', 'gpt2-large', 'gpt2-xl'"
+    with pytest.raises(
+        ValueError, match=f"name '{name}' is none of GPT-2's sizes on the Hub: {sizes}"
+    ):
+        GPT.from_pretrained(name)
+
+
+@pytest.mark.parametrize("name", ["gpt2", "someone/no-such-model"])
+def test_a_model_transformers_cannot_load_offline_is_named_with_what_to_do(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Offline (HF_HUB_OFFLINE=1) with an empty cache, as without a network or with an unknown
+    id: transformers' OSError ("We couldn't connect to 'https://huggingface.co'...") named
+    neither the argument nor what the course loads."""
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path))
+    start = f"name '{name}': transformers could not load this model"
+    with pytest.raises(OSError, match=f"^{start}") as caught:
+        GPT.from_pretrained(name)
+    message = str(caught.value)
+    sizes = "'gpt2', 'gpt2-medium', 'gpt2-large', 'gpt2-xl'"
+    assert f"The course loads 'gpt2' (GPT-2 small; its sizes: {sizes})" in message
+    assert "HF_HUB_OFFLINE=1) the model must already be in the Hugging Face cache" in message
+    assert isinstance(caught.value.__cause__, OSError)  # transformers' own error, chained
+
+
+def test_a_folder_transformers_cannot_load_is_named(tmp_path: Path) -> None:
+    """A folder with a config and no weights: no word of the Hub or the network."""
+    GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=VOCAB).save_pretrained(tmp_path)
+    with pytest.raises(OSError, match=r"name '.*' is a folder, but transformers could not load"):
+        GPT.from_pretrained(str(tmp_path))
