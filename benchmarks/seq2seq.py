@@ -2,9 +2,11 @@
 
 Usage:
     python benchmarks/seq2seq.py [--rounds 10] [--threads 2] [--device auto]
+    python benchmarks/seq2seq.py --quick   # a smoke run: seconds, not minutes
 
 Two measurements of ``attnbook.EncoderDecoder`` (3 + 3 layers, width 128, 4
-heads, vocabularies of 40, batch 32, sources of 32 tokens):
+heads, vocabularies of 40, batch 32, sources of 32 tokens; ``--batch``,
+``--source-len`` and ``--new-tokens`` change the sizes, not the model):
 
 - decoding 47 new tokens (no end token, so every variant does the same
   number of steps) with ``generate``: greedy and beam 4, with the cache (the
@@ -32,6 +34,12 @@ too. The load average printed before and after says how busy the machine
 was. A benchmark, not a test: it asserts
 only what makes the comparisons fair (equal tokens from cached and uncached
 decoding, equal parameter counts) and exits 0.
+
+``--quick`` is a smoke run of every path of the script, in seconds: one round,
+batch 4, sources of 8 tokens, 8 new tokens, 1 thread (two threads on a busy
+2-core machine wait for each other); an option given beside it overrides its
+value. Its figures are too few and too small to compare anything; the figures
+in RESULTS.md are the defaults'.
 """
 
 from __future__ import annotations
@@ -72,7 +80,8 @@ CONFIG = EncoderDecoderConfig(
     n_encoder_layers=3,
     n_decoder_layers=3,
 )
-BATCH, SRC_LEN, NEW_TOKENS = 32, 32, 47
+BATCH, SRC_LEN, NEW_TOKENS = 32, 32, 47  # the defaults of --batch, --source-len, --new-tokens
+QUICK = {"rounds": 1, "batch": 4, "source_len": 8, "new_tokens": 8, "threads": 1}  # --quick
 
 
 class TorchEncoderDecoder(nn.Module):
@@ -127,7 +136,7 @@ def naive_greedy(model: EncoderDecoder, src: torch.Tensor, n: int, bos_id: int) 
     return out
 
 
-def decoding(device: torch.device, rounds: int) -> None:
+def decoding(device: torch.device, rounds: int, batch: int, src_len: int, new_tokens: int) -> None:
     attnbook.set_seed(0)
     model = EncoderDecoder(CONFIG).to(device).eval()
     with torch.no_grad():  # a model with varied outputs, so beams differ
@@ -135,7 +144,7 @@ def decoding(device: torch.device, rounds: int) -> None:
             if p.ndim == 2:
                 p.normal_(0.0, 0.1)
     g = torch.Generator().manual_seed(0)
-    src = torch.randint(3, CONFIG.src_vocab_size, (BATCH, SRC_LEN), generator=g).to(device)
+    src = torch.randint(3, CONFIG.src_vocab_size, (batch, src_len), generator=g).to(device)
     runs, outputs = {}, {}
 
     def variant(name: str, fn: Callable[[], torch.Tensor]) -> None:
@@ -150,23 +159,23 @@ def decoding(device: torch.device, rounds: int) -> None:
             variant(
                 label,
                 lambda b=beam, c=cache: model.generate(
-                    src, NEW_TOKENS, bos_id=1, beam_size=b, use_cache=c
+                    src, new_tokens, bos_id=1, beam_size=b, use_cache=c
                 ),
             )
-    variant("greedy, naive loop", lambda: naive_greedy(model, src, NEW_TOKENS, 1))
+    variant("greedy, naive loop", lambda: naive_greedy(model, src, new_tokens, 1))
     times = dict(zip(runs, interleaved_rounds(list(runs.values()), rounds, device, warmup=1)))
     assert torch.equal(outputs["greedy, cache"], outputs["greedy, no cache"])
     assert torch.equal(outputs["greedy, cache"], outputs["greedy, naive loop"])
     assert torch.equal(outputs["beam 4, cache"], outputs["beam 4, no cache"])
     print(
-        f"\ndecoding {NEW_TOKENS} tokens, batch {BATCH}, source {SRC_LEN} tokens, {rounds} "
+        f"\ndecoding {new_tokens} tokens, batch {batch}, source {src_len} tokens, {rounds} "
         f"interleaved rounds; load average after: {load_average()}"
     )
     base = statistics.median(times["greedy, naive loop"])
     for name, ts in times.items():
         med = statistics.median(ts)
         print(
-            f"  {name:22s} median {1e3 * med:8.1f} ms ({BATCH * NEW_TOKENS / med:8.0f} tokens/s), "
+            f"  {name:22s} median {1e3 * med:8.1f} ms ({batch * new_tokens / med:8.0f} tokens/s), "
             f"{base / med:5.2f}x the naive loop's speed"
         )
     for beam in ("greedy", "beam 4"):
@@ -174,7 +183,7 @@ def decoding(device: torch.device, rounds: int) -> None:
         print(f"  {beam}: the cache speeds decoding up {statistics.median(ratios):.2f}x")
 
 
-def training(device: torch.device, rounds: int) -> None:
+def training(device: torch.device, rounds: int, batch: int, src_len: int) -> None:
     models = {"attnbook.EncoderDecoder": EncoderDecoder, "nn.Transformer": TorchEncoderDecoder}
     dtype = amp_dtype(device)
 
@@ -187,8 +196,8 @@ def training(device: torch.device, rounds: int) -> None:
         g = torch.Generator().manual_seed(0)
 
         def step() -> None:
-            src = torch.randint(3, 40, (BATCH, SRC_LEN), generator=g).to(device)
-            tgt = torch.randint(3, 40, (BATCH, SRC_LEN + 1), generator=g).to(device)
+            src = torch.randint(3, 40, (batch, src_len), generator=g).to(device)
+            tgt = torch.randint(3, 40, (batch, src_len + 1), generator=g).to(device)
             ctx = torch.autocast(device.type, dtype=dtype) if dtype else torch.enable_grad()
             with ctx:
                 logits = forward(src, tgt[:, :-1])  # (B, T, V)
@@ -209,7 +218,7 @@ def training(device: torch.device, rounds: int) -> None:
     builders = {name: functools.partial(build, cls) for name, cls in models.items()}
     times, blocks = rotated_builds(builders, rounds, device, warmup=3)
     print(
-        f"training steps, batch {BATCH}, source and target {SRC_LEN} tokens, "
+        f"training steps, batch {batch}, source and target {src_len} tokens, "
         f"{rounds_note(rounds, len(blocks))} in {len(blocks)} blocks; "
         f"load average after: {load_average()}"
     )
@@ -227,21 +236,55 @@ def training(device: torch.device, rounds: int) -> None:
         print(f"    {', '.join(built):40s} median {statistics.median(ratios):.3f}x")
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__.splitlines()[0], formatter_class=DefaultsHelp
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a smoke run, seconds instead of minutes: "
+        + ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in QUICK.items())
+        + " (an option given beside it wins); its figures compare nothing",
     )
     add_rounds_option(
         parser, 10, "rounds of decoding; training runs 3 x as many (rounded up to an even number)"
     )
+    parser.add_argument("--batch", type=positive_int, default=BATCH, help="sequences per batch")
+    parser.add_argument(
+        "--source-len",
+        type=positive_int,
+        default=SRC_LEN,
+        help=f"tokens per source (and training target), at most {CONFIG.context_length}",
+    )
+    parser.add_argument(
+        "--new-tokens",
+        type=positive_int,
+        default=NEW_TOKENS,
+        help=f"tokens each decoding writes, at most {CONFIG.context_length - 1}",
+    )
     parser.add_argument("--threads", type=positive_int, default=2, help="torch CPU threads")
     add_device_option(parser, default="auto")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if args.quick:  # the preset's values as defaults: the options given still win
+        parser.set_defaults(**QUICK)
+        args = parser.parse_args(argv)
+    for option, value, most, why in (
+        ("--source-len", args.source_len, CONFIG.context_length, "the model's context"),
+        ("--new-tokens", args.new_tokens, CONFIG.context_length - 1, "its context after <bos>"),
+    ):
+        if value > most:
+            parser.error(f"argument {option}: must be at most {most} ({why}), got {value}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     torch.set_num_threads(args.threads)
     device = args.device
     print(describe(device))
-    decoding(device, args.rounds)
-    training(device, 3 * args.rounds)
+    decoding(device, args.rounds, args.batch, args.source_len, args.new_tokens)
+    training(device, 3 * args.rounds, args.batch, args.source_len)
 
 
 if __name__ == "__main__":
