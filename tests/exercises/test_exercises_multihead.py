@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import ast
+import functools
 import math
+from collections.abc import Callable
+from pathlib import Path
 
+import nbformat
 import pytest
 import torch
 from checker_asserts import assert_rejects, stub
@@ -171,6 +176,58 @@ def test_multi_head_attention_checker_accepts_correct_answers() -> None:
 
     assert check_multi_head_attention(as_a_sum_over_heads)
     assert not check_multi_head_attention(stub).attempted
+
+
+CHAPTER = Path(__file__).resolve().parents[2] / "chapters" / "07_multi_head_attention.ipynb"
+
+
+def _chapter_functions(prefix: str = "") -> dict[str, Callable]:
+    """Chapter 7's multi_head_loop and multi_head_batched, defined from the notebook's source
+    in a namespace of their own, as a cell of the learner's kernel defines them; with a
+    ``prefix`` before each name, a learner's copy of them under other names."""
+    nb = nbformat.read(CHAPTER, as_version=4)
+    wanted = {"multi_head_loop", "multi_head_batched"}
+    namespace = {
+        "math": math,
+        "torch": torch,
+        "scaled_dot_product_attention": scaled_dot_product_attention,
+    }
+    for cell in nb.cells:
+        if cell.cell_type != "code" or "def multi_head_" not in cell.source:
+            continue
+        for node in ast.parse(cell.source).body:
+            if isinstance(node, ast.FunctionDef) and node.name in wanted:
+                node.name = prefix + node.name
+                exec(compile(ast.unparse(node), CHAPTER.name, "exec"), namespace)
+    found = {name: namespace[prefix + name] for name in wanted}
+    assert all(f.__code__.co_filename == CHAPTER.name for f in found.values())
+    return found
+
+
+@pytest.mark.parametrize("name", ["multi_head_batched", "multi_head_loop"])
+def test_multi_head_attention_checker_refuses_the_chapters_own_functions(name: str) -> None:
+    """The chapter's multi_head_batched computes the exercise's answer with PyTorch alone:
+    calling it passed. Called in any way, it fails; the same code in a function of the
+    learner's with another name passes."""
+    chapters = _chapter_functions()[name]
+
+    def my_multi_head_attention(x_query, x_context, W_Q, W_K, W_V, W_O, n_heads):
+        return chapters(x_query, x_context, W_Q, W_K, W_V, W_O, n_heads)
+
+    aliased = chapters
+    for answer in (my_multi_head_attention, chapters, lambda *a: aliased(*a)):
+        verdict = check_multi_head_attention(answer)
+        assert not verdict
+        assert (
+            f"case 1/4 (one head (n_heads = 1): chapter 5's attention, then W_O) calls {name}, "
+            "the chapter's ready-made answer, which this exercise asks you to write yourself, "
+            "from its weight matrices.\n   Hint: write the steps in a function of your own; "
+            f"if {name} is a helper of yours, rename it."
+        ) in verdict.message, verdict.message
+    # multi_head_loop's copy still calls the package's attention: only the batched one passes
+    copied = _chapter_functions(prefix="my_")["multi_head_batched"]
+    verdict = check_multi_head_attention(functools.partial(copied))
+    assert verdict, verdict.message
 
 
 def _softmax_axis(dim: int):

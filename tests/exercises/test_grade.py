@@ -762,6 +762,21 @@ def test_a_library_equivalent_taken_before_the_tripwires_is_still_caught(tmp_pat
 
 
 @needs_bwrap
+def test_the_chapters_own_answer_is_caught_at_run_time(tmp_path: Path) -> None:
+    # chapter 2's stable_softmax, which the static check reads by its name
+    program = (
+        "import numpy as np\n"
+        "def stable_softmax(x):\n    e = np.exp(x - x.max(axis=-1, keepdims=True))\n"
+        "    return e / e.sum(axis=-1, keepdims=True)\n"
+        "__attnbook_answer__ = lambda x: stable_softmax(x)\n"
+    )
+    report, status, message = _evaluate_unchecked(program, tmp_path / "eval")
+    assert "stable_softmax" in report["cases"][0]["misuse"]
+    assert status == "failed"
+    assert "calls stable_softmax, the chapter's ready-made answer" in message, message
+
+
+@needs_bwrap
 def test_on_run_reports_how_the_notebook_run_ended(tmp_path: Path) -> None:
     solutions = list(_solutions().values())
     clean = _mini(tmp_path / "clean" / "02_softmax.ipynb", IMPORTS, *solutions)
@@ -1020,6 +1035,58 @@ def test_a_failed_drawn_case_shows_the_graders_own_inputs(
     assert record["status"] == "failed", record
     assert "case 3/6 (equal scores; here on ([" in record["message"], record["message"]
     assert "[0.0, 0.0, 0.0, 0.0]" not in record["message"], record["message"]
+
+
+def test_calling_the_chapters_own_answer_fails_and_a_helper_of_another_name_passes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Chapter 7 defines multi_head_batched, which computes the answer of its exercise
+    ex-ch07-mha with PyTorch alone: an answer that called it passed. The chapter's cell
+    that defines it comes first in each submission."""
+    monkeypatch.setattr(sandbox, "bwrap_available", lambda: False)
+    path = ROOT / "chapters" / "07_multi_head_attention.ipynb"
+    chapter = nbformat.read(path, as_version=4)
+    (defines,) = [c.source for c in chapter.cells if "def multi_head_batched(" in c.source]
+    (solution,) = [code for label, code in solution_blocks(path) if label == "ex-ch07-mha"]
+    own = defines[defines.index("def multi_head_batched(") : defines.index("\n\n\ntorch.")]
+    answers = {
+        "cheat": (
+            "def my_multi_head_attention(x_query, x_context, W_Q, W_K, W_V, W_O, n_heads):\n"
+            "    return multi_head_batched(x_query, x_context, W_Q, W_K, W_V, W_O, n_heads)\n\n\n"
+            "check_multi_head_attention(my_multi_head_attention)"
+        ),
+        "solution": solution,
+        "helper": own.replace("def multi_head_batched(", "def heads(")
+        + "\n\n\ndef my_multi_head_attention(*args):\n    return heads(*args)\n\n\n"
+        "check_multi_head_attention(my_multi_head_attention)",
+    }
+    imports = (
+        "import math\n\nimport torch\n\nfrom attnbook import scaled_dot_product_attention\n"
+        "from attnbook.exercises import check_multi_head_attention"
+    )
+    for student, answer in answers.items():
+        nb = new_notebook(cells=[new_markdown_cell("# Multi-head attention")])
+        nb.cells += [new_code_cell(source) for source in (imports, defines, answer)]
+        (tmp_path / "subs" / student).mkdir(parents=True)
+        nbformat.write(nb, tmp_path / "subs" / student / "07_multi_head_attention.ipynb")
+    out = tmp_path / "grades.json"
+    argv = [str(tmp_path / "subs"), "--unsafe-no-sandbox", "--skip-run", "--json", str(out)]
+    with redirect_stderr(io.StringIO()), redirect_stdout(io.StringIO()):
+        assert grade.main(argv) == 0
+    records = {
+        r["student"]: r
+        for r in json.loads(out.read_text())
+        if r["exercise"] == "multi_head_attention"
+    }
+    assert records["cheat"]["status"] == "failed", records["cheat"]
+    assert records["cheat"]["message"] == (
+        "❌ multi_head_attention: the answer calls multi_head_batched, the chapter's ready-made "
+        "answer, which this exercise asks you to write yourself, from its weight matrices: write "
+        "the steps in a function of your own; if multi_head_batched is a helper of yours, "
+        "rename it."
+    )
+    for student in ("solution", "helper"):
+        assert records[student]["status"] == "passed", records[student]
 
 
 def test_a_run_too_large_to_read_back_is_not_called_unfinished(

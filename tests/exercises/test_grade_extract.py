@@ -200,6 +200,112 @@ def test_an_equivalent_is_forbidden_only_in_its_own_exercise() -> None:
     assert extract.forbidden_uses(sdpa, "scaled_dot_product_attention") != []
 
 
+# ------------------------------------------------------- the chapters' own answers
+
+# exercise -> (a cell that calls a function of the chapter that computes the answer, its name)
+CHAPTER_CHEATS = {
+    "score_matrix": ("check_score_matrix(score_matrix_matmul)", "score_matrix_matmul"),
+    "softmax": ("check_softmax(stable_softmax)", "stable_softmax"),
+    "softmax_temperature": (  # which calls naive_softmax, another of the chapter's
+        "def my_softmax_temperature(x, temperature):\n"
+        "    return softmax_shift_first(x, temperature)\n\n\n"
+        "check_softmax_temperature(my_softmax_temperature)",
+        "softmax_shift_first",
+    ),
+    "scaled_dot_product_attention": (
+        "check_scaled_dot_product_attention(lambda q, k, v: attention_torch(q, k, v)[0])",
+        "attention_torch",
+    ),
+    "multi_head_attention": (
+        "def my_multi_head_attention(x_query, x_context, W_Q, W_K, W_V, W_O, n_heads):\n"
+        "    return multi_head_batched(x_query, x_context, W_Q, W_K, W_V, W_O, n_heads)\n\n\n"
+        "check_multi_head_attention(my_multi_head_attention)",
+        "multi_head_batched",
+    ),
+    "gpt_num_parameters": ("check_gpt_num_parameters(gpt_parameters)", "gpt_parameters"),
+}
+
+
+def _chapter_with(exercise: str, cell: str) -> tuple[nbformat.NotebookNode, int]:
+    """The chapter of ``exercise`` with ``cell`` in place of the exercise's own code cell
+    (the stub and the checker call), and that cell's index."""
+    (chapter,) = [c for c in catalog.CHAPTERS if exercise in dict(c.exercises)]
+    nb = nbformat.read(ROOT / "chapters" / f"{chapter.stem}.ipynb", as_version=4)
+    (index,) = [
+        i
+        for i, c in enumerate(nb.cells)
+        if c.cell_type == "code" and f"check_{exercise}" in notebooks.checker_calls(c.source)
+    ]
+    nb.cells[index].source = cell
+    return nb, index
+
+
+def test_every_chapter_equivalent_is_a_function_its_chapter_defines_before_the_exercise() -> None:
+    assert set(CHAPTER_CHEATS) == set(extract.CHAPTER_EQUIVALENTS)
+    for exercise, equivalents in extract.CHAPTER_EQUIVALENTS.items():
+        nb, index = _chapter_with(exercise, "")
+        defined = {
+            node.name
+            for cell in nb.cells[:index]
+            if cell.cell_type == "code"
+            for node in extract._parse(cell.source).body
+            if isinstance(node, ast.FunctionDef)
+        }
+        assert equivalents.names <= defined, (exercise, sorted(equivalents.names - defined))
+
+
+@pytest.mark.parametrize("exercise", sorted(CHAPTER_CHEATS))
+def test_the_chapters_own_answer_fails_and_a_renamed_copy_of_it_passes(exercise: str) -> None:
+    """In the chapter itself: the grader's static check and the notebook's checker refuse a
+    call to the chapter's function; its code, copied into functions of the learner's that
+    have other names, passes both."""
+    cell, name = CHAPTER_CHEATS[exercise]
+    nb, _ = _chapter_with(exercise, cell)
+    (answer,) = [a for a in extract.extract(nb) if a.exercise == exercise]
+    told = f"calls {name}, the chapter's ready-made answer, which this exercise asks you to write"
+    assert answer.problems, answer.program
+    assert answer.problems[0].startswith(told), answer.problems
+    assert f"write the steps in a function of your own; if {name} is" in answer.problems[0]
+    checker = getattr(exercises, f"check_{exercise}")
+
+    def verdict(program: str) -> object:  # the program run as a notebook's cells run
+        namespace: dict = {"__name__": "__main__"}
+        exec(compile(program, f"{exercise}.ipynb", "exec"), namespace)
+        return checker(namespace["__attnbook_answer__"])
+
+    refused = verdict(answer.program)
+    assert not refused
+    assert told in refused.message, refused.message
+    copied = answer.program
+    for chapters in extract.CHAPTER_EQUIVALENTS[exercise].names:
+        copied = re.sub(rf"\b{chapters}\b", f"own_{chapters}", copied)
+    assert copied != answer.program
+    assert extract.forbidden_uses(ast.parse(copied), exercise) == []
+    assert verdict(copied), copied
+
+
+@pytest.mark.parametrize(
+    "learners",
+    [
+        "def f(x, c, *w):\n    multi_head_batched = lambda *a: 0\n    return multi_head_batched()",
+        "def f(x, c, *w):\n    def multi_head_batched():\n        return 0\n"
+        "    return multi_head_batched()",
+        "def f(x, multi_head_batched, *w):\n    return multi_head_batched",
+        "class Heads:\n    def multi_head_batched(self):\n        return 0\n\n"
+        "def f(*a):\n    return Heads().multi_head_batched()",
+    ],
+    ids=["local", "nested function", "parameter", "method"],
+)
+def test_only_a_global_name_of_the_chapters_function_counts(learners: str) -> None:
+    chapter = "import torch\n\ndef multi_head_batched(*a):\n    return torch.zeros(1)"
+    alias = _one(
+        chapter, "mhb = multi_head_batched\ncheck_multi_head_attention(lambda *a: mhb(*a))"
+    )
+    assert alias.problems, alias.program
+    assert "calls multi_head_batched" in alias.problems[0], alias.problems
+    assert _one(chapter, learners, "check_multi_head_attention(f)").problems == ()
+
+
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
 def test_the_books_solutions_use_nothing_forbidden(path: Path) -> None:
     codes = [code for _, code in solution_blocks(path) if "check_" in code]

@@ -16,8 +16,10 @@ computes (e.g. no Python loop, no call to the library function the exercise
 asks you to write), since such answers return the right numbers. Every
 checker also gets :func:`library_guard`: no call to the exercise's library
 equivalent (its list is the grader's,
-``attnbook.exercises.extract.LIBRARY_EQUIVALENTS``), and refuses the
-checkers' own functions (:func:`no_checker_internals`), the package itself,
+``attnbook.exercises.extract.LIBRARY_EQUIVALENTS``), :func:`chapter_guard`: no
+call to a function of the chapter's own cells that computes the answer
+(``CHAPTER_EQUIVALENTS``, e.g. chapter 7's ``multi_head_batched``), and refuses
+the checkers' own functions (:func:`no_checker_internals`), the package itself,
 which the grader runs answers without (:func:`no_package`), and an answer
 that changes its inputs in place (:func:`changed_inputs`), which can return
 the right numbers too. The guards watch the answer's calls with ``sys``'s profile
@@ -56,6 +58,7 @@ __all__ = [
     "Verdict",
     "all_of",
     "changed_inputs",
+    "chapter_guard",
     "checker_spec",
     "forbid_calls",
     "library_guard",
@@ -608,6 +611,49 @@ def library_guard(exercise: str) -> Guard | None:
     )
 
 
+def chapter_guard(exercise: str) -> Guard | None:
+    """A guard against the exercise's chapter equivalents, if it has any: the functions that
+    the chapter's own cells define before the exercise and that compute its answer
+    (:data:`attnbook.exercises.extract.CHAPTER_EQUIVALENTS`: chapter 7's
+    ``multi_head_batched`` and ``multi_head_loop`` for multi-head attention).
+
+    They live in the learner's notebook, where no module holds them and the learner may run
+    the chapter's cells again (a new function each time), so they are known by their name:
+    the answer fails when its code calls a function of the learner's code (a notebook cell,
+    not a library) whose code object has one of those names, at the top level of its cell
+    (its qualified name, from Python 3.11; before, its name), however it was aliased,
+    wrapped or handed to the checker. A function of the learner's with another name passes,
+    even with the chapter's code copied into it: only calling the chapter's ready-made
+    answer does not count. The grader reads the same names in the program it takes from
+    the notebook (:func:`attnbook.exercises.extract.forbidden_uses`).
+    """
+    from attnbook.exercises.extract import CHAPTER_EQUIVALENTS
+
+    chapter = CHAPTER_EQUIVALENTS.get(exercise)
+    if chapter is None:
+        return None
+
+    def guard(call: Callable[[], object]) -> tuple[object, str | None]:
+        seen: list[str] = []
+
+        def profile(frame: FrameType, event: str, arg: object) -> None:
+            if event != "call":
+                return
+            code = frame.f_code
+            name = getattr(code, "co_qualname", code.co_name)  # "f.<locals>.g" is not "g"
+            if name in chapter.names and _is_learner_code(code.co_filename):
+                seen.append(name)
+
+        return _first_seen(
+            call,
+            profile,
+            seen,
+            lambda name: f"{chapter.problem(name)}.\n   Hint: {chapter.hint(name)}.",
+        )
+
+    return guard
+
+
 # The only modules an answer may import (with their submodules), in the grader's static check
 # (attnbook.exercises.extract) and in no_package's watch: the array libraries and the parts of
 # Python's standard library that hold no way to run a string as code or to reach an
@@ -1012,17 +1058,20 @@ def run_cases(
         guard: wraps each call of the learner's function and reports a
             problem with *how* it computed (a forbidden call, a Python loop)
             even when the numbers are right. :func:`no_checker_internals`,
-            the exercise's :func:`library_guard` and :func:`no_package` are
-            added to it.
+            the exercise's :func:`chapter_guard` and :func:`library_guard`, and
+            :func:`no_package` are added to it.
 
     Returns:
         A :class:`Verdict`; displaying it shows the learner what happened.
     """
-    # For every exercise: the checkers' own reference answers and mistakes, the checker's own
-    # guard (its hint is the more specific one, so it reports first), the library
-    # equivalents that the grader forbids, and the package, which the grader runs without.
+    # For every exercise: the checkers' own reference answers and mistakes, the chapter's own
+    # answers (before the rest: chapter 7's multi_head_loop also calls the package's
+    # attention, and that it is the chapter's answer is what the learner needs to hear), the
+    # checker's own guard (its hint is the more specific one), the library equivalents that
+    # the grader forbids, and the package, which the grader runs without.
     guards = (
         no_checker_internals(learner_fn),
+        chapter_guard(exercise),
         guard,
         library_guard(exercise),
         no_package(learner_fn),

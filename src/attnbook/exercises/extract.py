@@ -22,6 +22,10 @@ object by its name (``ANSWER_MODULES`` of :mod:`attnbook.exercises._framework`:
 - the exercise's library equivalents (:data:`LIBRARY_EQUIVALENTS`, e.g. any
   ``softmax``, ``log_softmax`` or ``logsumexp`` for the softmax exercise,
   however imported or aliased: the attribute or imported name is what counts);
+- the exercise's chapter equivalents (:data:`CHAPTER_EQUIVALENTS`): the
+  functions that the chapter's own cells define before the exercise and that
+  compute its answer (chapter 7's ``multi_head_batched`` for multi-head
+  attention), read as a global name anywhere in the program;
 - a private name (``torch._C``, ``F._softmax``, ``t._softmax``; only
   ``self._x`` and ``cls._x`` of the learner's own classes), ``torch.ops``;
 - the ways around a static reading: ``__import__``, ``eval``, ``exec``,
@@ -44,7 +48,9 @@ against this list by the tests). The same equivalents are also replaced by
 tripwires in the process that runs the answer
 (:mod:`attnbook.exercises.sandbox`), which catches what a static reading
 misses, and every checker refuses them in the learner's notebook too
-(:func:`attnbook.exercises._framework.library_guard`).
+(:func:`attnbook.exercises._framework.library_guard`); the chapter
+equivalents, which live in the notebook and in no module, are refused there
+(and in the sandbox) by :func:`attnbook.exercises._framework.chapter_guard`.
 """
 
 from __future__ import annotations
@@ -58,7 +64,14 @@ from dataclasses import dataclass
 from attnbook.exercises import notebooks
 from attnbook.exercises._framework import ANSWER_MODULES
 
-__all__ = ["LIBRARY_EQUIVALENTS", "Extracted", "extract", "forbidden_uses"]
+__all__ = [
+    "CHAPTER_EQUIVALENTS",
+    "LIBRARY_EQUIVALENTS",
+    "ChapterEquivalents",
+    "Extracted",
+    "extract",
+    "forbidden_uses",
+]
 
 _SOFTMAX = frozenset(
     {"softmax", "log_softmax", "softmin", "Softmax", "LogSoftmax", "Softmin", "logsumexp"}
@@ -124,6 +137,66 @@ LIBRARY_EQUIVALENTS: dict[str, frozenset[str]] = {
     "kv_cache_bytes": frozenset({"kv_cache_bytes", "KVCache"}),
     "rms_norm": frozenset({"rms_norm", "RMSNorm", "layer_norm", "LayerNorm", "normalize"}),
     "bpe_merge": frozenset({"bpe_merge", "merge_pair", "BPETokenizer"}),
+}
+
+
+@dataclass(frozen=True)
+class ChapterEquivalents:
+    """The functions that a chapter's own cells define before one of its exercises and that
+    compute the exercise's answer: a learner's notebook holds them, ready to be called.
+
+    No module holds them, so they are known by their names. A learner's function of another
+    name passes, even with the chapter's code copied into it: the exercise is to write the
+    steps, and starting from the chapter's is a way to learn them; only calling the
+    chapter's ready-made answer does not count. A learner's own helper that has one of
+    these names is told to rename it.
+    """
+
+    names: frozenset[str]  # the functions' names, as the chapter defines them
+    asks: str  # how the exercise asks for the answer instead: "from its weight matrices"
+
+    def problem(self, name: str) -> str:
+        """What an answer that calls ``name`` is told: a clause, "calls ...", without a stop."""
+        return (
+            f"calls {name}, the chapter's ready-made answer, which this exercise asks you "
+            f"to write yourself, {self.asks}"
+        )
+
+    def hint(self, name: str) -> str:
+        """What to do instead: a clause, without a full stop."""
+        return (
+            f"write the steps in a function of your own; if {name} is a helper of yours, rename it"
+        )
+
+
+# Chapter 2's softmaxes, the naive one too: these exercises refuse every library softmax,
+# stable or not, and softmax_divide_first calls stable_softmax.
+_CH02_SOFTMAXES = frozenset(
+    {"naive_softmax", "stable_softmax", "softmax_divide_first", "softmax_shift_first"}
+)
+
+# exercise -> the functions of its chapter's cells, before the exercise, that compute its answer
+# (tests/exercises/test_grade_extract.py checks that the chapter defines each one there). Not
+# listed: chapter 3's my_soft_lookup, which calls attnbook.softmax (refused already) and whose
+# "my_" is the name a learner gives an answer; helpers that compute a part of an answer
+# (chapter 9's gelu and layer_norm); functions of other notebooks, which a notebook lacks.
+CHAPTER_EQUIVALENTS: dict[str, ChapterEquivalents] = {
+    "score_matrix": ChapterEquivalents(
+        frozenset({"score_matrix_loops", "score_matrix_rows", "score_matrix_matmul"}),
+        "as one matrix product",
+    ),
+    "softmax": ChapterEquivalents(_CH02_SOFTMAXES, "with NumPy"),
+    "softmax_temperature": ChapterEquivalents(_CH02_SOFTMAXES, "with NumPy"),
+    "scaled_dot_product_attention": ChapterEquivalents(
+        frozenset({"attention_loop", "attention_numpy", "attention_torch", "attention_einsum"}),
+        "with PyTorch's operations",
+    ),
+    "multi_head_attention": ChapterEquivalents(
+        frozenset({"multi_head_loop", "multi_head_batched"}), "from its weight matrices"
+    ),
+    "gpt_num_parameters": ChapterEquivalents(
+        frozenset({"gpt_parameters"}), "from the architecture"
+    ),
 }
 
 _BANNED_MODULES = frozenset(
@@ -427,10 +500,20 @@ def forbidden_uses(tree: ast.AST, exercise: str) -> list[str]:
             forbids only the general list).
 
     Returns:
-        Short descriptions, e.g. ``"calls softmax (torch.softmax), the library's answer"``.
+        Short descriptions, e.g. ``"calls softmax (torch.softmax), the library's answer"``;
+        a chapter equivalent first (``multi_head_loop`` also imports the package's attention:
+        the chapter's function is what the answer should not have called).
     """
     equivalents = LIBRARY_EQUIVALENTS.get(exercise, frozenset()) | {exercise}
     found: list[str] = []
+    chapter = CHAPTER_EQUIVALENTS.get(exercise)
+    if chapter is not None:
+        # a global name: the chapter's function, or an alias of it (f = multi_head_batched);
+        # not a local variable, a parameter or a method of the learner's that has that name
+        read = _globals_read(tree) & chapter.names
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name) and node.id in read:
+                found.append(f"{chapter.problem(node.id)}: {chapter.hint(node.id)}")
     for node in ast.walk(tree):
         if isinstance(node, ast.Import | ast.ImportFrom):
             base = node.module or "" if isinstance(node, ast.ImportFrom) else ""

@@ -26,8 +26,10 @@ its own process says decides a grade. For each notebook, in order:
    imports and top-level definitions it needs from the cells before. That
    program is read statically for forbidden uses (the package's own
    answers, the library's equivalent such as any ``softmax`` for the softmax
-   exercise, private library names, ``torch.ops``, ``importlib``,
-   ``getattr`` with a computed name, threads...): one is a ``failed``.
+   exercise, the chapter's own function that computes the answer such as
+   chapter 7's ``multi_head_batched``, private library names, ``torch.ops``,
+   ``importlib``, ``getattr`` with a computed name, threads...): one is a
+   ``failed``.
 3. The programs run in a second, clean sandbox, one forked process per
    exercise with the library equivalents replaced by tripwires, on inputs
    the grader draws for this submission from a seed it keeps

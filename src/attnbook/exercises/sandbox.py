@@ -16,7 +16,9 @@ private folder that holds a fresh copy of the submission and nothing else:
    replaces the exercise's library equivalents by tripwires too, runs the
    answer on the cases the grader wrote (``job.pkl``) under the checker's
    guards (a library equivalent that the program bound to a name before its
-   tripwire was in place is still that function, and its guard knows it),
+   tripwire was in place is still that function, and its guard knows it; a
+   function of the chapter's own cells that computes the answer, which no
+   module holds, is known to its guard by name),
    and writes what came back as plain arrays (``<exercise>.npz``, read with
    ``allow_pickle=False``) and a small JSON file. Only the files of a child
    that finished, for its own exercise, are kept. The grader compares them
