@@ -284,6 +284,31 @@ def test_the_chapters_own_answer_fails_and_a_renamed_copy_of_it_passes(exercise:
     assert verdict(copied), copied
 
 
+def test_chapter_7s_module_reading_answer_fails_through_weights_handed_to_it() -> None:
+    """Chapter 7's multi_head_by_hand computes the batched multi-head attention from the
+    projections of a module: an answer that handed it the four matrices as projections
+    passed the checker and the grader."""
+    cell = (
+        "class Projections:\n    pass\n\n\n"
+        "def my_multi_head_attention(x_query, x_context, W_Q, W_K, W_V, W_O, n_heads):\n"
+        "    mha = Projections()\n    mha.n_heads = n_heads\n"
+        "    mha.q_proj, mha.k_proj = (lambda t: t @ W_Q), (lambda t: t @ W_K)\n"
+        "    mha.v_proj, mha.out_proj = (lambda t: t @ W_V), (lambda t: t @ W_O)\n"
+        "    return multi_head_by_hand(mha, x_query, x_context, x_context)[0]\n\n\n"
+        "check_multi_head_attention(my_multi_head_attention)"
+    )
+    nb, _ = _chapter_with("multi_head_attention", cell)
+    (answer,) = [a for a in extract.extract(nb) if a.exercise == "multi_head_attention"]
+    told = "calls multi_head_by_hand, the chapter's ready-made answer"
+    assert answer.problems, answer.program
+    assert answer.problems[0].startswith(told), answer.problems
+    namespace: dict = {"__name__": "__main__"}
+    exec(compile(answer.program, "multi_head_attention.ipynb", "exec"), namespace)
+    verdict = exercises.check_multi_head_attention(namespace["__attnbook_answer__"])
+    assert not verdict
+    assert told in verdict.message, verdict.message
+
+
 @pytest.mark.parametrize(
     "learners",
     [

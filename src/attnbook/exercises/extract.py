@@ -191,8 +191,11 @@ CHAPTER_EQUIVALENTS: dict[str, ChapterEquivalents] = {
         frozenset({"attention_loop", "attention_numpy", "attention_torch", "attention_einsum"}),
         "with PyTorch's operations",
     ),
+    # multi_head_by_hand reads the weights of a module's projections, which an answer can
+    # build from the four matrices
     "multi_head_attention": ChapterEquivalents(
-        frozenset({"multi_head_loop", "multi_head_batched"}), "from its weight matrices"
+        frozenset({"multi_head_loop", "multi_head_batched", "multi_head_by_hand"}),
+        "from its weight matrices",
     ),
     "gpt_num_parameters": ChapterEquivalents(
         frozenset({"gpt_parameters"}), "from the architecture"
