@@ -309,6 +309,23 @@ def test_chapter_7s_module_reading_answer_fails_through_weights_handed_to_it() -
     assert told in verdict.message, verdict.message
 
 
+def test_the_grader_names_the_chapters_function_that_the_answer_calls() -> None:
+    """softmax_divide_first calls stable_softmax, and the grader named stable_softmax (the
+    name its walk of the program met first), though the answer called softmax_divide_first:
+    the notebook's checker named the right one, and "rename it" pointed at the wrong one."""
+    cell = (
+        "def my_softmax_temperature(x, temperature):\n"
+        "    return softmax_divide_first(x, temperature)\n\n\n"
+        "check_softmax_temperature(my_softmax_temperature)"
+    )
+    nb, _ = _chapter_with("softmax_temperature", cell)
+    (answer,) = [a for a in extract.extract(nb) if a.exercise == "softmax_temperature"]
+    assert "def stable_softmax" in answer.program  # the function it calls reads it
+    assert answer.problems[0].startswith("calls softmax_divide_first, the chapter's"), (
+        answer.problems
+    )
+
+
 @pytest.mark.parametrize(
     "learners",
     [

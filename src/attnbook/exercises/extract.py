@@ -514,9 +514,13 @@ def forbidden_uses(tree: ast.AST, exercise: str) -> list[str]:
         # a global name: the chapter's function, or an alias of it (f = multi_head_batched);
         # not a local variable, a parameter or a method of the learner's that has that name
         read = _globals_read(tree) & chapter.names
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Name) and node.id in read:
-                found.append(f"{chapter.problem(node.id)}: {chapter.hint(node.id)}")
+        # the last statements first: the answer comes last in the program, so the name it
+        # calls is named before one that the chapter's function it calls reads in turn
+        # (softmax_divide_first calls stable_softmax: the answer called the first)
+        for statement in reversed(getattr(tree, "body", [tree])):
+            for node in ast.walk(statement):
+                if isinstance(node, ast.Name) and node.id in read:
+                    found.append(f"{chapter.problem(node.id)}: {chapter.hint(node.id)}")
     for node in ast.walk(tree):
         if isinstance(node, ast.Import | ast.ImportFrom):
             base = node.module or "" if isinstance(node, ast.ImportFrom) else ""
