@@ -46,6 +46,17 @@ def test_cosine_agrees_with_torch(seed: int) -> None:
     )
 
 
+def test_dot_product_of_stacked_vectors_sums_over_the_last_axis() -> None:
+    """One score per pair of rows, and a vector against a stack broadcasts: the sum runs over
+    d, never over the stack (which a 1-D example cannot tell apart)."""
+    a = np.array([[1.0, 2.0, 3.0], [0.0, -1.0, 4.0]])
+    b = np.array([[2.0, 0.0, 1.0], [5.0, 1.0, 0.5]])
+    np.testing.assert_array_equal(dot_product(a, b), [5.0, 1.0])
+    np.testing.assert_array_equal(dot_product(a[0], b), [5.0, 8.5])
+    ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+    torch.testing.assert_close(dot_product(ta, tb), torch.tensor([5.0, 1.0], dtype=torch.float64))
+
+
 def test_cosine_ignores_length_and_dot_product_does_not() -> None:
     a = np.array([1.0, 2.0, 0.5])
     assert cosine_similarity(a, 10 * a) == pytest.approx(1.0)
