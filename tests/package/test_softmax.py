@@ -230,6 +230,16 @@ def test_bad_input_raises_a_clear_value_error(kwargs: dict, match: str) -> None:
         softmax(**kwargs)
 
 
+@pytest.mark.parametrize(("kind", "dtype"), DTYPES[2:4] + DTYPES[5:], ids=lambda d: str(d))
+def test_log_softmax_stays_finite_where_the_weight_underflows(kind: str, dtype: object) -> None:
+    """z - logsumexp(z), not log(softmax(z)): a weight of exp(-200) is 0 in float32 (and
+    exp(-1000) in float64), whose log is -inf; the log-weight is the gap itself."""
+    gap = -200.0 if _largest(kind, dtype) < 1e300 else -1000.0
+    log_w = log_softmax(_make(kind, dtype, [0.0, gap]))
+    assert log_w.dtype == dtype
+    np.testing.assert_allclose(_as_float64(log_w), [0.0, gap], rtol=1e-6)
+
+
 @pytest.mark.parametrize("seed", [0, 1])
 def test_jacobian_matches_autograd(seed: int) -> None:
     x = torch.randn(5, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
@@ -249,6 +259,14 @@ def test_jacobian_rejects_non_distributions() -> None:
         softmax_jacobian(np.array([0.5, 0.7]))
     with pytest.raises(ValueError, match="weights must have shape"):
         softmax_jacobian(np.array(1.0))
+
+
+@pytest.mark.parametrize("kind", ["torch", "numpy"])
+def test_jacobian_rejects_negative_weights_that_sum_to_one(kind: str) -> None:
+    """[1.5, -0.5] sums to 1 but is no softmax output: the sign is checked, not only the sum."""
+    p = _make(kind, torch.float64 if kind == "torch" else np.float64, [1.5, -0.5])
+    with pytest.raises(ValueError, match="weights must be non-negative"):
+        softmax_jacobian(p)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, np.float16])
