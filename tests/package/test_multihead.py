@@ -390,6 +390,39 @@ def test_query_key_value_need_not_be_one_tensor_for_self_attention(
     torch.testing.assert_close(fused, separate)
 
 
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_key_is_query_with_another_value_takes_the_values_from_value(
+    need_weights: bool, randn: Callable[..., torch.Tensor], make_mha: Callable[..., nn.Module]
+) -> None:
+    """The one-multiply path of self-attention is for query, key and value all one tensor: with
+    key = query but a separate value, the values must come from value, not from query."""
+    attn = make_mha(8, 2, 0)
+    x, value = randn(0, 2, 5, 8), randn(1, 2, 5, 8)
+    ours = attn(x, x, value, need_weights=need_weights, is_causal=True)[0]
+    separate = attn(x, x.clone(), value, need_weights=need_weights, is_causal=True)[0]
+    torch.testing.assert_close(ours, separate)
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_an_additive_mask_of_another_dtype_is_cast_to_the_projections(
+    need_weights: bool, randn: Callable[..., torch.Tensor], make_mha: Callable[..., nn.Module]
+) -> None:
+    """forward casts an additive mask to the dtype of the projected heads: under bfloat16
+    autocast a float32 bias must not turn the weights into float32, and with validate=False
+    (no check_mask to cast it) a float64 bias must not break a float32 module."""
+    attn = make_mha(8, 2, 0).float()
+    x = randn(0, 2, 5, 8, dtype=torch.float32)
+    bias = mask_to_additive(causal_mask(5), torch.float64)
+    expected = attn(x, x, x, bias.float(), need_weights=need_weights)
+    got = attn(x, x, x, bias, need_weights=need_weights, validate=False)
+    torch.testing.assert_close(got[0], expected[0])
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        output, weights = attn(x, x, x, bias.float(), need_weights=need_weights)
+    assert output.dtype == torch.bfloat16
+    if need_weights:
+        assert weights.dtype == torch.bfloat16
+
+
 def test_validate_false_is_forward_without_checks(
     randn: Callable[..., torch.Tensor], make_mha: Callable[..., nn.Module]
 ) -> None:
