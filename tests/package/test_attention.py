@@ -271,6 +271,10 @@ def test_mask_cannot_add_batch_dimensions(need_weights: bool) -> None:
     too_big = torch.ones(B, 1, S, dtype=torch.bool)  # a padding mask for a batch of 2
     with pytest.raises(ValueError, match=r"mask of shape \(2, 1, 5\) does not broadcast.*\(4, 5\)"):
         scaled_dot_product_attention(q, k, v, too_big, need_weights=need_weights)
+    # Nor can it enlarge a batch of 1: (B, T, S) against (1, T, S) scores is refused too.
+    q1, k1, v1 = q[None], k[None], v[None]
+    with pytest.raises(ValueError, match=r"mask of shape \(2, 4, 5\) does not broadcast"):
+        scaled_dot_product_attention(q1, k1, v1, too_big.expand(B, T, S), need_weights=need_weights)
     # Batched inputs of the right batch size take it.
     qb, kb, vb = (x.expand(B, *x.shape) for x in (q, k, v))
     output, _ = scaled_dot_product_attention(qb, kb, vb, too_big, need_weights=need_weights)
