@@ -77,6 +77,22 @@ def test_rms_norm_rejects_bad_settings(args: tuple, match: str) -> None:
         RMSNorm(*args)
 
 
+def test_rms_norm_rounds_to_the_input_dtype_before_its_weight(
+    randn: Callable[..., torch.Tensor],
+) -> None:
+    """As Llama's: the normalised vector is cast to the input's dtype, then the weight multiplies
+    it, so a float32 norm given bfloat16 input returns float32 (not the product rounded)."""
+    norm = RMSNorm(8)
+    with torch.no_grad():
+        norm.weight.copy_(1 + 0.3 * randn(0, 8, dtype=torch.float32))
+    x = (randn(1, 3, 8, dtype=torch.float32) * 4).to(torch.bfloat16)
+    out = norm(x)
+    assert out.dtype == torch.float32
+    x32 = x.float()
+    normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + norm.eps)
+    torch.testing.assert_close(out, norm.weight * normed.to(torch.bfloat16), rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("x", [torch.zeros(2, 7), torch.zeros(2, 8, dtype=torch.long), [1.0] * 8])
 def test_rms_norm_rejects_bad_input(x: object) -> None:
     with pytest.raises(ValueError, match="x must"):
