@@ -249,6 +249,33 @@ def test_dropout_in_training_mode_only() -> None:
     torch.testing.assert_close(model(idx), twin.eval()(idx), rtol=0, atol=0)
 
 
+def test_dropout_reaches_the_embeddings_in_training() -> None:
+    """Dropout acts on the embeddings too (GPT-2's embd_pdrop), not only inside the blocks: in
+    training mode the first block reads zeros where entries were dropped, the rest doubled."""
+    torch.manual_seed(0)
+    model = GPT(_config(dropout=0.5))
+    seen = []
+    model.blocks[0].register_forward_pre_hook(lambda module, args: seen.append(args[0]))
+    idx = _ids(8, 2, 5)
+    with torch.no_grad():
+        model.train()(idx)
+        model.eval()(idx)
+    dropped, kept = seen  # (B, T, D) each: the embeddings the first block read
+    assert (dropped == 0).any()
+    assert not (kept == 0).any()
+    torch.testing.assert_close(dropped[dropped != 0], 2 * kept[dropped != 0])
+
+
+def test_a_cached_forward_pass_must_fit_the_context() -> None:
+    """model(idx, cache=cache) refuses new tokens that would run past context_length, also with
+    rotary positions, which have no table of positions to run out of."""
+    model = GPT(_config(positional="rope")).eval()
+    _, cache = model.prefill(_ids(3, 1, 10))
+    with pytest.raises(ValueError, match="fit the context"):
+        model(_ids(4, 1, 3), cache=cache)  # 10 + 3 positions > context_length = 12
+    assert model(_ids(4, 1, 2), cache=cache).shape == (1, 2, 11)  # 10 + 2 fit
+
+
 @pytest.mark.parametrize(
     ("idx", "match"),
     [
