@@ -282,6 +282,37 @@ def test_training_is_reproducible() -> None:
     assert a.train_loss != c.train_loss  # the seed matters: another data order
 
 
+def test_train_evaluates_at_the_last_step_and_seeds_the_dropout() -> None:
+    """A run whose steps are no multiple of eval_every is evaluated at its end too; and train
+    seeds the global generators (dropout) from config.seed, so what ran before it does not
+    change its losses."""
+    config = _config(steps=4, batch_size=8, eval_every=3, warmup_steps=1)
+    a = train(_model(dropout=0.3), TASK, config)
+    assert a.eval_step == [3, 4]
+    model = _model(dropout=0.3)
+    torch.rand(10)  # the global generator moves on
+    assert train(model, TASK, config).train_loss == a.train_loss
+
+
+def test_evaluation_counts_the_answer_only_and_keeps_the_mode() -> None:
+    """evaluate's loss is the mean over the answer tokens (not the prompt's ignored positions),
+    per_example_accuracy's token fraction too, and both leave a training model training."""
+    model = _model()
+    inputs, targets = TASK.eval_data("test")
+    p = TASK.prompt_len
+    with torch.no_grad():
+        logits = model.eval()(inputs)[:, p:]  # (M, A): the positions that predict the answer
+    answer = targets[:, p:]
+    loss = nn.functional.cross_entropy(logits.flatten(0, 1), answer.flatten())
+    assert evaluate(model.train(), TASK)["loss"] == pytest.approx(float(loss), rel=1e-5)
+    assert model.training
+    exact, tokens = per_example_accuracy(model, TASK)
+    assert model.training
+    right = logits.argmax(-1) == answer  # (M, A)
+    assert torch.equal(exact, right.all(1))
+    torch.testing.assert_close(tokens, right.float().mean(1))
+
+
 def test_training_on_text_lowers_the_held_out_loss() -> None:
     ds = TextDataset(grammar_corpus(300), seq_len=16)
     model = _model(vocab_size=ds.vocab_size, context_length=16)
