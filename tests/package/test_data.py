@@ -261,6 +261,17 @@ def test_token_dataset_windows_of_any_ids() -> None:
     assert isinstance(TextDataset(grammar_corpus(50), seq_len=8), TokenDataset)
 
 
+def test_token_dataset_windows_reach_the_last_token() -> None:
+    """Every window can be drawn, the last one too (torch.randint's high is exclusive), and the
+    evenly spaced evaluation windows run from the split's first token to its last."""
+    ds = TokenDataset(torch.arange(10), torch.arange(30), seq_len=8, vocab_size=30)
+    x, _ = ds.batch("train", 64, torch.Generator().manual_seed(0))
+    assert set(x[:, 0].tolist()) == {0, 1}  # 10 tokens hold two windows of 8 + 1
+    ex, ey = ds.eval_data("test", max_windows=5)
+    assert torch.equal(ex[:, 0], torch.tensor([0, 5, 10, 15, 21]))  # 22 starts, 5 spread
+    assert ey[-1, -1] == 29  # the last target is the split's last token
+
+
 def test_token_dataset_bad_input() -> None:
     from attnbook.data import TokenDataset
 
