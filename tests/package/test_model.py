@@ -332,6 +332,24 @@ def test_encoder_decoder_shapes_and_parameter_formula() -> None:
     assert model.lm_head.weight is model.tgt_emb.weight
 
 
+def test_encoder_decoder_normalises_the_encoder_output_and_the_head_input() -> None:
+    """Pre-LN stacks end with a norm: the encoder's output (the context every cross-attention
+    reads) and the decoder's last stream before the tied head are normalised (at init: mean 0,
+    variance 1 per position)."""
+    torch.manual_seed(0)
+    model = EncoderDecoder(_ed_config()).eval()
+    src, tgt = _ids(9, 2, 8, vocab_size=13), _ids(10, 2, 5)
+    seen = []
+    model.lm_head.register_forward_pre_hook(lambda module, args: seen.append(args[0]))
+    with torch.no_grad():
+        model(src, tgt)
+        context = model.encode(src)
+    for x in (context, seen[0]):  # (B, S, D), (B, T, D)
+        torch.testing.assert_close(x.mean(-1), torch.zeros(x.shape[:2]), atol=1e-5, rtol=0)
+        var = x.var(-1, unbiased=False)
+        torch.testing.assert_close(var, torch.ones(x.shape[:2]), atol=1e-3, rtol=0)
+
+
 def test_encoder_decoder_causal_target_bidirectional_source_and_padding() -> None:
     torch.manual_seed(0)
     model = EncoderDecoder(_ed_config()).eval()
