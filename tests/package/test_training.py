@@ -467,6 +467,18 @@ def test_generate_greedy_is_the_argmax_loop() -> None:
     assert torch.equal(model.generate(prompt, 6, temperature=1.0, top_k=1), expected)
 
 
+def test_generate_turns_dropout_off_while_it_samples() -> None:
+    """generate runs in eval() mode: a model left in training mode, with dropout, generates
+    the greedy tokens it generates in eval() mode (and is in training mode again after)."""
+    model = _model(dropout=0.5)
+    prompt = TASK.test[:4, :5]
+    expected = model.eval().generate(prompt, 3, temperature=0)
+    for use_cache in (True, False):
+        out = model.train().generate(prompt, 3, temperature=0, use_cache=use_cache)
+        assert torch.equal(out, expected)
+        assert model.training
+
+
 def test_generate_samples_reproducibly_from_the_top_k() -> None:
     model = _model(vocab_size=7)
     prompt = torch.zeros(200, 1, dtype=torch.int64)
