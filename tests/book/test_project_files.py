@@ -5,6 +5,8 @@
   `requirements.in`, and agrees with `environment.yml`;
 - the book renders stored outputs and never tolerates errors;
 - the table of contents and `chapters/` list the same chapters;
+- references.bib prints as written: a sentence after `?` or `!` in a title keeps its
+  capital, and a year agrees with the one its proceedings name;
 - every chapter has the anatomy of CONTRIBUTING.md: the Colab cell first, cells
   run in order without errors, objectives, exercises with a checker and hidden
   solutions, key takeaways, references, and figures with captions and alt text;
@@ -241,6 +243,43 @@ def test_table_of_contents_lists_every_chapter() -> None:
     assert not listed_chapters - on_disk, (
         f"_toc.yml lists missing chapters: {sorted(listed_chapters - on_disk)}"
     )
+
+
+# --- references.bib, as the pages print it ------------------------------------------------------
+
+
+def _bibliography() -> dict[str, dict[str, str]]:
+    """Each entry of references.bib: key -> its fields, as written (no LaTeX decoded)."""
+    from pybtex.database import parse_file  # sphinxcontrib-bibtex's parser
+
+    entries = parse_file(ROOT / "references.bib").entries
+    return {
+        key: {name.lower(): value for name, value in e.fields.items()} for key, e in entries.items()
+    }
+
+
+def test_a_sentence_inside_a_reference_title_keeps_its_capital() -> None:
+    """The book's style (plain) lowercases every letter of a title but the first and the braced
+    ones, so "Homemaker? Debiasing" was printed "homemaker? debiasing": the first letter of a
+    sentence after `?` or `!` in a title must be braced ("Homemaker? {D}ebiasing")."""
+    unbraced = [
+        f"{key}: {match.group(0)!r}"
+        for key, fields in _bibliography().items()
+        if (match := re.search(r"[?!]\s+[A-Za-z]\w*", fields.get("title", "")))
+    ]
+    assert not unbraced, "titles whose next sentence would start in lowercase: " + ", ".join(
+        unbraced
+    )
+
+
+def test_a_reference_s_year_is_the_one_its_proceedings_name() -> None:
+    """A booktitle such as "..., ICLR 2024" printed beside a `year` of 2023 contradicts itself."""
+    wrong = []
+    for key, fields in _bibliography().items():
+        named = set(re.findall(r"\b(?:19|20)\d\d\b", fields.get("booktitle", "")))
+        if named and fields.get("year") not in named:
+            wrong.append(f"{key}: year {fields.get('year')}, booktitle {fields['booktitle']!r}")
+    assert not wrong, "\n".join(wrong)
 
 
 # --- the anatomy of a chapter -------------------------------------------------------------------
