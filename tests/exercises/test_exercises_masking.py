@@ -122,6 +122,33 @@ def test_masked_softmax_filled_with_minus_1e9_fails_in_float16() -> None:
     _rejects(verdict, "case 6/8 (float16 scores", "raised RuntimeError", "65504", "-inf")
 
 
+def _zeros_of_the_default_dtype(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+    return torch.where(mask.any(dim=-1, keepdim=True), weights, torch.zeros(scores.shape))
+
+
+def _computed_in_float32(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return _shift_by_zero(scores.float(), mask)  # safe from float16 overflow, never cast back
+
+
+@pytest.mark.parametrize(
+    ("wrong", "case", "dtypes"),
+    [
+        (_zeros_of_the_default_dtype, "case 6/8 (float16 scores", "float32 weights for float16"),
+        (_computed_in_float32, "case 1/8 (", "float32 weights for float64 scores"),
+    ],
+)
+def test_masked_softmax_in_another_dtype_than_the_scores_fails(
+    wrong: Callable, case: str, dtypes: str
+) -> None:
+    """Right values, but float32 weights for float16 scores: a float16 model's weights @ value
+    then raises (torch multiplies no two dtypes). Zeros of the default dtype promote the
+    result (float64 scores hide it); computing in float32 without converting back fails on
+    the first case."""
+    verdict = check_masked_softmax(wrong)
+    _rejects(verdict, case, f"returned {dtypes}", "torch.zeros_like(scores)")
+
+
 @pytest.mark.parametrize("right", _RIGHT_ANSWERS)
 def test_masked_softmax_in_float16_matches_the_package(right: Callable) -> None:
     """The float16 case is exact however a right answer computes (one allowed key or none

@@ -494,7 +494,8 @@ _MASKED_SOFTMAX_CASES = [
         _half_precision,
         "Models often run in float16, whose largest finite number is 65504: -1e9 does not fit, "
         "so masked_fill(~mask, -1e9) raises (and a conversion quietly gives -inf). Fill with "
-        "float('-inf'), which every floating-point dtype holds.",
+        "float('-inf'), which every floating-point dtype holds, and return the weights in "
+        "float16, the scores' dtype.",
     ),
     Case(
         "allowed scores far below -1e4 (about -1e5 to -3e5), blocked keys far above (3e9)",
@@ -545,6 +546,25 @@ _MASKED_SOFTMAX_MISTAKES = [
 ]
 
 
+def _in_dtype_of(scores: torch.Tensor, weights: object) -> object:
+    """``weights``, refused when they are a tensor of another floating-point dtype than
+    ``scores``: right numbers, but a float16 model's ``weights @ value`` raises on them."""
+    if (
+        isinstance(weights, torch.Tensor)
+        and weights.is_floating_point()
+        and weights.dtype != scores.dtype
+    ):
+        got, want = (str(t.dtype).removeprefix("torch.") for t in (weights, scores))
+        raise ValueError(
+            f"returned {got} weights for {want} scores: return them in the scores' dtype, "
+            f"as a {want} model multiplies them by {want} values and torch refuses to multiply "
+            "two dtypes. Make zeros with torch.zeros_like(scores) or 0.0 (torch.zeros(shape) "
+            "is float32), and convert back with .to(scores.dtype) after computing in another "
+            "precision"
+        )
+    return weights
+
+
 def _forward_or_gradient(
     fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
 ) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]:
@@ -557,7 +577,7 @@ def _forward_or_gradient(
 
     def run(scores: torch.Tensor, mask: torch.Tensor, upstream: torch.Tensor | None) -> object:
         if upstream is None:
-            return fn(scores, mask)
+            return _in_dtype_of(scores, fn(scores, mask))
         scores = scores.detach().clone().requires_grad_(True)
         weights = fn(scores, mask)
         if not isinstance(weights, torch.Tensor) or not weights.requires_grad:
@@ -621,7 +641,9 @@ def check_masked_softmax(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor
     size blocks), ``mask`` boolean (``True`` = may attend) broadcastable to it.
     Every row with an allowed key sums to 1 with exact zeros on blocked keys;
     a fully masked row must be all zeros, not NaN and not uniform (the
-    rule of :func:`attnbook.masked_softmax`). The last case runs the backward
+    rule of :func:`attnbook.masked_softmax`), in the scores' dtype (float32 weights for
+    float16 scores fail: a float16 model's ``weights @ value`` would raise). The last case
+    runs the backward
     pass: the gradient with respect to the scores must match the package's, 0
     in a fully masked row and never NaN. An answer that calls
     ``attnbook.masked_softmax`` fails.
