@@ -146,6 +146,15 @@ def test_score_matrix_checker() -> None:
     )
 
 
+def test_score_matrix_squeezed_fails_on_one_query() -> None:
+    """np.squeeze drops the query axis of a single query's (1, S) scores."""
+    verdict = check_score_matrix(lambda q, k: np.squeeze(q @ k.T))
+    assert not verdict
+    assert "case 2/5 (1 query, 5 keys) returned shape (5,), expected shape (1, 5)" in (
+        verdict.message
+    )
+
+
 def test_cosine_checker() -> None:
     assert check_cosine_similarity(lambda a, b: a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
     assert not check_cosine_similarity(lambda a, b: a @ b)
