@@ -181,6 +181,21 @@ def test_cross_attention_checker() -> None:
     )
 
 
+def _two_dimensional(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Right for one sequence (T, d): softmax over dim=1, the keys only when there is no
+    batch axis in front."""
+    return torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=1) @ v
+
+
+def test_self_attention_for_one_sequence_only_fails_on_the_batch() -> None:
+    """Only the batch case tells a softmax over dim=1 (the keys of a (T, S) matrix, the
+    queries of a (B, T, S) one) from the right answer."""
+    assert_rejects(
+        check_self_attention(lambda x, w_q, w_k, w_v: _two_dimensional(x @ w_q, x @ w_k, x @ w_v)),
+        "a batch of 2 sequences",
+    )
+
+
 # ------------------------------------------------------------------ chapter 6
 
 
