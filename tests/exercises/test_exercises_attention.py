@@ -196,6 +196,15 @@ def test_self_attention_for_one_sequence_only_fails_on_the_batch() -> None:
     )
 
 
+def test_cross_attention_for_one_sequence_only_fails_on_the_batch() -> None:
+    assert_rejects(
+        check_cross_attention(
+            lambda xq, xc, w_q, w_k, w_v: _two_dimensional(xq @ w_q, xc @ w_k, xc @ w_v)
+        ),
+        "a batch of 2",
+    )
+
+
 # ------------------------------------------------------------------ chapter 6
 
 
