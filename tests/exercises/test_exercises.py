@@ -159,3 +159,12 @@ def test_cosine_checker() -> None:
     assert check_cosine_similarity(lambda a, b: a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
     assert not check_cosine_similarity(lambda a, b: a @ b)
     assert not check_cosine_similarity(lambda a, b: a @ b / np.linalg.norm(a) ** 2)
+
+
+def test_cosine_similarity_of_the_absolute_dot_product_fails_on_opposite_vectors() -> None:
+    """Only the opposite vectors have a negative cosine: |a . b| passes every other case."""
+    verdict = check_cosine_similarity(
+        lambda a, b: abs(a @ b) / (np.linalg.norm(a) * np.linalg.norm(b))
+    )
+    assert not verdict
+    assert "case 3/4 (opposite vectors) returned the wrong values" in verdict.message
