@@ -170,3 +170,16 @@ def test_answer_loss_checker_names_typical_mistakes() -> None:
         )
     )
     assert_rejects(verdict, first)
+
+
+def test_answer_loss_that_autograd_cannot_differentiate_fails() -> None:
+    """The right number as a Python float (.item()) or cut from the logits (.detach()) passed,
+    though training calls loss.backward() on it."""
+    for cut in (lambda loss: loss.item(), lambda loss: loss.detach()):
+        verdict = check_answer_loss(
+            lambda logits, tokens, m, cut=cut: cut(_loss(logits, tokens, m))
+        )
+        assert_rejects(verdict, "the last 3 tokens are the answer")
+        assert "returned a loss that autograd cannot differentiate" in verdict.message
+    with torch.no_grad():  # the checker asks for the gradient whatever the caller's mode
+        assert check_answer_loss(_loss)

@@ -13,6 +13,7 @@ Two exercises, each with the typical wrong answers it recognises and names:
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 
@@ -305,6 +306,27 @@ _LOSS_MISTAKES = [
 ]
 
 
+def _differentiable(fn: Callable) -> Callable:
+    """``fn``'s loss, computed from logits that require a gradient; a loss that autograd
+    cannot differentiate (a float, or a tensor cut from the logits) raises a ``ValueError``."""
+
+    @functools.wraps(fn)  # its parameters' names, for the verdict
+    def loss(logits: torch.Tensor, tokens: torch.Tensor, is_answer: torch.Tensor) -> object:
+        with torch.enable_grad():
+            result = fn(logits.detach().clone().requires_grad_(True), tokens, is_answer)
+        if result is None:
+            return None  # the framework asks "did you forget `return`?"
+        if not isinstance(result, torch.Tensor) or not result.requires_grad:
+            raise ValueError(
+                "returned a loss that autograd cannot differentiate: training calls "
+                "loss.backward(), so compute it with torch operations on the logits and "
+                "return the tensor, without .item(), .detach(), .numpy() or torch.no_grad()"
+            )
+        return result.detach()
+
+    return loss
+
+
 def check_answer_loss(
     fn: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
 ) -> Verdict:
@@ -314,8 +336,17 @@ def check_answer_loss(
     ``tokens`` ``(B, T)`` int64, ``is_answer`` ``(B, T)`` bool, ``True`` where
     ``tokens[b, t]`` belongs to the answer. The loss is the mean, over every
     answer token of the batch, of ``-log softmax(logits[b, t - 1])[tokens[b, t]]``:
-    each answer token is predicted from the position before it. Returns a scalar.
+    each answer token is predicted from the position before it. Returns a scalar
+    tensor that autograd can differentiate with respect to the logits (training calls
+    ``loss.backward()``): a Python float, or a loss cut from the logits, fails.
     """
+    if not callable(fn):
+        return run_cases("answer_loss", fn, _answer_loss, _LOSS_CASES)
     return run_cases(
-        "answer_loss", fn, _answer_loss, _LOSS_CASES, mistakes=_LOSS_MISTAKES, rtol=1e-6
+        "answer_loss",
+        _differentiable(fn),
+        _differentiable(_answer_loss),
+        _LOSS_CASES,
+        mistakes=_LOSS_MISTAKES,
+        rtol=1e-6,
     )
