@@ -183,3 +183,17 @@ def test_answer_loss_that_autograd_cannot_differentiate_fails() -> None:
         assert "returned a loss that autograd cannot differentiate" in verdict.message
     with torch.no_grad():  # the checker asks for the gradient whatever the caller's mode
         assert check_answer_loss(_loss)
+
+
+def test_answer_loss_that_changes_the_logits_in_place_is_told_so() -> None:
+    """The checker hands the answer a copy of the logits that requires a gradient: an
+    in-place change of it is still reported as a change of the argument, not as autograd's
+    complaint about a leaf."""
+
+    def shifted_in_place(logits, tokens, is_answer):
+        logits -= logits.amax(dim=-1, keepdim=True)  # the softmax does not change
+        return _loss(logits, tokens, is_answer)
+
+    verdict = check_answer_loss(shifted_in_place)
+    assert not verdict
+    assert "changed its argument `logits` in place" in verdict.message, verdict.message

@@ -313,7 +313,14 @@ def _differentiable(fn: Callable) -> Callable:
     @functools.wraps(fn)  # its parameters' names, for the verdict
     def loss(logits: torch.Tensor, tokens: torch.Tensor, is_answer: torch.Tensor) -> object:
         with torch.enable_grad():
-            result = fn(logits.detach().clone().requires_grad_(True), tokens, is_answer)
+            # a copy of a leaf, not the leaf itself: an answer may change it in place, as
+            # it may change any argument, and the change is copied back for the framework
+            # to report in its own words ("changed its argument `logits` in place")
+            given = logits.detach().clone().requires_grad_(True).clone()
+            result = fn(given, tokens, is_answer)
+        if not torch.equal(given.detach(), logits):
+            with torch.no_grad():
+                logits.copy_(given)
         if result is None:
             return None  # the framework asks "did you forget `return`?"
         if not isinstance(result, torch.Tensor) or not result.requires_grad:
