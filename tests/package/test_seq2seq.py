@@ -251,6 +251,68 @@ def test_after_eos_a_row_repeats_eos_and_decoding_stops() -> None:
         assert out.shape[1] < 16
 
 
+def _varied_model() -> EncoderDecoder:
+    """A random model (V_tgt = 8) whose head is not tied to its target embedding: a tied random
+    model repeats its last token, this one writes varied targets, token 0 among them."""
+    torch.manual_seed(0)
+    model = EncoderDecoder(EncoderDecoderConfig(40, 8, 12, 32, 4, 2, 2)).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.ndim == 2:
+                p.normal_(0.0, 0.3)
+    model.lm_head.weight = torch.nn.Parameter(0.3 * torch.randn(8, 32))
+    return model
+
+
+def _plain_beam_search(
+    model: EncoderDecoder, src: torch.Tensor, mask: torch.Tensor, n: int, eos: int | None, k: int
+) -> torch.Tensor:
+    """Beam search written out one source at a time, rerunning the model on whole targets:
+    the k best targets by summed log-probability, an ended one kept at its score (it goes on
+    with eos), a source done once its best target has ended; rows padded with eos."""
+    rows = []
+    for b in range(src.shape[0]):
+        s = src[b : b + 1, : int(mask[b].sum())]  # its real words only: no mask
+        beams = [(0.0, [1], False)]  # (score, tokens from bos = 1, ended), best first
+        while len(beams[0][1]) <= n and not beams[0][2]:
+            tgt = torch.tensor([tokens for _, tokens, _ in beams])  # (k, t)
+            logp = torch.log_softmax(model(s.expand(len(tgt), -1), tgt)[:, -1], -1)  # (k, V)
+            candidates = []
+            for (score, tokens, ended), row in zip(beams, logp.tolist(), strict=True):
+                if ended:
+                    candidates.append((score, [*tokens, eos], True))
+                else:
+                    candidates += [(score + lp, [*tokens, v], v == eos) for v, lp in enumerate(row)]
+            beams = sorted(candidates, key=lambda c: -c[0])[:k]
+        rows.append(beams[0][1])
+    width = max(map(len, rows))
+    return torch.tensor([row + [eos] * (width - len(row)) for row in rows])
+
+
+@pytest.mark.parametrize(
+    ("beam_size", "eos_id"), [(1, None), (1, 0), (1, 7), (3, None), (3, 7), (4, 3)]
+)
+def test_generate_is_the_plain_beam_search_written_out(beam_size: int, eos_id: int | None) -> None:
+    """Token for token, and length for length: finished targets keep their score and repeat
+    eos, decoding stops once every source's best target has ended (no sooner, no later), and
+    with eos_id=None no token ends a target (token 0, which the model writes, included)."""
+    model = _varied_model()
+    src, mask = _batch(2)
+    expected = _plain_beam_search(model, src, mask, 6, eos_id, beam_size)
+    if eos_id is None:
+        assert expected.shape == (6, 7)
+        assert (expected[:, 1:] == 0).any()
+    else:  # rows end at different steps (or not at all); with 0 and 3 all end, before step 6
+        ends = {row.index(eos_id, 1) if eos_id in row[1:] else None for row in expected.tolist()}
+        assert len(ends) >= 2
+        assert (None not in ends) == (eos_id in (0, 3)) == (expected.shape[1] < 7)
+    for use_cache in (True, False):
+        out = model.generate(
+            src, 6, bos_id=1, eos_id=eos_id, src_mask=mask, beam_size=beam_size, use_cache=use_cache
+        )
+        assert torch.equal(out, expected), (out, expected)
+
+
 def test_attention_weights_shapes_rows_and_padding() -> None:
     model = _model()
     src, mask = _batch()
