@@ -331,6 +331,51 @@ def test_attention_weights_shapes_rows_and_padding() -> None:
         assert (w.masked_select(~mask[:, None, None, :]) == 0).all()
 
 
+def test_attention_weights_are_the_ones_each_layer_uses() -> None:
+    """Layer i's weights are those of the model's own layer i, run as the forward pass runs it:
+    the encoder over the masked source, the decoder reading the normalised encoder output; and
+    the decoder's self-attention gives no weight to target padding (tgt_mask)."""
+    model = _model()
+    src, mask = _batch()
+    tgt = torch.randint(0, 30, (6, 7), generator=torch.Generator().manual_seed(0))
+    tgt_mask = torch.arange(7)[None] < torch.tensor([7, 3, 5, 2, 7, 4])[:, None]
+    weights = model.attention_weights(src, tgt, mask, tgt_mask)
+    key_mask = mask[:, None, None, :]  # (B, 1, 1, S)
+    x = model.pos_emb.embed(model.src_emb(src), 0)
+    for block, w in zip(model.encoder, weights["encoder"], strict=True):
+        x, expected = block(x, key_mask, need_weights=True)
+        torch.testing.assert_close(w, expected)
+    context = model.encoder_norm(x)
+    y = model.pos_emb.embed(model.tgt_emb(tgt), 0)
+    for i, block in enumerate(model.decoder):
+        y, (w_self, w_cross) = block(
+            y, context, tgt_mask[:, None, None, :], key_mask, need_weights=True
+        )
+        torch.testing.assert_close(weights["decoder"][i], w_self)
+        torch.testing.assert_close(weights["cross"][i], w_cross)
+        assert (weights["decoder"][i].masked_select(~tgt_mask[:, None, None, :]) == 0).all()
+    assert not torch.allclose(weights["cross"][0], weights["cross"][1])  # the layers differ
+
+
+def test_generate_and_attention_weights_turn_dropout_off() -> None:
+    """Both run in eval() mode: a model left training, with dropout, gives what it gives in
+    eval() mode, and is training again after."""
+    torch.manual_seed(0)
+    model = EncoderDecoder(EncoderDecoderConfig(40, 30, 24, 32, 4, 2, 2, dropout=0.5))
+    src, mask = _batch()
+    tgt = torch.ones(6, 3, dtype=torch.int64)
+    expected = model.eval().generate(src, 5, bos_id=1, src_mask=mask, beam_size=2)
+    weights = model.attention_weights(src, tgt, mask)
+    for _ in range(2):
+        assert torch.equal(
+            model.train().generate(src, 5, bos_id=1, src_mask=mask, beam_size=2), expected
+        )
+        assert model.training
+        for name, ws in model.train().attention_weights(src, tgt, mask).items():
+            for w, e in zip(ws, weights[name], strict=True):
+                torch.testing.assert_close(w, e)
+
+
 def test_attention_weights_keep_the_training_mode() -> None:
     model = _model().train()
     src, mask = _batch()
