@@ -399,6 +399,8 @@ def test_attention_weights_keep_the_training_mode() -> None:
         ),
         (lambda m, s, k: m.encode(s, ~k), "src_mask.*only False"),
         (lambda m, s, k: m.generate(s, 5, bos_id=1, src_mask=~k), "src_mask.*only False"),
+        # one row of padding only (row 3), while every column holds a real token in some row
+        (lambda m, s, k: m.encode(s, k & (torch.arange(6) != 3)[:, None]), "src_mask.*only False"),
         (
             lambda m, s, k: m(
                 s, torch.ones(6, 3, dtype=torch.int64), k, torch.ones(6, 4, dtype=torch.bool)
@@ -425,6 +427,18 @@ def test_bad_input_names_the_argument(call: object, name: str) -> None:
     src, mask = _batch()
     with pytest.raises(ValueError, match=name):
         call(model, src, mask)
+
+
+def test_generate_takes_its_bounds_and_no_new_token() -> None:
+    """The bounds are inclusive: 1 + max_new_tokens = context_length and beam_size =
+    tgt_vocab_size are allowed; max_new_tokens = 0 gives bos alone."""
+    model = _model()  # context_length 24, tgt_vocab_size 30
+    src, mask = _batch()
+    assert model.generate(src, 23, bos_id=1, src_mask=mask).shape == (6, 24)
+    assert model.generate(src, 2, bos_id=1, src_mask=mask, beam_size=30).shape == (6, 3)
+    for beam_size in (1, 3):
+        out = model.generate(src, 0, bos_id=1, src_mask=mask, beam_size=beam_size)
+        assert torch.equal(out, torch.ones(6, 1, dtype=torch.int64))
 
 
 @pytest.mark.parametrize("beam_size", [1, 3])
