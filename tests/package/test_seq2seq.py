@@ -118,6 +118,34 @@ def test_inputs_targets_are_teacher_forcing(task: TranslationTask) -> None:
     assert (targets != IGNORE_INDEX).any(0).all()
 
 
+def test_eval_data_is_the_whole_split_cut_to_its_longest_row(task: TranslationTask) -> None:
+    """No real word is cut off, no target is padding: each row's targets are its words then
+    <eos>, and everything after is IGNORE_INDEX."""
+    for name in ("test", "test_long"):
+        rows = task.split(name)
+        (src, tgt_in, src_mask), targets = task.eval_data(name)
+        n_src, n_tgt = int(rows.src_lengths.max()), int(rows.tgt_mask.sum(1).max())
+        assert torch.equal(src, rows.src[:, :n_src])
+        assert torch.equal(src_mask, rows.src_mask[:, :n_src])
+        assert torch.equal(tgt_in, rows.tgt[:, : n_tgt - 1])
+        expected = rows.tgt[:, 1:n_tgt].masked_fill(rows.tgt[:, 1:n_tgt] == 0, IGNORE_INDEX)
+        assert torch.equal(targets, expected)
+        assert not (targets == task.pad_id).any()
+        assert (targets == task.eos_id).sum(1).eq(1).all()
+
+
+def test_split_lengths_reach_their_bounds_and_no_further() -> None:
+    """Sentences of exactly max_train_len words go to train and test, never to test_long,
+    which holds max_train_len + 1 to max_len words (here test_long fills last)."""
+    task = translation_task(n_train=30, n_test=10, n_test_long=150, max_train_len=9, max_len=14)
+    for rows in (task.train, task.test):
+        assert int(rows.src_lengths.min()) >= 3
+        assert int(rows.src_lengths.max()) <= 9
+    assert int(task.train.src_lengths.max()) == 9
+    assert int(task.test_long.src_lengths.min()) == 10
+    assert int(task.test_long.src_lengths.max()) == 14
+
+
 @pytest.mark.parametrize(
     ("kwargs", "name"),
     [
