@@ -134,6 +134,20 @@ def test_eval_data_is_the_whole_split_cut_to_its_longest_row(task: TranslationTa
         assert (targets == task.eos_id).sum(1).eq(1).all()
 
 
+def test_batches_draw_every_row_and_noun_phrases_have_distinct_adjectives() -> None:
+    """batch draws from all of a split, its last row included; and no noun phrase repeats an
+    adjective (the generator samples them without replacement: "the big big dog" never)."""
+    task = translation_task(n_train=5, n_test=2, n_test_long=2, seed=0)
+    (src, _, _), _ = task.batch("train", 100, torch.Generator().manual_seed(0))
+    assert _rows(src) == _rows(task.train.src)
+    big = translation_task(n_train=400, n_test=10, n_test_long=10, seed=0)
+    adjectives = {big.src_vocab.index(a) for a in ("big", "small", "red", "old", "happy", "quiet")}
+    src = big.train.src
+    repeated = (src[:, 1:] == src[:, :-1]) & torch.isin(src[:, 1:], torch.tensor(list(adjectives)))
+    assert torch.isin(src, torch.tensor(list(adjectives))).sum() > 200
+    assert not repeated.any()
+
+
 def test_split_lengths_reach_their_bounds_and_no_further() -> None:
     """Sentences of exactly max_train_len words go to train and test, never to test_long,
     which holds max_train_len + 1 to max_len words (here test_long fills last)."""
