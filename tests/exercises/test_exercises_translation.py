@@ -126,8 +126,13 @@ def test_beam_step_checker_names_typical_mistakes() -> None:
         new, pick = total.topk(K, dim=-1, sorted=False)
         return new, pick // V, pick % V
 
+    def first_beam(scores, log_probs):
+        new, tokens = (scores[:, :1, None] + log_probs[:, :1]).squeeze(1).topk(scores.shape[1])
+        return new, torch.zeros_like(tokens), tokens
+
     wrongs = [
         (per_beam, "the best word of each beam"),
+        (first_beam, "only the first beam extended"),
         (no_history, "the new word's log-probability without"),
         (products, "probabilities multiplied"),
     ]
@@ -142,6 +147,9 @@ def test_beam_step_checker_names_typical_mistakes() -> None:
     verdict = check_beam_step(lambda scores, log_probs: scores)  # not three tensors
     assert not verdict
     assert verdict.attempted
+    verdict = check_beam_step(lambda scores, log_probs: (scores, scores))  # two, not three
+    assert not verdict
+    assert "returned 2 values, expected 3" in verdict.message, verdict.message
 
 
 def test_beam_step_checker_accepts_a_list_of_the_three_tensors() -> None:
