@@ -104,6 +104,24 @@ def test_greedy_generation_is_the_argmax_of_teacher_forcing(attention: str) -> N
             assert set(row[row.index(eos, 1) :]) == {eos}
 
 
+def test_generation_stops_once_every_row_has_ended_and_not_before() -> None:
+    """Each row is the free-running output up to its first eos, then eos; decoding stops at
+    the step where the last row ends (eos 16 ends every row, eos 14 leaves row 1 running)."""
+    model = _model("dot", seed=1)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(3.0)  # varied outputs
+    src, mask, _ = _batch()
+    free = model.generate(src, 8, bos_id=1, src_mask=mask).tolist()
+    for eos, all_end in ((16, True), (14, False)):
+        ended = model.generate(src, 8, bos_id=1, eos_id=eos, src_mask=mask)
+        ends = [row.index(eos, 1) + 1 if eos in row[1:] else len(row) for row in free]
+        assert (max(ends) < 9) == all_end
+        assert ended.shape == (4, max(ends))
+        for row, free_row, n in zip(ended.tolist(), free, ends, strict=True):
+            assert row == free_row[:n] + [eos] * (max(ends) - n)
+
+
 @pytest.mark.parametrize(
     ("call", "name"),
     [
