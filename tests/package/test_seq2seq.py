@@ -536,6 +536,27 @@ def test_train_takes_a_translation_task_and_learns(task: TranslationTask) -> Non
     assert tokens_long.shape == (80,)
 
 
+def test_exact_match_of_padded_rows_counts_their_words_only(task: TranslationTask) -> None:
+    """A model whose logits put each true next token first is exactly right on every row,
+    however much padding it has; one wrong eos makes that row wrong, its token fraction
+    (n - 1) / n for its n targets."""
+    _, targets = task.eval_data("test")  # (100, T'), IGNORE_INDEX after each row's eos
+    logits = 5.0 * torch.nn.functional.one_hot(targets.clamp(min=0), task.tgt_vocab_size).float()
+    model = _model(task)
+    model.forward = lambda *args, **kwargs: logits  # every row at once (one batch)
+    exact, tokens = per_example_accuracy(model, task, "test")
+    assert exact.all()
+    assert (tokens == 1).all()
+    assert exact_match(model, task, "test") == 1.0
+    n = int((targets[0] != IGNORE_INDEX).sum())
+    assert n < targets.shape[1]  # row 0 is padded
+    logits[0, n - 1] = 5.0 * torch.nn.functional.one_hot(torch.tensor(3), task.tgt_vocab_size)
+    exact, tokens = per_example_accuracy(model, task, "test")
+    assert exact.tolist() == [False] + [True] * 99
+    assert float(tokens[0]) == pytest.approx((n - 1) / n)
+    assert exact_match(model, task, "test") == pytest.approx(0.99)
+
+
 def test_train_refuses_a_model_too_small_for_the_task(task: TranslationTask) -> None:
     small = EncoderDecoder(
         EncoderDecoderConfig(10, task.tgt_vocab_size, task.input_len, 16, 2, 1, 1)
