@@ -116,6 +116,23 @@ def test_load_checkpoint_refuses_weights_holding_nan(tmp_path: Path) -> None:
         load_checkpoint(path)
 
 
+def test_save_refuses_nan_weights_and_load_refuses_unknown_config_fields(tmp_path: Path) -> None:
+    """A model whose weights hold NaN is not saved (nothing is written); a config.json with a
+    field GPTConfig does not have is refused with a ValueError that names it."""
+    model = _model()
+    with torch.no_grad():
+        model.lm_head.weight[0, 0] = float("nan")
+    with pytest.raises(ValueError, match=r"NaN or inf.*not written"):
+        save_checkpoint(tmp_path / "nan", model)
+    assert not (tmp_path / "nan").exists()
+    path = save_checkpoint(tmp_path / "ckpt", _model())
+    document = json.loads((path / "config.json").read_text())
+    document["gpt_config"]["n_expert"] = 4
+    (path / "config.json").write_text(json.dumps(document))
+    with pytest.raises(ValueError, match=r"unknown GPTConfig fields \['n_expert'\]"):
+        load_checkpoint(path)
+
+
 def test_load_checkpoint_bad_device(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = save_checkpoint(tmp_path / "ckpt", _model())
     assert next(load_checkpoint(path, device=torch.device("cpu")).parameters()).device.type == "cpu"
