@@ -136,6 +136,9 @@ def test_beam_step_checker_names_typical_mistakes() -> None:
         (no_history, "the new word's log-probability without"),
         (products, "probabilities multiplied"),
     ]
+    for case in _framework.checker_spec(check_beam_step, _beam).cases:  # as the docstring says
+        scores, _ = case.make_args()
+        assert torch.equal(scores, scores.sort(-1, descending=True).values)  # best first
     case_2 = _framework.checker_spec(check_beam_step, _beam).cases[1].make_args()
     if not torch.equal(unsorted(*case_2)[0], _beam(*case_2)[0]):  # another torch may sort
         wrongs.append((unsorted, "the right K extensions, not in order best first"))
