@@ -241,6 +241,26 @@ def test_padding_never_changes_real_outputs() -> None:
     torch.testing.assert_close(model(other, tgt, mask), model(src, tgt, mask))
 
 
+def test_the_decoder_reads_target_embeddings_and_tgt_mask_hides_padded_keys() -> None:
+    """The decoder's first block reads the target through tgt_emb (scaled, plus sinusoids),
+    not the source table; with tgt_mask a padded position's output depends on no other
+    padded token (without it, later positions read the first padded one)."""
+    model = _model()
+    src, mask = _batch()
+    tgt = torch.randint(3, 30, (6, 7), generator=torch.Generator().manual_seed(1))
+    seen = []
+    model.decoder[0].register_forward_pre_hook(lambda module, args: seen.append(args[0]))
+    model(src, tgt, mask)
+    torch.testing.assert_close(seen[0], model.pos_emb.embed(model.tgt_emb(tgt), 0))
+    tgt_mask = torch.arange(7)[None] < 3  # (1, 7): three real tokens, then padding
+    tgt_mask = tgt_mask.expand(6, 7)
+    changed = tgt.clone()
+    changed[:, 3] = (changed[:, 3] + 1) % 30  # the first padded token
+    with_mask = model(src, tgt, mask, tgt_mask), model(src, changed, mask, tgt_mask)
+    torch.testing.assert_close(with_mask[0][:, 4:], with_mask[1][:, 4:])
+    assert not torch.allclose(model(src, tgt, mask)[:, 4:], model(src, changed, mask)[:, 4:])
+
+
 @pytest.mark.parametrize("beam_size", [1, 2, 4])
 @pytest.mark.parametrize("eos_id", [None, 5])
 def test_cached_generation_equals_recomputing(beam_size: int, eos_id: int | None) -> None:
