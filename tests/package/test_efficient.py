@@ -282,6 +282,7 @@ BAD_PROJECTIONS = [  # (proj_k, proj_v, the argument the message must name)
     (torch.randn(3, 10), torch.randn(4, 10), "proj_v"),  # k differs
     (torch.randn(3, 10), torch.randn(3, 11), "proj_v"),
     (torch.randn(3, 10).double(), None, "dtype"),
+    (torch.randn(3, 10), torch.randn(3, 10).double(), "proj_v"),  # proj_v's dtype alone differs
 ]
 
 
