@@ -15,6 +15,7 @@ import torch
 from attnbook import RNNConfig, RNNEncoderDecoder, TrainConfig, train, translation_task
 from attnbook.masking import softmax_with_mask
 from attnbook.rnn import DECODERS
+from attnbook.scores import score_matrix
 from attnbook.training import evaluate
 
 VARIANTS = sorted(DECODERS)
@@ -86,6 +87,54 @@ def test_the_dot_decoder_scores_by_dot_products() -> None:
     torch.testing.assert_close(weights, expected)
 
 
+def _decode_by_hand(
+    model: RNNEncoderDecoder, src: torch.Tensor, mask: torch.Tensor, tgt: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The decoders' equations written out from their submodules, one target step at a time."""
+    dec, kind = model.decoder, model.config.attention
+    memory, state = model.encode(src, mask)  # (B, S, Hd), (1, B, Hd)
+    last = memory[torch.arange(len(src)), mask.sum(1) - 1]  # (B, Hd): the encoder's last state
+    torch.testing.assert_close(state[0], last)
+    features, weights = [], []
+    for t in range(tgt.shape[1]):
+        y = model.tgt_emb(tgt[:, t : t + 1])  # (B, 1, E)
+        if kind == "none":  # the fixed summary is fed at every step and read by the output
+            c = last[:, None]
+            h, state = dec.gru(torch.cat([y, c], -1), state)
+            features.append(torch.tanh(dec.out(torch.cat([h, c], -1))))
+        elif kind == "additive":  # the previous state asks, then the GRU reads the context
+            w = softmax_with_mask(dec.scorer(state[-1][:, None], memory), mask[:, None])
+            c = w @ memory
+            h, state = dec.gru(torch.cat([y, c], -1), state)
+            features.append(torch.tanh(dec.out(torch.cat([h, c], -1))))
+            weights.append(w)
+        else:  # dot: the GRU steps, then its new state asks; W_c reads [c; s]
+            h, state = dec.gru(y, state)
+            w = softmax_with_mask(score_matrix(h, memory), mask[:, None])
+            c = w @ memory
+            features.append(torch.tanh(dec.out(torch.cat([c, h], -1))))
+            weights.append(w)
+    logits = model.lm_head(torch.cat(features, 1))
+    return logits, (torch.cat(weights, 1) if weights else None)
+
+
+@pytest.mark.parametrize("attention", VARIANTS)
+def test_each_decoder_computes_its_equations(attention: str) -> None:
+    """Teacher forcing equals the decoder's equations written out step by step: the bottleneck
+    feeds the encoder's last state to the GRU and to the output at every step, the additive
+    decoder's context enters the GRU and the output, the dot decoder's output reads [c; s]."""
+    model = _model(attention, seed=2)
+    src, mask, tgt = _batch()
+    with torch.no_grad():
+        logits, weights = model(src, tgt, mask, need_weights=True)
+        expected, expected_weights = _decode_by_hand(model, src, mask, tgt)
+    torch.testing.assert_close(logits, expected)
+    if attention == "none":
+        assert weights is None
+    else:
+        torch.testing.assert_close(weights, expected_weights)
+
+
 @pytest.mark.parametrize("attention", VARIANTS)
 def test_greedy_generation_is_the_argmax_of_teacher_forcing(attention: str) -> None:
     model = _model(attention, seed=1)
@@ -99,9 +148,22 @@ def test_greedy_generation_is_the_argmax_of_teacher_forcing(attention: str) -> N
     torch.testing.assert_close(model(src, out[:, :-1], mask).argmax(-1), out[:, 1:])
     eos = int(out[0, 2])
     ended = model.generate(src, 8, bos_id=1, eos_id=eos, src_mask=mask)
-    for row in ended.tolist():
-        if eos in row[1:]:
-            assert set(row[row.index(eos, 1) :]) == {eos}
+    assert any(eos not in row[1:] for row in ended.tolist())  # a row that never ends ...
+    assert ended.shape == out.shape  # ... keeps decoding after another row has ended
+    for row, full in zip(ended.tolist(), out.tolist(), strict=True):
+        end = row.index(eos, 1) + 1 if eos in row[1:] else len(row)
+        assert row[:end] == full[:end]  # the greedy words up to <eos>, then <eos> repeated
+        assert set(row[end:]) <= {eos}
+
+
+def test_generation_restores_the_models_mode() -> None:
+    """generate decodes in eval() mode and hands the model back in the mode it found it."""
+    model = _model("additive")
+    src, mask, _ = _batch()
+    model.generate(src, 3, bos_id=1, src_mask=mask)
+    assert not model.training
+    model.train().generate(src, 3, bos_id=1, src_mask=mask)
+    assert model.training
 
 
 def test_generation_stops_once_every_row_has_ended_and_not_before() -> None:
