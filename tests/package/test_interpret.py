@@ -109,6 +109,7 @@ def test_to_bertviz_output_draws_in_bertviz() -> None:
         ([torch.rand(1, 2, 3, 4)], list("abc"), {}, "self-attention"),
         ([torch.rand(1, 2, 3, 3), torch.rand(1, 3, 3, 3)], list("abc"), {}, "same shape"),
         ([torch.rand(1, 2, 3, 3)], list("ab"), {}, "one label per position"),
+        ([torch.rand(1, 2, 3, 3)], list("abcd"), {}, "one label per position"),
         ([torch.rand(1, 2, 3, 3)], "abc", {}, "sequence of strings"),
         ([torch.rand(1, 2, 3, 3)], list("abc"), {"batch_index": 1}, "batch_index"),
         ([torch.rand(1, 2, 3, 3)], list("abc"), {"decimals": -1}, "decimals"),
@@ -261,6 +262,26 @@ def test_entropy_accepts_rows_of_zeros_and_refuses_rows_not_summing_to_one() -> 
         head_entropy(_weights(1, 3, 5)[..., :4])  # some keys cut off
 
 
+def test_statistics_accept_bfloat16_softmax_weights() -> None:
+    """Softmax weights rounded to bfloat16 (8 bits of mantissa) sum to 1 only within about
+    2e-3, which the check of the rows must allow for that dtype."""
+    weights = _weights(2, 3, 5, 5, seed=7)
+    rounded = weights.bfloat16()
+    assert (rounded.float().sum(-1) - 1).abs().max() > 1e-3
+    torch.testing.assert_close(
+        head_entropy(rounded).float(), head_entropy(weights), atol=2e-2, rtol=0
+    )
+    assert attention_rollout([rounded]).dtype == torch.bfloat16
+
+
+def test_share_refuses_scores_in_place_of_weights() -> None:
+    """Weights above 1 are not softmax weights (scores, or weights summed over heads)."""
+    scores = 1 + _weights(2, 3, 5, 5, seed=8)  # all positive: only the upper bound tells
+    for call in (lambda w: attention_share(w, 0), lambda w: offset_share(w, -1)):
+        with pytest.raises(ValueError, match=r"weights must hold attention weights in \[0, 1\]"):
+            call(scores)
+
+
 def test_share_on_fixed_keys_and_on_a_selection_per_query() -> None:
     weights = _weights(2, 3, 5, 5, seed=4)  # (B, H, T, S)
     torch.testing.assert_close(attention_share(weights, 0), weights[..., 0].mean(-1))
@@ -275,6 +296,11 @@ def test_share_on_fixed_keys_and_on_a_selection_per_query() -> None:
         attention_share(weights, mirror, query_positions=[2, 3]), expected[..., [2, 3]].mean(-1)
     )
     assert torch.allclose(attention_share(weights, range(5)), torch.ones(2, 3))
+    cross = _weights(2, 3, 4, 6, seed=9)  # cross-attention: T = 4 queries, S = 6 keys
+    torch.testing.assert_close(
+        attention_share(cross, [0, 5], query_positions=[1, 3]),
+        (cross[..., [1, 3], 0] + cross[..., [1, 3], 5]).mean(-1),
+    )
 
 
 def test_offset_share_finds_a_previous_token_head() -> None:
@@ -307,6 +333,7 @@ def test_offset_share_finds_a_previous_token_head() -> None:
         (lambda w: offset_share(w, 5), "offset"),
         (lambda w: offset_share(w[..., :4], -1), "self-attention"),
         (lambda w: offset_share(w, -1, query_positions=[0]), "query_positions"),
+        (lambda w: offset_share(w, 1, query_positions=[4]), r"t \+ offset = t \+ 1 in \[0, 5\)"),
         (lambda w: head_entropy(w, query_positions="01"), "query_positions"),
         (lambda w: head_entropy(w, query_positions=[None]), "query_positions"),
         (lambda w: head_entropy(w, query_positions=[[1]]), "query_positions"),
