@@ -56,6 +56,15 @@ def test_get_device_falls_back_to_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
     assert attnbook.get_device() == torch.device("cuda")
 
 
+def test_get_device_chooses_mps_without_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ATTNBOOK_DEVICE", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    assert attnbook.get_device() == torch.device("mps")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # CUDA first
+    assert attnbook.get_device() == torch.device("cuda")
+
+
 def test_attnbook_device_overrides_the_choice(monkeypatch: pytest.MonkeyPatch) -> None:
     # What the notebook tools set: stored outputs are the CPU's, on a machine with a GPU too.
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -84,6 +93,9 @@ def test_print_options_round_numbers() -> None:
         attnbook.set_print_options(3)
         assert repr(np.array([1 / 3])) == "array([0.333])"
         assert "0.333" in repr(torch.tensor([1 / 3]))
+        # small next to large numbers: fixed-point, not scientific notation, in both libraries
+        assert "e" not in repr(np.array([1e-5, 123.0])).removeprefix("array")
+        assert "e" not in repr(torch.tensor([1e-5, 123.0])).removeprefix("tensor")
         with pytest.raises(ValueError, match=r"precision must be an int in \[1, 16\]"):
             attnbook.set_print_options(0)
     finally:
@@ -136,6 +148,31 @@ def test_seconds_per_call_is_the_fastest_timed_call_after_a_warm_up() -> None:
         attnbook.runtime.seconds_per_call(fn, repeats=0)
     with pytest.raises(ValueError, match="fn"):
         attnbook.runtime.seconds_per_call(1.0)  # type: ignore[arg-type]
+
+
+def test_seconds_per_call_synchronizes_around_each_timed_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On a GPU the clock must start after the queued work is done and stop after fn's own
+    work is: synchronize, fn, synchronize, on get_device() when no device is given."""
+    events = []
+    monkeypatch.setattr(attnbook.runtime, "synchronize", lambda d: events.append(("sync", d)))
+    monkeypatch.setattr(attnbook.runtime, "get_device", lambda: torch.device("cuda"))
+    attnbook.runtime.seconds_per_call(lambda: events.append("fn"), repeats=2)
+    cuda = ("sync", torch.device("cuda"))
+    assert events == ["fn", cuda, "fn", cuda, cuda, "fn", cuda]
+
+
+@pytest.mark.parametrize("kind", ["cuda", "mps"])
+def test_synchronize_waits_for_a_gpu(monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
+    waited = []
+    monkeypatch.setattr(attnbook.runtime, "check_device", lambda d, *a, **k: torch.device(d))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda d=None: waited.append(("cuda", d)))
+    monkeypatch.setattr(torch.mps, "synchronize", lambda: waited.append(("mps", None)))
+    attnbook.runtime.synchronize(kind)
+    assert waited == [(kind, torch.device("cuda") if kind == "cuda" else None)]
+    attnbook.runtime.synchronize("cpu")  # nothing to wait for
+    assert len(waited) == 1
 
 
 def test_op_recorder_sees_the_operations_and_the_largest_new_result() -> None:
