@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import re
+import runpy
 import socket
 import subprocess
 import sys
@@ -179,6 +180,13 @@ def test_the_command_line_and_its_alias_take_the_same_arguments(
     assert done.returncode == 0, done.stderr[-2000:]
     assert "--task" in done.stdout
     assert "--history-json" in done.stdout
+
+
+def test_importing_the_alias_runs_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only ``python -m attnbook.distributed`` runs the command line; an import does not."""
+    monkeypatch.setattr(sys, "argv", ["attnbook.distributed", "--no-such-option"])
+    names = runpy.run_module("attnbook.distributed", run_name="attnbook.distributed")
+    assert callable(names["train_command"])
 
 
 def test_the_help_names_every_options_default() -> None:
