@@ -11,7 +11,9 @@ book's model does not have must raise ``ValueError`` naming them.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
+from types import SimpleNamespace
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers is imported: never download
 
@@ -22,7 +24,7 @@ transformers = pytest.importorskip("transformers")
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM  # noqa: E402
 
 from attnbook import GPT, apply_rope  # noqa: E402
-from attnbook.pretrained import from_hf, interleave_rope_rows  # noqa: E402
+from attnbook.pretrained import _rope_base, from_hf, interleave_rope_rows  # noqa: E402
 
 VOCAB, CONTEXT = 100, 64
 
@@ -77,6 +79,7 @@ MODELS = {
         1, activation_function="gelu", tie_word_embeddings=False
     ),
     "gpt2-n_inner-eps": lambda: gpt2(2, n_inner=96, layer_norm_epsilon=1e-3),
+    "gpt2-pytorch-tanh-gelu": lambda: gpt2(7, activation_function="gelu_pytorch_tanh"),
     "llama": lambda: llama(),
     "llama-gqa-tied": lambda: llama(3, num_key_value_heads=2, tie_word_embeddings=True),
     "llama-mqa-theta": lambda: llama(4, num_key_value_heads=1, rope_theta=500000.0),
@@ -215,6 +218,7 @@ def test_a_bfloat16_model_stays_bfloat16() -> None:
         ({"reorder_and_upcast_attn": True}, "reorder_and_upcast_attn"),
         ({"scale_attn_weights": False}, "scale_attn_weights"),
         ({"activation_function": "relu"}, "activation_function"),
+        ({"add_cross_attention": True}, "add_cross_attention"),
     ],
 )
 def test_unsupported_gpt2_settings_are_refused(overrides: dict, field: str) -> None:
@@ -235,6 +239,35 @@ def test_unsupported_gpt2_settings_are_refused(overrides: dict, field: str) -> N
 def test_unsupported_llama_settings_are_refused(overrides: dict, field: str) -> None:
     with pytest.raises(ValueError, match=field):
         from_hf(llama(**overrides))
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        SimpleNamespace(rope_scaling={"type": "linear", "factor": 2.0}, rope_theta=1e4),  # v4
+        SimpleNamespace(rope_parameters={"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0}),
+        SimpleNamespace(  # rotating part of each head only: default type, one setting more
+            rope_parameters={
+                "rope_type": "default",
+                "rope_theta": 1e4,
+                "partial_rotary_factor": 0.5,
+            }
+        ),
+    ],
+)
+def test_any_rope_setting_beyond_the_base_is_refused(config: SimpleNamespace) -> None:
+    """transformers 4 spells the scaling rope_scaling = {"type": ...}, 5 rope_parameters."""
+    with pytest.raises(ValueError, match=r"rope_scaling = .* is not supported"):
+        _rope_base(config)
+
+
+def test_the_rope_base_is_read_from_either_spelling() -> None:
+    for config in (
+        SimpleNamespace(rope_scaling=None, rope_theta=5e5),  # transformers 4
+        SimpleNamespace(rope_parameters={"rope_type": "default", "rope_theta": 5e5}),  # 5
+        SimpleNamespace(rope_parameters={"rope_theta": 5e5}),
+    ):
+        assert _rope_base(config) == 5e5
 
 
 def test_other_models_are_refused() -> None:
@@ -261,6 +294,18 @@ def test_a_gpt2_that_is_none_of_its_sizes_is_refused_before_any_download(
     with pytest.raises(
         ValueError, match=f"name '{name}' is none of GPT-2's sizes on the Hub: {sizes}"
     ):
+        GPT.from_pretrained(name)
+
+
+@pytest.mark.parametrize("name", ["./no-such-folder", "../no-such-folder", "~/no-such-folder"])
+def test_a_relative_folder_that_is_not_there_is_refused_before_any_download(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def download(*args: object, **kwargs: object) -> None:
+        raise AssertionError("from_pretrained asked transformers for the model")
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", download)
+    with pytest.raises(ValueError, match=f"name '{re.escape(name)}' looks like a local folder"):
         GPT.from_pretrained(name)
 
 
