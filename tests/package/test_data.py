@@ -110,6 +110,24 @@ def test_batch_draws_from_its_split_and_follows_the_generator() -> None:
     assert not _rows(torch.cat([x3, x3[:, :1]], 1)) & _rows(task.test)
 
 
+def test_batch_can_draw_every_example_and_checks_its_generator() -> None:
+    task = reverse_task(length=4, n_symbols=5, n_train=5, n_test=3)
+    x, y = task.batch("train", 200, torch.Generator().manual_seed(0))
+    assert _rows(torch.cat([x, y[:, -1:]], 1)) == _rows(task.train)  # the last row too
+    with pytest.raises(ValueError, match=r"generator must be a torch\.Generator or None"):
+        task.batch("train", 4, generator=0)
+
+
+def test_eval_data_holds_every_example_of_its_split() -> None:
+    task = reverse_task(length=4, n_symbols=5, n_train=20, n_test=6)
+    for split, rows in (("train", task.train), ("test", task.test)):
+        inputs, targets = task.eval_data(split)
+        expected = task.inputs_targets(rows)
+        assert torch.equal(inputs, expected[0])
+        assert torch.equal(targets, expected[1])
+    assert torch.equal(task.eval_data()[0], task.eval_data("test")[0])
+
+
 def test_check_task_fits() -> None:
     task = reverse_task(length=6, n_symbols=10, n_train=50, n_test=10)  # T = 12, V = 11
     check_task_fits(
