@@ -160,6 +160,18 @@ def test_split_lengths_reach_their_bounds_and_no_further() -> None:
     assert int(task.test_long.src_lengths.max()) == 14
 
 
+def test_trimming_cuts_padding_only(task: TranslationTask) -> None:
+    """inputs_targets cuts the columns that are padding in every row, and no word."""
+    rows = task.train
+    (src, tgt_in, _), targets = task.eval_data("train")
+    S, T = src.shape[1], tgt_in.shape[1] + 1
+    assert torch.equal(src, rows.src[:, :S])
+    assert not rows.src[:, S:].any()
+    assert torch.equal(tgt_in, rows.tgt[:, : T - 1])
+    assert not rows.tgt[:, T:].any()
+    assert int((targets != IGNORE_INDEX).sum()) == int((rows.tgt[:, 1:] != 0).sum())
+
+
 @pytest.mark.parametrize(
     ("kwargs", "name"),
     [
@@ -181,6 +193,11 @@ def test_task_rejects_bad_arguments(kwargs: dict, name: str) -> None:
         (torch.ones(2, 3), torch.ones(2, 4, dtype=torch.int64), r"src .* got shape \(2, 3\) "),
         (torch.ones(2, 3, dtype=torch.int64), torch.ones(4, dtype=torch.int64), r"tgt .*\(4\)"),
         (torch.ones(2, 3, dtype=torch.int64), [[1, 2]], "tgt .* got list"),
+        (
+            torch.ones(3, 3, dtype=torch.int64),
+            torch.ones(2, 4, dtype=torch.int64),
+            r"same batch size, got \(3, 3\) and \(2, 4\)",
+        ),
     ],
 )
 def test_inputs_targets_names_the_shape_and_dtype_it_got(
