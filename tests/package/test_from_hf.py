@@ -280,16 +280,20 @@ def test_other_models_are_refused() -> None:
         GPT.from_pretrained("")
 
 
-@pytest.mark.parametrize("name", ["gpt2-small", "gpt2-tiny", "gpt-2"])
-def test_a_gpt2_that_is_none_of_its_sizes_is_refused_before_any_download(
-    name: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """'gpt2-small' ended in transformers' OSError, after its retries where online."""
+@pytest.fixture
+def no_download(monkeypatch: pytest.MonkeyPatch) -> None:
+    """transformers' from_pretrained, replaced by one that fails the test if it is called."""
 
     def download(*args: object, **kwargs: object) -> None:
         raise AssertionError("from_pretrained asked transformers for the model")
 
     monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", download)
+
+
+@pytest.mark.parametrize("name", ["gpt2-small", "gpt2-tiny", "gpt-2"])
+@pytest.mark.usefixtures("no_download")
+def test_a_gpt2_that_is_none_of_its_sizes_is_refused_before_any_download(name: str) -> None:
+    """'gpt2-small' ended in transformers' OSError, after its retries where online."""
     sizes = "'gpt2', 'gpt2-medium', 'gpt2-large', 'gpt2-xl'"
     with pytest.raises(
         ValueError, match=f"name '{name}' is none of GPT-2's sizes on the Hub: {sizes}"
@@ -298,13 +302,8 @@ def test_a_gpt2_that_is_none_of_its_sizes_is_refused_before_any_download(
 
 
 @pytest.mark.parametrize("name", ["./no-such-folder", "../no-such-folder", "~/no-such-folder"])
-def test_a_relative_folder_that_is_not_there_is_refused_before_any_download(
-    name: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    def download(*args: object, **kwargs: object) -> None:
-        raise AssertionError("from_pretrained asked transformers for the model")
-
-    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", download)
+@pytest.mark.usefixtures("no_download")
+def test_a_relative_folder_that_is_not_there_is_refused_before_any_download(name: str) -> None:
     with pytest.raises(ValueError, match=f"name '{re.escape(name)}' looks like a local folder"):
         GPT.from_pretrained(name)
 
