@@ -152,7 +152,35 @@ def test_a_broken_directive_is_an_error(text: str, message: str) -> None:
 
 
 def test_other_directives_and_code_are_not_blocks() -> None:
-    assert directive_blocks(":::{note}\n:::\n```python\nx = 1\n```\n{solution} in prose") == []
+    assert (
+        directive_blocks(
+            ":::{note}\n:::\n:::{hint} Hint\n:::\n```python\nx = 1\n```\n{solution} in prose"
+        )
+        == []
+    )
+
+
+def test_every_solution_of_a_cell_is_cut_out_however_it_is_written() -> None:
+    text = (
+        "Intro.\n"
+        "- In a list item:\n"
+        "  :::{solution} ex-one\n"
+        "  SECRET indented\n"
+        "  :::\n"
+        "Between.\n"
+        ":::{solution}\n"
+        "SECRET without an argument\n"
+        ":::\n"
+        "::::{solution} ex-three\n"
+        "SECRET closed by a longer fence\n"
+        ":::::\n"
+        "After.\n"
+    )
+    kept, removed = notebooks.strip_solutions(text)
+    assert [block.argument for block in removed] == ["ex-one", "", "ex-three"]
+    assert "SECRET" not in kept
+    assert "{solution}" not in kept
+    assert kept == "Intro.\n- In a list item:\nBetween.\nAfter.\n"
 
 
 def test_checker_calls_are_read_from_the_code() -> None:
@@ -167,6 +195,8 @@ def test_checker_calls_are_read_from_the_code() -> None:
     assert checker_calls(source) == ["check_b", "check_a"]
     assert checker_calls("%time check_x(f)  # check_y(f)\n") == ["check_x"]  # not Python: text
     assert checker_calls("check_(f)\nrecheck_x(f)") == []
+    # in the order of the lines, not of the syntax tree's levels
+    assert checker_calls("for f in fs:\n    check_a(f)\ncheck_b(g)\n") == ["check_a", "check_b"]
 
 
 def test_an_exercise_gets_the_checkers_of_the_next_code_cell_only() -> None:
