@@ -412,3 +412,52 @@ def test_a_student_notebook_runs_top_to_bottom_in_an_empty_folder(tmp_path: Path
         verdict = _text(nbformat.v4.new_notebook(cells=[stub]))
         assert NOT_ATTEMPTED in verdict
     assert list(tmp_path.iterdir()) == [], "the chapter writes no file"
+
+
+LEAK = "return the_secret_answer(a, b) * 2"  # the one code line of the solution below
+
+
+def _leaky_sources() -> tuple[nbformat.NotebookNode, nbformat.NotebookNode]:
+    source = _notebook(
+        ("markdown", f"{EXERCISE_TEXT}\n\n:::{{solution}} ex-add\n```python\n{LEAK}\n```\n:::"),
+        ("code", "def my_add(a, b):\n    raise NotImplementedError\n\n\ncheck_add(my_add)"),
+    )
+    return source, make_student.student_notebook(source)
+
+
+@pytest.mark.parametrize(
+    "output",
+    [
+        nbformat.v4.new_output("stream", text=f"{LEAK}\n"),
+        nbformat.v4.new_output("execute_result", data={"text/plain": LEAK}, execution_count=1),
+        nbformat.v4.new_output("display_data", data={"text/html": f"<pre>{LEAK}</pre>"}),
+        nbformat.v4.new_output("error", ename="E", evalue="", traceback=[f"  {LEAK}"]),
+    ],
+    ids=["stream", "result", "html", "traceback"],
+)
+def test_the_leak_check_reads_every_kind_of_output(output: nbformat.NotebookNode) -> None:
+    source, student = _leaky_sources()
+    assert make_student.notebook_leaks(source, student) == []
+    student.cells[-1].outputs.append(output)
+    assert make_student.notebook_leaks(source, student) == [LEAK]
+
+
+def test_the_leak_check_reads_a_code_cells_comment_and_metadata() -> None:
+    source, student = _leaky_sources()
+    student.cells[-1].source += f"\n# {LEAK}"
+    assert make_student.notebook_leaks(source, student) == [LEAK]
+    source, student = _leaky_sources()
+    student.cells[-1].metadata["note"] = LEAK
+    assert make_student.notebook_leaks(source, student) == [LEAK]
+
+
+def test_a_solution_the_parser_does_not_cut_out_is_a_leak(tmp_path: Path) -> None:
+    # A solution nested in an exercise is inside the exercise's block, so it is not cut out:
+    # the leak check names the directive it finds left in.
+    nested = "::::{exercise} Add (easy)\n:label: ex-add\n:::{solution} ex-add\nx\n:::\n::::"
+    source = _notebook(("markdown", nested))
+    student = make_student.student_notebook(source)
+    assert "{solution}" in student.cells[0].source
+    assert make_student.notebook_leaks(source, student) == ["a {solution} directive"]
+    nbformat.write(student, tmp_path / "page.ipynb")
+    assert _page_checker(source).scan(tmp_path) == ["page.ipynb: a {solution} directive"]
