@@ -378,6 +378,10 @@ def test_make_student_refuses_the_placeholder_url(
     assert "placeholder" in capsys.readouterr().out
     with zipfile.ZipFile(out / make_student.ZIP_NAME) as archive:
         assert any(name.endswith(".whl") for name in archive.namelist())
+        packed = [name for name in archive.namelist() if name.endswith(".ipynb")]
+        assert len(packed) == len(CHAPTERS)
+        for name in packed:  # the student notebooks, not the chapters
+            assert "{solution" not in archive.read(name).decode(), name
 
 
 def test_make_student_refuses_chapters_not_synced_to_the_url(
@@ -461,3 +465,31 @@ def test_a_solution_the_parser_does_not_cut_out_is_a_leak(tmp_path: Path) -> Non
     assert make_student.notebook_leaks(source, student) == ["a {solution} directive"]
     nbformat.write(student, tmp_path / "page.ipynb")
     assert _page_checker(source).scan(tmp_path) == ["page.ipynb: a {solution} directive"]
+
+
+def test_the_page_checker_reads_text_sources_and_title_terms(tmp_path: Path) -> None:
+    source = _read(CHAPTERS[0])
+    (tmp_path / "_sources").mkdir()
+    (tmp_path / "_sources" / "intro.md.txt").write_text(make_student.solution_texts(source)[0])
+    index = {"docnames": ["intro"], "terms": {}, "titleterms": {"hull": 0}}
+    (tmp_path / "searchindex.js").write_text(f"Search.setIndex({json.dumps(index)})")
+    leaks = _page_checker(source).scan(tmp_path)
+    assert any(leak.startswith("_sources/intro.md.txt: ") for leak in leaks)
+    assert "searchindex.js: hull" in leaks
+
+
+def test_a_page_of_the_staged_book_loses_its_solutions(tmp_path: Path) -> None:
+    root = tmp_path / "book"
+    root.mkdir()
+    toc = "format: jb-book\nroot: intro\nchapters:\n  - file: notes\n"
+    (root / "_toc.yml").write_text(toc)
+    (root / "_config.yml").write_text("title: A book\n")
+    (root / "intro.md").write_text("# A book\n\nWelcome.\n")
+    solution = ":::{solution} ex-add\nSECRET_PAGE_ANSWER\n:::"
+    (root / "notes.md").write_text(f"# Notes\n\n{EXERCISE_TEXT}\n\n{solution}\n\nAfter.\n")
+    make_student.stage_book(root, tmp_path / "stage", tmp_path / "notebooks")
+    notes = (tmp_path / "stage" / "notes.md").read_text()
+    assert "SECRET_PAGE_ANSWER" not in notes
+    assert EXERCISE_TEXT in notes
+    assert "After." in notes
+    assert "student edition" in (tmp_path / "stage" / "intro.md").read_text()
