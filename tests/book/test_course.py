@@ -97,7 +97,12 @@ def _broken(change) -> dict:
         ),
         (lambda d: d["assignment_sets"][0]["parts"][0].update(exercises="all"), r"list of names"),
         (lambda d: d["chapters"].append(d["chapters"][0]), r"listed twice: 01_scores"),
+        (
+            lambda d: d["chapters"][1]["prerequisites"].update(chapters=["02_softmax"]),
+            r"prerequisite '02_softmax' is not an earlier chapter",
+        ),
         (lambda d: d["points"].update(default=-1), r"points: default: expected a number >= 0"),
+        (lambda d: d["points"].update(default=True), r"points: default: expected a number >= 0"),
         (lambda d: d["points"].update(exercises={"ex-a": "two"}), r"points: ex-a"),
         (lambda d: d["chapters"][2].update(map_label=""), r"map_label: expected a non-empty"),
     ],
