@@ -136,6 +136,19 @@ def test_a_changed_difficulty_puts_the_guide_out_of_sync(copy: Copy) -> None:
     assert any("out of date" in line for line in found), found
 
 
+def test_check_exits_1_on_a_stale_guide(
+    copy: Copy, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(inventory, "GUIDE", copy.guide)
+    argv = ["--check", "--chapters", str(copy.chapters)]
+    assert inventory.main(argv) == (1 if copy.baseline else 0)
+    _edit_markdown(
+        copy.chapters / "01_scores.ipynb", "The score matrix (easy)", "The score matrix (medium)"
+    )
+    assert inventory.main(argv) == 1
+    assert "out of date" in capsys.readouterr().out
+
+
 def test_a_new_exercise_puts_the_guide_out_of_sync(copy: Copy) -> None:
     _edit_markdown(
         copy.chapters / "01_scores.ipynb",
@@ -169,10 +182,15 @@ def test_a_checked_exercise_marked_pen_and_paper_is_reported(
     assert any("ex-ch02-stable-softmax" in line and "check_" in line for line in found), found
 
 
-def test_a_title_without_difficulty_is_reported(copy: Copy) -> None:
-    _edit_markdown(
-        copy.chapters / "01_scores.ipynb", "Cosine similarity (easy)", "Cosine similarity"
-    )
+def test_an_exercise_without_a_label_is_reported(copy: Copy) -> None:
+    _edit_markdown(copy.chapters / "01_scores.ipynb", ":label: ex-ch01-cosine\n", "")
+    found = _new(copy)
+    assert "01_scores.ipynb: exercise 'Cosine similarity (easy)' has no :label:" in found, found
+
+
+@pytest.mark.parametrize("title", ["Cosine similarity", "Cosine similarity (hard)"])
+def test_a_title_without_difficulty_is_reported(copy: Copy, title: str) -> None:
+    _edit_markdown(copy.chapters / "01_scores.ipynb", "Cosine similarity (easy)", title)
     found = _new(copy)
     assert any("ex-ch01-cosine" in line and "(easy)" in line for line in found), found
 
