@@ -548,6 +548,13 @@ def problems(chapters: list[Chapter], registry: course.Course | None = None) -> 
         for x in registry.points
         if x not in labels
     ]
+    kinds = {e.label: e.kind for c in chapters for e in c.exercises if e.label}
+    found += [
+        f"course.yml: points: exercise {x!r} is {KIND_NAMES[kinds[x]]}, not auto-checked: "
+        "the grader gives points to auto-checked exercises only"
+        for x in registry.points
+        if kinds.get(x, "auto-checked") != "auto-checked"
+    ]
     return found
 
 

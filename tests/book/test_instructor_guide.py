@@ -261,11 +261,16 @@ def test_assignment_sets_name_real_exercises() -> None:
             course.AssignmentSet(title, "", tuple(course.SetPart(*part) for part in parts))
             for title, parts in sets
         ),
-        points={"ex-ch01-cosine": 2, "ex-ch01-lost": 3},
+        points={"ex-ch01-cosine": 2, "ex-ch01-lost": 3, "ex-ch01-symmetric": 1},
     )
     found = inventory.problems(chapters, registry)
     assert any("'lost label'" in line and "ex-ch01-gone" in line for line in found), found
     assert any("points" in line and "ex-ch01-lost" in line for line in found), found
+    # the grader never uses the points of an exercise it does not check
+    assert (
+        "course.yml: points: exercise 'ex-ch01-symmetric' is pen and paper, not auto-checked: "
+        "the grader gives points to auto-checked exercises only"
+    ) in found
     assert not any("not written yet" in line for line in found), found
     assert not any("ex-ch01-cosine" in line for line in found), found
     text = inventory.render_sets(chapters, registry)
