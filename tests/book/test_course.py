@@ -96,6 +96,7 @@ def _broken(change) -> dict:
             r"reads 13_nope, not a chapter of the registry",
         ),
         (lambda d: d["assignment_sets"][0]["parts"][0].update(exercises="all"), r"list of names"),
+        (lambda d: d["assignment_sets"][0].update(parts=[]), r"parts: expected a non-empty list"),
         (lambda d: d["chapters"].append(d["chapters"][0]), r"listed twice: 01_scores"),
         (
             lambda d: d["chapters"][1]["prerequisites"].update(chapters=["02_softmax"]),

@@ -160,11 +160,12 @@ def test_a_new_exercise_puts_the_guide_out_of_sync(copy: Copy) -> None:
     assert any("out of date" in line for line in found), found
 
 
-def test_an_exercise_without_a_kind_is_reported(copy: Copy) -> None:
+@pytest.mark.parametrize("kind", ["", ":class: auto-checked\n"])  # no class, or one naming no kind
+def test_an_exercise_without_a_kind_is_reported(copy: Copy, kind: str) -> None:
     _edit_markdown(
         copy.chapters / "02_softmax.ipynb",
         ":label: ex-ch02-sigmoid\n:class: pen-and-paper\n",
-        ":label: ex-ch02-sigmoid\n",
+        f":label: ex-ch02-sigmoid\n{kind}",
     )
     found = _new(copy)
     assert any("ex-ch02-sigmoid" in line and "pen-and-paper" in line for line in found), found
