@@ -204,6 +204,7 @@ def test_an_exercise_gets_the_checkers_of_the_next_code_cell_only() -> None:
     nb = nbformat.v4.new_notebook(
         cells=[
             md(":::{exercise} One\n:label: ex-one\n:::"),
+            nbformat.v4.new_raw_cell("check_raw(f)"),  # a raw cell is no code cell
             code("check_one(f)"),
             md(
                 ":::{exercise} Two\n:label: ex-two\n:::\n\n:::{exercise} Three\n:label: ex-three\n:::"
