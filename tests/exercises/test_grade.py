@@ -1395,3 +1395,90 @@ def test_a_result_file_linked_out_of_the_sandbox_is_not_read(tmp_path: Path) -> 
     status, message = grade._judge("softmax", spec, [], tmp_path / "eval")
     assert status == "error"
     assert "gave no result" in message
+
+
+# ------------------------------------------------------------------ the verdict, from files alone
+
+
+def _judge_written(
+    folder: Path, cases: list[dict], values: dict[str, np.ndarray], **report: object
+) -> tuple:
+    """The grader's verdict on the softmax exercise from result files written here, as a
+    sandbox that finished would write them (no sandbox runs): ``cases`` are the report's
+    entries, ``values`` its arrays, ``report`` its other keys; the inputs are the grader's own
+    draws."""
+    spec = _framework.checker_spec(exercises.check_softmax, print)
+    args, _, _ = grade._cases(spec, 11)
+    (folder / "out").mkdir(parents=True)
+    np.savez(folder / "out" / "softmax.npz", **values)
+    report = {"exercise": "softmax", "cases": cases, "tripped": [], **report}
+    (folder / "out" / "softmax.json").write_text(json.dumps(report))
+    return (*grade._judge("softmax", spec, args, folder), spec, args)
+
+
+def _right_results(n: int | None = None) -> tuple[list[dict], dict[str, np.ndarray]]:
+    """The softmax exercise's right results on the grader's draws (seed 11), as written back."""
+    spec = _framework.checker_spec(exercises.check_softmax, print)
+    args, _, _ = grade._cases(spec, 11)
+    values = {f"c{i}_0": np.asarray(spec.reference_fn(*a)) for i, a in enumerate(args)}
+    cases = [{"kind": "value", "n": 1, "misuse": None} for _ in args]
+    return cases[:n], values
+
+
+def test_right_results_written_back_pass_and_each_flaw_in_them_is_not_passed(
+    tmp_path: Path,
+) -> None:
+    cases, values = _right_results()
+    status, message, spec, _ = _judge_written(tmp_path / "right", cases, values)
+    assert status == "passed", message
+    assert len(spec.cases) == len(cases) > 2
+    # a result missing for the last case (a time or memory limit hit on it) is no pass
+    status, message, *_ = _judge_written(tmp_path / "short", cases[:-1], values)
+    assert status == "error"
+    assert f"case {len(cases)}/{len(cases)}" in message
+    assert "gave no result" in message, message
+    # a wrong value in the last case only is caught there
+    wrong = dict(values, **{f"c{len(cases) - 1}_0": values[f"c{len(cases) - 1}_0"] * 2})
+    status, message, *_ = _judge_written(tmp_path / "last", cases, wrong)
+    assert status == "failed", message
+    assert f"case {len(cases)}/{len(cases)}" in message, message
+    # a value said to be one array but written as two is incomplete, not taken as its first
+    two = [dict(cases[0], n=2), *cases[1:]]
+    status, message, *_ = _judge_written(tmp_path / "two", two, dict(values, c0_1=values["c0_0"]))
+    assert status == "error"
+    assert "incomplete" in message, message
+
+
+@pytest.mark.parametrize(
+    ("entry", "status", "words"),
+    [
+        ({"kind": "raised", "message": "ValueError: no"}, "failed", "raised ValueError: no"),
+        ({"kind": "not_attempted"}, "not_attempted", "not attempted yet"),
+        ({"kind": "value", "n": 1, "misuse": "modifies its input"}, "failed", "modifies its"),
+    ],
+)
+def test_a_raise_a_stub_or_a_misuse_in_any_case_is_not_passed(
+    tmp_path: Path, entry: dict, status: str, words: str
+) -> None:
+    cases, values = _right_results()
+    cases[-1] = entry  # the right values are still written for this case
+    got, message, *_ = _judge_written(tmp_path, cases, values)
+    assert got == status, message
+    assert words in message, message
+
+
+@pytest.mark.parametrize(
+    ("report", "status", "words"),
+    [
+        ({"setup": "not_attempted"}, "not_attempted", "not attempted yet"),
+        ({"setup": "NameError: x"}, "error", "defining the answer raised NameError: x"),
+        ({"tripped": ["torch.softmax"]}, "failed", "calls torch.softmax, the library's answer"),
+    ],
+)
+def test_a_stub_a_broken_definition_or_a_tripwire_overrides_right_results(
+    tmp_path: Path, report: dict, status: str, words: str
+) -> None:
+    cases, values = _right_results()
+    got, message, *_ = _judge_written(tmp_path, cases, values, **report)
+    assert got == status, message
+    assert words in message, message
