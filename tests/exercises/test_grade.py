@@ -1482,3 +1482,42 @@ def test_a_stub_a_broken_definition_or_a_tripwire_overrides_right_results(
     got, message, *_ = _judge_written(tmp_path, cases, values, **report)
     assert got == status, message
     assert words in message, message
+
+
+def test_a_record_of_the_state_file_earns_its_new_points_only_if_it_passed() -> None:
+    settings = grade.Settings(points={"ex-ch02-temperature": 3.0}, default_points=2.0)
+    old = grade.GradeRecord(
+        "a", "a.ipynb", "ch", "softmax_temperature", "ex-ch02-temperature", "passed", 1.0, 1.0, ""
+    )
+    assert grade._priced(old, settings) == dataclasses.replace(old, points=3.0, max_points=3.0)
+    for status in ("failed", "not_attempted", "error", "missing"):
+        record = dataclasses.replace(old, status=status, points=0.0)
+        assert grade._priced(record, settings) == dataclasses.replace(record, max_points=3.0)
+    other = dataclasses.replace(old, exercise="softmax", label="ex-ch02-stable-softmax")
+    assert (grade._priced(other, settings).points, grade._priced(other, settings).max_points) == (
+        2.0,
+        2.0,
+    )
+    notebook = dataclasses.replace(old, exercise="", label="", status="error", points=0.0)
+    assert grade._priced(notebook, settings).max_points == 0.0
+
+
+def test_an_exercise_handed_in_twice_counts_with_its_best_result_in_either_order(
+    tmp_path: Path,
+) -> None:
+    passed = grade.GradeRecord(
+        "ann", "a.ipynb", "ch", "softmax", "ex-ch02-stable-softmax", "passed", 2.0, 2.0, ""
+    )
+    failed = dataclasses.replace(passed, notebook="a (1).ipynb", status="failed", points=0.0)
+    other = dataclasses.replace(passed, student="bob", exercise="causal_mask", label="x")
+    for records in ([passed, failed, other], [failed, passed, other]):
+        totals = grade._totals(records)
+        assert totals["ann"] == (2.0, 4.0, {"softmax": 2.0})
+        assert totals["bob"] == (2.0, 4.0, {"causal_mask": 2.0})
+        grade.write_gradebook(records, tmp_path / "book.csv")
+        rows = list(csv.reader((tmp_path / "book.csv").open(encoding="utf-8")))
+        assert rows == [
+            ["student", "softmax", "causal_mask", "total", "max_points"],
+            ["ann", "2", "0", "2", "4"],
+            ["bob", "0", "2", "2", "4"],
+        ]
