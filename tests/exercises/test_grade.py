@@ -33,7 +33,7 @@ import socket
 import subprocess
 import sys
 import time
-from contextlib import redirect_stderr, redirect_stdout
+from contextlib import redirect_stderr, redirect_stdout, suppress
 from pathlib import Path
 
 import nbformat
@@ -1521,3 +1521,95 @@ def test_an_exercise_handed_in_twice_counts_with_its_best_result_in_either_order
             ["ann", "2", "0", "2", "4"],
             ["bob", "0", "2", "2", "4"],
         ]
+
+
+def test_the_graders_seed_decides_the_drawn_inputs() -> None:
+    spec = _framework.checker_spec(exercises.check_softmax, print)
+    one, sent, seeds = grade._cases(spec, 1)
+    again, _, _ = grade._cases(spec, 1)
+    other, _, other_seeds = grade._cases(spec, 2)
+    assert len(one) == len(spec.cases) == len(sent) == len(seeds)
+    assert all(np.array_equal(a[0], b[0]) for a, b in zip(one, again))
+    assert all(not np.array_equal(a[0], b[0]) for a, b in zip(one, other))
+    assert set(seeds).isdisjoint(other_seeds)
+
+
+def test_the_sandboxes_get_the_graders_limits_and_every_exercise_checked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen = []
+
+    def fake_run(task: str, folder: Path, limits: sandbox.Limits, *, unsafe: bool = False):
+        seen.append((task, limits, json.loads((folder / "settings.json").read_text()), unsafe))
+        return sandbox.SandboxResult(0, 0.0, "")
+
+    monkeypatch.setattr(sandbox, "run_sandboxed", fake_run)
+    # chapter 2 with its softmax, and chapter 4's causal mask checked in it too
+    path = _mini(
+        tmp_path / "alice.ipynb",
+        "import numpy as np\nfrom attnbook.exercises import check_softmax, check_causal_mask",
+        "check_softmax(lambda x: x)",
+        "check_causal_mask(lambda n: np.tril(np.ones((n, n))) > 0)",
+    )
+    settings = grade.Settings(
+        cell_timeout=7.0, exercise_timeout=9.0, memory_bytes=3 * 2**30, seed=1, unsafe=True
+    )
+    records = grade.grade_notebook(path, settings=settings)
+    assert [(r.exercise, r.status) for r in records] == [
+        ("softmax", "error"),  # no result came back from the fake sandbox
+        ("softmax_temperature", "missing"),
+        ("causal_mask", "error"),
+    ]
+    assert [task for task, *_ in seen] == ["execute", "evaluate"]
+    for _, limits, timeouts, unsafe in seen:
+        assert limits.memory_bytes == 3 * 2**30
+        assert timeouts == {"cell_timeout": 7.0, "exercise_timeout": 9.0}
+        assert unsafe
+    assert seen[0][1].wall_s == 7.0 * 4 + 60  # per cell of the notebook's 4
+    assert seen[1][1].wall_s == 9.0 * 2 + 120  # per exercise of the 2 to run
+
+
+def test_the_sandboxs_limits_are_set_before_it_starts() -> None:
+    limits = sandbox.Limits(wall_s=2.0, memory_bytes=3 * 2**30, file_bytes=2**20)
+    code = (
+        "import resource as r\n"
+        "print([r.getrlimit(getattr(r, k))[0] for k in "
+        "('RLIMIT_AS', 'RLIMIT_CPU', 'RLIMIT_FSIZE', 'RLIMIT_CORE')])"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        preexec_fn=sandbox._limit(limits),
+    )
+    cpu = int(2.0 * (os.cpu_count() or 1)) + 1
+    assert json.loads(done.stdout) == [3 * 2**30, cpu, 2**20, 0]
+
+
+def test_every_library_equivalent_of_the_exercise_is_a_tripwire_in_the_sandbox() -> None:
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the sandbox's evaluating child does this in a process of its own too
+        code = 1
+        try:
+            os.close(read)
+            tripped: list[str] = []
+            sandbox._install_tripwires("softmax", tripped)
+            x = torch.ones(3)
+            for call in (
+                lambda: torch.logsumexp(x, 0),
+                lambda: torch.nn.functional.log_softmax(x, 0),
+                lambda: x.softmax(0),
+            ):
+                with suppress(sandbox.ForbiddenCall):
+                    call()
+            os.write(write, json.dumps(tripped).encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        tripped = json.loads(pipe.read() or "null")
+    assert os.waitpid(pid, 0)[1] == 0
+    assert tripped == ["torch.logsumexp", "torch.nn.functional.log_softmax", "torch.Tensor.softmax"]
