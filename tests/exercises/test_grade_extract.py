@@ -103,6 +103,38 @@ def test_the_last_definition_before_the_call_counts() -> None:
     assert "return 3" not in found.program
 
 
+def test_an_exercise_checked_twice_is_taken_from_its_last_call() -> None:
+    found = _one(
+        "def first(x):\n    return 1\n\ncheck_softmax(first)",
+        "def second(x):\n    return 2\n\ncheck_softmax(second)",
+    )
+    assert found.cell == 1
+    assert found.program.endswith("__attnbook_answer__ = second")
+    assert "first" not in found.program
+
+
+def test_a_statement_that_calls_a_checker_is_no_definition_of_the_answer() -> None:
+    # the learner keeps the checker's verdict under the answer's name: the function
+    # defined before is the answer, and the program neither runs a checker nor imports one
+    found = _one(
+        "from attnbook.exercises import check_softmax\n\ndef f(x):\n    return x",
+        "f = check_softmax(f) and f",
+        "check_softmax(f)",
+    )
+    assert found.program == "def f(x):\n    return x\n__attnbook_answer__ = f"
+    assert found.problems == ()
+
+
+def test_a_checker_called_without_a_function_is_that_exercises_error_alone() -> None:
+    softmax, temperature = extract.extract(
+        _nb("check_softmax()", "check_softmax_temperature(lambda x, t: x)")
+    )
+    assert softmax.error == "cell 1 calls check_softmax() without a function"
+    assert softmax.program == ""
+    assert temperature.error == ""
+    assert temperature.program.endswith("__attnbook_answer__ = lambda x, t: x")
+
+
 def test_a_lambda_and_magics_are_handled() -> None:
     found = _one("%matplotlib inline\nimport numpy as np", "check_softmax(lambda x: np.exp(x))")
     assert "import numpy as np" in found.program
@@ -132,6 +164,8 @@ def test_a_cell_that_does_not_parse_is_an_error() -> None:
         ("f = lambda x: getattr(torch, 'softmax')(x, -1)", "getattr"),
         ("f = lambda x: __import__('torch').softmax(x, -1)", "__import__"),
         ("f = lambda x: eval('torch.exp(x)')", "eval"),
+        ("f = lambda x: exec('x = torch.softmax(x, -1)', {'x': x, 'torch': torch})", "uses exec"),
+        ("f = lambda x: __builtins__['getattr'](torch, 'exp')(x)", "uses __builtins__"),
         ("f = lambda x: vars(torch)['exp'](x)", "vars"),
         ("f = lambda x: torch.__dict__['exp'](x)", "__dict__"),
         ("import threading\nf = lambda x: threading.Thread(target=print)", "threading"),
