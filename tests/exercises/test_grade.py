@@ -1613,3 +1613,27 @@ def test_every_library_equivalent_of_the_exercise_is_a_tripwire_in_the_sandbox()
         tripped = json.loads(pipe.read() or "null")
     assert os.waitpid(pid, 0)[1] == 0
     assert tripped == ["torch.logsumexp", "torch.nn.functional.log_softmax", "torch.Tensor.softmax"]
+
+
+def test_every_part_of_a_returned_tuple_comes_back_from_the_sandbox() -> None:
+    kind, parts = sandbox._to_arrays((torch.ones(2), np.zeros(3), 4))
+    assert kind == "tuple"
+    assert [p.tolist() for p in parts] == [[1.0, 1.0], [0.0, 0.0, 0.0], 4]
+    assert sandbox._to_arrays(None) == ("none", [])
+    assert sandbox._to_arrays({"a": 1})[0] == "other:dict"
+
+
+def test_an_answer_that_edits_a_list_or_dict_it_was_given_is_caught() -> None:
+    def answer(ids: list, table: dict) -> list:
+        return ids
+
+    for args in (([1, 2], {"a": [1]}), ([np.ones(2)], {})):
+        before = _framework.snapshot(args)
+        assert _framework.changed_inputs(answer, before, args) is None
+    ids, table = [1, 2], {"a": [1]}
+    before = _framework.snapshot((ids, table))
+    ids[1] = 3
+    assert "argument `ids` in place" in _framework.changed_inputs(answer, before, (ids, table))
+    ids[1] = 2
+    table["a"].append(2)
+    assert "argument `table` in place" in _framework.changed_inputs(answer, before, (ids, table))
