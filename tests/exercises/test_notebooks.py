@@ -183,6 +183,59 @@ def test_every_solution_of_a_cell_is_cut_out_however_it_is_written() -> None:
     assert kept == "Intro.\n- In a list item:\nBetween.\nAfter.\n"
 
 
+def test_a_directive_shown_in_a_fenced_code_block_is_code() -> None:
+    """An author's example of how to write an exercise, in a code block, is neither read
+    nor cut out: the block ends at a fence of its character, at least as long, that has
+    no info string (CommonMark), and may be indented up to three spaces."""
+    text = (
+        "Write an exercise so:\n"
+        "```markdown\n"
+        ":::{exercise} Title (easy)\n"  # an opening line alone: no unclosed directive
+        ":label: ex-example\n"
+        "```\n"
+        "~~~\n"
+        ":::{solution} ex-tilde\n"
+        ":::\n"
+        "~~~\n"
+        "   ````md\n"
+        "```\n"  # shorter: code inside the example
+        ":::{solution} ex-shorter\n"
+        ":::\n"
+        "```` python\n"  # an info string: no closing fence
+        ":::{solution} ex-info\n"
+        ":::\n"
+        "~~~~\n"  # another character
+        ":::{solution} ex-other\n"
+        ":::\n"
+        "  `````  \n"
+        ":::{solution} ex-real\n"
+        "SECRET\n"
+        ":::\n"
+    )
+    kept, removed = notebooks.strip_solutions(text)
+    assert [(block.label, block.first, block.last) for block in removed] == [("ex-real", 20, 22)]
+    assert kept == text.split(":::{solution} ex-real")[0]
+
+
+@pytest.mark.parametrize(
+    "fence",
+    [
+        "``` a`b",  # backticks in the info string of a backtick fence: inline code, no block
+        "    ```",  # indented four spaces: no fence
+        "``",  # too short
+    ],
+)
+def test_a_line_that_opens_no_code_block_hides_no_directive(fence: str) -> None:
+    text = f"{fence}\n:::{{solution}} ex-add\nSECRET\n:::\n```\n"
+    assert [block.label for block in directive_blocks(text)] == ["ex-add"]
+
+
+def test_a_code_block_never_closed_is_code_to_the_end_but_may_not_hide_a_directive() -> None:
+    assert directive_blocks("```\nx\n````python\n") == []  # code to the end: nothing to read
+    with pytest.raises(ValueError, match=r"line 2: the code block opened with ``` is never"):
+        directive_blocks("Text.\n  ```python\nx = 1\n  ````x\n::::{solution} ex-add\n::::\n")
+
+
 def test_checker_calls_are_read_from_the_code() -> None:
     source = (
         "import attnbook.exercises as ex\n"

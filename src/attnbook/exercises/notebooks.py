@@ -24,6 +24,15 @@ as long as its opening fence. An unclosed directive, or one of the two opened
 with backticks (which this parser does not read), is a ``ValueError``: a block
 the parser overlooked would otherwise reach learners unnoticed.
 
+Outside the directives, the lines of a fenced code block are code, not
+directives, so an example of how to write an exercise, in a ``markdown`` code
+block, stays in both editions. The fences are CommonMark's: three or more
+backticks or tildes, indented up to three spaces (a deeper one, in a nested list
+item, is not seen as a fence), closed by a line of the same character, at least
+as long, with no info string. A code block never closed is code to the end of
+the text, as in CommonMark, and a directive line it would hide is a
+``ValueError``.
+
 The checkers an exercise uses are the ``check_*`` calls of the first code cell
 after it (before the next exercise). ``run_notebook`` executes a notebook with
 nbclient, starting its kernel once more if the first dies at start
@@ -62,7 +71,10 @@ __all__ = [
 
 DIRECTIVES = ("exercise", "solution")
 _OPEN = re.compile(r"^\s*(?P<fence>:{3,})\{(?P<name>exercise|solution)\}[ \t]*(?P<arg>.*?)\s*$")
-_BACKTICK_OPEN = re.compile(r"^\s*`{3,}\{(exercise|solution)\}")
+_BACKTICK_OPEN = re.compile(r"^\s*`{3,}\{(?P<name>exercise|solution)\}")
+# The opening line of a fenced code block (CommonMark): three or more backticks or tildes,
+# indented up to three spaces, then an info string (with no backtick after backticks).
+_CODE_FENCE = re.compile(r"^ {0,3}(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
 # An option line of a MyST directive, e.g. ":label: ex-softmax" (key, value); used for every
 # directive the tools read, exercises and solutions as well as admonitions.
 OPTION_LINE = re.compile(r"^\s*:(?P<key>[\w-]+):[ \t]*(?P<value>.*?)\s*$")
@@ -123,29 +135,82 @@ def _closes(line: str, fence: str) -> bool:
     return len(stripped) >= len(fence) and set(stripped) == {fence[0]}
 
 
-def directive_blocks(source: str, cell: int = 0) -> list[Block]:
-    """Every exercise and solution directive of one markdown text, in order.
+def _code_fence(line: str) -> str:
+    """The fence (three or more backticks or tildes) opening a code block on this line, or ''."""
+    match = _CODE_FENCE.match(line)
+    if not match or (match["fence"][0] == "`" and "`" in match["info"]):
+        return ""
+    return match["fence"]
 
-    Args:
-        source: a markdown cell's source or a markdown page.
-        cell: the cell's index, recorded in each block and named in errors.
+
+def _closes_code(line: str, fence: str) -> bool:
+    """Does the line close a code block opened with `fence`? As CommonMark has it: the same
+    character, at least as many, indented up to three spaces, nothing after them but spaces."""
+    return re.match(rf" {{0,3}}{re.escape(fence[0])}{{{len(fence)},}}[ \t]*$", line) is not None
+
+
+def _directive_name(line: str) -> str:
+    """The directive an exercise or solution line opens ("solution"), however fenced, or ''."""
+    match = _OPEN.match(line) or _BACKTICK_OPEN.match(line)
+    return match["name"] if match else ""
+
+
+def _next_directive(lines: list[str], start: int, cell: int) -> int:
+    """The index of the next line from `start` that opens an exercise or solution with a
+    colon fence, outside fenced code blocks; len(lines) if none does.
 
     Raises:
-        ValueError: a directive is never closed, or is fenced with backticks.
+        ValueError: a directive is fenced with backticks, or follows a code block that is
+            never closed (it would be shown as code).
     """
-    lines = source.splitlines()
-    blocks = []
-    i = 0
+    i = start
     while i < len(lines):
         if _BACKTICK_OPEN.match(lines[i]):
             raise ValueError(
                 f"cell {cell}, line {i + 1}: write the directive with a colon fence "
                 f"(':::{{{_BACKTICK_OPEN.match(lines[i])[1]}}}'), not backticks"
             )
-        match = _OPEN.match(lines[i])
-        if not match:
+        if _OPEN.match(lines[i]):
+            return i
+        fence = _code_fence(lines[i])
+        if not fence:
             i += 1
             continue
+        close = i + 1
+        while close < len(lines) and not _closes_code(lines[close], fence):
+            close += 1
+        if close == len(lines):  # code to the end of the text, as in CommonMark
+            for k in range(i + 1, len(lines)):
+                if name := _directive_name(lines[k]):
+                    raise ValueError(
+                        f"cell {cell}, line {i + 1}: the code block opened with {fence} is "
+                        f"never closed, so the {{{name}}} directive of line {k + 1} is only "
+                        "code; close the code block with the same fence"
+                    )
+        i = close + 1
+    return len(lines)
+
+
+def directive_blocks(source: str, cell: int = 0) -> list[Block]:
+    """Every exercise and solution directive of one markdown text, in order.
+
+    Lines of a fenced code block (an example of how to write an exercise, say) are
+    code, not directives.
+
+    Args:
+        source: a markdown cell's source or a markdown page.
+        cell: the cell's index, recorded in each block and named in errors.
+
+    Raises:
+        ValueError: a directive is never closed, is fenced with backticks, or
+            follows a code block that is never closed.
+    """
+    lines = source.splitlines()
+    blocks = []
+    i = _next_directive(lines, 0, cell)
+    while i < len(lines):
+        match = _OPEN.match(lines[i])
+        assert match  # _next_directive stops at an opening line only
         fence, name = match["fence"], match["name"]
         options, j = {}, i + 1
         while j < len(lines) and (option := OPTION_LINE.match(lines[j])):
@@ -171,7 +236,7 @@ def directive_blocks(source: str, cell: int = 0) -> list[Block]:
                 last=end,
             )
         )
-        i = end + 1
+        i = _next_directive(lines, end + 1, cell)
     return blocks
 
 
