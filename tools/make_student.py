@@ -128,7 +128,8 @@ def student_notebook(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
         A new notebook that passes `nbformat.validate`.
 
     Raises:
-        ValueError: a solution directive is never closed, or fenced with backticks.
+        ValueError: a cell that `directive_blocks` refuses (a solution never closed,
+            fenced with backticks, or opened inside its exercise).
     """
     student = copy.deepcopy(nb)
     cells = []

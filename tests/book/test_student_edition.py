@@ -456,12 +456,15 @@ def test_the_leak_check_reads_a_code_cells_comment_and_metadata() -> None:
 
 
 def test_a_solution_the_parser_does_not_cut_out_is_a_leak(tmp_path: Path) -> None:
-    # A solution nested in an exercise is inside the exercise's block, so it is not cut out:
-    # the leak check names the directive it finds left in.
+    # A solution nested in an exercise was inside the exercise's block, and stayed in the
+    # student edition: the parser refuses it now.
     nested = "::::{exercise} Add (easy)\n:label: ex-add\n:::{solution} ex-add\nx\n:::\n::::"
-    source = _notebook(("markdown", nested))
-    student = make_student.student_notebook(source)
-    assert "{solution}" in student.cells[0].source
+    with pytest.raises(ValueError, match=r"line 3: a \{solution\} directive is opened inside"):
+        make_student.student_notebook(_notebook(("markdown", nested)))
+    # A solution that a parser overlooks, too short to have a line or sentence of its own to
+    # look for: the leak check names the directive it finds left in.
+    source = _notebook(("markdown", f"{EXERCISE_TEXT}\n\n:::{{solution}} ex-add\nx\n:::"))
+    student = source  # the student edition as such a parser would leave it
     assert make_student.notebook_leaks(source, student) == ["a {solution} directive"]
     nbformat.write(student, tmp_path / "page.ipynb")
     assert _page_checker(source).scan(tmp_path) == ["page.ipynb: a {solution} directive"]

@@ -236,6 +236,66 @@ def test_a_code_block_never_closed_is_code_to_the_end_but_may_not_hide_a_directi
         directive_blocks("Text.\n  ```python\nx = 1\n  ````x\n::::{solution} ex-add\n::::\n")
 
 
+@pytest.mark.parametrize(
+    ("text", "line", "outer", "inner"),
+    [
+        # the answer inside its exercise: read as one exercise, it stayed in the student edition
+        (
+            ":::{exercise} Add\n:label: ex-add\n\n::::{solution} ex-add\nSECRET\n::::\n:::\n",
+            4,
+            "exercise",
+            "solution",
+        ),
+        (
+            "::::{solution} ex-add\nProse.\n:::{exercise} Next\n:::\n::::\n",
+            3,
+            "solution",
+            "exercise",
+        ),
+        (
+            "- Item:\n  ::::{exercise} Add\n  ```\n  x\n  ```\n  :::{solution} ex-add\n  :::\n  ::::\n",
+            6,
+            "exercise",
+            "solution",
+        ),
+    ],
+)
+def test_a_directive_opened_inside_another_is_an_error(
+    text: str, line: int, outer: str, inner: str
+) -> None:
+    message = (
+        f"cell 3, line {line}: a {{{inner}}} directive is opened inside the {{{outer}}} "
+        f"directive of line .*; close the {{{outer}}} first, then open the {{{inner}}} after it"
+    )
+    with pytest.raises(ValueError, match=message):
+        notebooks.strip_solutions(text, cell=3)
+
+
+def test_a_directive_shown_in_a_code_block_of_a_body_is_not_nested() -> None:
+    text = (
+        "  ::::{exercise} Write a solution (easy)\n"
+        "  :label: ex-write\n"
+        "     ~~~markdown\n"  # three spaces past the directive's: a fence of its body
+        "  :::{solution} ex-other\n"
+        "  :::\n"
+        "  ~~~\n"
+        "  ::::\n"
+    )
+    [block] = directive_blocks(text)
+    assert (block.name, block.first, block.last) == ("exercise", 0, 6)
+
+
+def test_a_line_of_colons_in_a_code_block_of_a_body_closes_the_directive_as_in_myst() -> None:
+    """MyST's colon fence ends at the first line of colons at least as long as its own,
+    even one inside a code block of its body (it reads the body only once it has found
+    the end): so does the parser, or the student edition would cut out more than the
+    solution that the book shows."""
+    text = '::::{solution} ex-add\n```python\ns = """\n::::\n"""\n```\n::::\n'
+    [block] = directive_blocks(text)
+    assert (block.first, block.last) == (0, 3)
+    assert block.body == '```python\ns = """'
+
+
 def test_checker_calls_are_read_from_the_code() -> None:
     source = (
         "import attnbook.exercises as ex\n"

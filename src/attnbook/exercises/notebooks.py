@@ -20,17 +20,22 @@ exercise inventory, the grader and the tests:
       ::::
 
 A directive closes at the first line made only of its fence character, at least
-as long as its opening fence. An unclosed directive, or one of the two opened
-with backticks (which this parser does not read), is a ``ValueError``: a block
-the parser overlooked would otherwise reach learners unnoticed.
+as long as its opening fence, as MyST's colon fence does (even a line inside a
+code block of its body). An unclosed directive, one of the two opened with
+backticks (which this parser does not read), or one opened inside the body of
+the other or of itself (a solution inside its exercise: the outer block is read
+whole, so the student edition would keep the inner one) is a ``ValueError``: a
+block the parser overlooked would otherwise reach learners unnoticed. Other
+directives inside a body (a note in a solution) are welcome.
 
-Outside the directives, the lines of a fenced code block are code, not
-directives, so an example of how to write an exercise, in a ``markdown`` code
-block, stays in both editions. The fences are CommonMark's: three or more
-backticks or tildes, indented up to three spaces (a deeper one, in a nested list
-item, is not seen as a fence), closed by a line of the same character, at least
-as long, with no info string. A code block never closed is code to the end of
-the text, as in CommonMark, and a directive line it would hide is a
+Outside the directives, and inside their bodies, the lines of a fenced code
+block are code, not directives, so an example of how to write an exercise, in a
+``markdown`` code block, stays in both editions. The fences are CommonMark's:
+three or more backticks or tildes, indented up to three spaces (in a body, past
+the directive's own indentation; a deeper one, in a nested list item, is not
+seen as a fence), closed by a line of the same character, at least as long, with
+no info string. A code block never closed is code to the end of the text (or of
+the body), as in CommonMark, and a directive line it would hide is a
 ``ValueError``.
 
 The checkers an exercise uses are the ``check_*`` calls of the first code cell
@@ -155,16 +160,16 @@ def _directive_name(line: str) -> str:
     return match["name"] if match else ""
 
 
-def _next_directive(lines: list[str], start: int, cell: int) -> int:
-    """The index of the next line from `start` that opens an exercise or solution with a
-    colon fence, outside fenced code blocks; len(lines) if none does.
+def _next_directive(lines: list[str], start: int, stop: int, cell: int) -> int:
+    """The index of the first line of `lines[start:stop]` that opens an exercise or solution
+    with a colon fence, outside fenced code blocks; `stop` if none does.
 
     Raises:
         ValueError: a directive is fenced with backticks, or follows a code block that is
             never closed (it would be shown as code).
     """
     i = start
-    while i < len(lines):
+    while i < stop:
         if _BACKTICK_OPEN.match(lines[i]):
             raise ValueError(
                 f"cell {cell}, line {i + 1}: write the directive with a colon fence "
@@ -177,10 +182,10 @@ def _next_directive(lines: list[str], start: int, cell: int) -> int:
             i += 1
             continue
         close = i + 1
-        while close < len(lines) and not _closes_code(lines[close], fence):
+        while close < stop and not _closes_code(lines[close], fence):
             close += 1
-        if close == len(lines):  # code to the end of the text, as in CommonMark
-            for k in range(i + 1, len(lines)):
+        if close == stop:  # code to the end of the text, as in CommonMark
+            for k in range(i + 1, stop):
                 if name := _directive_name(lines[k]):
                     raise ValueError(
                         f"cell {cell}, line {i + 1}: the code block opened with {fence} is "
@@ -188,26 +193,32 @@ def _next_directive(lines: list[str], start: int, cell: int) -> int:
                         "code; close the code block with the same fence"
                     )
         i = close + 1
-    return len(lines)
+    return stop
+
+
+def _dedent(line: str, indent: int) -> str:
+    """The line without up to `indent` leading spaces."""
+    return line[min(indent, len(line) - len(line.lstrip(" "))) :]
 
 
 def directive_blocks(source: str, cell: int = 0) -> list[Block]:
     """Every exercise and solution directive of one markdown text, in order.
 
     Lines of a fenced code block (an example of how to write an exercise, say) are
-    code, not directives.
+    code, not directives. An exercise or solution opened inside the body of another
+    is refused, not skipped.
 
     Args:
         source: a markdown cell's source or a markdown page.
         cell: the cell's index, recorded in each block and named in errors.
 
     Raises:
-        ValueError: a directive is never closed, is fenced with backticks, or
-            follows a code block that is never closed.
+        ValueError: a directive is never closed, is fenced with backticks, is
+            opened inside another, or follows a code block that is never closed.
     """
     lines = source.splitlines()
     blocks = []
-    i = _next_directive(lines, 0, cell)
+    i = _next_directive(lines, 0, len(lines), cell)
     while i < len(lines):
         match = _OPEN.match(lines[i])
         assert match  # _next_directive stops at an opening line only
@@ -224,6 +235,16 @@ def directive_blocks(source: str, cell: int = 0) -> list[Block]:
                 f"cell {cell}, line {i + 1}: the {{{name}}} directive opened with {fence} is "
                 "never closed; close it with the same fence"
             )
+        # Its body, which MyST reads as markdown of its own, without the directive's indentation.
+        indent = len(lines[i]) - len(lines[i].lstrip(" "))
+        body = lines[:j] + [_dedent(line, indent) for line in lines[j:end]]
+        if (inner := _next_directive(body, j, end, cell)) < end:
+            nested = _directive_name(lines[inner])
+            raise ValueError(
+                f"cell {cell}, line {inner + 1}: a {{{nested}}} directive is opened inside the "
+                f"{{{name}}} directive of line {i + 1}, where the tools would overlook it; "
+                f"close the {{{name}}} first, then open the {{{nested}}} after it"
+            )
         blocks.append(
             Block(
                 name=name,
@@ -236,7 +257,7 @@ def directive_blocks(source: str, cell: int = 0) -> list[Block]:
                 last=end,
             )
         )
-        i = _next_directive(lines, end + 1, cell)
+        i = _next_directive(lines, end + 1, len(lines), cell)
     return blocks
 
 
