@@ -31,8 +31,9 @@ the checker calls and the Colab cell that comes first. So are the stored outputs
 and execution counts: the figures and printed values of the teaching cells are
 half of each lesson, and on Colab a learner reads a chapter before running it;
 the exercise cells are the committed, untouched stubs, so their only outputs
-are the checkers' "not attempted yet". A fence that is never closed, or a
-solution fenced with backticks, is an error rather than a guess.
+are the checkers' "not attempted yet". A fence that is never closed, a
+solution fenced with backticks or tildes, or one opened inside its exercise, is
+an error rather than a guess.
 
 The book is built from a staging copy of the book's sources whose chapters are
 the student notebooks, so the pages, the search index, the `_sources/` copies and
@@ -129,7 +130,7 @@ def student_notebook(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
 
     Raises:
         ValueError: a cell that `directive_blocks` refuses (a solution never closed,
-            fenced with backticks, or opened inside its exercise).
+            fenced with backticks or tildes, or opened inside its exercise).
     """
     student = copy.deepcopy(nb)
     cells = []

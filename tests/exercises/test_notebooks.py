@@ -144,6 +144,9 @@ def test_a_block_has_its_argument_options_body_and_place() -> None:
         ("::::{solution} ex-add\n:::\nclosed by a shorter fence only", "never closed"),
         ("```{solution} ex-add\nbackticks\n```", "colon fence"),
         ("````{exercise} Add\n````", "colon fence"),
+        # MyST reads a directive in a code fence of tildes, or after a space, as well
+        ("~~~{solution} ex-add\ntildes\n~~~", "not backticks or tildes"),
+        ("``` {exercise} Add\n```", "colon fence"),
     ],
 )
 def test_a_broken_directive_is_an_error(text: str, message: str) -> None:

@@ -22,11 +22,11 @@ exercise inventory, the grader and the tests:
 A directive closes at the first line made only of its fence character, at least
 as long as its opening fence, as MyST's colon fence does (even a line inside a
 code block of its body). An unclosed directive, one of the two opened with
-backticks (which this parser does not read), or one opened inside the body of
-the other or of itself (a solution inside its exercise: the outer block is read
-whole, so the student edition would keep the inner one) is a ``ValueError``: a
-block the parser overlooked would otherwise reach learners unnoticed. Other
-directives inside a body (a note in a solution) are welcome.
+backticks or tildes (which this parser does not read), or one opened inside the
+body of the other or of itself (a solution inside its exercise: the outer block
+is read whole, so the student edition would keep the inner one) is a
+``ValueError``: a block the parser overlooked would otherwise reach learners
+unnoticed. Other directives inside a body (a note in a solution) are welcome.
 
 Outside the directives, and inside their bodies, the lines of a fenced code
 block are code, not directives, so an example of how to write an exercise, in a
@@ -76,7 +76,9 @@ __all__ = [
 
 DIRECTIVES = ("exercise", "solution")
 _OPEN = re.compile(r"^\s*(?P<fence>:{3,})\{(?P<name>exercise|solution)\}[ \t]*(?P<arg>.*?)\s*$")
-_BACKTICK_OPEN = re.compile(r"^\s*`{3,}\{(?P<name>exercise|solution)\}")
+# The same two written as code fences ("```{solution}", "~~~ {solution}"), which MyST reads as
+# directives too, but this parser does not.
+_CODE_FENCED_OPEN = re.compile(r"^\s*(`{3,}|~{3,})[ \t]*\{(?P<name>exercise|solution)\}")
 # The opening line of a fenced code block (CommonMark): three or more backticks or tildes,
 # indented up to three spaces, then an info string (with no backtick after backticks).
 _CODE_FENCE = re.compile(r"^ {0,3}(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
@@ -156,7 +158,7 @@ def _closes_code(line: str, fence: str) -> bool:
 
 def _directive_name(line: str) -> str:
     """The directive an exercise or solution line opens ("solution"), however fenced, or ''."""
-    match = _OPEN.match(line) or _BACKTICK_OPEN.match(line)
+    match = _OPEN.match(line) or _CODE_FENCED_OPEN.match(line)
     return match["name"] if match else ""
 
 
@@ -165,15 +167,15 @@ def _next_directive(lines: list[str], start: int, stop: int, cell: int) -> int:
     with a colon fence, outside fenced code blocks; `stop` if none does.
 
     Raises:
-        ValueError: a directive is fenced with backticks, or follows a code block that is
-            never closed (it would be shown as code).
+        ValueError: a directive is fenced with backticks or tildes, or follows a code
+            block that is never closed (it would be shown as code).
     """
     i = start
     while i < stop:
-        if _BACKTICK_OPEN.match(lines[i]):
+        if code_fenced := _CODE_FENCED_OPEN.match(lines[i]):
             raise ValueError(
                 f"cell {cell}, line {i + 1}: write the directive with a colon fence "
-                f"(':::{{{_BACKTICK_OPEN.match(lines[i])[1]}}}'), not backticks"
+                f"(':::{{{code_fenced['name']}}}'), not backticks or tildes"
             )
         if _OPEN.match(lines[i]):
             return i
@@ -213,8 +215,9 @@ def directive_blocks(source: str, cell: int = 0) -> list[Block]:
         cell: the cell's index, recorded in each block and named in errors.
 
     Raises:
-        ValueError: a directive is never closed, is fenced with backticks, is
-            opened inside another, or follows a code block that is never closed.
+        ValueError: a directive is never closed, is fenced with backticks or
+            tildes, is opened inside another, or follows a code block that is never
+            closed.
     """
     lines = source.splitlines()
     blocks = []
