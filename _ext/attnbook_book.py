@@ -24,6 +24,11 @@
   start with chapter 1, open it on Colab, and download the PDF and the student notebooks
   (which the Pages workflow publishes beside the HTML); the chapter map's boxes link their
   chapters (the SVG is put in the page, where links work).
+- ``404.html``, the page GitHub Pages sends for a missing URL at any depth: "Page not found",
+  links to the start page, the search page and every chapter, all its URLs (styles, scripts,
+  favicon, links) absolute from the site's path (``site_path``: ``/<repo>/`` of the
+  repository's URL, or ``attnbook_site_path``); in no table of contents, not in the search
+  index (`python -m tools.pages_server` serves a build as Pages does).
 
 The folder is deliberately not called ``_static``: Jupyter Book injects every
 script found in a ``_static`` folder into every page.
@@ -38,6 +43,7 @@ import re
 import sys
 from collections.abc import Iterable
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from docutils import nodes
 from sphinx.application import Sphinx
@@ -417,6 +423,126 @@ def _page_assets(
         )
 
 
+# The page a reader meets at a URL of the book that has no page (a stale link, a typo):
+# 404.html at the site's root, which GitHub Pages sends for every missing URL below it,
+# /<repo>/a/b/c included. The same file answers at any depth, so its stylesheets, scripts,
+# favicon and links cannot be relative to the page: each is written from the site's root
+# path instead (`site_path`), the folder of the URL the book is published at.
+NOT_FOUND = "404"  # the page's name: _build/html/404.html
+NOT_FOUND_TITLE = "Page not found"
+# The Sphinx config value (_config.yml, sphinx: config:) that names the site's path where
+# repository.url does not tell it: "/" for a custom domain, "/book/" elsewhere (`site_path`).
+SITE_PATH_CONFIG = "attnbook_site_path"
+_GITHUB_REPO = re.compile(r"https?://github\.com/[^/]+/([^/]+?)(?:\.git)?/?$")
+# A URL attribute whose value is relative to the page: not absolute ("/..."), not with a
+# scheme ("https:", "data:", "mailto:"), not a fragment of the page itself ("#...").
+_RELATIVE_URL = re.compile(
+    r"""(?P<before>\s(?:href|src|action|data-content_root)=)(?P<q>["'])"""
+    r"""(?![a-zA-Z][a-zA-Z0-9+.-]*:|/|#)(?P<url>[^"']*)(?P=q)"""
+)
+
+
+def site_path(configured: str | None, baseurl: str | None, repository_url: str | None) -> str:
+    """The path of the site's root on its server, with a slash at either end.
+
+    Args:
+        configured: the ``attnbook_site_path`` config value, a path starting with "/" ("" or
+            None: not set).
+        baseurl: Sphinx's ``html_baseurl`` (the book's published URL), or "".
+        repository_url: the book's GitHub repository (``repository.url`` of _config.yml).
+
+    Returns:
+        `configured` if set; else the path of `baseurl` if set; else the GitHub Pages project
+        path of the repository (``/<repo>/``; ``/`` for a ``<owner>.github.io`` repository,
+        published at its host's root); else ``/``.
+    """
+    if configured and (not configured.startswith("/") or "//" in configured):
+        raise ValueError(
+            f"configured ({SITE_PATH_CONFIG}) must be a URL path such as '/' or '/book/', "
+            f"without scheme or host, got {configured!r}"
+        )
+    if configured:
+        path = configured
+    elif baseurl:
+        path = urlsplit(baseurl).path
+    elif (match := _GITHUB_REPO.match(repository_url or "")) and not match[1].endswith(
+        ".github.io"
+    ):
+        path = match[1]
+    else:
+        path = "/"
+    return "/" + path.strip("/") + "/" if path.strip("/") else "/"
+
+
+def rooted_urls(html: str, root: str) -> str:
+    """`html` (a page at the site's root) with every page-relative URL of an ``href``, ``src``,
+    ``action`` or ``data-content_root`` attribute made absolute from the site's `root` path:
+    ``_static/x.css`` -> ``/<repo>/_static/x.css``, ``./`` -> ``/<repo>/``."""
+
+    def root_it(match: re.Match) -> str:
+        url = match["url"].removeprefix("./")
+        return f"{match['before']}{match['q']}{root}{url}{match['q']}"
+
+    return _RELATIVE_URL.sub(root_it, html)
+
+
+def not_found_html(start: str, search: str, chapters: Iterable[tuple[str, str]]) -> str:
+    """The body of the page-not-found page: what happened, and where to go from there.
+
+    Args:
+        start: the URL of the start page; search: of the search page.
+        chapters: (URL, title) of each chapter, in the book's order (none: no list).
+    """
+    items = "".join(
+        f'<li><a href="{html_text.escape(url)}">{html_text.escape(title)}</a></li>\n'
+        for url, title in chapters
+    )
+    return (
+        f'<section id="page-not-found">\n<h1>{NOT_FOUND_TITLE}</h1>\n'
+        "<p>There is no page of the book at this address: the link that led here may be "
+        "out of date, or the address mistyped.</p>\n"
+        f'<p>Go to <a href="{html_text.escape(start)}">the start page</a> or '
+        f'<a href="{html_text.escape(search)}">search the book</a>'
+        + (
+            f', or open a chapter:</p>\n<ol class="attnbook-not-found-chapters">\n{items}</ol>\n'
+            if items
+            else ".</p>\n"
+        )
+        + "</section>\n"
+    )
+
+
+def _not_found_page(app: Sphinx) -> Iterable[tuple[str, dict, str]]:
+    """Have the HTML builder write 404.html (html-collect-pages): the theme's page template
+    around `not_found_html`, its URLs relative to the site's root (the page's folder) until
+    `_root_not_found_urls` roots them. Not a document: in no table of contents, not in the
+    search index, no source to download."""
+    if app.builder.name != "html":
+        return
+    uri = app.builder.get_target_uri
+    chapters = [
+        (uri(f"chapters/{stem}"), facts["title"])
+        for stem, facts in _course_facts().items()
+        if f"chapters/{stem}" in app.env.all_docs
+    ]
+    body = not_found_html(uri(app.config.root_doc), uri("search"), chapters)
+    yield NOT_FOUND, {"title": NOT_FOUND_TITLE, "body": body}, "page.html"
+
+
+def _root_not_found_urls(app: Sphinx, exception: Exception | None) -> None:
+    """Make 404.html's URLs start from the site's root path (see NOT_FOUND)."""
+    page = Path(app.outdir) / f"{NOT_FOUND}.html"
+    if exception is not None or app.builder.name != "html" or not page.is_file():
+        return
+    root = site_path(
+        app.config[SITE_PATH_CONFIG],
+        app.config.html_baseurl,
+        (app.config.html_theme_options or {}).get("repository_url"),
+    )
+    page.write_text(rooted_urls(page.read_text(encoding="utf-8"), root), encoding="utf-8")
+    logger.info(f"attnbook: {NOT_FOUND}.html links from {root}")
+
+
 def _singlehtml_knows_html_nodes(app: Sphinx) -> None:
     """Let the one-page builder (`make pdf`) write every node the HTML builder can.
 
@@ -459,4 +585,7 @@ def setup(app: Sphinx) -> dict[str, object]:
     app.add_js_file("attnbook.js", loading_method="defer")
     app.connect("html-page-context", _page_assets)
     app.connect("html-page-context", _drop_duplicate_inline_scripts, priority=900)
+    app.add_config_value(SITE_PATH_CONFIG, "", "html", types=[str])
+    app.connect("html-collect-pages", _not_found_page)
+    app.connect("build-finished", _root_not_found_urls)
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}

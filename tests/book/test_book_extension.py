@@ -9,10 +9,15 @@
   and the PDF shows their PNG; `make assets` copies only the parts of MathJax the pages use.
 - Every page links the favicon (SVG and PNG), the book's CSS and JS; the favicon
   files are what tools/draw_favicon.py draws.
+- 404.html, the page a reader meets at a missing URL: it says so and links the start page,
+  it is in no table of contents and not in the search index, and every URL it names
+  resolves when a GitHub-Pages-like server (tools/pages_server.py) sends it for a missing
+  URL three folders deep under the site's path (/<repo>/, from repository.url).
 """
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -160,8 +165,9 @@ def test_pages_without_bertviz_are_left_alone() -> None:
     assert _extension().offline_bertviz(script, "../_static/") == script
 
 
-def _build_pages(tmp_path: Path, pages: dict[str, str]) -> Path:
-    """Build `pages` (name -> reST) with the extension; return the HTML output folder."""
+def _build_pages(tmp_path: Path, pages: dict[str, str], conf: str = "") -> Path:
+    """Build `pages` (name -> reST) with the extension, `conf` added to its conf.py; return the
+    HTML output folder."""
     src, out = tmp_path / "src", tmp_path / "out"
     for name, text in pages.items():
         (src / name).parent.mkdir(parents=True, exist_ok=True)
@@ -169,7 +175,9 @@ def _build_pages(tmp_path: Path, pages: dict[str, str]) -> Path:
     toc = "\n".join(f"   {name.removesuffix('.rst')}" for name in pages if name != "index.rst")
     (src / "index.rst").write_text(f"Home\n====\n\n.. toctree::\n\n{toc}\n")
     favicon = str(ROOT / "images" / "favicon.svg")
-    (src / "conf.py").write_text(f"extensions = ['attnbook_book']\nhtml_favicon = {favicon!r}\n")
+    (src / "conf.py").write_text(
+        f"extensions = ['attnbook_book']\nhtml_favicon = {favicon!r}\n{conf}"
+    )
     app = Sphinx(
         str(src), str(src), str(out), str(tmp_path / "doctrees"), "html",
         status=None, warning=sys.stderr, freshenv=True,
@@ -426,3 +434,96 @@ def test_the_mathjax_parts_hold_what_the_pages_load() -> None:
         assert needed in parts, f"{needed} is not in MATHJAX_PARTS: {parts}"
     assert "$(VENDOR)/mathjax/$$part" in makefile  # the recipe copies the list
     assert "cp -R node_modules/mathjax/es5 " not in makefile  # and not the whole of MathJax
+
+
+@pytest.mark.parametrize(
+    ("configured", "baseurl", "repository", "path"),
+    [
+        ("", "", "https://github.com/your-org/attention-from-scratch", "/attention-from-scratch/"),
+        ("", "", "https://github.com/someone/a-book.git", "/a-book/"),
+        ("", "", "https://github.com/someone/someone.github.io", "/"),  # a user site: the root
+        ("", "", None, "/"),  # no repository: served at a host's root
+        ("", "https://book.example.org/course/", "https://github.com/someone/a-book", "/course/"),
+        ("/book", "https://x.example.org/y/", "https://github.com/someone/a-book", "/book/"),
+        ("/", "", "https://github.com/someone/a-book", "/"),  # a custom domain
+    ],
+)
+def test_the_site_path_comes_from_the_configuration(
+    configured: str, baseurl: str, repository: str | None, path: str
+) -> None:
+    assert _extension().site_path(configured, baseurl, repository) == path
+
+
+@pytest.mark.parametrize("configured", ["book/", "https://x.example.org/book/", "//x.org/"])
+def test_a_site_path_must_be_a_path(configured: str) -> None:
+    with pytest.raises(ValueError, match=r"attnbook_site_path.*must be a URL path"):
+        _extension().site_path(configured, "", None)
+
+
+def test_rooted_urls_start_from_the_site_path() -> None:
+    page = (
+        '<html data-content_root="./"><link href="_static/a.css?v=1" rel="stylesheet" />'
+        "<script src='_static/a.js'></script><form action=\"search.html\"></form>"
+        '<a href="chapters/01.html">1</a> <a href="#main">skip</a> <a href="/x/">abs</a> '
+        '<a href="https://github.com/o/r">repo</a> <img src="data:image/png;base64,AA"/>'
+        '<a href="mailto:a@b.c">mail</a>'
+    )
+    assert _extension().rooted_urls(page, "/r/") == (
+        '<html data-content_root="/r/"><link href="/r/_static/a.css?v=1" rel="stylesheet" />'
+        "<script src='/r/_static/a.js'></script><form action=\"/r/search.html\"></form>"
+        '<a href="/r/chapters/01.html">1</a> <a href="#main">skip</a> <a href="/x/">abs</a> '
+        '<a href="https://github.com/o/r">repo</a> <img src="data:image/png;base64,AA"/>'
+        '<a href="mailto:a@b.c">mail</a>'
+    )
+
+
+# Every URL an attribute of a page names (links, stylesheets, scripts, icons, forms).
+_PAGE_URL = re.compile(r"""\s(?:href|src|action)=["']([^"']*)["']""")
+
+
+def test_the_not_found_page_works_at_any_depth(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import urllib.error
+    import urllib.request
+    from urllib.parse import urljoin, urlsplit
+
+    from tools.pages_server import serve
+
+    monkeypatch.syspath_prepend(str(ROOT / "_ext"))
+    out = _build_pages(
+        tmp_path,
+        {"chapters/page.rst": "Page\n====\n\nText.\n"},
+        conf="html_baseurl = 'https://someone.github.io/a-book/'\n",
+    )
+    page = (out / "404.html").read_text()
+    assert "<title>Page not found" in page
+    assert "<h1>Page not found</h1>" in page
+    assert '<a href="/a-book/index.html">the start page</a>' in page
+    # Not a document: in no table of contents, not in the search index.
+    assert "404" not in (out / "index.html").read_text()
+    assert "404" not in (out / "searchindex.js").read_text()
+
+    with serve(out, "/a-book/") as site:
+        missing = site + "chapters/no/such/page.html"
+        with pytest.raises(urllib.error.HTTPError) as answer:
+            urllib.request.urlopen(missing)
+        assert answer.value.code == 404
+        served = answer.value.read().decode()
+        assert served == page  # what GitHub Pages sends for a missing URL
+        local = {
+            urljoin(missing, url).split("#")[0]
+            for url in _PAGE_URL.findall(served)
+            if not url.startswith("#")
+            and urlsplit(urljoin(missing, url)).netloc == urlsplit(site).netloc
+        }
+        broken = []
+        for url in sorted(local):
+            try:
+                urllib.request.urlopen(url).close()
+            except urllib.error.HTTPError as error:
+                broken.append(f"{error.code} {url}")
+    assert not broken, f"404.html names URLs that are not there from {missing}: {broken}"
+    kinds = [".css", ".js", "favicon.svg", "favicon.png", "/a-book/index.html", "search.html"]
+    for kind in kinds:  # the check saw each kind of URL the page needs
+        assert any(kind in url for url in local), (kind, sorted(local))
