@@ -28,7 +28,9 @@ For each page of `_build/html` (not the generated index and search pages, nor
 - a chapter shows its reading and exercise times, what it builds on, and Colab and
   download buttons under its title; the start page, "Start with chapter 1" and the rest.
 
-Also: `index.html` (a redirect stub) leads to a page, the search page finds
+Also: `404.html`, sent for a URL three folders deep under the site's path as GitHub Pages
+sends it, loads all it needs and leads to the start page; `index.html` (a redirect stub)
+leads to a page, the search page finds
 a word offline, on a desktop the chapter-list button hides and shows the sidebar, and
 the exercise's name in a solution's header opens the solution. Without Chromium all of this is one skipped test.
 
@@ -39,16 +41,19 @@ from __future__ import annotations
 
 import contextlib
 import re
+import sys
 import urllib.parse
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import (
     AXE,
     AXE_IMPACTS,
     AXE_WRAPPER,
     BUILD,
     FONTAWESOME_DONE_JS,
+    ROOT,
     VIEWPORT,
     PageReport,
     _audit,
@@ -58,6 +63,7 @@ from conftest import (
 from attnbook.viz import SMALLEST_TEXT_KEY, png_text, svg_smallest_text
 from tools.figure_text import FLOOR_PX
 from tools.page_checks import RAW_TEX
+from tools.pages_server import serve
 
 pytestmark = pytest.mark.browser
 
@@ -541,3 +547,81 @@ def test_favicon_loads(visit, page_name: str) -> None:
     broken = [f"{icon['href']}: HTTP {icon['status']}" for icon in icons if icon["status"] != 200]
     if broken:
         pytest.fail(_problems(f"{page_name}: favicon", broken), pytrace=False)
+
+
+def _site_root() -> str:
+    """The path the book is published under, from _config.yml as the build takes it (_ext's
+    site_path): /<repo>/ of repository.url on GitHub Pages, unless the config says otherwise."""
+    config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
+    sys.path.insert(0, str(ROOT / "_ext"))
+    try:
+        from attnbook_book import site_path
+    finally:
+        sys.path.remove(str(ROOT / "_ext"))
+    return site_path(
+        (config.get("sphinx", {}).get("config") or {}).get("attnbook_site_path"),
+        (config.get("html") or {}).get("baseurl"),
+        config["repository"]["url"],
+    )
+
+
+NOT_FOUND_JS = r"""
+async () => {
+  const icons = [];
+  for (const link of document.querySelectorAll('link[rel~="icon"]')) {
+    let status = 0;  // 0: refused or unreachable
+    try { status = (await fetch(link.href)).status; } catch (error) {}
+    icons.push({href: link.href, status});
+  }
+  return {
+    title: document.title,
+    h1: [...document.querySelectorAll("article h1")].map((h) => h.textContent.trim()),
+    styles: document.querySelectorAll('link[rel="stylesheet"]').length,
+    scripts: document.querySelectorAll("script[src]").length,
+    icons,
+    start: [...document.querySelectorAll("article a")]
+        .filter((a) => a.textContent.trim() === "the start page").map((a) => a.href),
+  };
+}
+"""
+
+
+def test_the_not_found_page_works_at_any_depth(chromium, book_title: str) -> None:
+    """404.html as GitHub Pages sends it for a missing URL three folders deep under the site's
+    path (tools/pages_server.py): it names the book and says the page was not found; its
+    stylesheets, scripts and favicon load (nothing fails, nothing is refused, no error); its
+    link to the start page opens the start page."""
+    if not (BUILD / "404.html").is_file():
+        pytest.fail(f"{BUILD} has no 404.html (_ext/attnbook_book.py writes it)", pytrace=False)
+    report = PageReport("404.html")
+    with (
+        serve(BUILD, _site_root()) as site,
+        _offline_page(chromium, site, report, viewport=VIEWPORT) as page,
+    ):
+        missing = site + "chapters/no/such/page.html"
+        response = page.goto(missing, wait_until="load")
+        facts = page.evaluate(NOT_FOUND_JS)
+        assert response.status == 404
+        assert book_title in facts["title"], facts["title"]
+        assert "Page not found" in facts["title"], facts["title"]
+        assert facts["h1"] == ["Page not found"]
+        problems = [
+            f"icon HTTP {icon['status']}: {icon['href']}"
+            for icon in facts["icons"]
+            if icon["status"] != 200
+        ]
+        # The page's own status, which Chromium logs as an error; anything else is a problem.
+        with contextlib.suppress(ValueError):
+            report.console_errors.remove(
+                "Failed to load resource: the server responded with a status of 404 (Not Found)"
+            )
+        problems += [line for line in report.errors() if line != f"HTTP 404 {missing}"]
+        problems += [f"refused ({kind}): {url}" for kind, url in report.blocked]
+        if facts["start"] != [site + "intro.html"]:
+            problems.append(f"'the start page' links {facts['start']}, not {site}intro.html")
+        if problems:
+            pytest.fail(_problems(f"404.html at {missing}", problems), pytrace=False)
+        for kind in ("styles", "scripts", "icons"):  # the page loads each kind
+            assert facts[kind], (kind, facts)
+        page.get_by_role("link", name="the start page").click()
+        page.wait_for_url(site + "intro.html", wait_until="commit", timeout=5_000)
