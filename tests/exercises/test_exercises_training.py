@@ -185,6 +185,17 @@ def test_answer_loss_that_autograd_cannot_differentiate_fails() -> None:
         assert check_answer_loss(_loss)
 
 
+def test_answer_loss_copied_into_a_new_tensor_that_requires_a_gradient_fails() -> None:
+    """A copy of the right loss made to require a gradient (torch.tensor(loss.item(),
+    requires_grad=True)) has requires_grad set, but backward() would never reach the logits:
+    it is refused, naming the argument the loss must depend on."""
+    verdict = check_answer_loss(
+        lambda logits, tokens, m: torch.tensor(_loss(logits, tokens, m).item(), requires_grad=True)
+    )
+    assert_rejects(verdict, "the last 3 tokens are the answer")
+    assert "cannot differentiate with respect to `logits`" in verdict.message, verdict.message
+
+
 def test_answer_loss_that_changes_the_logits_in_place_is_told_so() -> None:
     """The checker hands the answer a copy of the logits that requires a gradient: an
     in-place change of it is still reported as a change of the argument, not as autograd's

@@ -40,6 +40,7 @@ import contextvars
 import copy
 import dataclasses
 import dis
+import functools
 import inspect
 import sys
 from collections import Counter
@@ -60,6 +61,7 @@ __all__ = [
     "changed_inputs",
     "chapter_guard",
     "checker_spec",
+    "differentiable",
     "forbid_calls",
     "library_guard",
     "library_softmaxes",
@@ -389,6 +391,144 @@ def changed_inputs(fn: Callable, before: tuple, args: tuple) -> str | None:
             "list): the caller may still need them, and autograd needs them unchanged."
         )
     return None
+
+
+_CUT_FROM_AUTOGRAD = (
+    ".detach(), .item(), .numpy(), .tolist(), a torch.tensor(...) copy or torch.no_grad()"
+)
+
+
+def _reached_leaves(result: object) -> set[int]:
+    """The ids of the leaf tensors that autograd reaches from ``result`` (a tensor, or a tuple
+    or list of them), by walking its graph backwards; no gradient is computed."""
+    parts = result if isinstance(result, tuple | list) else (result,)
+    stack = [p.grad_fn for p in parts if isinstance(p, torch.Tensor) and p.grad_fn is not None]
+    seen: set[object] = set()
+    leaves: set[int] = set()
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        variable = getattr(node, "variable", None)  # an AccumulateGrad node: a leaf
+        if variable is not None:
+            leaves.add(id(variable))
+        stack.extend(next_node for next_node, _ in node.next_functions)
+    return leaves
+
+
+def _same_values(a: object, b: object) -> bool:
+    """Whether two results hold the same numbers (NaN equal to NaN), part by part."""
+    if isinstance(a, tuple | list) and isinstance(b, tuple | list):
+        return len(a) == len(b) and all(_same_values(x, y) for x, y in zip(a, b))
+    try:
+        x, y = _to_numpy(a), _to_numpy(b)
+    except (TypeError, ValueError, RuntimeError, OverflowError, NotImplementedError):
+        return a is b
+    return x.shape == y.shape and bool(np.array_equal(x, y, equal_nan=True))
+
+
+def _detached(result: object) -> object:
+    """``result`` without its graph: a tensor detached, a tuple or list part by part."""
+    if isinstance(result, torch.Tensor):
+        return result.detach()
+    if isinstance(result, tuple | list):
+        parts = [_detached(p) for p in result]
+        return type(result)(*parts) if hasattr(result, "_fields") else type(result)(parts)
+    return result
+
+
+def differentiable(
+    exercise: str,
+    fn: Callable,
+    wrt: dict[str, int],
+    *,
+    noun: str = "an output",
+    why: str,
+    keep_graph: bool = False,
+) -> Callable:
+    """``fn``, called with the arguments named in ``wrt`` requiring a gradient, and refused with
+    a ``ValueError`` when its result depends on one of them but autograd cannot differentiate
+    it with respect to that argument: a number cut from the graph (``.detach()``, ``.item()``,
+    a NumPy or list round trip, ``torch.tensor(...)``, ``torch.no_grad()``) is a wrong answer
+    for a function that the book trains through, though its values are right.
+
+    Each argument in ``wrt`` is handed to ``fn`` as a copy of a leaf that requires a gradient
+    (a copy, so that an answer may still change it in place: the change is copied back to
+    the argument, for :func:`changed_inputs` to report in its own words). When the result
+    does not reach one of those leaves, ``fn`` runs once more with that argument's values
+    moved: if the result moves too, it depends on the argument outside autograd, and is
+    refused; if not, the answer does not read the argument at all (a wrong answer, such as
+    a forgotten gain), and the comparison with the reference names that mistake.
+
+    Args:
+        exercise: the exercise's name, e.g. ``"rms_norm"``, for the message.
+        fn: the learner's function (or a reference, a mistake).
+        wrt: the names of the arguments the result must be differentiable with respect to,
+            as the exercise calls them, and their positions, e.g. ``{"x": 0, "weight": 1}``.
+        noun: what ``fn`` returns, with its article, e.g. ``"a loss"``.
+        why: why it must be differentiable, e.g. ``"training calls loss.backward()"``.
+        keep_graph: return ``(result, leaves)``, the result with its graph and the leaves
+            (in ``wrt``'s order), for a caller that computes a gradient; by default the
+            result is returned detached.
+
+    Returns:
+        A function of the same arguments (and, for the verdict, the same parameter names).
+    """
+
+    @functools.wraps(fn)
+    def wrapper(*args: object) -> object:
+        args = list(args)
+        originals: dict[str, torch.Tensor] = {}
+        leaves: dict[str, torch.Tensor] = {}
+        given: dict[str, torch.Tensor] = {}
+        for name, i in wrt.items():
+            arg = args[i] if i < len(args) else None
+            if isinstance(arg, torch.Tensor) and arg.is_floating_point():
+                originals[name] = arg
+                leaves[name] = arg.detach().clone().requires_grad_(True)
+        with torch.enable_grad():
+            for name, leaf in leaves.items():
+                given[name] = leaf.clone()
+                args[wrt[name]] = given[name]
+            result = fn(*args)
+        for name, original in originals.items():
+            changed = given[name].detach()
+            if changed.shape == original.shape and not torch.equal(changed, original):
+                with torch.no_grad():
+                    original.copy_(changed)
+        if result is None:
+            return None  # the framework asks "did you forget `return`?"
+        reached = _reached_leaves(result)
+        for name, leaf in leaves.items():
+            if id(leaf) in reached or not _depends_on(fn, args, wrt[name], result):
+                continue
+            raise ValueError(
+                f"{exercise} returned {noun} that autograd cannot differentiate with respect "
+                f"to `{name}`, though its values depend on `{name}`: {why}. Build the result "
+                "with torch operations on the tensors you are given and return that tensor, "
+                f"without {_CUT_FROM_AUTOGRAD}"
+            )
+        if keep_graph:
+            return result, tuple(leaves.values())
+        return _detached(result)
+
+    return wrapper
+
+
+def _depends_on(fn: Callable, args: list, i: int, result: object) -> bool:
+    """Whether ``fn``'s result moves when argument ``i``'s values move (by seeded noise)."""
+    moved = [a.detach().clone() if isinstance(a, torch.Tensor) else a for a in args]
+    noise = torch.randn(
+        moved[i].shape, generator=torch.Generator().manual_seed(0), dtype=torch.float64
+    )
+    moved[i] = moved[i] + noise.to(moved[i].dtype)
+    try:
+        with np.errstate(all="ignore"):
+            other = fn(*moved)
+    except Exception:  # an answer that fails on other values: it read them
+        return True
+    return not _same_values(_detached(result), _detached(other))
 
 
 _SWITCHED_OFF = (

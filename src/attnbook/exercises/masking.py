@@ -19,6 +19,7 @@ from attnbook.exercises._framework import (
     Case,
     Mistake,
     Verdict,
+    differentiable,
     forbid_calls,
     randint,
     randn,
@@ -578,13 +579,19 @@ def _forward_or_gradient(
     def run(scores: torch.Tensor, mask: torch.Tensor, upstream: torch.Tensor | None) -> object:
         if upstream is None:
             return _in_dtype_of(scores, fn(scores, mask))
-        scores = scores.detach().clone().requires_grad_(True)
-        weights = fn(scores, mask)
+        traced = differentiable(
+            "masked_softmax",
+            fn,
+            {"scores": 0},
+            noun="weights",
+            why="the model's loss.backward() goes through the weights to the scores",
+            keep_graph=True,
+        )(scores, mask)
+        if traced is None:
+            return None
+        weights, (scores,) = traced
         if not isinstance(weights, torch.Tensor) or not weights.requires_grad:
-            raise ValueError(
-                "returned weights that autograd cannot differentiate: use torch operations "
-                "on the scores, without .detach(), .numpy() or torch.no_grad()"
-            )
+            return torch.zeros_like(scores)  # weights that do not read the scores at all
         (grad,) = torch.autograd.grad((weights * upstream).sum(), scores, allow_unused=True)
         return torch.zeros_like(scores) if grad is None else grad
 

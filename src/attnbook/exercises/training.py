@@ -13,7 +13,6 @@ Two exercises, each with the typical wrong answers it recognises and names:
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable
 
@@ -21,7 +20,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from attnbook.exercises._framework import Case, Mistake, Verdict, randint, run_cases
+from attnbook.exercises._framework import (
+    Case,
+    Mistake,
+    Verdict,
+    differentiable,
+    randint,
+    run_cases,
+)
 
 __all__ = ["check_answer_loss", "check_lr_schedule"]
 
@@ -309,29 +315,13 @@ _LOSS_MISTAKES = [
 def _differentiable(fn: Callable) -> Callable:
     """``fn``'s loss, computed from logits that require a gradient; a loss that autograd
     cannot differentiate (a float, or a tensor cut from the logits) raises a ``ValueError``."""
-
-    @functools.wraps(fn)  # its parameters' names, for the verdict
-    def loss(logits: torch.Tensor, tokens: torch.Tensor, is_answer: torch.Tensor) -> object:
-        with torch.enable_grad():
-            # a copy of a leaf, not the leaf itself: an answer may change it in place, as
-            # it may change any argument, and the change is copied back for the framework
-            # to report in its own words ("changed its argument `logits` in place")
-            given = logits.detach().clone().requires_grad_(True).clone()
-            result = fn(given, tokens, is_answer)
-        if not torch.equal(given.detach(), logits):
-            with torch.no_grad():
-                logits.copy_(given)
-        if result is None:
-            return None  # the framework asks "did you forget `return`?"
-        if not isinstance(result, torch.Tensor) or not result.requires_grad:
-            raise ValueError(
-                "returned a loss that autograd cannot differentiate: training calls "
-                "loss.backward(), so compute it with torch operations on the logits and "
-                "return the tensor, without .item(), .detach(), .numpy() or torch.no_grad()"
-            )
-        return result.detach()
-
-    return loss
+    return differentiable(
+        "answer_loss",
+        fn,
+        {"logits": 0},
+        noun="a loss",
+        why="training calls loss.backward(), which must reach the logits",
+    )
 
 
 def check_answer_loss(
