@@ -7,6 +7,10 @@ recognises the mistake) naming it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import torch
+
 from attnbook.exercises import Verdict
 
 
@@ -42,3 +46,54 @@ def assert_rejects(
 def stub(*args: object) -> object:
     """An exercise stub as learners receive it."""
     raise NotImplementedError
+
+
+def cut_from_autograd(right: Callable, position: int) -> dict[str, Callable]:
+    """Answers with ``right``'s values that autograd cannot differentiate with respect to
+    argument ``position``: that argument detached first, the result detached, copied with
+    ``torch.tensor(result.tolist())`` or taken through NumPy, and computed under
+    ``torch.no_grad()``. Each is refused by a checker that applies the differentiability rule."""
+
+    def input_detached(*args: object) -> object:
+        args = list(args)
+        args[position] = args[position].detach()
+        return right(*args)
+
+    def under_no_grad(*args: object) -> object:
+        with torch.no_grad():
+            return right(*args)
+
+    def copied(*args: object) -> object:
+        result = right(*args)
+        return torch.tensor(result.tolist(), dtype=result.dtype)
+
+    return {
+        "x.detach()": input_detached,
+        "result.detach()": lambda *args: right(*args).detach(),
+        "torch.tensor(result.tolist())": copied,
+        "numpy": lambda *args: torch.from_numpy(right(*args).numpy()),
+        "torch.no_grad()": under_no_grad,
+    }
+
+
+def assert_refuses_cut_answers(
+    checker: Callable[[Callable], Verdict],
+    right: Callable,
+    position: int,
+    name: str,
+    failing_case: str,
+    only: tuple[str, ...] = (),
+) -> None:
+    """Assert ``checker`` passes ``right`` and refuses, on ``failing_case``, each of
+    :func:`cut_from_autograd`'s copies of it (or ``only`` those named), naming argument
+    ``name`` (or NumPy)."""
+    verdict = checker(right)
+    assert verdict, verdict.message
+    for how, cut in cut_from_autograd(right, position).items():
+        if only and how not in only:
+            continue
+        verdict = checker(cut)
+        assert_rejects(verdict, failing_case)
+        assert "raised ValueError" in verdict.message, (how, verdict.message)
+        said = (f"cannot differentiate with respect to `{name}`", "requires a gradient to NumPy")
+        assert any(phrase in verdict.message for phrase in said), (how, verdict.message)

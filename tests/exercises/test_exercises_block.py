@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from checker_asserts import assert_rejects, stub
+from checker_asserts import assert_refuses_cut_answers, assert_rejects, stub
 
 from attnbook.exercises import check_feed_forward, check_gpt_num_parameters, check_pre_ln_block
 
@@ -16,6 +16,19 @@ def test_feed_forward_checker_accepts_a_correct_answer() -> None:
     assert verdict, verdict.message
     assert "all 2 hidden cases pass" in verdict.message
     assert not check_feed_forward(stub).attempted
+
+
+def test_feed_forward_checker_refuses_an_answer_cut_from_autograd() -> None:
+    """The blocks of the later chapters train through the feed-forward network: the right
+    numbers computed from a detached x, or copied out of the graph, are refused."""
+
+    def right(x, w1, b1, w2, b2):
+        return F.gelu(x @ w1 + b1) @ w2 + b2
+
+    assert_refuses_cut_answers(check_feed_forward, right, 0, "x", "one sequence")
+    # a weight detached is refused too, by its name
+    verdict = check_feed_forward(lambda x, w1, b1, w2, b2: right(x, w1, b1, w2.detach(), b2))
+    assert "cannot differentiate with respect to `w2`" in verdict.message, verdict.message
 
 
 def test_feed_forward_checker_names_typical_mistakes() -> None:
@@ -55,6 +68,15 @@ def test_pre_ln_block_checker_accepts_a_correct_answer() -> None:
     assert verdict, verdict.message
     assert "all 2 hidden cases pass" in verdict.message
     assert not check_pre_ln_block(stub).attempted
+
+
+def test_pre_ln_block_checker_refuses_an_answer_cut_from_autograd() -> None:
+    """The GPT of chapter 10 trains through its blocks: a block computed from a detached x, or
+    copied out of the graph, is refused (the checker ran answers under no_grad before), even
+    though the sub-layers' own parameters still require a gradient."""
+    assert_refuses_cut_answers(
+        check_pre_ln_block, _pre_ln, 0, "x", "B = 2", only=("x.detach()", "torch.no_grad()")
+    )
 
 
 def test_pre_ln_block_checker_leaves_the_global_rng_alone() -> None:

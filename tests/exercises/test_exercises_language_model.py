@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from checker_asserts import assert_rejects, stub
+from checker_asserts import assert_refuses_cut_answers, assert_rejects, stub
 
 from attnbook.exercises import check_bpe_merge, check_rms_norm
 
@@ -26,6 +26,17 @@ def test_rms_norm_checker_accepts_correct_answers() -> None:
 
     assert check_rms_norm(with_norm)
     assert not check_rms_norm(stub).attempted
+
+
+def test_rms_norm_checker_refuses_an_answer_cut_from_autograd() -> None:
+    """The language model trains through RMSNorm: the right numbers from a detached x or
+    gain, or copied out of the graph, are refused; a forgotten gain, which does not read
+    the gain at all, is still named as that mistake."""
+    assert_refuses_cut_answers(check_rms_norm, _rms, 0, "x", "a gain of shape (8,)")
+    verdict = check_rms_norm(lambda x, weight, eps: _rms(x, weight.detach(), eps))
+    assert "cannot differentiate with respect to `weight`" in verdict.message, verdict.message
+    verdict = check_rms_norm(lambda x, weight, eps: _rms(x, torch.ones_like(weight), eps))
+    assert_rejects(verdict, "a gain of shape (8,)", "the gain forgotten")
 
 
 def test_rms_norm_checker_agrees_with_the_package() -> None:

@@ -14,7 +14,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnbook.exercises._framework import Case, Mistake, Verdict, randint, randn, run_cases
+from attnbook.exercises._framework import (
+    Case,
+    Mistake,
+    Verdict,
+    differentiable,
+    randint,
+    randn,
+    run_cases,
+)
 from attnbook.model import GPT, GPTConfig
 from attnbook.multihead import MultiHeadAttention
 
@@ -90,9 +98,19 @@ def check_feed_forward(
 
     Shapes: ``x`` ``(..., d_model)``, ``w1`` ``(d_model, d_ff)``, ``b1``
     ``(d_ff,)``, ``w2`` ``(d_ff, d_model)``, ``b2`` ``(d_model,)``; output
-    ``(..., d_model)``. GELU is the exact one, ``F.gelu``.
+    ``(..., d_model)``. GELU is the exact one, ``F.gelu``. The blocks of the later chapters
+    train through it, so the output must be differentiable with respect to every argument
+    (:func:`~attnbook.exercises._framework.differentiable`): the right numbers cut from
+    autograd (``.detach()``, NumPy, ``torch.no_grad()``) fail.
     """
-    return run_cases("feed_forward", fn, _ffn, _FFN_CASES, mistakes=_FFN_MISTAKES)
+    learner = differentiable(
+        "feed_forward",
+        fn,
+        {"x": 0, "w1": 1, "b1": 2, "w2": 3, "b2": 4},
+        why="every block of the later chapters trains its weights through it, and "
+        "loss.backward() goes through it to the blocks below",
+    )
+    return run_cases("feed_forward", learner, _ffn, _FFN_CASES, mistakes=_FFN_MISTAKES)
 
 
 # ------------------------------------------------------------------ pre-LN block
@@ -227,14 +245,18 @@ def check_pre_ln_block(
     ``x`` has shape ``(B, T, d_model)``; ``attention`` and ``ffn`` map
     ``(B, T, d_model)`` to ``(B, T, d_model)`` (the attention is already causal
     self-attention); ``norm1`` and ``norm2`` are ``nn.LayerNorm(d_model)``.
-    The answer is ``x + attention(norm1(x))`` followed by ``... + ffn(norm2(...))``.
+    The answer is ``x + attention(norm1(x))`` followed by ``... + ffn(norm2(...))``, and
+    must be differentiable with respect to ``x``: the GPT of chapter 10 trains through its
+    blocks (:func:`~attnbook.exercises._framework.differentiable`).
     """
 
-    @functools.wraps(fn)  # its parameters' names, for the verdict
-    def learner(*args: object) -> torch.Tensor:
-        with torch.no_grad():
-            return fn(*args)
-
+    learner = differentiable(
+        "pre_ln_block",
+        fn,
+        {"x": 0},
+        why="the GPT of chapter 10 trains through its blocks, and loss.backward() goes "
+        "through each block to the ones below",
+    )
     return run_cases("pre_ln_block", learner, _pre_ln, _BLOCK_CASES, mistakes=_BLOCK_MISTAKES)
 
 

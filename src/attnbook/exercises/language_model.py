@@ -19,7 +19,14 @@ from collections.abc import Callable
 
 import torch
 
-from attnbook.exercises._framework import Case, Mistake, Verdict, randint, run_cases
+from attnbook.exercises._framework import (
+    Case,
+    Mistake,
+    Verdict,
+    differentiable,
+    randint,
+    run_cases,
+)
 from attnbook.tokenizer import merge_pair
 
 __all__ = ["check_bpe_merge", "check_rms_norm"]
@@ -138,9 +145,21 @@ def check_rms_norm(fn: Callable[[torch.Tensor, torch.Tensor, float], torch.Tenso
 
     ``y = x / sqrt(mean(x**2, last axis) + eps) * weight``. Shapes: ``x``
     ``(..., D)``, ``weight`` ``(D,)``, ``y`` like ``x``. Library normalisations
-    (``F.rms_norm``, ``nn.RMSNorm``, ``attnbook.RMSNorm``, LayerNorm) are refused.
+    (``F.rms_norm``, ``nn.RMSNorm``, ``attnbook.RMSNorm``, LayerNorm) are refused. The model
+    trains through it, so ``y`` must be differentiable with respect to ``x`` and ``weight``
+    (:func:`~attnbook.exercises._framework.differentiable`): the right numbers cut from
+    autograd (``.detach()``, NumPy, ``torch.no_grad()``) fail.
     """
-    return run_cases("rms_norm", fn, _rms_norm, _NORM_CASES, mistakes=_NORM_MISTAKES, rtol=1e-6)
+    learner = differentiable(
+        "rms_norm",
+        fn,
+        {"x": 0, "weight": 1},
+        why="the language model of this chapter trains through it, and loss.backward() must "
+        "reach both the input and the gain",
+    )
+    return run_cases(
+        "rms_norm", learner, _rms_norm, _NORM_CASES, mistakes=_NORM_MISTAKES, rtol=1e-6
+    )
 
 
 # ------------------------------------------------------------------ one BPE merge
