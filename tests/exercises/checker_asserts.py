@@ -85,8 +85,8 @@ def assert_refuses_cut_answers(
     only: tuple[str, ...] = (),
 ) -> None:
     """Assert ``checker`` passes ``right`` and refuses, on ``failing_case``, each of
-    :func:`cut_from_autograd`'s copies of it (or ``only`` those named), naming argument
-    ``name`` (or NumPy)."""
+    :func:`cut_from_autograd`'s copies of it (or ``only`` those named); the one that detaches
+    argument ``position`` must be refused by that argument's ``name``."""
     verdict = checker(right)
     assert verdict, verdict.message
     for how, cut in cut_from_autograd(right, position).items():
@@ -95,5 +95,7 @@ def assert_refuses_cut_answers(
         verdict = checker(cut)
         assert_rejects(verdict, failing_case)
         assert "raised ValueError" in verdict.message, (how, verdict.message)
-        said = (f"cannot differentiate with respect to `{name}`", "requires a gradient to NumPy")
+        # the argument detached is named; a result cut whole names the first argument
+        which = name if how == "x.detach()" else ""
+        said = (f"cannot differentiate with respect to `{which}", "requires a gradient to NumPy")
         assert any(phrase in verdict.message for phrase in said), (how, verdict.message)

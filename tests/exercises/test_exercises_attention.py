@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from checker_asserts import assert_rejects
+from checker_asserts import assert_refuses_cut_answers, assert_rejects
 
 import attnbook
 from attnbook.exercises import (
@@ -127,6 +127,32 @@ def test_sdpa_checker_stub_and_transposed_scores() -> None:
 
 
 # ------------------------------------------------------------------ chapter 5
+
+
+def _self_attention(x, w_q, w_k, w_v):
+    return _sdpa(x @ w_q, x @ w_k, x @ w_v)
+
+
+def _cross_attention(xq, xc, w_q, w_k, w_v):
+    return _sdpa(xq @ w_q, xc @ w_k, xc @ w_v)
+
+
+@pytest.mark.parametrize(
+    ("checker", "right", "position", "name", "failing_case"),
+    [
+        (check_scaled_dot_product_attention, _sdpa, 0, "query", "the worked example"),
+        (check_self_attention, _self_attention, 3, "W_v", "the worked example"),
+        (check_cross_attention, _cross_attention, 1, "x_context", "T = 2 queries"),
+        (check_masked_attention, _masked, 2, "value", "causal mask, T = S = 4"),
+    ],
+)
+def test_attention_checkers_refuse_answers_cut_from_autograd(
+    checker, right, position: int, name: str, failing_case: str
+) -> None:
+    """The later chapters train through attention: the right numbers computed from a detached
+    input, or copied out of the graph, are refused by the checkers of chapters 4 to 6, each
+    naming the argument."""
+    assert_refuses_cut_answers(checker, right, position, name, failing_case)
 
 
 def test_self_attention_checker() -> None:

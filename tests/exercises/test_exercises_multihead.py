@@ -11,7 +11,7 @@ from pathlib import Path
 import nbformat
 import pytest
 import torch
-from checker_asserts import assert_rejects, stub
+from checker_asserts import assert_refuses_cut_answers, assert_rejects, stub
 
 from attnbook import merge_heads, scaled_dot_product_attention, split_heads
 from attnbook.exercises import check_merge_heads, check_multi_head_attention, check_split_heads
@@ -55,6 +55,22 @@ def _mha(
 
 
 # ------------------------------------------------------------------ split heads
+
+
+@pytest.mark.parametrize(
+    ("checker", "right", "position", "name", "failing_case"),
+    [
+        (check_split_heads, _learner_split, 0, "x", "'she likes coffee'"),
+        (check_merge_heads, _learner_merge, 0, "heads", "B = 1, 2 heads"),
+        (check_multi_head_attention, _mha, 5, "W_O", "one head"),
+    ],
+)
+def test_multi_head_checkers_refuse_answers_cut_from_autograd(
+    checker, right, position: int, name: str, failing_case: str
+) -> None:
+    """Every later model trains through multi-head attention and its two reshapes: the right
+    numbers computed from a detached input, or copied out of the graph, are refused."""
+    assert_refuses_cut_answers(checker, right, position, name, failing_case)
 
 
 def test_split_and_merge_checkers_reject_the_package_functions() -> None:

@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from checker_asserts import assert_rejects
+from checker_asserts import assert_refuses_cut_answers, assert_rejects
 
 from attnbook.exercises import check_apply_rope, check_sinusoidal_positional_encoding
 
@@ -139,6 +139,12 @@ def test_rope_checker_rejects_answers_without_a_named_mistake() -> None:
     verdict = check_apply_rope(lambda x, p: _rope(x, p) if x.ndim == 2 else x)
     assert not verdict
     assert "(B, H, T, Dh)" in verdict.message
+
+
+def test_rope_checker_refuses_an_answer_cut_from_autograd() -> None:
+    """A model trains through the rotated queries and keys: the right rotation of a detached x,
+    or one copied out of the graph, is refused."""
+    assert_refuses_cut_answers(check_apply_rope, _rope, 0, "x", "(T, d) = (6, 4)")
 
 
 def test_rope_checker_needs_a_function() -> None:

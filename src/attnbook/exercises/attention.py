@@ -14,7 +14,15 @@ import torch.nn.functional as F
 
 import attnbook.attention
 from attnbook.attention import scaled_dot_product_attention
-from attnbook.exercises._framework import Case, Mistake, Verdict, forbid_calls, randn, run_cases
+from attnbook.exercises._framework import (
+    Case,
+    Mistake,
+    Verdict,
+    differentiable,
+    forbid_calls,
+    randn,
+    run_cases,
+)
 
 __all__ = [
     "check_cross_attention",
@@ -107,6 +115,12 @@ _FORBIDDEN_SDPA = {
 }
 
 
+_TRAINED_THROUGH = (
+    "the models of the later chapters train through attention, and loss.backward() goes "
+    "through it to the queries, keys and values and the weights that make them"
+)
+
+
 def check_scaled_dot_product_attention(
     fn: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
 ) -> Verdict:
@@ -116,11 +130,20 @@ def check_scaled_dot_product_attention(
     ``(..., S, d_v)``, output ``(..., T, d_v)``; the last case has a batch axis.
     The exercise is to write it: an answer that calls
     ``F.scaled_dot_product_attention`` or ``attnbook.scaled_dot_product_attention``
-    (however imported or renamed) fails, even though its numbers are right.
+    (however imported or renamed) fails, even though its numbers are right. Every model of the
+    later chapters trains through attention, so the output must be differentiable with
+    respect to ``query``, ``key`` and ``value``
+    (:func:`~attnbook.exercises._framework.differentiable`): the right numbers cut from
+    autograd fail.
     """
     return run_cases(
         "scaled_dot_product_attention",
-        fn,
+        differentiable(
+            "scaled_dot_product_attention",
+            fn,
+            {"query": 0, "key": 1, "value": 2},
+            why=_TRAINED_THROUGH,
+        ),
         lambda q, k, v: scaled_dot_product_attention(q, k, v)[0],
         _SDPA_CASES,
         mistakes=_SDPA_MISTAKES,
@@ -214,11 +237,15 @@ def check_self_attention(
     ``W_v`` ``(d_model, d_v)``; output ``(..., T, d_v)`` =
     ``softmax((x W_q)(x W_k)ᵀ / sqrt(d_k)) (x W_v)``. The exercise asks for PyTorch
     operations only: an answer that calls a library attention (PyTorch's, the package's,
-    or a ``SingleHeadAttention``) fails, even though its numbers are right.
+    or a ``SingleHeadAttention``) fails, even though its numbers are right. The output must be
+    differentiable with respect to ``x`` and the three matrices (training learns them
+    through it).
     """
     return run_cases(
         "self_attention",
-        fn,
+        differentiable(
+            "self_attention", fn, {"x": 0, "W_q": 1, "W_k": 2, "W_v": 3}, why=_TRAINED_THROUGH
+        ),
         _self_attention_reference,
         _SELF_CASES,
         mistakes=_SELF_MISTAKES,
@@ -339,8 +366,19 @@ def check_cross_attention(
 
     Shapes: ``x_query`` ``(..., T, D)``, ``x_context`` ``(..., S, D_ctx)``,
     ``W_q`` ``(D, d_k)``, ``W_k`` ``(D_ctx, d_k)``, ``W_v`` ``(D_ctx, d_v)``;
-    output ``(..., T, d_v)``.
+    output ``(..., T, d_v)``, differentiable with respect to both inputs and the three
+    matrices (training learns them through it).
     """
+    learner = differentiable(
+        "cross_attention",
+        fn,
+        {"x_query": 0, "x_context": 1, "W_q": 2, "W_k": 3, "W_v": 4},
+        why=_TRAINED_THROUGH,
+    )
     return run_cases(
-        "cross_attention", fn, _cross_attention_reference, _CROSS_CASES, mistakes=_CROSS_MISTAKES
+        "cross_attention",
+        learner,
+        _cross_attention_reference,
+        _CROSS_CASES,
+        mistakes=_CROSS_MISTAKES,
     )

@@ -270,11 +270,19 @@ def check_masked_attention(
     Output shape ``(..., T, d_v)``. One case has scores of about ``1e9`` where
     the blocked keys score highest: only ``-inf`` blocks them exactly. An answer
     that calls an attention function (``attnbook``'s or PyTorch's) or the package's
-    masked softmax fails: the exercise is to apply the mask yourself.
+    masked softmax fails: the exercise is to apply the mask yourself. The models of the
+    later chapters train through masked attention, so the output must be differentiable
+    with respect to ``query``, ``key`` and ``value``.
     """
     return run_cases(
         "masked_attention",
-        fn,
+        differentiable(
+            "masked_attention",
+            fn,
+            {"query": 0, "key": 1, "value": 2},
+            why="the models of the later chapters train through masked attention, and "
+            "loss.backward() goes through it to the queries, keys and values",
+        ),
         lambda q, k, v, m: scaled_dot_product_attention(q, k, v, m)[0],
         _MASKED_CASES,
         mistakes=_MASKED_MISTAKES,

@@ -17,7 +17,14 @@ from collections.abc import Callable
 import torch
 
 from attnbook.attention import scaled_dot_product_attention
-from attnbook.exercises._framework import Case, Mistake, Verdict, randn, run_cases
+from attnbook.exercises._framework import (
+    Case,
+    Mistake,
+    Verdict,
+    differentiable,
+    randn,
+    run_cases,
+)
 from attnbook.multihead import merge_heads, split_heads
 
 __all__ = ["check_merge_heads", "check_multi_head_attention", "check_split_heads"]
@@ -65,13 +72,20 @@ _SPLIT_CASES = [
 ]
 
 
+_TRAINED_THROUGH = (
+    "every model of the later chapters trains through multi-head attention, and "
+    "loss.backward() goes through it to its inputs and its four matrices"
+)
+
+
 def check_split_heads(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> Verdict:
     """Check ``fn(x, n_heads) -> heads``: ``(B, T, d_model)`` to ``(B, n_heads, T, d_head)``.
 
     Head ``h`` gets the features ``h * d_head`` to ``(h + 1) * d_head - 1`` of every
     position, with ``d_head = d_model // n_heads``.
     """
-    return run_cases("split_heads", fn, split_heads, _SPLIT_CASES, rtol=0.0, atol=0.0)
+    learner = differentiable("split_heads", fn, {"x": 0}, why=_TRAINED_THROUGH)
+    return run_cases("split_heads", learner, split_heads, _SPLIT_CASES, rtol=0.0, atol=0.0)
 
 
 # ------------------------------------------------------------------ merge heads
@@ -106,7 +120,8 @@ def check_merge_heads(fn: Callable[[torch.Tensor], torch.Tensor]) -> Verdict:
     The inverse of splitting: position ``t``'s output is the concatenation of the
     heads' outputs at ``t``, head 0 first.
     """
-    return run_cases("merge_heads", fn, merge_heads, _MERGE_CASES, rtol=0.0, atol=0.0)
+    learner = differentiable("merge_heads", fn, {"heads": 0}, why=_TRAINED_THROUGH)
+    return run_cases("merge_heads", learner, merge_heads, _MERGE_CASES, rtol=0.0, atol=0.0)
 
 
 # ------------------------------------------------------- multi-head attention
@@ -256,6 +271,16 @@ def check_multi_head_attention(
     head (scale ``1 / sqrt(d_head)``), concatenate the heads, project with ``W_O``.
 
     Shapes: ``x_query`` ``(B, T, d_model)``, ``x_context`` ``(B, S, d_model)``,
-    each ``W`` ``(d_model, d_model)``; output ``(B, T, d_model)``.
+    each ``W`` ``(d_model, d_model)``; output ``(B, T, d_model)``. The output, like that of
+    the two reshapes, must be differentiable with respect to every tensor argument
+    (:func:`~attnbook.exercises._framework.differentiable`).
     """
-    return run_cases("multi_head_attention", fn, _mha_reference, _MHA_CASES, mistakes=_MHA_MISTAKES)
+    learner = differentiable(
+        "multi_head_attention",
+        fn,
+        {"x_query": 0, "x_context": 1, "W_Q": 2, "W_K": 3, "W_V": 4, "W_O": 5},
+        why=_TRAINED_THROUGH,
+    )
+    return run_cases(
+        "multi_head_attention", learner, _mha_reference, _MHA_CASES, mistakes=_MHA_MISTAKES
+    )

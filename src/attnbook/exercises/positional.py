@@ -17,6 +17,7 @@ from attnbook.exercises._framework import (
     Case,
     Mistake,
     Verdict,
+    differentiable,
     no_python_loops,
     randint,
     randn,
@@ -209,11 +210,19 @@ def check_apply_rope(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -
 
     ``x`` has shape ``(..., T, d)`` (``d`` even, float64 in the hidden cases),
     ``positions`` is an int64 tensor ``(T,)``; pair ``(x[..., 2i], x[..., 2i + 1])``
-    of row ``t`` turns counter-clockwise by ``positions[t] * 10000^(-2i/d)``.
+    of row ``t`` turns counter-clockwise by ``positions[t] * 10000^(-2i/d)``. The rotated
+    queries and keys are trained through, so the result must be differentiable with
+    respect to ``x``.
     """
     return run_cases(
         "apply_rope",
-        fn,
+        differentiable(
+            "apply_rope",
+            fn,
+            {"x": 0},
+            why="RoPE rotates the queries and keys of a model that trains, and loss.backward() "
+            "goes back through the rotation to them",
+        ),
         lambda x, positions: apply_rope(x, positions),
         _ROPE_CASES,
         rtol=_RTOL,
