@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import torch
-from checker_asserts import assert_rejects, stub
+from checker_asserts import assert_refuses_cut_answers, assert_rejects, stub
 
 from attnbook.exercises import _framework, check_additive_step, check_beam_step
 from attnbook.masking import softmax_with_mask
@@ -30,6 +30,12 @@ def test_additive_step_checker_accepts_correct_answers() -> None:
 
     assert check_additive_step(with_einsum)
     assert not check_additive_step(stub).attempted
+
+
+def test_additive_step_checker_refuses_an_answer_cut_from_autograd() -> None:
+    """The translation model trains through these weights: the right weights from a detached
+    memory, or copied out of the graph, are refused."""
+    assert_refuses_cut_answers(check_additive_step, _step, 1, "memory", "B = 2 sentences")
 
 
 def test_additive_step_agrees_with_the_package() -> None:

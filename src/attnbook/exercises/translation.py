@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 import torch
 
-from attnbook.exercises._framework import Case, Mistake, Verdict, run_cases
+from attnbook.exercises._framework import Case, Mistake, Verdict, differentiable, run_cases
 
 __all__ = ["check_additive_step", "check_beam_step"]
 
@@ -130,10 +130,21 @@ def check_additive_step(fn: Callable) -> Verdict:
     ``src_mask`` ``(B, S)`` bool (``True`` at real words), ``W_q`` and ``W_k``
     ``(Hd, d_a)``, ``v`` ``(d_a,)``. Returns ``(B, S)``: for each sentence the
     softmax over its real source words of ``v . tanh(state W_q + memory[s] W_k)``,
-    exactly 0 at padding.
+    exactly 0 at padding. The translation model of chapter 12 learns ``W_q``, ``W_k`` and
+    ``v`` through these weights, and its encoder and decoder through ``memory`` and
+    ``state``, so the weights must be differentiable with respect to all five
+    (:func:`~attnbook.exercises._framework.differentiable`).
     """
+    learner = differentiable(
+        "additive_step",
+        fn,
+        {"state": 0, "memory": 1, "W_q": 3, "W_k": 4, "v": 5},
+        noun="weights",
+        why="the translation model learns W_q, W_k and v through these weights, and its "
+        "encoder and decoder through memory and state",
+    )
     return run_cases(
-        "additive_step", fn, _additive_step, _ADDITIVE_CASES, mistakes=_ADDITIVE_MISTAKES
+        "additive_step", learner, _additive_step, _ADDITIVE_CASES, mistakes=_ADDITIVE_MISTAKES
     )
 
 
