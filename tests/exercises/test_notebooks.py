@@ -218,6 +218,8 @@ def test_a_directive_shown_in_a_fenced_code_block_is_code() -> None:
     kept, removed = notebooks.strip_solutions(text)
     assert [(block.label, block.first, block.last) for block in removed] == [("ex-real", 20, 22)]
     assert kept == text.split(":::{solution} ex-real")[0]
+    # the code blocks as the parser read them, for the tools that read the same markdown
+    assert notebooks.code_blocks(text) == [(1, 4), (5, 8), (9, 19)]
 
 
 @pytest.mark.parametrize(
@@ -235,6 +237,7 @@ def test_a_line_that_opens_no_code_block_hides_no_directive(fence: str) -> None:
 
 def test_a_code_block_never_closed_is_code_to_the_end_but_may_not_hide_a_directive() -> None:
     assert directive_blocks("```\nx\n````python\n") == []  # code to the end: nothing to read
+    assert notebooks.code_blocks("```\nx\n````python\n") == [(0, 3)]
     with pytest.raises(ValueError, match=r"line 2: the code block opened with ``` is never"):
         directive_blocks("Text.\n  ```python\nx = 1\n  ````x\n::::{solution} ex-add\n::::\n")
 
@@ -286,6 +289,7 @@ def test_a_directive_shown_in_a_code_block_of_a_body_is_not_nested() -> None:
     )
     [block] = directive_blocks(text)
     assert (block.name, block.first, block.last) == ("exercise", 0, 6)
+    assert notebooks.code_blocks(text) == [(2, 5)]  # found in the body, as the parser does
 
 
 def test_a_line_of_colons_in_a_code_block_of_a_body_closes_the_directive_as_in_myst() -> None:
@@ -297,6 +301,8 @@ def test_a_line_of_colons_in_a_code_block_of_a_body_closes_the_directive_as_in_m
     [block] = directive_blocks(text)
     assert (block.first, block.last) == (0, 3)
     assert block.body == '```python\ns = """'
+    # the code block of the body ends with it; the fence after it opens one to the end
+    assert notebooks.code_blocks(text) == [(1, 3), (5, 7)]
 
 
 def test_checker_calls_are_read_from_the_code() -> None:

@@ -36,7 +36,9 @@ the directive's own indentation; a deeper one, in a nested list item, is not
 seen as a fence), closed by a line of the same character, at least as long, with
 no info string. A code block never closed is code to the end of the text (or of
 the body), as in CommonMark, and a directive line it would hide is a
-``ValueError``.
+``ValueError``. ``code_blocks`` gives the code blocks as the parser reads them,
+for the tools that read the same markdown (the student edition's leak check, the
+exercise inventory).
 
 The checkers an exercise uses are the ``check_*`` calls of the first code cell
 after it (before the next exercise). ``run_notebook`` executes a notebook with
@@ -63,6 +65,7 @@ __all__ = [
     "Block",
     "Exercise",
     "checker_calls",
+    "code_blocks",
     "directive_blocks",
     "exercises",
     "kernel_env",
@@ -162,9 +165,12 @@ def _directive_name(line: str) -> str:
     return match["name"] if match else ""
 
 
-def _next_directive(lines: list[str], start: int, stop: int, cell: int) -> int:
+def _next_directive(
+    lines: list[str], start: int, stop: int, cell: int, code: list[tuple[int, int]]
+) -> int:
     """The index of the first line of `lines[start:stop]` that opens an exercise or solution
-    with a colon fence, outside fenced code blocks; `stop` if none does.
+    with a colon fence, outside fenced code blocks; `stop` if none does. The code blocks
+    passed on the way are added to `code`, as `code_blocks` gives them.
 
     Raises:
         ValueError: a directive is fenced with backticks or tildes, or follows a code
@@ -186,6 +192,7 @@ def _next_directive(lines: list[str], start: int, stop: int, cell: int) -> int:
         close = i + 1
         while close < stop and not _closes_code(lines[close], fence):
             close += 1
+        code.append((i, close))
         if close == stop:  # code to the end of the text, as in CommonMark
             for k in range(i + 1, stop):
                 if name := _directive_name(lines[k]):
@@ -203,25 +210,12 @@ def _dedent(line: str, indent: int) -> str:
     return line[min(indent, len(line) - len(line.lstrip(" "))) :]
 
 
-def directive_blocks(source: str, cell: int = 0) -> list[Block]:
-    """Every exercise and solution directive of one markdown text, in order.
-
-    Lines of a fenced code block (an example of how to write an exercise, say) are
-    code, not directives. An exercise or solution opened inside the body of another
-    is refused, not skipped.
-
-    Args:
-        source: a markdown cell's source or a markdown page.
-        cell: the cell's index, recorded in each block and named in errors.
-
-    Raises:
-        ValueError: a directive is never closed, is fenced with backticks or
-            tildes, is opened inside another, or follows a code block that is never
-            closed.
-    """
+def _read(source: str, cell: int) -> tuple[list[Block], list[tuple[int, int]]]:
+    """The directive blocks of one markdown text, and its code blocks (`code_blocks`)."""
     lines = source.splitlines()
-    blocks = []
-    i = _next_directive(lines, 0, len(lines), cell)
+    blocks: list[Block] = []
+    code: list[tuple[int, int]] = []
+    i = _next_directive(lines, 0, len(lines), cell, code)
     while i < len(lines):
         match = _OPEN.match(lines[i])
         assert match  # _next_directive stops at an opening line only
@@ -241,7 +235,7 @@ def directive_blocks(source: str, cell: int = 0) -> list[Block]:
         # Its body, which MyST reads as markdown of its own, without the directive's indentation.
         indent = len(lines[i]) - len(lines[i].lstrip(" "))
         body = lines[:j] + [_dedent(line, indent) for line in lines[j:end]]
-        if (inner := _next_directive(body, j, end, cell)) < end:
+        if (inner := _next_directive(body, j, end, cell, code)) < end:
             nested = _directive_name(lines[inner])
             raise ValueError(
                 f"cell {cell}, line {inner + 1}: a {{{nested}}} directive is opened inside the "
@@ -260,8 +254,45 @@ def directive_blocks(source: str, cell: int = 0) -> list[Block]:
                 last=end,
             )
         )
-        i = _next_directive(lines, end + 1, len(lines), cell)
-    return blocks
+        i = _next_directive(lines, end + 1, len(lines), cell, code)
+    return blocks, code
+
+
+def directive_blocks(source: str, cell: int = 0) -> list[Block]:
+    """Every exercise and solution directive of one markdown text, in order.
+
+    Lines of a fenced code block (an example of how to write an exercise, say) are
+    code, not directives. An exercise or solution opened inside the body of another
+    is refused, not skipped.
+
+    Args:
+        source: a markdown cell's source or a markdown page.
+        cell: the cell's index, recorded in each block and named in errors.
+
+    Raises:
+        ValueError: a directive is never closed, is fenced with backticks or
+            tildes, is opened inside another, or follows a code block that is never
+            closed.
+    """
+    return _read(source, cell)[0]
+
+
+def code_blocks(source: str, cell: int = 0) -> list[tuple[int, int]]:
+    """Every fenced code block of one markdown text as ``directive_blocks`` reads it, in order.
+
+    Each is a pair of line indices (from 0): its opening fence, and its closing
+    fence, or, for a block never closed, the line just after the text (or after
+    the body of the exercise or solution it is in). Its code is the lines
+    between the two. The blocks in the bodies of exercises and solutions are
+    included, found as the parser finds them (without the directive's
+    indentation). A tool that reads the same markdown skips these lines as the
+    parser does: a ``{solution}`` shown in a ``markdown`` code block is an
+    example, not a solution. A backtick or tilde fence that opens a MyST directive
+    (a ``{figure}``, say) is a code block here too, as it is to the parser.
+
+    Args and errors are those of ``directive_blocks``.
+    """
+    return _read(source, cell)[1]
 
 
 def strip_solutions(source: str, cell: int = 0) -> tuple[str, list[Block]]:
