@@ -46,9 +46,12 @@ learners to download a chapter's notebook and open it on Colab instead.
 Two checks guard every run and fail it on any hit: `notebook_leaks` looks for
 each non-trivial code line and prose sentence of every solution (one that does
 not also appear elsewhere in the chapter) in the student notebook, its outputs
-included; `PageChecker` (its `scan`) looks for runs of eight consecutive words of any solution
-in every page and `_sources` file of the built book, and for words that only
-solutions use in its search index. `tests/book/test_student_edition.py` tests both,
+included, and for the text `{solution}` outside the code blocks of its markdown
+cells as the parser reads them (`has_solution_directive`: one in a code block is an
+example of how a solution is written, kept in both editions); `PageChecker` (its
+`scan`) looks for runs of eight consecutive words of any solution in every page and
+`_sources` file of the built book, for words that only solutions use in its search
+index, and for the text `{solution}` in its notebooks as `notebook_leaks` does. `tests/book/test_student_edition.py` tests both,
 including that they catch a solution left in.
 """
 
@@ -72,6 +75,7 @@ import nbformat
 import yaml
 
 from tools import course
+from tools.notebooks import code_blocks
 from tools.notebooks import strip_solutions as _strip
 from tools.sync_repo_url import colab_cell_source, is_placeholder, package_ref, repository_url
 
@@ -89,6 +93,9 @@ PACKAGE = "attnbook"
 SOLUTION_TAG = "solution"  # a code cell of a solution (its numbers, checked): left out too
 
 _ANY_SOLUTION = re.compile(r"\{solution\}")
+# A backtick or tilde fence that opens a MyST directive ("```{note}"): the parser reads it as a
+# code block, but MyST reads the body of a note as markdown, so a {solution} in it counts.
+_DIRECTIVE_FENCE = re.compile(r"^\s*(`{3,}|~{3,})[ \t]*\{")
 _CODE_FENCE = re.compile(r"^\s*(`{3,}|~{3,})")
 _SENTENCE_END = re.compile(r"(?<=[.!?;:])\s+")
 _WORD = re.compile(r"[a-z0-9]+")
@@ -201,11 +208,43 @@ def fingerprints(nb: nbformat.NotebookNode) -> set[str]:
     return {piece for piece in pieces if len(piece) >= MIN_CHARS and piece not in elsewhere}
 
 
+def _without_code(markdown: str) -> str:
+    """A markdown cell without the lines of its code blocks, as the directive parser reads
+    them (`code_blocks`), but with those fenced as a MyST directive; a cell the parser
+    refuses is kept whole."""
+    try:
+        blocks = code_blocks(markdown)
+    except ValueError:
+        return markdown
+    lines = markdown.splitlines()
+    code = {
+        i
+        for first, last in blocks
+        if not _DIRECTIVE_FENCE.match(lines[first])
+        for i in range(first, last)
+    }
+    return "\n".join(line for i, line in enumerate(lines) if i not in code)
+
+
+def has_solution_directive(nb: nbformat.NotebookNode) -> bool:
+    """Does `nb` show the text `{solution}` outside the code blocks of its markdown cells?
+
+    Anywhere else (prose, code cells, outputs, metadata) it is a solution directive the
+    parser did not cut out, or a sign of one. In a code block, as the parser reads them, it
+    is an example that the parser keeps in both editions (how a solution is written).
+    """
+    shown = copy.deepcopy(nb)
+    for cell in shown.cells:
+        if cell.cell_type == "markdown":
+            cell.source = _without_code(cell.source)
+    return _ANY_SOLUTION.search(notebook_text(shown)) is not None
+
+
 def notebook_leaks(source: nbformat.NotebookNode, student: nbformat.NotebookNode) -> list[str]:
     """The solution lines and sentences of `source` that `student` still shows (should be [])."""
     text = _squash(notebook_text(student))
     found = sorted(piece for piece in fingerprints(source) if piece in text)
-    if _ANY_SOLUTION.search(text):
+    if has_solution_directive(student):
         found.append("a {solution} directive")
     return found
 
@@ -277,7 +316,7 @@ class PageChecker:
             elif path.suffix == ".ipynb":
                 nb = nbformat.read(path, as_version=4)
                 found = [" ".join(s) for s in self.text_leaks(notebook_text(nb))]
-                found += ["a {solution} directive"] * bool(_ANY_SOLUTION.search(notebook_text(nb)))
+                found += ["a {solution} directive"] * has_solution_directive(nb)
             elif path.suffix in (".html", ".txt", ".md", ".js", ".json"):
                 found = [" ".join(s) for s in self.text_leaks(path.read_text(encoding="utf-8"))]
             else:

@@ -470,6 +470,39 @@ def test_a_solution_the_parser_does_not_cut_out_is_a_leak(tmp_path: Path) -> Non
     assert _page_checker(source).scan(tmp_path) == ["page.ipynb: a {solution} directive"]
 
 
+# How a solution is written, shown in a code block: the parser keeps it in both editions.
+EXAMPLE = "Write it so:\n\n````markdown\n:::{solution} ex-add\n:class: dropdown\nx\n:::\n````"
+
+
+def test_a_solution_shown_in_a_code_block_is_no_leak(tmp_path: Path) -> None:
+    source = _notebook(
+        ("markdown", f"{EXERCISE_TEXT}\n\n{EXAMPLE}"),
+        ("markdown", ":::{solution} ex-add\nx\n:::"),
+    )
+    student = make_student.student_notebook(source)
+    assert [cell.source for cell in student.cells] == [f"{EXERCISE_TEXT}\n\n{EXAMPLE}"]
+    assert make_student.notebook_leaks(source, student) == []
+    nbformat.write(student, tmp_path / "page.ipynb")
+    assert _page_checker(source).scan(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    "left_in",
+    [
+        f"{EXAMPLE}\n\n:::{{solution}} ex-add\nx\n:::",  # after the example's code block
+        "```{note}\n:::{solution} ex-add\nx\n:::\n```",  # MyST reads a note's body as markdown
+        "```\n:::{solution} ex-add\nx\n:::",  # hidden by a code block never closed: refused
+    ],
+    ids=["after-code", "in-note", "unclosed-code"],
+)
+def test_a_solution_outside_a_code_block_is_still_a_leak(tmp_path: Path, left_in: str) -> None:
+    source = _notebook(("markdown", f"{EXERCISE_TEXT}\n\n:::{{solution}} ex-add\nx\n:::"))
+    student = _notebook(("markdown", f"{EXERCISE_TEXT}\n\n{left_in}"))  # as a parser left it
+    assert make_student.notebook_leaks(source, student) == ["a {solution} directive"]
+    nbformat.write(student, tmp_path / "page.ipynb")
+    assert _page_checker(source).scan(tmp_path) == ["page.ipynb: a {solution} directive"]
+
+
 def test_the_page_checker_reads_text_sources_and_title_terms(tmp_path: Path) -> None:
     source = _read(CHAPTERS[0])
     (tmp_path / "_sources").mkdir()
