@@ -75,7 +75,7 @@ import nbformat
 import yaml
 
 from tools import course
-from tools.notebooks import code_blocks
+from tools.notebooks import code_blocks, directive_blocks
 from tools.notebooks import strip_solutions as _strip
 from tools.sync_repo_url import colab_cell_source, is_placeholder, package_ref, repository_url
 
@@ -96,7 +96,6 @@ _ANY_SOLUTION = re.compile(r"\{solution\}")
 # A backtick or tilde fence that opens a MyST directive ("```{note}"): the parser reads it as a
 # code block, but MyST reads the body of a note as markdown, so a {solution} in it counts.
 _DIRECTIVE_FENCE = re.compile(r"^\s*(`{3,}|~{3,})[ \t]*\{")
-_CODE_FENCE = re.compile(r"^\s*(`{3,}|~{3,})")
 _SENTENCE_END = re.compile(r"(?<=[.!?;:])\s+")
 _WORD = re.compile(r"[a-z0-9]+")
 _MARKUP = re.compile(r"\{[\w:-]+\}`[^`]*`")  # MyST roles, rendered differently in a page
@@ -182,18 +181,34 @@ def _squash(text: str) -> str:
     return " ".join(text.split())
 
 
-def _solution_pieces(solution: str) -> Iterator[str]:
-    """The code lines and prose sentences of one solution, whitespace squashed."""
-    prose: list[str] = []
-    in_code = False
-    for line in solution.splitlines():
-        if _CODE_FENCE.match(line):
-            in_code = not in_code
-        elif in_code:
-            yield _squash(line)
-        elif set(line.strip()) != {":"}:
-            prose.append(line)
-    yield from _SENTENCE_END.split(_squash(" ".join(prose)))
+def _solution_pieces(nb: nbformat.NotebookNode) -> Iterator[str]:
+    """The code lines and prose sentences of every solution of `nb`, whitespace squashed.
+
+    The code lines are those of a code cell tagged `solution`, and those of the code blocks
+    in a `{solution}` block's body as the directive parser reads them (`code_blocks`); the
+    rest of the body, but the fences of code blocks and of nested directives, is prose.
+    """
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type != "markdown":
+            if SOLUTION_TAG in cell.get("metadata", {}).get("tags", []):
+                yield from (_squash(line) for line in cell.source.splitlines())
+            continue
+        lines = cell.source.splitlines()
+        code: dict[int, bool] = {}  # line -> code (True) or a code block's fence (False)
+        for first, last in code_blocks(cell.source, index):
+            code.update({first: False, last: False})
+            code.update(dict.fromkeys(range(first + 1, last), True))
+        for block in directive_blocks(cell.source, index):
+            if block.name != "solution":
+                continue
+            body = block.last - len(block.body.split("\n")) if block.body else block.last
+            prose = []
+            for i in range(body, block.last):
+                if code.get(i):
+                    yield _squash(lines[i])
+                elif i not in code and set(lines[i].strip()) != {":"}:
+                    prose.append(lines[i])
+            yield from _SENTENCE_END.split(_squash(" ".join(prose)))
 
 
 def fingerprints(nb: nbformat.NotebookNode) -> set[str]:
@@ -204,7 +219,7 @@ def fingerprints(nb: nbformat.NotebookNode) -> set[str]:
     (a checker call that the stub makes too, a formula the chapter taught).
     """
     elsewhere = _squash(notebook_text(student_notebook(nb)))
-    pieces = {piece for text in solution_texts(nb) for piece in _solution_pieces(text)}
+    pieces = set(_solution_pieces(nb))
     return {piece for piece in pieces if len(piece) >= MIN_CHARS and piece not in elsewhere}
 
 

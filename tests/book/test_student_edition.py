@@ -446,6 +446,41 @@ def test_the_leak_check_reads_every_kind_of_output(output: nbformat.NotebookNode
     assert make_student.notebook_leaks(source, student) == [LEAK]
 
 
+SECRET = "second = first * 2 + the_answer"
+STUB_CELL = ("code", "def my_add(a, b):\n    raise NotImplementedError\n\n\ncheck_add(my_add)")
+
+
+@pytest.mark.parametrize(
+    "cells",
+    [
+        # a fence of the other character in a code block is code, and so is the line after it
+        [
+            (
+                "markdown",
+                f"{EXERCISE_TEXT}\n\n::::{{solution}} ex-add\nDouble the answer\n"
+                f"~~~python\nfirst = the_answer_of(a, b)\n```\n{SECRET}\n~~~\n::::",
+            ),
+            STUB_CELL,
+        ],
+        # every line of a code cell tagged solution is code, a line of backticks too
+        [
+            ("markdown", EXERCISE_TEXT),
+            STUB_CELL,
+            ("code", f's = """\n```\n"""\n{SECRET}'),
+        ],
+    ],
+    ids=["code-block", "tagged-cell"],
+)
+def test_the_leak_check_reads_code_as_the_parser_does(cells: list[tuple[str, str]]) -> None:
+    source = _notebook(*cells)
+    if len(source.cells) == 3:
+        source.cells[2].metadata["tags"] = [make_student.SOLUTION_TAG]
+    student = make_student.student_notebook(source)
+    assert make_student.notebook_leaks(source, student) == []
+    student.cells[1].outputs.append(nbformat.v4.new_output("stream", text=f"{SECRET}\n"))
+    assert make_student.notebook_leaks(source, student) == [SECRET]
+
+
 def test_the_leak_check_reads_a_code_cells_comment_and_metadata() -> None:
     source, student = _leaky_sources()
     student.cells[-1].source += f"\n# {LEAK}"
