@@ -48,6 +48,8 @@ chapters from another folder. `tests/book/test_instructor_guide.py` calls `find_
 from __future__ import annotations
 
 import argparse
+import bisect
+import itertools
 import json
 import os
 import platform
@@ -65,6 +67,7 @@ from tools.notebooks import (
     KERNEL_NAME,
     OPTION_LINE,
     TIMEOUT_S,
+    code_blocks,
     exercises,
     run_notebook,
     strip_solutions,
@@ -154,7 +157,8 @@ def _prose_words(source: str) -> int:
 
 
 # A collapsed admonition (`:class: dropdown`, the book's "Going deeper" blocks): its fence,
-# title line, options, body and closing fence.
+# title line, options, body and closing fence. One whose first line is in a code block (an
+# example of how to write one) is code, shown open.
 _COLLAPSED = re.compile(
     r"^(?P<fence>:{3,}|`{3,})\{admonition\}[^\n]*\n(?P<options>(?:[ \t]*:[\w-]+:[^\n]*\n)*)"
     r"(?P<body>.*?)^(?P=fence)[ \t]*$",
@@ -163,13 +167,27 @@ _COLLAPSED = re.compile(
 
 
 def _first_reading_words(source: str) -> int:
-    """Words of a markdown cell that a first reading meets: no solutions, no collapsed blocks."""
+    """Words of a markdown cell that a first reading meets: no solutions, no collapsed blocks.
+
+    The lines of a code block, as the directive parser reads them (`code_blocks`), are
+    code that the page shows, even a collapsed block written in one.
+    """
     text = strip_solutions(source)[0]
-
-    def drop(match: re.Match) -> str:
-        return "" if re.search(r":class:[^\n]*\bdropdown\b", match["options"]) else match[0]
-
-    return len(re.findall(r"\S+", _COLLAPSED.sub(drop, text)))
+    ends = list(itertools.accumulate(map(len, text.splitlines(keepends=True))))
+    code = {i for first, last in code_blocks(text) for i in range(first + 1, last)}
+    shown, start = [], 0
+    while match := _COLLAPSED.search(text, start):
+        line = bisect.bisect_right(ends, match.start())
+        if line in code:  # look again from the next line
+            shown.append(text[start : ends[line]])
+            start = ends[line]
+            continue
+        shown.append(text[start : match.start()])
+        if not re.search(r":class:[^\n]*\bdropdown\b", match["options"]):
+            shown.append(match[0])
+        start = match.end()
+    shown.append(text[start:])
+    return len(re.findall(r"\S+", " ".join(shown)))
 
 
 # Cells the book does not show open: removed (the Colab cell, the checks cells that assert

@@ -241,6 +241,18 @@ def test_measured_times_are_shown_and_kept() -> None:
     assert "not measured yet" in inventory.render(chapters, {})
 
 
+def test_a_first_reading_skips_collapsed_blocks_but_not_one_shown_as_code() -> None:
+    tangent = ":::{admonition} Going deeper\n:class: dropdown\nthree hidden words\n:::"
+    assert inventory._first_reading_words(f"Two words.\n\n{tangent}\n\nAnd after.") == 4
+    # An example of how to write one, in a code block, is shown open, word for word, even
+    # one whose closing fence is left out: the block after it is collapsed still.
+    example = "Write it so:\n\n````markdown\n" + tangent + "\n````"
+    assert inventory._first_reading_words(example) == len(example.split())
+    opening = "Write it so:\n\n````markdown\n" + "\n".join(tangent.splitlines()[:2]) + "\n````"
+    text = f"{opening}\n\n{tangent}\n\nAnd after."
+    assert inventory._first_reading_words(text) == len(opening.split()) + 2
+
+
 def test_chapter_text_is_relinked_for_the_guide() -> None:
     # The guide sits at the book's root and has no bibliography of its own.
     text = inventory._relink(
