@@ -33,6 +33,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from contextlib import redirect_stderr, redirect_stdout, suppress
 from pathlib import Path
 
@@ -1401,19 +1402,24 @@ def test_a_result_file_linked_out_of_the_sandbox_is_not_read(tmp_path: Path) -> 
 
 
 def _judge_written(
-    folder: Path, cases: list[dict], values: dict[str, np.ndarray], **report: object
+    folder: Path,
+    cases: list[dict],
+    values: dict[str, np.ndarray],
+    checker: Callable = exercises.check_softmax,
+    **report: object,
 ) -> tuple:
-    """The grader's verdict on the softmax exercise from result files written here, as a
-    sandbox that finished would write them (no sandbox runs): ``cases`` are the report's
-    entries, ``values`` its arrays, ``report`` its other keys; the inputs are the grader's own
-    draws."""
-    spec = _framework.checker_spec(exercises.check_softmax, print)
+    """The grader's verdict on an exercise (softmax unless ``checker`` says) from result files
+    written here, as a sandbox that finished would write them (no sandbox runs): ``cases`` are
+    the report's entries, ``values`` its arrays, ``report`` its other keys; the inputs are the
+    grader's own draws."""
+    spec = _framework.checker_spec(checker, print)
+    name = checker.__name__.removeprefix("check_")
     args, _, _ = grade._cases(spec, 11)
     (folder / "out").mkdir(parents=True)
-    np.savez(folder / "out" / "softmax.npz", **values)
-    report = {"exercise": "softmax", "cases": cases, "tripped": [], **report}
-    (folder / "out" / "softmax.json").write_text(json.dumps(report))
-    return (*grade._judge("softmax", spec, args, folder), spec, args)
+    np.savez(folder / "out" / f"{name}.npz", **values)
+    report = {"exercise": name, "cases": cases, "tripped": [], **report}
+    (folder / "out" / f"{name}.json").write_text(json.dumps(report))
+    return (*grade._judge(name, spec, args, folder), spec, args)
 
 
 def _right_results(n: int | None = None) -> tuple[list[dict], dict[str, np.ndarray]]:
@@ -1447,6 +1453,26 @@ def test_right_results_written_back_pass_and_each_flaw_in_them_is_not_passed(
     status, message, *_ = _judge_written(tmp_path / "two", two, dict(values, c0_1=values["c0_0"]))
     assert status == "error"
     assert "incomplete" in message, message
+
+
+def test_every_part_of_a_returned_tuple_is_judged(tmp_path: Path) -> None:
+    """An answer returning a tuple (the online softmax's running max, sum and output) passes
+    only if every part is right: a right first part does not carry a wrong second or last."""
+    checker = exercises.check_online_softmax_update
+    spec = _framework.checker_spec(checker, print)
+    args, _, _ = grade._cases(spec, 11)
+    right = [[np.asarray(part) for part in spec.reference_fn(*a)] for a in args]
+    assert all(len(parts) == 3 for parts in right)
+    cases = [{"kind": "tuple", "n": 3, "misuse": None} for _ in args]
+    values = {f"c{i}_{j}": part for i, parts in enumerate(right) for j, part in enumerate(parts)}
+    status, message, *_ = _judge_written(tmp_path / "right", cases, values, checker)
+    assert status == "passed", message
+    for j, field in ((1, "ell (value 2 of 3)"), (2, "acc (value 3 of 3)")):
+        wrong = dict(values, **{f"c0_{j}": values[f"c0_{j}"] + 1})
+        status, message, *_ = _judge_written(tmp_path / f"wrong{j}", cases, wrong, checker)
+        assert status == "failed", message
+        assert f"case 1/{len(args)}" in message, message
+        assert f"returned, for {field}, the wrong values" in message, message
 
 
 @pytest.mark.parametrize(
