@@ -218,6 +218,17 @@ def test_largest_allocation_counts_a_sparse_result_by_its_indices_and_values() -
     assert attnbook.runtime.largest_allocation(lambda: sparse.coalesce()) == 0  # already is
 
 
+@pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta")
+def test_largest_allocation_counts_a_csr_result_by_its_row_column_and_value_storages() -> None:
+    csr = torch.eye(64).to_sparse_csr()  # 64 non-zeros
+    # a copy: int64 row pointers (65,) and column indices (64,), float32 values (64,)
+    assert attnbook.runtime.largest_allocation(csr.clone) == 65 * 8 + 64 * 8 + 64 * 4
+    # an input's parts are not new: its values, or the same tensor scaled in place
+    assert attnbook.runtime.largest_allocation(csr.values) == 0
+    assert attnbook.runtime.largest_allocation(lambda: csr.mul_(2.0)) == 0
+    assert attnbook.runtime.largest_allocation(csr.to_dense) == 64 * 64 * 4
+
+
 @pytest.mark.parametrize("device", ["gpu", None, 3])
 def test_synchronize_refuses_what_is_not_a_device(device: object) -> None:
     with pytest.raises(ValueError, match="device must be a device"):
