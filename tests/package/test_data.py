@@ -7,6 +7,9 @@ windows are the text shifted by one), determinism of the seeds, and bad input.
 
 from __future__ import annotations
 
+import itertools
+import math
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -158,6 +161,40 @@ def test_check_task_fits() -> None:
 def test_bad_task_arguments(builder: object, kwargs: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         builder(**kwargs)
+
+
+def _tasks_of_every_small_size() -> Iterator[SequenceTask]:
+    """A task of each builder for each small size, down to the smallest each allows."""
+
+    def split(n_possible: int) -> dict[str, int]:  # as many examples as the size allows
+        n = int(n_possible / 1.25)  # at least 2: one to train on, one to hold out
+        return {"n_train": n - 1, "n_test": 1}
+
+    for length, n_symbols in itertools.product((1, 2, 3), (2, 3, 5)):
+        if n_symbols**length >= 2.5:
+            for builder in (reverse_task, sort_task):
+                yield builder(length=length, n_symbols=n_symbols, **split(n_symbols**length))
+    for n_pairs, extra_keys, n_values in itertools.product((1, 2, 3), (0, 1), (1, 2)):
+        n_keys = n_pairs + extra_keys
+        n_possible = math.perm(n_keys, n_pairs) * n_values**n_pairs * n_pairs
+        if n_possible >= 2.5:
+            yield associative_recall_task(n_pairs, n_keys, n_values, **split(n_possible))
+
+
+def test_every_id_is_in_the_vocabulary_at_every_size() -> None:
+    """By construction: symbols 0 .. V - 2 around the separator V - 1, at every small size
+    (a task's own check refuses ids outside [0, V), not a symbol in the separator's place)."""
+    tasks = list(_tasks_of_every_small_size())
+    assert len(tasks) == 25
+    for task in tasks:
+        rows = torch.cat([task.train, task.test])
+        P = task.prompt_len
+        assert (rows[:, P] == task.vocab_size - 1).all(), task
+        others = torch.cat([rows[:, :P], rows[:, P + 1 :]], 1)
+        assert 0 <= others.min() <= others.max() < task.vocab_size - 1, task
+        if task.name == "associative_recall":  # keys (and the query), then values
+            keys, values = rows[:, 0:P:2], rows[:, 1:P:2]
+            assert keys.max() < values.min(), task
 
 
 def test_inputs_targets_and_batch_reject_bad_input() -> None:
