@@ -83,6 +83,7 @@ __all__ = [
 
 IGNORE_INDEX = -100  # target value that F.cross_entropy skips (its default ignore_index)
 SPLITS = ("train", "test")
+_MAX_ID = 2**63 - 1  # the largest token id an int64 tensor holds (a task's separator)
 
 
 def _check_split(split: object) -> str:
@@ -286,7 +287,13 @@ def _make_task(
 def _check_sizes(length: int, n_symbols: int, n_train: int, n_test: int) -> tuple[int, ...]:
     return (
         check_int(length, "length"),
-        check_int(n_symbols, "n_symbols", minimum=2),
+        check_int(
+            n_symbols,
+            "n_symbols",
+            minimum=2,
+            maximum=_MAX_ID,
+            meaning="the separator's id, an int64",
+        ),
         check_int(n_train, "n_train"),
         check_int(n_test, "n_test"),
     )
@@ -310,7 +317,8 @@ def reverse_task(
 
     Args:
         length: ``P = A``, the number of symbols to reverse.
-        n_symbols: symbols are ``0 .. n_symbols - 1``; the separator is ``n_symbols``.
+        n_symbols: symbols are ``0 .. n_symbols - 1``; the separator is ``n_symbols``
+            (an int64 id: ``n_symbols < 2**63``).
         n_train: number of training examples ``N``.
         n_test: number of held-out examples ``M``.
         seed: the seed of the generator (same seed, same task).
@@ -336,7 +344,8 @@ def sort_task(
 
     Args:
         length: ``P = A``, the number of symbols to sort.
-        n_symbols: symbols are ``0 .. n_symbols - 1``; the separator is ``n_symbols``.
+        n_symbols: symbols are ``0 .. n_symbols - 1``; the separator is ``n_symbols``
+            (an int64 id: ``n_symbols < 2**63``).
         n_train: number of training examples ``N``.
         n_test: number of held-out examples ``M`` (distinct prompts from training).
         seed: the seed of the generator.
@@ -370,7 +379,8 @@ def associative_recall_task(
     Args:
         n_pairs: key-value pairs per example (``P = 2 * n_pairs + 1``).
         n_keys: size of the key alphabet (``>= n_pairs``).
-        n_values: size of the value alphabet.
+        n_values: size of the value alphabet (``n_keys + n_values < 2**63``: the
+            separator's id is an int64).
         n_train: number of training examples ``N``.
         n_test: number of held-out examples ``M``.
         seed: the seed of the generator.
@@ -379,8 +389,18 @@ def associative_recall_task(
         A :class:`SequenceTask` with ``vocab_size = n_keys + n_values + 1`` and ``A = 1``.
     """
     n_pairs = check_int(n_pairs, "n_pairs")
-    n_keys = check_int(n_keys, "n_keys")
-    n_values = check_int(n_values, "n_values")
+    n_keys = check_int(
+        n_keys,
+        "n_keys",
+        maximum=_MAX_ID - 1,
+        meaning="n_keys + n_values, the separator's id, is an int64",
+    )
+    n_values = check_int(
+        n_values,
+        "n_values",
+        maximum=_MAX_ID - n_keys,
+        meaning="n_keys + n_values, the separator's id, is an int64",
+    )
     n_train, n_test = check_int(n_train, "n_train"), check_int(n_test, "n_test")
     if n_keys < n_pairs:
         raise ValueError(

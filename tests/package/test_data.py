@@ -156,6 +156,27 @@ def test_check_task_fits() -> None:
         (sort_task, {"seed": -1}, "seed"),
         (associative_recall_task, {"n_pairs": 5, "n_keys": 4}, "n_keys"),
         (associative_recall_task, {"n_values": 1.5}, "n_values"),
+        # the separator's id must be an int64
+        (
+            reverse_task,
+            {"n_symbols": 2**63, "length": 1},
+            r"n_symbols must be an int in \[2, 9223372036854775807\]",
+        ),
+        (
+            sort_task,
+            {"n_symbols": 2**64, "length": 1},
+            r"n_symbols must be an int in \[2, 9223372036854775807\]",
+        ),
+        (
+            associative_recall_task,
+            {"n_keys": 2**63},
+            r"n_keys must be an int in \[1, 9223372036854775806\]",
+        ),
+        (
+            associative_recall_task,
+            {"n_values": 2**63 - 8},
+            r"n_values must be an int in \[1, 9223372036854775799\]",
+        ),
     ],
 )
 def test_bad_task_arguments(builder: object, kwargs: dict, match: str) -> None:
