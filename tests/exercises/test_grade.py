@@ -648,6 +648,73 @@ def test_the_sandboxs_tmp_holds_no_more_than_its_limit_in_all(tmp_path: Path) ->
     assert int(message.split("wrote ")[1].split(" MiB")[0]) <= 8, message
 
 
+@needs_bwrap
+def test_the_private_folder_holds_no_more_than_its_limit_in_all(tmp_path: Path) -> None:
+    """Many small files, each under the file-size limit, written into the sandbox's private
+    folder: it lives in memory, capped in all (here at 1 MiB, written in files of 64 KiB), its
+    inputs read-only; only the files the task writes back reach the grader's disk."""
+    if not sandbox._bwrap_sizes_tmpfs():
+        pytest.skip("this bubblewrap (before 0.7, or setuid) cannot cap a tmpfs")
+    folder = tmp_path / "eval"
+    (folder / "out").mkdir(parents=True)
+    (folder / "job.txt").write_text("the grader's input")
+    (folder / "out" / "result.json").touch()  # run_sandboxed makes the files to write back
+    program = (
+        "import json\n"
+        "report = {'input': open('job.txt').read()}\n"
+        "try:\n    open('job.txt', 'w')\nexcept OSError as exc:\n    report['rewrite'] = str(exc)\n"
+        "try:\n"
+        "    for n in range(64):\n"
+        "        with open(f'block{n}', 'wb') as f:\n            f.write(b'x' * 2**16)\n"
+        "except OSError as exc:\n    report['stopped'] = [n, str(exc)]\n"
+        "with open('out/result.json', 'w') as f:\n    json.dump(report, f)\n"
+    )
+    limits = sandbox.Limits(wall_s=30, folder_bytes=2**20)
+    env = sandbox._environment(sandbox.INSIDE)
+    argv = [sys.executable, "-I", "-c", program]
+    argv = sandbox._bwrap_argv(folder, argv, env, limits, ["out/result.json"])
+    done = subprocess.run(argv, capture_output=True, timeout=30, preexec_fn=sandbox._limit(limits))
+    assert done.returncode == 0, done.stderr
+    report = json.loads((folder / "out" / "result.json").read_text())
+    assert report["input"] == "the grader's input"
+    assert "Read-only file system" in report["rewrite"]
+    written, message = report["stopped"]
+    assert written <= 16, report  # 1 MiB in blocks of 64 KiB
+    assert "No space left on device" in message, report
+    assert sorted(str(p.relative_to(folder)) for p in folder.rglob("*")) == [
+        "job.txt",
+        "out",
+        "out/result.json",
+    ]
+
+
+@needs_bwrap
+@pytest.mark.parametrize(
+    ("program", "kept"),
+    [
+        ("open('executed.ipynb', 'w').write('{}')", True),
+        ("open('executed.ipynb', 'w').write('{}'); raise SystemExit(1)", False),
+        ("pass", False),
+    ],
+    ids=["written", "then failed", "not written"],
+)
+def test_a_file_to_write_back_is_kept_only_if_written_by_a_task_that_ended_well(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, program: str, kept: bool
+) -> None:
+    """What run_sandboxed leaves of the executed notebook, the file it binds into the sandbox
+    to be written back, with a short program in place of the task's own (no kernel starts)."""
+    real = sandbox._bwrap_argv
+
+    def short(folder: Path, argv: list[str], *args: object) -> list[str]:
+        return real(folder, [sys.executable, "-I", "-c", program], *args)
+
+    monkeypatch.setattr(sandbox, "_bwrap_argv", short)
+    folder = tmp_path / "run"
+    folder.mkdir()
+    sandbox.run_sandboxed("execute", folder, sandbox.Limits(wall_s=30))
+    assert (folder / "executed.ipynb").exists() == kept
+
+
 def _evaluate_unchecked(
     program: str, folder: Path, *, more: dict[str, str] | None = None, timeout: float = 60
 ) -> tuple[dict, str, str]:

@@ -37,7 +37,13 @@ The sandbox is bubblewrap (``bwrap``, Debian package ``bubblewrap``):
   the grader, no home folder (only the
   Hugging Face model cache, ``hub/``, read-only when there is one, so that a
   submission that loads a model offline finds what this machine has cached;
-  never the token beside it);
+  never the token beside it). The private folder is a file system in memory
+  too, capped at ``Limits.folder_bytes`` as ``/tmp`` is, holding the grader's
+  files (the submission, the job) read-only; only the files the task writes
+  back (the executed notebook, each exercise's two result files, in an
+  ``out/`` that cannot be renamed) are files of the grader's folder on disk,
+  bound in, each under the file-size limit: many small files fill the memory
+  cap (``No space left on device``), not the grader's disk;
 - an environment built from nothing (``--clearenv``): ``PATH``, ``HOME``,
   ``LANG``, ``MPLBACKEND``, ``HF_HUB_OFFLINE`` and a few more, so no variable
   of the grader (a token, a password) reaches the submission;
@@ -93,6 +99,9 @@ class Limits:
     file_bytes: int = 256 * 2**20  # the largest file it may write
     # all of /tmp together: it lives in memory, where the address-space limit does not reach
     tmp_bytes: int = 2**30
+    # all of the private folder together, in memory as /tmp is, but for the files it writes
+    # back (the executed notebook, each exercise's results), on disk, each under file_bytes
+    folder_bytes: int = 2**30
 
 
 @dataclass(frozen=True)
@@ -179,14 +188,36 @@ def _bwrap_sizes_tmpfs() -> bool:
         return False
 
 
+_OUTPUT_FOLDER_BYTES = 2**20  # out/ holds the results' files, on disk, and nothing else
+
+
+def _outputs(task: str, folder: Path) -> list[str]:
+    """The files that ``task`` writes back into ``folder``, relative to it: the executed
+    notebook, or each exercise's results (named in the grader's job file, read before the
+    sandbox starts)."""
+    if task == "execute":
+        return ["executed.ipynb"]
+    if task == "evaluate":
+        jobs = pickle.loads((folder / "job.pkl").read_bytes())  # written by the grader, trusted
+        return [f"out/{job['exercise']}.{ext}" for job in jobs for ext in ("npz", "json")]
+    return []
+
+
 def _bwrap_argv(
-    folder: Path, argv: list[str], env: dict[str, str], tmp_bytes: int = Limits.tmp_bytes
+    folder: Path,
+    argv: list[str],
+    env: dict[str, str],
+    limits: Limits = Limits(),
+    outputs: tuple[str, ...] | list[str] = (),
 ) -> list[str]:
+    """bubblewrap's command line: the private folder appears at ``INSIDE`` as a file system in
+    memory, capped at ``limits.folder_bytes`` as ``/tmp`` is at ``limits.tmp_bytes``, that holds
+    the folder's files read-only and its ``outputs`` (each folder of them a file system of its
+    own, which cannot be renamed) as the only files written back to the folder on disk."""
+    sized = _bwrap_sizes_tmpfs()  # else /tmp and the folder are bounded by the machine's memory
     cmd = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
     cmd += ["--proc", "/proc", "--dev", "/dev"]
-    if _bwrap_sizes_tmpfs():  # else /tmp is bounded only by the machine's memory
-        cmd += ["--size", str(tmp_bytes)]
-    cmd += ["--tmpfs", "/tmp"]
+    cmd += [*(["--size", str(limits.tmp_bytes)] if sized else []), "--tmpfs", "/tmp"]
     for path in _SYSTEM:
         if os.path.exists(path):
             cmd += ["--ro-bind", path, path]
@@ -196,7 +227,17 @@ def _bwrap_argv(
         cmd += ["--ro-bind", path, path]
     if _hf_cache():
         cmd += ["--ro-bind", _hf_cache() or "", _hf_cache() or ""]
-    cmd += ["--bind", str(folder), INSIDE, "--chdir", INSIDE, "--clearenv"]
+    cmd += [*(["--size", str(limits.folder_bytes)] if sized else []), "--tmpfs", INSIDE]
+    cmd += ["--dir", f"{INSIDE}/home"]
+    for path in sorted(folder.iterdir()):  # the inputs: the submission, the job, the settings
+        if path.is_file() and not path.is_symlink() and path.name not in outputs:
+            cmd += ["--ro-bind", str(path), f"{INSIDE}/{path.name}"]
+    for parent in sorted({str(Path(name).parent) for name in outputs} - {"."}):
+        cmd += [*(["--size", str(_OUTPUT_FOLDER_BYTES)] if sized else []), "--tmpfs"]
+        cmd += [f"{INSIDE}/{parent}"]
+    for name in outputs:
+        cmd += ["--bind", str(folder / name), f"{INSIDE}/{name}"]
+    cmd += ["--chdir", INSIDE, "--clearenv"]
     for key, value in env.items():
         cmd += ["--setenv", key, value]
     return [*cmd, "--", *argv]
@@ -229,6 +270,7 @@ def run_sandboxed(
     """
     (folder / "home").mkdir(exist_ok=True)
     (folder / "tmp").mkdir(exist_ok=True)
+    outputs: list[str] = []  # the files bound into the sandbox, to be written back
     if unsafe:
         env = _environment(str(folder))
         argv = [sys.executable, "-m", "attnbook.exercises.sandbox", task, str(folder)]
@@ -242,7 +284,11 @@ def run_sandboxed(
             )
         env = _environment(INSIDE)
         inner = [sys.executable, "-m", "attnbook.exercises.sandbox", task, INSIDE]
-        argv, cwd = _bwrap_argv(folder, inner, env, limits.tmp_bytes), None
+        outputs = _outputs(task, folder)
+        for name in outputs:  # bound into the sandbox: they must exist
+            (folder / name).parent.mkdir(exist_ok=True)
+            (folder / name).touch()
+        argv, cwd = _bwrap_argv(folder, inner, env, limits, outputs), None
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}  # bwrap's own: it clears it
     log_path = folder / f"{task}.log"
     start = time.perf_counter()
@@ -265,6 +311,11 @@ def run_sandboxed(
             with contextlib.suppress(ProcessLookupError):  # the sandbox, and all it started
                 os.killpg(process.pid, signal.SIGKILL)
             process.wait()
+    if not unsafe:
+        for name in outputs:  # what a task that failed left, and what no task wrote: nothing
+            with contextlib.suppress(OSError):
+                if code != 0 or (folder / name).stat().st_size == 0:
+                    (folder / name).unlink()
     tail = log_path.read_bytes()[-4000:].decode("utf-8", errors="replace")
     return SandboxResult(code, time.perf_counter() - start, tail)
 
@@ -515,13 +566,27 @@ def _evaluate(folder: Path, timeout: float) -> None:
                     plain = path.is_file() and not path.is_symlink()
                     if plain and path.stat().st_size <= MAX_RESULT_BYTES:
                         kept[name] = path.read_bytes()
-    if out.is_symlink():  # a child may have replaced the folder too
+    # In the sandbox, out/ is a file system of its own and each result file is the grader's
+    # file on disk: none of them can be removed or renamed, each is rewritten. Without the
+    # sandbox, a child may have replaced out/ or its files by links. Anything else goes.
+    # If this fails, the evaluation fails: the grader keeps no result.
+    results = {f"{job['exercise']}.{ext}" for job in jobs for ext in ("npz", "json")}
+    if out.is_symlink() or not out.is_dir():
         out.unlink()
-    else:
-        shutil.rmtree(out)  # if it cannot, the evaluation fails: no result is kept
-    out.mkdir()
-    for name, data in kept.items():
-        (out / name).write_bytes(data)
+        out.mkdir()
+    for path in list(out.iterdir()):
+        if path.name in results and path.is_file() and not path.is_symlink():
+            path.write_bytes(b"")  # a child's, until what was kept is written below
+        elif path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    for name in results:
+        if name in kept:
+            (out / name).write_bytes(kept[name])
+        else:
+            with contextlib.suppress(OSError):  # in the sandbox, it stays empty: no result
+                (out / name).unlink()
 
 
 def main(argv: list[str] | None = None) -> int:
