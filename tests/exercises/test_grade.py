@@ -970,6 +970,25 @@ def test_without_bwrap_the_grader_refuses(tmp_path: Path, monkeypatch: pytest.Mo
     assert "--unsafe-no-sandbox" in err.getvalue()
 
 
+@pytest.mark.parametrize(("module", "named"), [("scipy", "SciPy"), ("yaml", "PyYAML")])
+def test_without_a_module_of_the_grade_extra_the_grader_refuses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, module: str, named: str
+) -> None:
+    """Without SciPy the grader ran, and a right answer that imports it was an `error`; without
+    PyYAML, --course was a traceback. Exit status 1, as for the rest of the `grade` extra."""
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == module else find_spec(name)
+    )
+    err = io.StringIO()
+    with redirect_stderr(err), redirect_stdout(io.StringIO()):
+        code = grade.main([str(_mini(tmp_path / "a.ipynb", "1")), "--skip-run"])
+    assert code == 1
+    assert f"grading notebooks needs {named}," in err.getvalue()
+
+
 def test_unsafe_mode_warns_and_still_grades(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

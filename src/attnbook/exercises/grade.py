@@ -79,7 +79,7 @@ are named, to be graded by hand.
 
 The exit status is 0 when grading completed, whatever the learners' results;
 2 for a usage error; 1 when the grading tools are missing (``pip install
-"attnbook[grade]"``: nbclient, nbformat, ipykernel, PyYAML) or bubblewrap
+"attnbook[grade]"``: SciPy, nbclient, nbformat, ipykernel, PyYAML) or bubblewrap
 is (``--unsafe-no-sandbox`` runs without it, with a warning).
 """
 
@@ -276,10 +276,22 @@ def _title(nb: Any) -> str:
     return ""
 
 
+# The `grade` extra, import name -> package name. SciPy is in it because an answer may import
+# it (`extract.ANSWER_MODULES`): a grader without it called a right answer that does an
+# `error` (ModuleNotFoundError in the sandbox). PyYAML reads --course.
+_GRADING_MODULES = {
+    "nbformat": "nbformat",
+    "nbclient": "nbclient",
+    "ipykernel": "ipykernel",
+    "scipy": "SciPy",
+    "yaml": "PyYAML",
+}
+
+
 def _require_grading_tools() -> None:
     import importlib.util
 
-    missing = [m for m in ("nbformat", "nbclient", "ipykernel") if not importlib.util.find_spec(m)]
+    missing = [name for m, name in _GRADING_MODULES.items() if not importlib.util.find_spec(m)]
     if missing:
         raise ImportError(
             f"grading notebooks needs {', '.join(missing)}, which attnbook does not install "
