@@ -989,6 +989,30 @@ def test_without_a_module_of_the_grade_extra_the_grader_refuses(
     assert f"grading notebooks needs {named}," in err.getvalue()
 
 
+def test_students_named_after_a_chapters_notebook_are_warned_about(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`submissions/*` gives each student's folder on its own: every 02_softmax.ipynb was then
+    one student named 02_softmax, with the best of everyone's results, and nothing said so."""
+    monkeypatch.setattr(grade, "grade", lambda *args, **kwargs: [])  # the names, not the grades
+    for who in ("ann", "ben"):
+        _mini(tmp_path / "subs" / who / "02_softmax.ipynb", "1")
+    folders = [str(tmp_path / "subs" / "ann"), str(tmp_path / "subs" / "ben")]
+    for argv, warned in ((folders, True), ([str(tmp_path / "subs")], False)):
+        err = io.StringIO()
+        with redirect_stderr(err), redirect_stdout(io.StringIO()):
+            assert grade.main([*argv, "--unsafe-no-sandbox"]) == 0
+        says = "2 notebook(s) lie at the top of a folder given, or were given themselves, so "
+        says += "each is graded as a student named after its file (02_softmax)."
+        assert (says in err.getvalue()) == warned, err.getvalue()
+    assert (
+        grade._students_named_after_chapters(
+            [(Path("x/alice.ipynb"), "alice"), (Path("x/ann/02_softmax.ipynb"), "ann")]
+        )
+        == []
+    )
+
+
 def test_unsafe_mode_warns_and_still_grades(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

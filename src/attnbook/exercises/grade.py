@@ -234,6 +234,14 @@ def _find(paths: Iterable[str | Path]) -> list[tuple[Path, str]]:
     return unique
 
 
+def _students_named_after_chapters(found: list[tuple[Path, str]]) -> list[str]:
+    """The student names, one per notebook, that are a chapter's file name (``02_softmax``): given
+    ``submissions/*`` or ``submissions/alice/``, the grader names the students after their
+    notebooks, and merges every student's ``02_softmax.ipynb`` into one student."""
+    prefixes = {chapter.stem[:3] for chapter in catalog.CHAPTERS}  # "02_"
+    return [s for p, s in found if s == p.stem and s[:3] in prefixes]
+
+
 def _clashing_outputs(outputs: dict[str, str | Path | None], notebooks: list[Path]) -> str | None:
     """What is wrong with the files the grader writes (option -> path), or ``None``: one that is
     a submitted notebook would overwrite it, two that are one file would overwrite each other."""
@@ -1059,6 +1067,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         found = _find(args.submissions)  # a usage error before anything runs
     except ValueError as exc:
         parser.error(str(exc))
+    if chapter_named := _students_named_after_chapters(found):
+        names = list(dict.fromkeys(chapter_named))
+        print(
+            f"warning: {len(chapter_named)} notebook(s) lie at the top of a folder given, or were "
+            f"given themselves, so each is graded as a student named after its file "
+            f"({', '.join(names[:3])}{', ...' if len(names) > 3 else ''}). "
+            "To name each student after their folder, and keep two students' notebooks of "
+            "one chapter apart, give the folder that holds one folder per student "
+            "(submissions/, not submissions/* or submissions/alice/)",
+            file=sys.stderr,
+        )
     if args.part and not args.set:
         parser.error("--part needs --set")
     if args.set and not args.course:
