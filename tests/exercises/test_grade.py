@@ -872,6 +872,35 @@ def test_on_run_reports_how_the_notebook_run_ended(tmp_path: Path) -> None:
     assert skipped == []
 
 
+def test_how_the_run_ended_is_told_for_a_failure_not_for_an_untouched_stub(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stub that the learner never touched was told "(The notebook run stopped early: ...)"
+    too, as if it had been interrupted. The sandboxes are stubbed: the run stopped, and the
+    evaluation finds one stub and one answer that raised."""
+
+    def sandboxed(task: str, folder: Path, *args: object, **kwargs: object) -> None:
+        if task == "evaluate":
+            (folder / "out").mkdir()
+            for name, report in (
+                ("softmax", {"setup": "not_attempted"}),
+                ("softmax_temperature", {"cases": [{"kind": "raised", "message": "boom"}]}),
+            ):
+                (folder / "out" / f"{name}.json").write_text(json.dumps(report))
+                np.savez(folder / "out" / f"{name}.npz")
+
+    monkeypatch.setattr(sandbox, "run_sandboxed", sandboxed)
+    monkeypatch.setattr(grade, "_read_run", lambda folder: grade.NotebookRun({}, "DeadKernel"))
+    stub = "def my_softmax(x):\n    raise NotImplementedError\n\n\ncheck_softmax(my_softmax)"
+    answer = "check_softmax_temperature(lambda x, t: x)"  # its verdict is stubbed
+    notebook = _mini(tmp_path / "02_softmax.ipynb", IMPORTS, stub, answer)
+    records = {r.exercise: r for r in grade.grade_notebook(notebook, settings=grade.Settings())}
+    assert records["softmax"].status == "not_attempted"
+    assert "stopped early" not in records["softmax"].message
+    assert records["softmax_temperature"].status == "failed"
+    assert "(The notebook run stopped early: DeadKernel)" in records["softmax_temperature"].message
+
+
 def test_a_cell_that_ignores_the_interrupt_stops_the_run_at_its_second_timeout(
     tmp_path: Path,
 ) -> None:

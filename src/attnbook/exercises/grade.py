@@ -734,7 +734,9 @@ def grade_notebook(
     for name in names:
         status, message = results[name]
         answer = found.get(name)
-        if status not in ("passed", "missing") and answer is not None:
+        # The run explains a failure; an untouched stub needs no explaining (a note that the
+        # run stopped early read as if the stub had been interrupted).
+        if status in ("failed", "error") and answer is not None:
             if answer.cell in run.errors:
                 message += (
                     f"\n   (In the notebook run, cell {answer.cell + 1} raised "
