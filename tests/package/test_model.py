@@ -205,6 +205,27 @@ def test_gpt2_initialisation() -> None:
     assert torch.all(model.norm.weight == 1)
 
 
+def _stream_variance_growth(d_model: int, n_layers: int) -> float:
+    """Variance of the residual stream after the last block over that of the embeddings."""
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(50, 16, d_model, 4, n_layers)).eval()
+    ids = torch.randint(0, 50, (4, 16))
+    with torch.no_grad():
+        x = model.tok_emb(ids) + model.pos_emb.weight  # (B, T, D)
+        start = x.var().item()
+        for block in model.blocks:
+            x = block(x, is_causal=True)
+    return x.var().item() / start
+
+
+def test_gpt2_initialisation_keeps_the_stream_variance_level_in_depth() -> None:
+    """init_gpt2's docstring: level in depth (2 or 8 layers), growing with the width."""
+    shallow, deep = _stream_variance_growth(64, 2), _stream_variance_growth(64, 8)
+    assert 1.2 < shallow < 2.0  # about 1.5 at d_model = 64
+    assert abs(deep / shallow - 1) < 0.2  # 4 times the writes, not 4 times the variance
+    assert _stream_variance_growth(256, 2) > 5 * shallow  # wider: larger writes
+
+
 @pytest.mark.parametrize("positional", MODES)
 def test_attention_weights(positional: str) -> None:
     torch.manual_seed(0)
