@@ -42,8 +42,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # The Colab cell of CONTRIBUTING.md; `{requirement}` is `attnbook`, or `attnbook[extra]` for a
 # chapter whose `colab_extra` in course.yml names one of the package's extras (chapters 11
-# to 13: transformers, bertviz and the offline MiniLM), `{url}` the repository URL and `{ref}` the
-# tag or commit the course pins (`repository: package_ref:` of _config.yml). pip runs as a
+# to 13: transformers, bertviz and the offline MiniLM), `{url}` the repository URL, `{ref}` the
+# tag or commit the course pins (`repository: package_ref:` of _config.yml) and `{wheel_install}`
+# the command that installs the course zip's wheel, with that extra if any. pip runs as a
 # subprocess, not as `%pip`, so that a failed install stops the notebook here with pip's own
 # words, instead of the next cell failing with "No module named 'attnbook'". The requirement
 # is alone in a list with a trailing comma so that ruff formats the cell the same way
@@ -70,8 +71,19 @@ if "google.colab" in sys.modules:
             "rest of this notebook cannot run. Check that the runtime is online (Runtime > "
             "Disconnect and delete runtime, then run this cell again) and tell your instructor; "
             "or upload the attnbook-*.whl file of the course zip (Files pane) and run "
-            "`%pip install attnbook-*.whl`. What pip said:\\n" + (_pip.stdout + _pip.stderr)[-3000:]
+            {wheel_install}
         )"""
+
+# The end of the message of a failed install: the `%pip install` of the course zip's wheel,
+# which a learner uploads to Colab. For a chapter with an extra, the wheel's name (a shell
+# wildcard, expanded by `ls`) and the extra go together in double quotes, so the message's
+# string is in single quotes, and ruff puts the `+` on the next line.
+WHEEL_INSTALL = (
+    '"`%pip install attnbook-*.whl`. What pip said:\\n" + (_pip.stdout + _pip.stderr)[-3000:]'
+)
+WHEEL_INSTALL_EXTRA = """\
+'`%pip install "$(ls attnbook-*.whl)[{extra}]"`. What pip said:\\n'
+            + (_pip.stdout + _pip.stderr)[-3000:]"""
 
 PLACEHOLDER_OWNER = "your-org"  # the owner of the URL until the repository has its real home
 _REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]*")
@@ -142,7 +154,10 @@ def colab_cell_source(url: str, chapter: str | None = None, ref: str | None = No
     """
     extra = course.load().colab_extras.get(chapter or "")
     requirement = f"attnbook[{extra}]" if extra else "attnbook"
-    return COLAB_CELL.format(url=url, requirement=requirement, ref=ref or package_ref())
+    wheel_install = WHEEL_INSTALL_EXTRA.format(extra=extra) if extra else WHEEL_INSTALL
+    return COLAB_CELL.format(
+        url=url, requirement=requirement, ref=ref or package_ref(), wheel_install=wheel_install
+    )
 
 
 def _is_colab_cell(source: str) -> bool:

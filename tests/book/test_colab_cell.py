@@ -202,6 +202,23 @@ def test_a_failed_install_stops_the_notebook_and_says_why() -> None:
     assert run_cell(source, colab=False, pip_returncode=1) == ([], [])
 
 
+@pytest.mark.parametrize("stem", STEMS)
+def test_a_failed_install_gives_the_wheel_install_of_its_chapter(stem: str) -> None:
+    """The fallback `%pip install` of the course zip's wheel adds the chapter's extra (chapters
+    11 to 13: `"$(ls attnbook-*.whl)[pretrained]"`, the form pip was seen to accept from
+    `%pip` with the wheel's extra dependencies); the other chapters install the bare wheel."""
+    extra = course.load().colab_extras.get(stem)
+    with pytest.raises(RuntimeError) as raised:
+        run_cell(sync_repo_url.colab_cell_source(URL, stem), colab=True, pip_returncode=1)
+    message = str(raised.value)
+    if extra:
+        assert f'`%pip install "$(ls attnbook-*.whl)[{extra}]"`' in message, message
+        assert "`%pip install attnbook-*.whl`" not in message
+    else:
+        assert "`%pip install attnbook-*.whl`" in message, message
+        assert "[" not in message.split("%pip install", 1)[1].split("`", 1)[0]
+
+
 def test_the_ref_is_the_one_of_config_and_can_be_a_commit(tmp_path: Path) -> None:
     commit = "0123456789abcdef0123456789abcdef01234567"
     source = sync_repo_url.colab_cell_source(URL, None, ref=commit)
