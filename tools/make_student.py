@@ -20,7 +20,8 @@ refuses too (exit status 2) while a chapter's Colab cell does not install from t
 
 The zip holds the wheel of attnbook (`attnbook-VERSION-py3-none-any.whl`, built from this
 working tree with SOURCE_DATE_EPOCH fixed, so it is the same bytes every run), so a learner
-without GitHub installs the package with `pip install attnbook-*.whl`. The wheel must hold
+without GitHub installs the package with `pip install attnbook-*.whl` (on Colab, in chapters
+11 to 13, with the `[pretrained]` extra their `colab_extra` names). The wheel must hold
 the package and its metadata only (no chapter, no solution): `wheel_problems` checks it.
 
 A student notebook (`student_notebook`) is the chapter with every `{solution}`
@@ -403,8 +404,14 @@ Without GitHub (a machine that cannot reach it)
   your instructor says, then  .venv/bin/pip install --no-deps ./{wheel}
   On Colab, if the first cell cannot install the package, upload the wheel
   (the Files pane on the left) and run, in a new cell:
-    %pip install ./{wheel}
+    %pip install ./{wheel}{colab_extras}
 """
+
+# For each extra, the chapters that need it, and the Colab install of the wheel with it.
+COLAB_EXTRA_NOTE = (
+    "\n  or, in the chapters that need its [{extra}] part,\n  {chapters}:"
+    '\n    %pip install "./{wheel}[{extra}]"'
+)
 
 
 def readme(url: str, ref: str | None = None, wheel: str | None = None) -> str:
@@ -421,7 +428,21 @@ def readme(url: str, ref: str | None = None, wheel: str | None = None) -> str:
         if extras
         else ""
     )
-    wheel_note = WHEEL_NOTE.format(wheel=wheel, extras=f"[{','.join(extras)}]" if extras else "")
+    colab_notes = "".join(
+        COLAB_EXTRA_NOTE.format(
+            chapters=", ".join(
+                f"{stem}.ipynb" for stem, name in sorted(colab_extras.items()) if name == extra
+            ),
+            extra=extra,
+            wheel=wheel,
+        )
+        for extra in extras
+    )
+    wheel_note = WHEEL_NOTE.format(
+        wheel=wheel,
+        extras=f"[{','.join(extras)}]" if extras else "",
+        colab_extras=colab_notes,
+    )
     wheel_note = wheel_note if wheel else ""
     return README.format(
         url=url,

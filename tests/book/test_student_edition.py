@@ -24,7 +24,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from tools import make_student, sync_repo_url
+from tools import course, make_student, sync_repo_url
 from tools.notebooks import notebook_blocks, run_notebook, strip_solutions
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -357,6 +357,23 @@ def test_the_zip_holds_a_readme_the_wheel_and_every_student_notebook(
     assert "git+https://example.org/attnbook@v9.9" in readme, "the pinned ref"
     assert f"pip install --no-deps ./{wheel.name}" in readme, "the offline install"
     assert STUB in readme
+
+
+def test_the_readme_gives_the_colab_install_of_the_wheel_with_each_chapters_extra() -> None:
+    """On Colab, chapters 11 to 13 need the wheel with their extra (`pretrained`): the README
+    names them and gives the quoted `%pip install` with it, after the bare wheel's."""
+    wheel = "attnbook-0.1.0-py3-none-any.whl"
+    readme = make_student.readme("https://example.org/attnbook", "v9.9", wheel)
+    colab = readme[readme.index("On Colab, if the first cell") :]
+    assert f"%pip install ./{wheel}\n" in colab, "the bare wheel for the other chapters"
+    colab_extras = course.load().colab_extras
+    assert colab_extras, "course.yml gives chapters 11 to 13 an extra"
+    for extra in set(colab_extras.values()):
+        command = f'%pip install "./{wheel}[{extra}]"'
+        assert command in colab, readme
+        before = colab[: colab.index(command)]
+        for stem, wanted in colab_extras.items():
+            assert (f"{stem}.ipynb" in before) == (wanted == extra), (stem, readme)
 
 
 def test_make_student_refuses_the_placeholder_url(
