@@ -632,7 +632,8 @@ Every notebook's Colab cell and the zip's README would tell learners to install 
 course package from there, which fails.
 Set `repository: url:` (and `package_ref:`, the tag or commit learners install) in
 _config.yml to your repository, run `make sync-url`, then `make student` again.
-To build anyway (tests, CI, a look at the result): make student ALLOW_PLACEHOLDER_URL=1"""
+To build anyway (tests, CI, a look at the result): make student ALLOW_PLACEHOLDER_URL=1
+(or, run without make, python -m tools.make_student --allow-placeholder-url)"""
 
 
 STALE_REFUSAL = """\

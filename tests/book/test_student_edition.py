@@ -388,7 +388,8 @@ def test_make_student_refuses_the_placeholder_url(
     assert placeholder in err
     assert "_config.yml" in err
     assert "make sync-url" in err
-    assert "ALLOW_PLACEHOLDER_URL=1" in err
+    assert "make student ALLOW_PLACEHOLDER_URL=1" in err
+    assert "python -m tools.make_student --allow-placeholder-url" in err, "run without make"
     assert not out.exists(), "nothing is built"
     # `make student ALLOW_PLACEHOLDER_URL=1` (the tests, CI) builds, and says it is not for learners.
     assert make_student.main(["--no-book", "--allow-placeholder-url"]) == 0
