@@ -624,24 +624,28 @@ def build_book(root: Path, out: Path, notebooks: Path) -> bool:
     return True
 
 
+# The refusals name both ways to run each step, `make` and the module, as either may be
+# how it was run.
 PLACEHOLDER_REFUSAL = """\
-make student: refusing to build the student edition: the repository URL in _config.yml
-is still the placeholder
+refusing to build the student edition (make student, or python -m tools.make_student):
+the repository URL in _config.yml is still the placeholder
     {url}
 Every notebook's Colab cell and the zip's README would tell learners to install the
 course package from there, which fails.
 Set `repository: url:` (and `package_ref:`, the tag or commit learners install) in
-_config.yml to your repository, run `make sync-url`, then `make student` again.
+_config.yml to your repository, run `make sync-url` (or python -m tools.sync_repo_url),
+then build it again.
 To build anyway (tests, CI, a look at the result): make student ALLOW_PLACEHOLDER_URL=1
 (or, run without make, python -m tools.make_student --allow-placeholder-url)"""
 
 
 STALE_REFUSAL = """\
-make student: refusing to build the student edition: the Colab cell of {count} chapter(s)
-({names}) does not install the course package from
+refusing to build the student edition (make student, or python -m tools.make_student):
+the Colab cell of {count} chapter(s) ({names}) does not install the course package from
     {url}@{ref}
 as _config.yml says (`repository: url:` and `package_ref:`), so learners would install it
-from elsewhere. Run `make sync-url` (it rewrites those cells), then `make student` again."""
+from elsewhere. Run `make sync-url` (or python -m tools.sync_repo_url: it rewrites those
+cells), then build it again."""
 
 
 def stale_colab_cells(paths: Iterable[Path], url: str, ref: str) -> list[Path]:

@@ -376,6 +376,18 @@ def test_the_readme_gives_the_colab_install_of_the_wheel_with_each_chapters_extr
             assert (f"{stem}.ipynb" in before) == (wanted == extra), (stem, readme)
 
 
+def _assert_names_make_and_the_module(err: str) -> None:
+    """A refusal of make_student reads right whether it was run by `make student` or as
+    `python -m tools.make_student`: it names both, for itself and for `make sync-url`, and
+    does not speak as if make had run it."""
+    first = err.splitlines()[0]
+    assert "make student" in first, first
+    assert "python -m tools.make_student" in first, first
+    assert "python -m tools.sync_repo_url" in err, err
+    assert not err.startswith("make student:"), err
+    assert "then `make student` again" not in err, err
+
+
 def test_make_student_refuses_the_placeholder_url(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -390,6 +402,7 @@ def test_make_student_refuses_the_placeholder_url(
     assert "make sync-url" in err
     assert "make student ALLOW_PLACEHOLDER_URL=1" in err
     assert "python -m tools.make_student --allow-placeholder-url" in err, "run without make"
+    _assert_names_make_and_the_module(err)
     assert not out.exists(), "nothing is built"
     # `make student ALLOW_PLACEHOLDER_URL=1` (the tests, CI) builds, and says it is not for learners.
     assert make_student.main(["--no-book", "--allow-placeholder-url"]) == 0
@@ -415,6 +428,7 @@ def test_make_student_refuses_chapters_not_synced_to_the_url(
     err = capsys.readouterr().err
     assert f"{url}@{make_student.package_ref()}" in err
     assert "make sync-url" in err
+    _assert_names_make_and_the_module(err)
     assert not out.exists(), "nothing is built"
     ref = make_student.package_ref()
     assert make_student.stale_colab_cells(CHAPTERS, url, ref) == CHAPTERS
