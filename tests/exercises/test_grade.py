@@ -769,6 +769,107 @@ def test_results_forged_by_an_answer_are_not_read(tmp_path: Path) -> None:
     assert status == "failed", message
 
 
+def _one_case(name: str) -> _framework.CheckSpec:
+    spec = _framework.checker_spec(getattr(exercises, f"check_{name}"), print)
+    return dataclasses.replace(spec, cases=spec.cases[:1])
+
+
+@needs_bwrap
+def test_an_answer_without_a_result_is_told_which_limit_ended_it(tmp_path: Path) -> None:
+    """One evaluation, as the grader runs it but without the static check (which refuses
+    `os`), of three answers: one that never ends, under a time limit of 1 s per exercise; one
+    that ends its process with exit code 3; one that asks for 5 GiB under a memory limit of
+    4 GiB (its MemoryError is a result: the case raised)."""
+    loops = "def answer(x):\n    while True:\n        pass\n__attnbook_answer__ = answer\n"
+    exits = "import os\nos._exit(3)\n"
+    large = (
+        "import numpy as np\n__attnbook_answer__ = lambda n: np.empty(5 * 2**30, dtype=np.uint8)\n"
+    )
+    one = {"softmax": (np.ones(3),), "softmax_temperature": (np.ones(3), 1.0), "causal_mask": (3,)}
+    programs = {"softmax": loops, "softmax_temperature": exits, "causal_mask": large}
+    jobs = [
+        {"exercise": name, "program": programs[name], "args": [args], "seeds": [0]}
+        for name, args in one.items()
+    ]
+    settings = grade.Settings(exercise_timeout=1.0, memory_bytes=4 * 2**30)
+    (tmp_path / "eval").mkdir()
+    evaluation = grade._evaluate(jobs, tmp_path / "eval", settings)
+    said = {
+        job["exercise"]: grade._judge(
+            job["exercise"], _one_case(job["exercise"]), job["args"], tmp_path / "eval", evaluation
+        )
+        for job in jobs
+    }
+    status, message = said["softmax"]
+    assert status == "error"
+    assert "the answer gave no result: it ran past the time limit of 1 s per exercise" in message
+    assert "(--exercise-timeout)" in message
+    assert "a loop that never ends" in message, message
+    status, message = said["softmax_temperature"]
+    assert status == "error"
+    assert "its process ended with exit code 3 before its results were written" in message
+    status, message = said["causal_mask"]
+    assert status == "failed"
+    assert "raised MemoryError" in message, message
+    assert "the memory limit is 4 GiB of address space per process, --memory" in message
+    assert "a tensor too large" in message, message
+
+
+@needs_bwrap
+def test_a_memory_limit_too_small_for_the_evaluation_itself_is_named(tmp_path: Path) -> None:
+    jobs = [{"exercise": "softmax", "program": "", "args": [(np.ones(3),)], "seeds": [0]}]
+    (tmp_path / "eval").mkdir()
+    settings = grade.Settings(memory_bytes=2**29)  # too small to load NumPy and torch
+    evaluation = grade._evaluate(jobs, tmp_path / "eval", settings)
+    status, message = grade._judge(
+        "softmax", _one_case("softmax"), [], tmp_path / "eval", evaluation
+    )
+    assert status == "error"
+    assert "the grader's evaluation of this notebook's answers ran out of memory" in message
+    assert "the memory limit is 512 MiB of address space per process, --memory" in message
+
+
+@pytest.mark.parametrize(
+    ("returncode", "log", "ended", "words"),
+    [
+        (None, "", None, "ran past its wall-clock limit of 140 s (10 s per exercise"),
+        (-9, "", None, "evaluation of this notebook's answers ended by signal 9 (SIGKILL)"),
+        (1, "one\nTraceback: the end\n\n", None, "exit status 1 (its log ends: Traceback:"),
+        (0, "", {"how": "signal", "signal": 9}, "ended by signal 9 (SIGKILL), not at the time"),
+        (0, "", {"how": "signal", "signal": 11}, "ended by signal 11 (SIGSEGV), a crash"),
+        (0, "", {"how": "signal", "signal": 25}, "SIGXFSZ): the file-size limit of 256 MiB"),
+        (0, "", {"how": "signal", "signal": 24}, "(SIGXCPU): the CPU-time limit"),
+        (
+            0,
+            "",
+            {"how": "exit", "code": 1, "error": "OSError: [Errno 27] File too large"},
+            "writing its results failed (OSError: [Errno 27] File too large): they pass the "
+            "file-size limit of 256 MiB",
+        ),
+        (
+            0,
+            "",
+            {"how": "exit", "code": 1, "error": "MemoryError: "},
+            "the memory limit is 2 GiB",
+        ),
+        (0, "", {"how": "too_large", "bytes": 60 * 2**20}, "its results (60 MiB) are larger"),
+    ],
+)
+def test_the_message_of_no_result_names_the_cause_and_the_limit(
+    returncode: int | None, log: str, ended: dict | None, words: str
+) -> None:
+    """The causes no cheap sandboxed run shows, from how the sandbox says it ended."""
+    evaluation = grade.Evaluation(
+        sandbox.SandboxResult(returncode, 1.0, log),
+        {} if ended is None else {"softmax": ended},
+        sandbox.Limits(wall_s=140.0, memory_bytes=2 * 2**30),
+        10.0,
+    )
+    message = grade._no_result("softmax", evaluation)
+    assert message.startswith("⚠️ softmax: the answer gave no result: "), message
+    assert words in message, message
+
+
 @needs_bwrap
 def test_tripwires_catch_the_library_where_the_static_check_is_bypassed(tmp_path: Path) -> None:
     program = (

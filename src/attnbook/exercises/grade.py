@@ -94,6 +94,7 @@ import json
 import os
 import pickle
 import secrets
+import signal
 import sys
 import tempfile
 import zipfile
@@ -487,18 +488,176 @@ def _inputs_text(args: tuple, limit: int = 160) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _judge(name: str, spec: CheckSpec, args: list[tuple], folder: Path) -> tuple[str, str]:
-    """(status, message) of one exercise from what the sandbox wrote, compared here."""
+@dataclasses.dataclass(frozen=True)
+class Evaluation:
+    """How the evaluation sandbox ended: what explains an exercise that gave no result."""
+
+    result: sandbox.SandboxResult  # the sandbox's return code and log
+    ended: dict[str, Any]  # exercise -> how its child ended (the sandbox's ``ended.json``)
+    limits: sandbox.Limits  # the sandbox's limits (its wall clock, memory, file size)
+    exercise_timeout: float  # seconds for all cases of one exercise (--exercise-timeout)
+
+
+def _evaluate(jobs: list[dict], folder: Path, settings: Settings) -> Evaluation:
+    """Run the exercises' ``jobs`` in the evaluation sandbox, in ``folder``."""
+    (folder / "job.pkl").write_bytes(pickle.dumps(jobs))
+    timeouts = {
+        "cell_timeout": settings.cell_timeout,
+        "exercise_timeout": settings.exercise_timeout,
+    }
+    (folder / "settings.json").write_text(json.dumps(timeouts))
+    wall = settings.exercise_timeout * len(jobs) + 120
+    limits = sandbox.Limits(memory_bytes=settings.memory_bytes, wall_s=wall)
+    result = sandbox.run_sandboxed("evaluate", folder, limits, unsafe=settings.unsafe)
+    ended = _read_json(folder / "out" / sandbox.ENDED)
+    return Evaluation(
+        result, ended if isinstance(ended, dict) else {}, limits, settings.exercise_timeout
+    )
+
+
+# what the errors of running out of memory say (Python, the C library, torch, OpenBLAS)
+_MEMORY_WORDS = (
+    "MemoryError",
+    "Cannot allocate memory",
+    "can't allocate memory",
+    "Memory allocation",
+    "out of memory",
+)
+
+
+def _size(n: int) -> str:
+    """A limit in bytes, in GiB, or in MiB below 1 GiB."""
+    return f"{n / 2**30:g} GiB" if n >= 2**30 else f"{n / 2**20:g} MiB"
+
+
+def _memory_limit(evaluation: Evaluation) -> str:
+    return (
+        f"the memory limit is {_size(evaluation.limits.memory_bytes)} of address space per "
+        "process, --memory"
+    )
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return f"signal {number} ({signal.Signals(number).name})"
+    except ValueError:
+        return f"signal {number}"
+
+
+def _no_result(name: str, evaluation: Evaluation | None) -> str:
+    """Why exercise ``name`` gave no result, as far as the sandbox can tell, and what to do."""
+    head = f"⚠️ {name}: the answer gave no result: "
+    if evaluation is None:
+        return head + "the sandbox wrote none (a limit of time, memory or file size, or a crash)"
+    how = evaluation.ended.get(name)
+    result, limits = evaluation.result, evaluation.limits
+    if not isinstance(how, dict):  # the evaluation itself did not finish
+        whole = "the grader's evaluation of this notebook's answers"
+        lines = [line for line in result.log.splitlines() if line.strip()]
+        last = f" (its log ends: {lines[-1].strip()[:200]})" if lines else ""
+        if result.returncode is None:
+            return head + (
+                f"{whole} ran past its wall-clock limit of {limits.wall_s:g} s "
+                f"({evaluation.exercise_timeout:g} s per exercise, --exercise-timeout, and time "
+                "to start) and was stopped: look for an answer that never ends"
+            )
+        if any(word in result.log for word in _MEMORY_WORDS):
+            return head + (
+                f"{whole} ran out of memory ({_memory_limit(evaluation)}; torch alone needs "
+                f"about 2 GiB): grade again with a larger --memory{last}"
+            )
+        if result.returncode < 0:
+            return head + f"{whole} ended by {_signal_name(-result.returncode)}{last}"
+        if result.returncode > 0:
+            return head + f"{whole} ended with exit status {result.returncode}{last}"
+        return head + f"{whole} left no account of this exercise"
+    kind = how.get("how")
+    if kind == "timeout":
+        return head + (
+            f"it ran past the time limit of {evaluation.exercise_timeout:g} s per exercise "
+            "(--exercise-timeout) and was stopped: look for a loop that never ends, or work "
+            "far larger than the cases need"
+        )
+    if kind == "signal":
+        number = how.get("signal")
+        number = number if isinstance(number, int) else 0
+        ended = f"its process ended by {_signal_name(number)}"
+        if number == signal.SIGKILL:  # who sent it cannot be told
+            return head + (
+                f"{ended}, not at the time limit: from the system, e.g. when memory runs out "
+                f"({_memory_limit(evaluation)}), or from the answer itself: look for a tensor "
+                "too large"
+            )
+        if number in (signal.SIGABRT, signal.SIGBUS, signal.SIGSEGV):
+            return head + (
+                f"{ended}, a crash, often a library that could not allocate memory "
+                f"({_memory_limit(evaluation)}): look for a tensor too large"
+            )
+        if number == signal.SIGXCPU:
+            return head + f"{ended}: the CPU-time limit: look for a loop that never ends"
+        if number == signal.SIGXFSZ:
+            return head + (
+                f"{ended}: the file-size limit of {_size(limits.file_bytes)}: look for a file "
+                "too large that the answer writes"
+            )
+        return head + ended
+    if kind == "exit":
+        error = str(how.get("error") or "")[:300]
+        if "File too large" in error:
+            return head + (
+                f"writing its results failed ({error}): they pass the file-size limit of "
+                f"{_size(limits.file_bytes)}: does the answer return far more than the case asks?"
+            )
+        if any(word in error for word in _MEMORY_WORDS):
+            return head + (
+                f"writing its results failed ({error}) ({_memory_limit(evaluation)}): look for "
+                "a tensor too large"
+            )
+        if error:
+            return head + f"writing its results failed ({error})"
+        return head + (
+            f"its process ended with exit code {how.get('code')} before its results were "
+            "written (os._exit, or a library that ends the process?): an answer returns its "
+            "result, it does not end the process"
+        )
+    if kind == "too_large":
+        size = how.get("bytes")
+        size_text = f"{size / 2**20:.0f} MiB" if isinstance(size, int) else "too large"
+        return head + (
+            f"its results ({size_text}) are larger than the grader reads back "
+            f"({sandbox.MAX_RESULT_BYTES // 2**20} MiB): does the answer return far more than "
+            "the case asks?"
+        )
+    return head + "its results were not written back"
+
+
+def _limit_note(message: str, evaluation: Evaluation | None) -> str:
+    """What limit an error the answer raised may come from, where its message shows it."""
+    if evaluation is None:
+        return ""
+    if any(word in message for word in _MEMORY_WORDS):
+        return f" ({_memory_limit(evaluation)}: look for a tensor too large)"
+    if "File too large" in message:
+        return f" (the file-size limit is {_size(evaluation.limits.file_bytes)})"
+    return ""
+
+
+def _judge(
+    name: str,
+    spec: CheckSpec,
+    args: list[tuple],
+    folder: Path,
+    evaluation: Evaluation | None = None,
+) -> tuple[str, str]:
+    """(status, message) of one exercise from what the sandbox wrote, compared here;
+    ``evaluation`` explains an exercise that gave no result."""
     import numpy as np
 
     n = len(spec.cases)
     report = _read_json(folder / "out" / f"{name}.json")
     npz = folder / "out" / f"{name}.npz"
     if not isinstance(report, dict) or not _readable(npz, folder):
-        return "error", (
-            f"⚠️ {name}: the answer gave no result: it ran past the grader's time limit, "
-            "ran out of memory, or ended its own process"
-        )
+        return "error", _no_result(name, evaluation)
     tripped = report.get("tripped") or []
     if tripped:  # before the set-up: a program may trip a wire while it defines the answer
         label = str(tripped[0])[:100]
@@ -542,6 +701,7 @@ def _judge(name: str, spec: CheckSpec, args: list[tuple], folder: Path) -> tuple
             )
         if kind == "raised":
             message = str(entry.get("message"))[:300]
+            message += _limit_note(message, evaluation)
             return "failed", f"❌ {name}: {where} raised {message}\n   Hint: {case.hint}"
         if entry.get("misuse"):
             return "failed", f"❌ {name}: {where} {str(entry['misuse'])[:600]}"
@@ -718,18 +878,10 @@ def grade_notebook(
         if jobs:
             eval_dir = Path(tmp) / "eval"
             eval_dir.mkdir()
-            (eval_dir / "job.pkl").write_bytes(pickle.dumps(jobs))
-            (eval_dir / "settings.json").write_text(json.dumps(timeouts))
-            wall = settings.exercise_timeout * len(jobs) + 120
-            sandbox.run_sandboxed(
-                "evaluate",
-                eval_dir,
-                dataclasses.replace(limits, wall_s=wall),
-                unsafe=settings.unsafe,
-            )
+            evaluation = _evaluate(jobs, eval_dir, settings)
             for job in jobs:
                 spec, args = specs[job["exercise"]]
-                results[job["exercise"]] = _judge(job["exercise"], spec, args, eval_dir)
+                results[job["exercise"]] = _judge(job["exercise"], spec, args, eval_dir, evaluation)
     records = []
     for name in names:
         status, message = results[name]

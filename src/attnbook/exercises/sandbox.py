@@ -21,7 +21,9 @@ private folder that holds a fresh copy of the submission and nothing else:
    module holds, is known to its guard by name),
    and writes what came back as plain arrays (``<exercise>.npz``, read with
    ``allow_pickle=False``) and a small JSON file. Only the files of a child
-   that finished, for its own exercise, are kept. The grader compares them
+   that finished, for its own exercise, are kept; ``ended.json`` says how
+   each child ended (finished, stopped at the time limit, its exit code or
+   signal), for the grader's messages. The grader compares the results
    with the package's reference itself.
 
 The sandbox is bubblewrap (``bwrap``, Debian package ``bubblewrap``):
@@ -199,7 +201,8 @@ def _outputs(task: str, folder: Path) -> list[str]:
         return ["executed.ipynb"]
     if task == "evaluate":
         jobs = pickle.loads((folder / "job.pkl").read_bytes())  # written by the grader, trusted
-        return [f"out/{job['exercise']}.{ext}" for job in jobs for ext in ("npz", "json")]
+        results = [f"out/{job['exercise']}.{ext}" for job in jobs for ext in ("npz", "json")]
+        return [*results, f"out/{ENDED}"]
     return []
 
 
@@ -417,6 +420,9 @@ def _to_arrays(value: object) -> tuple[str, list[Any]]:
 
 
 MAX_RESULT_BYTES = 50 * 2**20  # the largest result file kept and read back
+# out/ENDED: how each exercise's child ended, written by the evaluation (not by an answer)
+# when no child is left, so that the grader can say why an exercise gave no result
+ENDED = "ended.json"
 
 
 class ForbiddenCall(Exception):
@@ -539,15 +545,23 @@ def _evaluate(folder: Path, timeout: float) -> None:
     # child that finished wrote for its own exercise is kept, and written back at the end,
     # when no child is left.
     kept: dict[str, bytes] = {}
+    ended: dict[str, dict[str, Any]] = {}
     for job in jobs:
+        # The child tells, through a pipe, what failed in the grader's own code around the
+        # answer (writing its results: a file too large, no memory left).
+        reader, writer = os.pipe()
         pid = os.fork()
         if pid == 0:
+            os.close(reader)
             code = 0
             try:
                 _evaluate_one(folder, job)
-            except BaseException:
+            except BaseException as exc:
                 code = 1
+                with contextlib.suppress(BaseException):
+                    os.write(writer, f"{type(exc).__name__}: {exc}"[:300].encode())
             os._exit(code)
+        os.close(writer)
         deadline, status = time.monotonic() + timeout, None
         while status is None:
             done, exit_status = os.waitpid(pid, os.WNOHANG)
@@ -559,18 +573,35 @@ def _evaluate(folder: Path, timeout: float) -> None:
                 status = -1
             else:
                 time.sleep(0.02)
-        if status == 0:
+        os.set_blocking(reader, False)
+        try:
+            error = os.read(reader, 400).decode("utf-8", errors="replace")
+        except OSError:  # nothing written (a process the answer started may hold the pipe)
+            error = ""
+        os.close(reader)
+        how: dict[str, Any] = {"how": "finished"}
+        if status == -1:
+            how = {"how": "timeout", "seconds": timeout}
+        elif os.WIFSIGNALED(status):
+            how = {"how": "signal", "signal": os.WTERMSIG(status)}
+        elif os.WEXITSTATUS(status) != 0:
+            how = {"how": "exit", "code": os.WEXITSTATUS(status), "error": error}
+        else:
             for name in (f"{job['exercise']}.npz", f"{job['exercise']}.json"):
                 path = out / name
                 with contextlib.suppress(OSError):
                     plain = path.is_file() and not path.is_symlink()
                     if plain and path.stat().st_size <= MAX_RESULT_BYTES:
                         kept[name] = path.read_bytes()
+                    elif plain:
+                        how = {"how": "too_large", "bytes": path.stat().st_size}
+        ended[job["exercise"]] = how
     # In the sandbox, out/ is a file system of its own and each result file is the grader's
     # file on disk: none of them can be removed or renamed, each is rewritten. Without the
     # sandbox, a child may have replaced out/ or its files by links. Anything else goes.
     # If this fails, the evaluation fails: the grader keeps no result.
-    results = {f"{job['exercise']}.{ext}" for job in jobs for ext in ("npz", "json")}
+    results = {f"{job['exercise']}.{ext}" for job in jobs for ext in ("npz", "json")} | {ENDED}
+    kept[ENDED] = json.dumps(ended).encode()
     if out.is_symlink() or not out.is_dir():
         out.unlink()
         out.mkdir()
