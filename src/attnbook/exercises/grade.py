@@ -691,8 +691,11 @@ def _judge(
         if case.draw is not None:  # named by the notebook's inputs, run on the grader's own
             where = f"case {i + 1}/{n} ({case.name}; here on {_inputs_text(args[i])})"
         entry = entries[i] if i < len(entries) and isinstance(entries[i], dict) else None
-        if entry is None:
-            return "error", f"⚠️ {name}: {where} gave no result (time or memory limit)"
+        if entry is None:  # the results end before this case: written by the answer itself?
+            return (
+                "error",
+                f"⚠️ {name}: {where} gave no result: the results written back end before it",
+            )
         kind = str(entry.get("kind"))
         if kind == "not_attempted":
             return (
