@@ -825,7 +825,8 @@ def test_a_memory_limit_too_small_for_the_evaluation_itself_is_named(tmp_path: P
         "softmax", _one_case("softmax"), [], tmp_path / "eval", evaluation
     )
     assert status == "error"
-    assert "the grader's evaluation of this notebook's answers ran out of memory" in message
+    # How it fails depends on which library meets the limit first (OpenBLAS's "Memory
+    # allocation still failed", torch's std::bad_alloc, a crash): each names the memory limit.
     assert "the memory limit is 512 MiB of address space per process, --memory" in message
 
 
@@ -835,6 +836,7 @@ def test_a_memory_limit_too_small_for_the_evaluation_itself_is_named(tmp_path: P
         (None, "", None, "ran past its wall-clock limit of 140 s (10 s per exercise"),
         (-9, "", None, "evaluation of this notebook's answers ended by signal 9 (SIGKILL)"),
         (1, "one\nTraceback: the end\n\n", None, "exit status 1 (its log ends: Traceback:"),
+        (1, "RuntimeError: std::bad_alloc\n", None, "answers ran out of memory (the memory"),
         (0, "", {"how": "signal", "signal": 9}, "ended by signal 9 (SIGKILL), not at the time"),
         (0, "", {"how": "signal", "signal": 11}, "ended by signal 11 (SIGSEGV), a crash"),
         (0, "", {"how": "signal", "signal": 25}, "SIGXFSZ): the file-size limit of 256 MiB"),

@@ -515,9 +515,11 @@ def _evaluate(jobs: list[dict], folder: Path, settings: Settings) -> Evaluation:
     )
 
 
-# what the errors of running out of memory say (Python, the C library, torch, OpenBLAS)
+# what the errors of running out of memory say (Python, the C library, C++ (torch's
+# std::bad_alloc), OpenBLAS)
 _MEMORY_WORDS = (
     "MemoryError",
+    "bad_alloc",
     "Cannot allocate memory",
     "can't allocate memory",
     "Memory allocation",
