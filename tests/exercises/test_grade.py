@@ -837,6 +837,13 @@ def test_a_memory_limit_too_small_for_the_evaluation_itself_is_named(tmp_path: P
         (-9, "", None, "evaluation of this notebook's answers ended by signal 9 (SIGKILL)"),
         (1, "one\nTraceback: the end\n\n", None, "exit status 1 (its log ends: Traceback:"),
         (1, "RuntimeError: std::bad_alloc\n", None, "answers ran out of memory (the memory"),
+        (
+            127,
+            "cannot allocate memory for thread-local data: ABORT\n",
+            None,
+            "answers ran out of memory (the memory",
+        ),
+        (1, "ImportError: no\n", None, "(its log ends: ImportError: no) (the memory limit is"),
         (0, "", {"how": "signal", "signal": 9}, "ended by signal 9 (SIGKILL), not at the time"),
         (0, "", {"how": "signal", "signal": 11}, "ended by signal 11 (SIGSEGV), a crash"),
         (0, "", {"how": "signal", "signal": 25}, "SIGXFSZ): the file-size limit of 256 MiB"),

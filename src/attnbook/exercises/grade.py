@@ -527,6 +527,12 @@ _MEMORY_WORDS = (
 )
 
 
+def _speaks_of_memory(text: str) -> bool:
+    """Whether ``text`` (a log, an error) says that memory ran out, in any of their words."""
+    lowered = text.lower()
+    return any(word.lower() in lowered for word in _MEMORY_WORDS)
+
+
 def _size(n: int) -> str:
     """A limit in bytes, in GiB, or in MiB below 1 GiB."""
     return f"{n / 2**30:g} GiB" if n >= 2**30 else f"{n / 2**20:g} MiB"
@@ -563,15 +569,23 @@ def _no_result(name: str, evaluation: Evaluation | None) -> str:
                 f"({evaluation.exercise_timeout:g} s per exercise, --exercise-timeout, and time "
                 "to start) and was stopped: look for an answer that never ends"
             )
-        if any(word in result.log for word in _MEMORY_WORDS):
+        if _speaks_of_memory(result.log):
             return head + (
                 f"{whole} ran out of memory ({_memory_limit(evaluation)}; torch alone needs "
                 f"about 2 GiB): grade again with a larger --memory{last}"
             )
+        # Which library meets a memory limit first, and in what words, varies (the loader's
+        # "cannot allocate memory for thread-local data", OpenBLAS, torch): the limit is named.
         if result.returncode < 0:
-            return head + f"{whole} ended by {_signal_name(-result.returncode)}{last}"
+            return head + (
+                f"{whole} ended by {_signal_name(-result.returncode)}{last} "
+                f"({_memory_limit(evaluation)})"
+            )
         if result.returncode > 0:
-            return head + f"{whole} ended with exit status {result.returncode}{last}"
+            return head + (
+                f"{whole} ended with exit status {result.returncode}{last} "
+                f"({_memory_limit(evaluation)})"
+            )
         return head + f"{whole} left no account of this exercise"
     kind = how.get("how")
     if kind == "timeout":
@@ -610,7 +624,7 @@ def _no_result(name: str, evaluation: Evaluation | None) -> str:
                 f"writing its results failed ({error}): they pass the file-size limit of "
                 f"{_size(limits.file_bytes)}: does the answer return far more than the case asks?"
             )
-        if any(word in error for word in _MEMORY_WORDS):
+        if _speaks_of_memory(error):
             return head + (
                 f"writing its results failed ({error}) ({_memory_limit(evaluation)}): look for "
                 "a tensor too large"
@@ -637,7 +651,7 @@ def _limit_note(message: str, evaluation: Evaluation | None) -> str:
     """What limit an error the answer raised may come from, where its message shows it."""
     if evaluation is None:
         return ""
-    if any(word in message for word in _MEMORY_WORDS):
+    if _speaks_of_memory(message):
         return f" ({_memory_limit(evaluation)}: look for a tensor too large)"
     if "File too large" in message:
         return f" (the file-size limit is {_size(evaluation.limits.file_bytes)})"
