@@ -1000,7 +1000,7 @@ def test_how_the_run_ended_is_told_for_a_failure_not_for_an_untouched_stub(
                 np.savez(folder / "out" / f"{name}.npz")
 
     monkeypatch.setattr(sandbox, "run_sandboxed", sandboxed)
-    monkeypatch.setattr(grade, "_read_run", lambda folder: grade.NotebookRun({}, "DeadKernel"))
+    monkeypatch.setattr(grade, "_read_run", lambda *args: grade.NotebookRun({}, "DeadKernel"))
     stub = "def my_softmax(x):\n    raise NotImplementedError\n\n\ncheck_softmax(my_softmax)"
     answer = "check_softmax_temperature(lambda x, t: x)"  # its verdict is stubbed
     notebook = _mini(tmp_path / "02_softmax.ipynb", IMPORTS, stub, answer)
@@ -1350,6 +1350,68 @@ def test_a_run_too_large_to_read_back_is_not_called_unfinished(
     run = grade._read_run(tmp_path)
     assert "too large to read back" in run.stopped
     assert "did not finish" not in run.stopped
+
+
+@pytest.mark.parametrize(
+    ("returncode", "log", "words"),
+    [
+        (
+            None,
+            "",
+            "ran past its wall-clock limit of 660 s (30 s per cell, --timeout, times the number "
+            "of cells, and 60 s to start) and was stopped",
+        ),
+        (
+            1,
+            "Traceback ...\nRUNTIME ERROR: OUT OF MEMORY\n",
+            "ran out of memory (the memory limit is 2 GiB of address space per process, --memory)"
+            ": grade again with a larger --memory (its log ends: RUNTIME ERROR: OUT OF MEMORY)",
+        ),
+        (
+            -9,
+            "Killed\n",
+            "ended by signal 9 (SIGKILL) (its log ends: Killed) (the memory limit is 2 GiB",
+        ),
+        (
+            127,
+            "first\nImportError: no\n\n",
+            "ended with exit status 127 (its log ends: ImportError: no) (the memory limit is 2 GiB",
+        ),
+        (0, "", "ended with exit status 0 but left no executed notebook"),
+    ],
+)
+def test_a_run_that_left_no_notebook_is_told_how_its_sandbox_ended(
+    tmp_path: Path, returncode: int | None, log: str, words: str
+) -> None:
+    """The notebook run's sandbox left no executed notebook: which limit, signal or exit
+    status ended it is said, with the limit's value and option, not "time limit, or the kernel
+    died" for all of them."""
+    result = sandbox.SandboxResult(returncode, 1.0, log)
+    limits = sandbox.Limits(wall_s=660.0, memory_bytes=2 * 2**30)
+    run = grade._read_run(tmp_path, result, limits, 30.0)
+    assert run.stopped.startswith("the notebook run did not finish: it "), run.stopped
+    assert words in run.stopped, run.stopped
+    unknown = grade._read_run(tmp_path).stopped  # no sandbox's account: it cannot tell
+    assert unknown == "the notebook run did not finish (a limit of time or memory, or a crash)"
+
+
+def test_the_grader_tells_the_run_how_its_sandbox_ended(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """grade_notebook hands the run's SandboxResult and limits to the message (stubbed
+    sandbox: it was killed at its wall clock and wrote nothing)."""
+    seen: list[tuple[str, float]] = []
+
+    def sandboxed(task: str, folder: Path, limits: sandbox.Limits, **kwargs: object) -> object:
+        seen.append((task, limits.wall_s))
+        return sandbox.SandboxResult(None, limits.wall_s, "")
+
+    monkeypatch.setattr(sandbox, "run_sandboxed", sandboxed)
+    runs: list[grade.NotebookRun] = []
+    notebook = _mini(tmp_path / "02_softmax.ipynb", IMPORTS)
+    grade.grade_notebook(notebook, settings=grade.Settings(cell_timeout=5.0), on_run=runs.append)
+    assert seen == [("execute", 5.0 * 2 + 60)]  # two cells
+    assert "wall-clock limit of 70 s (5 s per cell, --timeout" in runs[0].stopped, runs
 
 
 def test_a_seed_that_the_state_file_overrides_is_warned_about(

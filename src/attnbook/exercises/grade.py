@@ -133,6 +133,7 @@ __all__ = [
 
 STATUSES = ("passed", "failed", "not_attempted", "error", "missing")
 DEFAULT_TIMEOUT_S = 120.0  # per cell of the notebook run; chapter 10's training cell needs ~30 s
+_RUN_START_S = 60.0  # seconds the notebook run has to start its kernel, beyond its cells' limits
 _INSTALL_HINT = (  # the name is not on PyPI: from the repository at the course's tag, or the wheel
     'pip install "attnbook[grade] @ git+<repository URL>@<tag>" (or the wheel of the student zip)'
 )
@@ -538,11 +539,16 @@ def _size(n: int) -> str:
     return f"{n / 2**30:g} GiB" if n >= 2**30 else f"{n / 2**20:g} MiB"
 
 
-def _memory_limit(evaluation: Evaluation) -> str:
+def _memory_limit(limits: sandbox.Limits) -> str:
     return (
-        f"the memory limit is {_size(evaluation.limits.memory_bytes)} of address space per "
-        "process, --memory"
+        f"the memory limit is {_size(limits.memory_bytes)} of address space per process, --memory"
     )
+
+
+def _log_end(log: str) -> str:
+    """`` (its log ends: <its last line>)``, or "" for an empty log (the submission's text)."""
+    lines = [line for line in log.splitlines() if line.strip()]
+    return f" (its log ends: {lines[-1].strip()[:200]})" if lines else ""
 
 
 def _signal_name(number: int) -> str:
@@ -561,8 +567,7 @@ def _no_result(name: str, evaluation: Evaluation | None) -> str:
     result, limits = evaluation.result, evaluation.limits
     if not isinstance(how, dict):  # the evaluation itself did not finish
         whole = "the grader's evaluation of this notebook's answers"
-        lines = [line for line in result.log.splitlines() if line.strip()]
-        last = f" (its log ends: {lines[-1].strip()[:200]})" if lines else ""
+        last = _log_end(result.log)
         if result.returncode is None:
             return head + (
                 f"{whole} ran past its wall-clock limit of {limits.wall_s:g} s "
@@ -571,7 +576,7 @@ def _no_result(name: str, evaluation: Evaluation | None) -> str:
             )
         if _speaks_of_memory(result.log):
             return head + (
-                f"{whole} ran out of memory ({_memory_limit(evaluation)}; torch alone needs "
+                f"{whole} ran out of memory ({_memory_limit(limits)}; torch alone needs "
                 f"about 2 GiB): grade again with a larger --memory{last}"
             )
         # Which library meets a memory limit first, and in what words, varies (the loader's
@@ -579,12 +584,12 @@ def _no_result(name: str, evaluation: Evaluation | None) -> str:
         if result.returncode < 0:
             return head + (
                 f"{whole} ended by {_signal_name(-result.returncode)}{last} "
-                f"({_memory_limit(evaluation)})"
+                f"({_memory_limit(limits)})"
             )
         if result.returncode > 0:
             return head + (
                 f"{whole} ended with exit status {result.returncode}{last} "
-                f"({_memory_limit(evaluation)})"
+                f"({_memory_limit(limits)})"
             )
         return head + f"{whole} left no account of this exercise"
     kind = how.get("how")
@@ -601,13 +606,13 @@ def _no_result(name: str, evaluation: Evaluation | None) -> str:
         if number == signal.SIGKILL:  # who sent it cannot be told
             return head + (
                 f"{ended}, not at the time limit: from the system, e.g. when memory runs out "
-                f"({_memory_limit(evaluation)}), or from the answer itself: look for a tensor "
+                f"({_memory_limit(limits)}), or from the answer itself: look for a tensor "
                 "too large"
             )
         if number in (signal.SIGABRT, signal.SIGBUS, signal.SIGSEGV):
             return head + (
                 f"{ended}, a crash, often a library that could not allocate memory "
-                f"({_memory_limit(evaluation)}): look for a tensor too large"
+                f"({_memory_limit(limits)}): look for a tensor too large"
             )
         if number == signal.SIGXCPU:
             return head + f"{ended}: the CPU-time limit: look for a loop that never ends"
@@ -626,7 +631,7 @@ def _no_result(name: str, evaluation: Evaluation | None) -> str:
             )
         if _speaks_of_memory(error):
             return head + (
-                f"writing its results failed ({error}) ({_memory_limit(evaluation)}): look for "
+                f"writing its results failed ({error}) ({_memory_limit(limits)}): look for "
                 "a tensor too large"
             )
         if error:
@@ -652,7 +657,7 @@ def _limit_note(message: str, evaluation: Evaluation | None) -> str:
     if evaluation is None:
         return ""
     if _speaks_of_memory(message):
-        return f" ({_memory_limit(evaluation)}: look for a tensor too large)"
+        return f" ({_memory_limit(evaluation.limits)}: look for a tensor too large)"
     if "File too large" in message:
         return f" (the file-size limit is {_size(evaluation.limits.file_bytes)})"
     return ""
@@ -759,8 +764,47 @@ def _judge(
     return "passed", f"✅ {name}: all {n} cases pass (inputs drawn by the grader)."
 
 
-def _read_run(folder: Path) -> NotebookRun:
-    """How the sandboxed run ended, from the executed notebook it left (untrusted)."""
+def _unfinished_run(
+    result: sandbox.SandboxResult | None, limits: sandbox.Limits | None, cell_timeout: float
+) -> str:
+    """Why the notebook run left no executed notebook, as far as its sandbox can tell."""
+    whole = "the notebook run did not finish"
+    if result is None or limits is None:
+        return f"{whole} (a limit of time or memory, or a crash)"
+    last = _log_end(result.log)
+    if result.returncode is None:
+        return (
+            f"{whole}: it ran past its wall-clock limit of {limits.wall_s:g} s "
+            f"({cell_timeout:g} s per cell, --timeout, times the number of cells, and "
+            f"{_RUN_START_S:g} s to start) and was stopped"
+        )
+    if _speaks_of_memory(result.log):
+        return (
+            f"{whole}: it ran out of memory ({_memory_limit(limits)}): grade again with a "
+            f"larger --memory{last}"
+        )
+    # which library meets a memory limit first, and in what words, varies: the limit is named
+    if result.returncode < 0:
+        return (
+            f"{whole}: it ended by {_signal_name(-result.returncode)}{last} "
+            f"({_memory_limit(limits)})"
+        )
+    if result.returncode > 0:
+        return (
+            f"{whole}: it ended with exit status {result.returncode}{last} "
+            f"({_memory_limit(limits)})"
+        )
+    return f"{whole}: it ended with exit status 0 but left no executed notebook{last}"
+
+
+def _read_run(
+    folder: Path,
+    result: sandbox.SandboxResult | None = None,
+    limits: sandbox.Limits | None = None,
+    cell_timeout: float = DEFAULT_TIMEOUT_S,
+) -> NotebookRun:
+    """How the sandboxed run ended, from the executed notebook it left (untrusted), and, when
+    it left none, from how its sandbox ended (``result``, under ``limits``)."""
     path = folder / "executed.ipynb"
     if not _readable(path, folder):
         size = _plain_size(path, folder)
@@ -770,7 +814,7 @@ def _read_run(folder: Path) -> NotebookRun:
                 f"the executed notebook is too large to read back ({size / 2**20:.0f} MB: a "
                 "cell printed a huge output?), so which cells raised is not known",
             )
-        return NotebookRun({}, "the notebook run did not finish (time limit, or the kernel died)")
+        return NotebookRun({}, _unfinished_run(result, limits, cell_timeout))
     try:
         import nbformat
 
@@ -887,11 +931,11 @@ def grade_notebook(
             run_dir.mkdir()
             (run_dir / "submission.ipynb").write_bytes(data)
             (run_dir / "settings.json").write_text(json.dumps(timeouts))
-            wall = settings.cell_timeout * max(1, len(nb.cells)) + 60
-            sandbox.run_sandboxed(
-                "execute", run_dir, dataclasses.replace(limits, wall_s=wall), unsafe=settings.unsafe
+            run_limits = dataclasses.replace(
+                limits, wall_s=settings.cell_timeout * max(1, len(nb.cells)) + _RUN_START_S
             )
-            run = _read_run(run_dir)
+            ran = sandbox.run_sandboxed("execute", run_dir, run_limits, unsafe=settings.unsafe)
+            run = _read_run(run_dir, ran, run_limits, settings.cell_timeout)
             if on_run is not None:
                 on_run(run)
         if jobs:
