@@ -4,8 +4,10 @@
   driven by Playwright; Playwright never downloads a browser here. Without one,
   every browser test is skipped with one line saying so.
 - `_build/html` (or `$ATTNBOOK_BOOK_HTML`, a build made elsewhere) is served by
-  `http.server` on 127.0.0.1 (a free port) from a thread. Every request to any other host is aborted and recorded, so a page
-  that needs the network (a CDN's MathJax, a web font) fails the tests.
+  `tools.pages_server` on 127.0.0.1 (a free port) from a thread, from the server's root
+  (a missing file answers 404, with the book's 404.html). Every request to any other host
+  is aborted and recorded, so a page that needs the network (a CDN's MathJax, a web font)
+  fails the tests.
 - Each page is opened once, in a fresh browser context of a typical desktop
   window (`VIEWPORT`); what the tests need to know about it is gathered into a
   `PageReport` and shared by all of them: the text facts, then (every dropdown
@@ -16,11 +18,8 @@
 from __future__ import annotations
 
 import contextlib
-import functools
-import http.server
 import os
 import re
-import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +28,7 @@ import pytest
 import yaml
 
 from tools.page_checks import CHROMIUM, MATHJAX_DONE_JS, page_js
+from tools.pages_server import serve
 
 ROOT = Path(__file__).resolve().parents[2]
 # The built book under test: `_build/html`, or `$ATTNBOOK_BOOK_HTML` (a build made elsewhere,
@@ -353,11 +353,6 @@ class PageReport:
         return found
 
 
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:
-        pass  # the tests report what matters; the access log is noise
-
-
 @pytest.fixture(scope="session")
 def chromium_path() -> Path:
     reason = _no_chromium()
@@ -375,15 +370,8 @@ def book_url(chromium_path: Path) -> Iterator[str]:
             "(`make book`, or `make test`, which builds it before this test)",
             pytrace=False,
         )
-    handler = functools.partial(_QuietHandler, directory=str(BUILD))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serve(BUILD) as url:  # from the server's root; a missing file answers 404
+        yield url
 
 
 @pytest.fixture(scope="session")
