@@ -1052,7 +1052,11 @@ def test_a_killed_grader_loses_nothing_and_resumes(tmp_path: Path) -> None:
         _mini(tmp_path / "subs" / who / "02_softmax.ipynb", IMPORTS, *solutions.values())
     json_path = tmp_path / "grades.json"
     state = json_path.with_suffix(".state.jsonl")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    # The killed grader cannot remove its temporary folder: give it one inside tmp_path, so
+    # that each run of this test does not leave an attnbook-grade-* folder in the system's.
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), TMPDIR=str(scratch))
     command = [sys.executable, "-m", "attnbook.grade", str(tmp_path / "subs"), "--skip-run"]
     command += ["--json", str(json_path)]
     process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
