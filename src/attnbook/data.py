@@ -361,6 +361,44 @@ def sort_task(
     return _make_task("sort", prompts, np.sort(prompts, axis=1), n_symbols, n_train)
 
 
+# The first way of drawing keys (below) draws n_keys uniform numbers per example, at most
+# 2**24 at once (128 MiB of float64, and as much again for argsort's indices); it is kept
+# wherever it ever ran in sensible memory, so that a seed gives the task it always gave: for
+# up to _FEW_KEYS keys at any number of examples (in chunks), and for more keys while one
+# draw of examples fits the limit. The book's calls are far inside (the default task draws
+# 2 x 21,000 examples of 8 keys: 336,000 numbers).
+_KEY_DRAW_LIMIT = 2**24
+_FEW_KEYS = 256
+
+
+def _distinct_keys(rng: np.random.Generator, count: int, n_keys: int, n_pairs: int) -> np.ndarray:
+    """``count`` rows of ``n_pairs`` distinct keys in ``0 .. n_keys - 1``, each row uniform
+    over the ordered choices: (count, n_pairs) int64.
+
+    While ``n_keys <= _FEW_KEYS`` or ``count * n_keys <= _KEY_DRAW_LIMIT``, a row is the
+    first ``n_pairs`` keys of a random permutation of all ``n_keys`` (argsort of uniform
+    numbers), drawn in chunks of rows of at most ``_KEY_DRAW_LIMIT`` numbers: the same
+    numbers as one draw of them all, so the same seed gives the same task as ever. Past
+    that, a row is ``n_pairs`` independent keys, and a row with a key twice is replaced by a
+    draw without replacement (``Generator.choice``): a row is then ``t`` with probability
+    ``n_keys ** -n_pairs + P(a repeat) / perm(n_keys, n_pairs)``, the same for every ``t``.
+    Its memory is that of the rows (and one row of ``n_keys`` at most), not ``count x n_keys``.
+    """
+    if n_keys <= _FEW_KEYS or count * n_keys <= _KEY_DRAW_LIMIT:
+        chunk = max(1, _KEY_DRAW_LIMIT // n_keys)  # rows per draw
+        return np.concatenate(
+            [
+                np.argsort(rng.random((min(chunk, count - start), n_keys)), axis=1)[:, :n_pairs]
+                for start in range(0, count, chunk)
+            ]
+        )
+    keys = rng.integers(0, n_keys, size=(count, n_pairs), dtype=np.int64)
+    ordered = np.sort(keys, axis=1)
+    for row in np.flatnonzero((ordered[:, 1:] == ordered[:, :-1]).any(axis=1)):
+        keys[row] = rng.choice(n_keys, size=n_pairs, replace=False)
+    return keys
+
+
 def associative_recall_task(
     n_pairs: int = 4,
     n_keys: int = 8,
@@ -375,6 +413,13 @@ def associative_recall_task(
     the keys of one example are distinct. The model must match the query
     against the keys (scores), then copy the value next to the match: the soft
     lookup of chapter 3, learned from examples.
+
+    A large key alphabet costs only the memory of the task. While ``n_keys <= 256``
+    or ``2 * (n_train + n_test) * n_keys <= 2**24``, as for the default sizes, an
+    example's keys come from a random permutation of all ``n_keys`` (a seed gives the
+    task it always gave); beyond both, from a draw whose memory grows with the
+    examples alone (a permutation per example would take tens of GB for
+    ``n_keys = 10**5``).
 
     Args:
         n_pairs: key-value pairs per example (``P = 2 * n_pairs + 1``).
@@ -410,7 +455,7 @@ def associative_recall_task(
     rng = np.random.default_rng(check_int(seed, "seed", minimum=0))
 
     def make(rng: np.random.Generator, count: int) -> np.ndarray:
-        keys = np.argsort(rng.random((count, n_keys)), axis=1)[:, :n_pairs]  # distinct, (count, n)
+        keys = _distinct_keys(rng, count, n_keys, n_pairs)  # (count, n)
         values = rng.integers(n_keys, n_keys + n_values, size=(count, n_pairs))  # (count, n)
         query = keys[np.arange(count), rng.integers(0, n_pairs, size=count)]  # (count,)
         pairs = np.stack([keys, values], axis=2).reshape(count, 2 * n_pairs)  # k v k v ...

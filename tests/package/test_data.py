@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from attnbook import GPTConfig
+from attnbook import GPTConfig, data
 from attnbook.data import (
     IGNORE_INDEX,
     CharTokenizer,
@@ -216,6 +217,74 @@ def test_every_id_is_in_the_vocabulary_at_every_size() -> None:
         if task.name == "associative_recall":  # keys (and the query), then values
             keys, values = rows[:, 0:P:2], rows[:, 1:P:2]
             assert keys.max() < values.min(), task
+
+
+def _check_recall_rows(task: SequenceTask, n_keys: int) -> None:
+    rows = torch.cat([task.train, task.test])
+    keys, query = rows[:, 0 : task.prompt_len - 1 : 2], rows[:, task.prompt_len - 1]
+    assert 0 <= keys.min() <= keys.max() < n_keys
+    assert (keys.sort(1).values.diff(dim=1) > 0).all()  # distinct within an example
+    assert (keys == query[:, None]).sum(1).eq(1).all()  # the query is one of them
+
+
+def test_recall_task_keeps_its_numbers_for_the_sizes_it_always_drew() -> None:
+    """The default task (the command line's --task recall) is the one it always was, and
+    drawing the keys in chunks of rows changes no number."""
+    task = associative_recall_task()
+    assert task.train[:2].tolist() == [
+        [3, 10, 2, 8, 1, 9, 6, 12, 1, 16, 9],
+        [3, 9, 5, 15, 7, 14, 0, 11, 3, 16, 9],
+    ]
+    assert task.test[:1].tolist() == [[1, 14, 5, 13, 2, 13, 0, 15, 5, 16, 13]]
+    sizes = {"n_pairs": 3, "n_keys": 100, "n_train": 300, "n_test": 30, "seed": 4}
+    whole = associative_recall_task(**sizes)
+    drawn = []
+
+    class Recorder:  # a generator that records the shape of each draw of uniform numbers
+        def __init__(self, rng: np.random.Generator) -> None:
+            self.rng = rng
+
+        def random(self, shape: tuple[int, int]) -> np.ndarray:
+            drawn.append(shape)
+            return self.rng.random(shape)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(data, "_KEY_DRAW_LIMIT", 1000)  # 10 rows of 100 keys a draw
+        chunked = associative_recall_task(**sizes)
+        keys = data._distinct_keys(Recorder(np.random.default_rng(5)), 25, 100, 3)
+    assert torch.equal(whole.train, chunked.train)
+    assert torch.equal(whole.test, chunked.test)
+    assert drawn == [(10, 100), (10, 100), (5, 100)]
+    one_draw = np.argsort(np.random.default_rng(5).random((25, 100)), axis=1)[:, :3]
+    assert np.array_equal(keys, one_draw)
+
+
+def test_recall_task_with_a_large_key_alphabet_needs_the_memory_of_its_examples() -> None:
+    """A permutation of all keys per example would need 2 x 25 x 10**6 float64s (400 MB),
+    or for 10**12 keys more memory than there is."""
+    tracemalloc.start()
+    try:
+        task = associative_recall_task(n_pairs=3, n_keys=10**6, n_train=20, n_test=5)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2**20, peak
+    _check_recall_rows(task, 10**6)
+    _check_recall_rows(associative_recall_task(n_keys=10**12, n_train=20, n_test=5), 10**12)
+
+
+def test_recall_keys_drawn_the_second_way_are_uniform() -> None:
+    """Forced onto the draw for large alphabets, 3 keys give each of the 6 ordered pairs
+    with probability 1/6: independent draws, a third of them with a repeat redrawn."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(data, "_KEY_DRAW_LIMIT", 0)
+        patch.setattr(data, "_FEW_KEYS", 0)
+        keys = data._distinct_keys(np.random.default_rng(0), 12000, 3, 2)
+    assert keys.shape == (12000, 2)
+    assert (keys[:, 0] != keys[:, 1]).all()
+    counts = np.unique(keys[:, 0] * 3 + keys[:, 1], return_counts=True)[1]
+    assert len(counts) == 6
+    assert np.abs(counts / 12000 - 1 / 6).max() < 0.015, counts
 
 
 def test_inputs_targets_and_batch_reject_bad_input() -> None:
