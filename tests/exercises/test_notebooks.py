@@ -277,6 +277,61 @@ def test_a_directive_opened_inside_another_is_an_error(
         notebooks.strip_solutions(text, cell=3)
 
 
+@pytest.mark.parametrize(
+    ("text", "line", "outer", "inner", "opened"),
+    [
+        ("```{note}\n:::{solution} ex-add\nSECRET\n:::\n```\n", 2, "note", "solution", 1),
+        (  # past a code block of the body, one fenced with tildes, and a title
+            "Intro.\n~~~~{admonition} Try it\n```python\nx = 1\n```\n:::{exercise} Add\n:::\n~~~~",
+            6,
+            "admonition",
+            "exercise",
+            2,
+        ),
+        (  # a dropdown in a note: the inner one names itself
+            "`````{note}\n````{dropdown} Answer\n:::{solution} ex-add\n:::\n````\n`````\n",
+            3,
+            "dropdown",
+            "solution",
+            2,
+        ),
+        (  # in a list item, and in the body of a solution
+            "::::{solution} ex-add\n- Item:\n  ``` {tip}\n  :::{solution} ex-b\n  :::\n  ```\n::::",
+            4,
+            "tip",
+            "solution",
+            3,
+        ),
+        ("```{figure} x.svg\n:::{solution} ex-add\n:::\n", 2, "figure", "solution", 1),  # open
+    ],
+)
+def test_a_directive_opened_in_a_backtick_fenced_directive_with_a_markdown_body_is_an_error(
+    text: str, line: int, outer: str, inner: str, opened: int
+) -> None:
+    """MyST reads the body of a ```{note} as markdown, where the parser, seeing a code
+    block, would overlook the solution in it; the student edition would keep it."""
+    message = (
+        f"cell 3, line {line}: a {{{inner}}} directive is opened inside the {{{outer}}} "
+        f"directive of line {opened}, which is fenced with backticks or tildes, where the "
+        f"tools would overlook it; open the {{{inner}}} outside the {{{outer}}}, or fence "
+        f"the {{{outer}}} with colons \\(':::\\{{{outer}\\}}'\\)$"
+    )
+    with pytest.raises(ValueError, match=message):
+        notebooks.strip_solutions(text, cell=3)
+
+
+def test_a_directive_in_a_literal_directive_or_a_code_block_of_a_note_is_code() -> None:
+    text = (
+        "```{code-block} markdown\n:::{solution} ex-example\n:::\n```\n"
+        "````{note}\nWrite it so:\n```markdown\n:::{exercise} Title\n```\n````\n"
+        "~~~{math}\n:::{solution}\n~~~\n"
+        "```{figure} x.svg\nA caption.\n```\n"
+        "- Item:\n  ````{note}\n     ```markdown\n  :::{solution} ex-list\n     ```\n  ````\n"
+    )  # the last code block is three spaces past its note's indentation: a fence
+    assert directive_blocks(text) == []
+    assert notebooks.code_blocks(text) == [(0, 3), (4, 9), (10, 12), (13, 15), (17, 21)]
+
+
 def test_a_directive_shown_in_a_code_block_of_a_body_is_not_nested() -> None:
     text = (
         "  ::::{exercise} Write a solution (easy)\n"

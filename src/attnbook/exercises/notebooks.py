@@ -26,7 +26,11 @@ backticks or tildes (which this parser does not read), or one opened inside the
 body of the other or of itself (a solution inside its exercise: the outer block
 is read whole, so the student edition would keep the inner one) is a
 ``ValueError``: a block the parser overlooked would otherwise reach learners
-unnoticed. Other directives inside a body (a note in a solution) are welcome.
+unnoticed. So is one opened in the body of another directive fenced with
+backticks or tildes (```` ```{note} ````, say), which this parser reads as a code
+block but MyST reads as markdown, unless that directive's body is literal text
+(``code-block``, ``math``, ``raw`` and the like, ``_LITERAL_DIRECTIVES``). Other
+directives inside a body (a note in a solution) are welcome.
 
 Outside the directives, and inside their bodies, the lines of a fenced code
 block are code, not directives, so an example of how to write an exercise, in a
@@ -85,6 +89,34 @@ _CODE_FENCED_OPEN = re.compile(r"^\s*(`{3,}|~{3,})[ \t]*\{(?P<name>exercise|solu
 # The opening line of a fenced code block (CommonMark): three or more backticks or tildes,
 # indented up to three spaces, then an info string (with no backtick after backticks).
 _CODE_FENCE = re.compile(r"^ {0,3}(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
+# The directive a backtick or tilde fence opens ("```{note}", "~~~ {figure} x.svg"): MyST reads
+# the body of most as markdown, as it does a colon fence's.
+_FENCED_DIRECTIVE = re.compile(r"[ \t]*\{(?P<name>[^{}\s]+)\}")
+# The directives whose body MyST does not read as markdown (code, math, raw text, a table's
+# data, a diagram, a list of files, terms or references): a directive line in one is only text,
+# as in a code block. Any other (note, tip, admonition, dropdown, figure, card, tab-item, ...)
+# is taken to have a markdown body: one unknown here refuses an exercise line in its body
+# rather than overlook it.
+_LITERAL_DIRECTIVES = frozenset(
+    [
+        "code",
+        "code-block",
+        "sourcecode",
+        "code-cell",
+        "literalinclude",
+        "include",
+        "math",
+        "raw",
+        "eval-rst",
+        "csv-table",
+        "mermaid",
+        "graphviz",
+        "toctree",
+        "glossary",
+        "bibliography",
+        "footbibliography",
+    ]
+)
 # An option line of a MyST directive, e.g. ":label: ex-softmax" (key, value); used for every
 # directive the tools read, exercises and solutions as well as admonitions.
 OPTION_LINE = re.compile(r"^\s*:(?P<key>[\w-]+):[ \t]*(?P<value>.*?)\s*$")
@@ -193,6 +225,7 @@ def _next_directive(
         while close < stop and not _closes_code(lines[close], fence):
             close += 1
         code.append((i, close))
+        _refuse_hidden_directive(lines, i, close, cell)
         if close == stop:  # code to the end of the text, as in CommonMark
             for k in range(i + 1, stop):
                 if name := _directive_name(lines[k]):
@@ -203,6 +236,27 @@ def _next_directive(
                     )
         i = close + 1
     return stop
+
+
+def _refuse_hidden_directive(lines: list[str], first: int, close: int, cell: int) -> None:
+    """Raise a ValueError if the backtick or tilde fence of line `first`, closed on line
+    `close` (or open to the end), opens a MyST directive whose body is markdown and that
+    body opens an exercise or solution: the parser reads that span as code, as
+    `code_blocks` gives it, and would overlook it."""
+    info = _CODE_FENCE.match(lines[first])["info"]  # type: ignore[index]
+    outer = _FENCED_DIRECTIVE.match(info)
+    if not outer or outer["name"] in _LITERAL_DIRECTIVES:
+        return
+    indent = len(lines[first]) - len(lines[first].lstrip(" "))
+    body = lines[: first + 1] + [_dedent(line, indent) for line in lines[first + 1 : close]]
+    if (inner := _next_directive(body, first + 1, close, cell, [])) < close:
+        nested, name = _directive_name(body[inner]), outer["name"]
+        raise ValueError(
+            f"cell {cell}, line {inner + 1}: a {{{nested}}} directive is opened inside the "
+            f"{{{name}}} directive of line {first + 1}, which is fenced with backticks or "
+            f"tildes, where the tools would overlook it; open the {{{nested}}} outside the "
+            f"{{{name}}}, or fence the {{{name}}} with colons (':::{{{name}}}')"
+        )
 
 
 def _dedent(line: str, indent: int) -> str:
@@ -262,8 +316,9 @@ def directive_blocks(source: str, cell: int = 0) -> list[Block]:
     """Every exercise and solution directive of one markdown text, in order.
 
     Lines of a fenced code block (an example of how to write an exercise, say) are
-    code, not directives. An exercise or solution opened inside the body of another
-    is refused, not skipped.
+    code, not directives. An exercise or solution opened inside the body of another,
+    or of a directive fenced with backticks or tildes whose body is markdown (a
+    ```` ```{note} ````), is refused, not skipped.
 
     Args:
         source: a markdown cell's source or a markdown page.
@@ -271,7 +326,8 @@ def directive_blocks(source: str, cell: int = 0) -> list[Block]:
 
     Raises:
         ValueError: a directive is never closed, is fenced with backticks or
-            tildes, is opened inside another, or follows a code block that is never
+            tildes, is opened inside another or inside a backtick- or tilde-fenced
+            directive with a markdown body, or follows a code block that is never
             closed.
     """
     return _read(source, cell)[0]
@@ -288,7 +344,8 @@ def code_blocks(source: str, cell: int = 0) -> list[tuple[int, int]]:
     indentation). A tool that reads the same markdown skips these lines as the
     parser does: a ``{solution}`` shown in a ``markdown`` code block is an
     example, not a solution. A backtick or tilde fence that opens a MyST directive
-    (a ``{figure}``, say) is a code block here too, as it is to the parser.
+    (a ``{figure}``, say) is a code block here too, as it is to the parser (which
+    refuses an exercise or solution in its body unless the body is literal text).
 
     Args and errors are those of ``directive_blocks``.
     """
