@@ -7,11 +7,12 @@ Usage:
     python -m tools.exercise_inventory --check          # change nothing; exit 1 if it is out of date
     python -m tools.exercise_inventory --measure [NB..] # time chapters in a fresh kernel, then --write
 
-What it reads, for each `chapters/NN_*.ipynb`: the title (the first `# ` heading), the
-bullets of the `Learning objectives` admonition, the size of the prose and code, and every
-`{exercise}` directive (as `tools.notebooks` parses it): its label, its title, its difficulty
-(`(easy)`, `(medium)` or `(harder)` at the end of the title) and its kind. What the notebooks
-do not say (prerequisites, assignment sets) comes from the course registry, `course.yml`.
+What it reads, for each `chapters/NN_*.ipynb`: the title (the first `# ` heading outside code
+blocks), the bullets of the `Learning objectives` admonition (that title exactly), the size of
+the prose and code, and every `{exercise}` directive (as `tools.notebooks` parses it): its
+label, its title, its difficulty (`(easy)`, `(medium)` or `(harder)` at the end of the title)
+and its kind. What the notebooks do not say (prerequisites, assignment sets) comes from the
+course registry, `course.yml`.
 
 The kind of an exercise, the convention of the book:
 
@@ -48,8 +49,6 @@ chapters from another folder. `tests/book/test_instructor_guide.py` calls `find_
 from __future__ import annotations
 
 import argparse
-import bisect
-import itertools
 import json
 import os
 import platform
@@ -130,20 +129,83 @@ class Chapter:
 
 
 _DIFFICULTY = re.compile(r"\s*\((easy|medium|harder)\)\s*$")
-_OBJECTIVES = re.compile(
-    r"^(:{3,}|`{3,})\{admonition\}\s+Learning objectives\s*\n(.*?)^\1\s*$", re.M | re.S
-)
+# The opening line of an admonition, e.g. ":::{admonition} Learning objectives": its fence and
+# its title, on that line only.
+_ADMONITION = re.compile(r"^(?P<fence>:{3,}|`{3,})\{admonition\}(?:[ \t]+(?P<title>.*?))?[ \t]*$")
+# A level-1 heading (CommonMark's ATX heading: up to three spaces, "#", a space or tab, the
+# text, an optional closing run of "#").
+_TITLE = re.compile(r"^ {0,3}#[ \t]+(?P<title>.*?)(?:[ \t]+#+)?[ \t]*$")
+OBJECTIVES_TITLE = "Learning objectives"
 
 
-def _objectives(markdown: str) -> list[str]:
-    """The bullets of the chapter's `Learning objectives` admonition, each on one line."""
-    match = _OBJECTIVES.search(markdown)
-    if not match:
-        return []
-    bullets: list[str] = []
-    for line in match[2].splitlines():
-        if OPTION_LINE.match(line):
+@dataclass(frozen=True)
+class _Admonition:
+    title: str
+    options: dict[str, str]
+    first: int  # line of the opening fence (from 0)
+    end: int  # line of the closing fence, or the number of lines if it is never closed
+    body: list[str]  # the lines after the options
+
+
+def _admonitions(text: str) -> list[_Admonition]:
+    """The admonitions of a markdown text outside its code blocks, as the directive parser
+    reads the code blocks (`code_blocks`: an example of how to write one is code), in order.
+
+    One fenced with colons closes, as MyST's colon fence does, at the first line made only
+    of colons, at least as many as its opening fence; one fenced with backticks where its
+    code block ends (CommonMark). One never closed runs to the end of the text. An
+    admonition inside the body of another is part of that body, not read on its own.
+    """
+    lines = text.splitlines()
+    blocks = dict(code_blocks(text))  # opening fence -> closing fence
+    code = {i for first, last in blocks.items() for i in range(first + 1, last)}
+    found, i = [], 0
+    while i < len(lines):
+        match = _ADMONITION.match(lines[i])
+        if i in code or not match:
+            i += 1
             continue
+        fence = match["fence"]
+        options, j = {}, i + 1
+        while j < len(lines) and (option := OPTION_LINE.match(lines[j])):
+            options[option["key"]] = option["value"]
+            j += 1
+        if fence[0] == "`":
+            end = blocks[i]
+        else:
+            closing = re.compile(rf"[ \t]*:{{{len(fence)},}}[ \t]*")
+            end = next((k for k in range(j, len(lines)) if closing.fullmatch(lines[k])), len(lines))
+        found.append(_Admonition(match["title"] or "", options, i, end, lines[j:end]))
+        i = end + 1
+    return found
+
+
+def _title(cells: list[str]) -> str:
+    """The text of the first level-1 heading of the markdown cells, outside code blocks;
+    '' if there is none."""
+    for source in cells:
+        lines = source.splitlines()
+        code = {i for first, last in code_blocks(source) for i in range(first, last + 1)}
+        for i, line in enumerate(lines):
+            if i not in code and (match := _TITLE.match(line)) and match["title"]:
+                return match["title"]
+    return ""
+
+
+def _objectives(cells: list[str]) -> list[str]:
+    """The bullets of the chapter's `Learning objectives` admonition (the first admonition
+    with that title exactly, in the markdown cells `cells`), each on one line."""
+    admonition = next(
+        (
+            admonition
+            for source in cells
+            for admonition in _admonitions(source)
+            if admonition.title == OBJECTIVES_TITLE
+        ),
+        None,
+    )
+    bullets: list[str] = []
+    for line in admonition.body if admonition else []:
         if line.startswith("- "):
             bullets.append(line[2:].strip())
         elif bullets and line.strip():
@@ -156,38 +218,21 @@ def _prose_words(source: str) -> int:
     return len(re.findall(r"\S+", strip_solutions(source)[0]))
 
 
-# A collapsed admonition (`:class: dropdown`, the book's "Going deeper" blocks): its fence,
-# title line, options, body and closing fence. One whose first line is in a code block (an
-# example of how to write one) is code, shown open.
-_COLLAPSED = re.compile(
-    r"^(?P<fence>:{3,}|`{3,})\{admonition\}[^\n]*\n(?P<options>(?:[ \t]*:[\w-]+:[^\n]*\n)*)"
-    r"(?P<body>.*?)^(?P=fence)[ \t]*$",
-    re.M | re.S,
-)
-
-
 def _first_reading_words(source: str) -> int:
     """Words of a markdown cell that a first reading meets: no solutions, no collapsed blocks.
 
-    The lines of a code block, as the directive parser reads them (`code_blocks`), are
-    code that the page shows, even a collapsed block written in one.
+    A collapsed block is an admonition with the class `dropdown` (the book's "Going deeper"
+    blocks): its fence, title, options, body and closing fence are left out. One in a code
+    block, as the directive parser reads them (`code_blocks`), is code that the page shows.
     """
-    text = strip_solutions(source)[0]
-    ends = list(itertools.accumulate(map(len, text.splitlines(keepends=True))))
-    code = {i for first, last in code_blocks(text) for i in range(first + 1, last)}
-    shown, start = [], 0
-    while match := _COLLAPSED.search(text, start):
-        line = bisect.bisect_right(ends, match.start())
-        if line in code:  # look again from the next line
-            shown.append(text[start : ends[line]])
-            start = ends[line]
-            continue
-        shown.append(text[start : match.start()])
-        if not re.search(r":class:[^\n]*\bdropdown\b", match["options"]):
-            shown.append(match[0])
-        start = match.end()
-    shown.append(text[start:])
-    return len(re.findall(r"\S+", " ".join(shown)))
+    lines = strip_solutions(source)[0].splitlines()
+    hidden = {
+        i
+        for admonition in _admonitions("\n".join(lines))
+        if "dropdown" in admonition.options.get("class", "").split()
+        for i in range(admonition.first, admonition.end + 1)
+    }
+    return sum(len(re.findall(r"\S+", line)) for i, line in enumerate(lines) if i not in hidden)
 
 
 # Cells the book does not show open: removed (the Colab cell, the checks cells that assert
@@ -203,11 +248,10 @@ def _tags(cell: dict) -> set[str]:
 def read_chapter(path: Path) -> Chapter:
     """Parse one chapter notebook into a `Chapter` (problems are collected, not raised)."""
     nb = nbformat.read(path, as_version=4)
-    markdown = "\n\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
-    title = next((m[1].strip() for m in re.finditer(r"^# (.+)$", markdown, re.M)), path.stem)
+    markdown = [c.source for c in nb.cells if c.cell_type == "markdown"]
     chapter = Chapter(
         stem=path.stem,
-        title=title,
+        title=_title(markdown) or path.stem,
         objectives=_objectives(markdown),
         prose_words=sum(_prose_words(c.source) for c in nb.cells if c.cell_type == "markdown"),
         code_cells=sum(

@@ -253,6 +253,37 @@ def test_a_first_reading_skips_collapsed_blocks_but_not_one_shown_as_code() -> N
     assert inventory._first_reading_words(text) == len(opening.split()) + 2
 
 
+def test_objectives_are_the_bullets_of_the_admonition_with_that_title_exactly() -> None:
+    cells = [
+        "```{admonition}\nLearning objectives\n- no title: its body's first line\n```",
+        ":::{admonition} Learning objectives of the last chapter\n- another title\n:::",
+        "Write it so:\n````markdown\n:::{admonition} Learning objectives\n- an example\n:::\n````",
+        ":::{admonition} Learning objectives\n:class: tip\n- the first\n  on two lines\n- two\n"
+        "::::\nAfter it: a longer fence closes it, as in MyST.\n:::",
+    ]
+    assert inventory._objectives(cells) == ["the first on two lines", "two"]
+    assert inventory._objectives(cells[:3]) == []
+
+
+def test_the_title_is_the_first_level_one_heading_outside_code() -> None:
+    cells = [
+        "Colab.\n```python\n# a comment\n```",
+        "## Not it\n#No space\n  # The title #\n# Later",
+    ]
+    assert inventory._title(cells) == "The title"
+    assert inventory._title(cells[:1]) == ""
+
+
+def test_a_block_is_collapsed_by_the_class_dropdown_and_ends_at_a_fence_as_long() -> None:
+    shown = ":::{admonition} Aside\n:class: no-dropdown tip\nthree shown words\n:::"
+    assert inventory._first_reading_words(shown) == len(shown.split())
+    hidden = ":::{admonition} Going deeper\n:class: tip dropdown\nhidden words\n::::"
+    assert inventory._first_reading_words(f"{hidden}\nShown after.\n\n:::{{note}}\n:::") == 4
+    # fenced with backticks: its code block's end, not a line of colons in its body, ends it
+    ticks = "````{admonition} Deeper\n:class: dropdown\n:::\n:::{note}\nhidden\n:::\n````"
+    assert inventory._first_reading_words(f"{ticks}\nShown.") == 1
+
+
 def test_chapter_text_is_relinked_for_the_guide() -> None:
     # The guide sits at the book's root and has no bibliography of its own.
     text = inventory._relink(
