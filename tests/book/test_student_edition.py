@@ -55,18 +55,17 @@ def _text(nb: nbformat.NotebookNode) -> str:
 
 
 def _pieces(solution: str) -> set[str]:
-    """The code lines and prose sentences of one solution block, whitespace squashed."""
+    """The lines and the sentences of one solution block's body, whitespace squashed.
+
+    No fence is read: each piece is a piece of the solution's text, however its code is
+    fenced (backticks, tildes, in a list item, indented), so none can be missed by reading a
+    fence wrongly. Which lines are code is the parser's reading (`code_blocks`), which the
+    tool's own leak check uses; this test's check stays independent of it.
+    """
     body = solution.splitlines()[1:-1]  # without the opening and closing fences
-    code, prose, in_code = [], [], False
-    for line in body:
-        if line.lstrip().startswith("```"):
-            in_code = not in_code
-        elif in_code:
-            code.append(" ".join(line.split()))
-        elif not line.startswith(":class:"):
-            prose.append(line)
-    sentences = re.split(r"(?<=[.!?;:])\s+", " ".join(" ".join(prose).split()))
-    return {piece for piece in code + sentences if len(piece) >= MIN_CHARS}
+    lines = [" ".join(line.split()) for line in body]
+    sentences = re.split(r"(?<=[.!?;:])\s+", " ".join(" ".join(body).split()))
+    return {piece for piece in lines + sentences if len(piece) >= MIN_CHARS}
 
 
 def _solution_only_pieces(source: nbformat.NotebookNode) -> set[str]:
@@ -511,6 +510,27 @@ def test_the_leak_check_reads_code_as_the_parser_does(cells: list[tuple[str, str
     assert make_student.notebook_leaks(source, student) == []
     student.cells[1].outputs.append(nbformat.v4.new_output("stream", text=f"{SECRET}\n"))
     assert make_student.notebook_leaks(source, student) == [SECRET]
+
+
+@pytest.mark.parametrize(
+    "fenced",
+    [
+        "~~~python\n{line}\n~~~",
+        "Like so:\n\n    {line}\n\nDone.",  # an indented code block
+        '````python\ntext = """\n```\n"""\n{line}\n````',  # a shorter fence in the code
+    ],
+    ids=["tildes", "indented", "backticks-in-code"],
+)
+def test_this_tests_leak_check_finds_a_line_of_a_solution_however_it_is_fenced(
+    fenced: str,
+) -> None:
+    line = "return torch.stack([a, b]).sum(dim=0)  # the sum, stacked"
+    solution = f"::::{{solution}} ex-add\n:class: dropdown\n{fenced.format(line=line)}\n::::"
+    source = _notebook(("markdown", EXERCISE_TEXT), STUB_CELL, ("markdown", solution))
+    student = make_student.student_notebook(source)
+    assert _leaked(source, student) == []
+    student.cells[1].outputs.append(nbformat.v4.new_output("stream", text=f"{line}\n"))
+    assert _leaked(source, student) == [" ".join(line.split())]
 
 
 def test_the_leak_check_reads_a_code_cells_comment_and_metadata() -> None:
