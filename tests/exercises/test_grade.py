@@ -1399,6 +1399,95 @@ def test_a_run_that_left_no_notebook_is_told_how_its_sandbox_ended(
     assert unknown == "the notebook run did not finish (a limit of time or memory, or a crash)"
 
 
+# A cell that ends the kernel's process, in three ways: os._exit, a crash (reading address
+# 0), and running out of memory inside a library (OpenBLAS gives up and ends the process
+# when it finds no memory left for its buffers), each as cell 3 of the notebook run.
+_FILL_THEN_MULTIPLY = (
+    "import numpy as np\n\n\ndef fill_then_multiply():\n"
+    "    x, z = np.ones((1000, 1000)), np.empty((1000, 1000))\n    hog = []\n"
+    "    for size in (2**24, 2**20):\n        try:\n            while True:\n"
+    "                hog.append(bytearray(size))\n        except MemoryError:\n"
+    "            pass\n    np.matmul(x, x, out=z)"
+)
+_KERNEL_KILLERS = {
+    "exit": (["x = 1", "import os\nos._exit(3)"], 6, "its process ended with exit code 3"),
+    "crash": (["x = 1", "import ctypes\nctypes.string_at(0)"], 6, "by signal 11 (SIGSEGV)"),
+    # where and how the library meets the limit varies: the limit is what is sure to be named
+    "memory": ([_FILL_THEN_MULTIPLY, "fill_then_multiply()"], 2, "the memory limit is 2 GiB"),
+}
+
+
+@needs_bwrap
+@pytest.mark.parametrize("cause", sorted(_KERNEL_KILLERS))
+def test_a_kernel_that_dies_is_told_with_its_cell_and_how_it_ended(
+    tmp_path: Path, cause: str
+) -> None:
+    """The run's message named nbclient's "DeadKernelError: Kernel died" and nothing else: it
+    now says which cell was running and how the kernel's process ended."""
+    cells, gib, words = _KERNEL_KILLERS[cause]
+    _mini(tmp_path / "submission.ipynb", *cells, "y = 2")
+    (tmp_path / "settings.json").write_text(json.dumps({"cell_timeout": 30}))
+    limits = sandbox.Limits(wall_s=120.0, memory_bytes=gib * 2**30)
+    result = sandbox.run_sandboxed("execute", tmp_path, limits)
+    run = grade._read_run(tmp_path, result, limits, 30.0)
+    assert run.stopped.startswith("the kernel died while cell 3 ran: its process ended "), run
+    assert words in run.stopped, run.stopped
+    assert "DeadKernelError" not in run.summary()
+
+
+@pytest.mark.parametrize(
+    ("died", "log", "words"),
+    [
+        (
+            {"cell": 4, "returncode": -9},
+            "",
+            "the kernel died while cell 5 ran: its process ended by signal 9 (SIGKILL): from the "
+            "system, e.g. when memory runs out (the memory limit is 2 GiB of address space per "
+            "process, --memory), or from a cell",
+        ),
+        (
+            {"cell": 2, "returncode": -6},
+            "first\nterminate called after throwing an instance of 'std::bad_alloc'\nlast\n",
+            "the kernel died while cell 3 ran: its process ended by signal 6 (SIGABRT) after "
+            "memory ran out (the memory limit is 2 GiB of address space per process, --memory): "
+            "look for a tensor too large, or grade again with a larger --memory (its log says: "
+            "terminate called after throwing an instance of 'std::bad_alloc')",
+        ),
+        (
+            {"cell": 1, "returncode": 0},
+            "",
+            "the kernel died while cell 2 ran: its process ended with exit code 0 (os._exit, or "
+            "a library that ends the process, e.g. when memory runs out: the memory limit is",
+        ),
+        ({"cell": 0, "returncode": -25}, "", "(SIGXFSZ): the file-size limit of 256 MiB"),
+        (
+            {"cell": None, "returncode": -11},
+            "",
+            "the kernel died before any cell ran: its process ended by signal 11 (SIGSEGV), a "
+            "crash, often a library that could not allocate memory (the memory limit is 2 GiB",
+        ),
+        (  # the executed notebook is the submission's to forge: only numbers are read
+            {"cell": "3; see grades.json", "returncode": "0 (all passed)"},
+            "",
+            "the kernel died before any cell ran: how its process ended is not known (the "
+            "memory limit is 2 GiB",
+        ),
+    ],
+)
+def test_how_the_kernel_died_is_told_from_the_runs_account(
+    tmp_path: Path, died: dict, log: str, words: str
+) -> None:
+    """The causes no cheap sandboxed run shows, from the account the run leaves in the
+    executed notebook (the cell it was running, the kernel's exit status) and its log."""
+    nb = new_notebook(cells=[new_code_cell("x = 1")])
+    nb.metadata["attnbook_run"] = {"stopped": "DeadKernelError: Kernel died", "kernel_died": died}
+    nbformat.write(nb, tmp_path / "executed.ipynb")
+    result = sandbox.SandboxResult(0, 1.0, log)
+    run = grade._read_run(tmp_path, result, sandbox.Limits(memory_bytes=2 * 2**30), 30.0)
+    assert words in run.stopped, run.stopped
+    assert "DeadKernelError" not in run.stopped
+
+
 def test_the_grader_tells_the_run_how_its_sandbox_ended(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

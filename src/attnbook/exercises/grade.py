@@ -797,6 +797,53 @@ def _unfinished_run(
     return f"{whole}: it ended with exit status 0 but left no executed notebook{last}"
 
 
+def _dead_kernel(
+    died: dict[str, Any],
+    result: sandbox.SandboxResult | None = None,
+    limits: sandbox.Limits | None = None,
+) -> str:
+    """Why the notebook run stopped when its kernel died, in plain words: the cell it was
+    running and how its process ended (``died``, from the executed notebook: untrusted,
+    so only its numbers are used), with the memory limit, and the run's log where it says
+    that memory ran out."""
+
+    def number(value: object) -> int | None:
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    cell, code = number(died.get("cell")), number(died.get("returncode"))
+    where = (
+        f"while cell {cell + 1} ran" if cell is not None and cell >= 0 else "before any cell ran"
+    )
+    if code is None:
+        ended = "how its process ended is not known"
+    elif code < 0:
+        ended = f"its process ended by {_signal_name(-code)}"
+    else:
+        ended = f"its process ended with exit code {code}"
+    limit = _memory_limit(limits) if limits is not None else "the memory limit is --memory"
+    # the kernel's stderr is the run's log: the C library's, OpenBLAS's or torch's words
+    said = [line.strip() for line in (result.log if result else "").splitlines()]
+    said = [line[:200] for line in said if _speaks_of_memory(line)]
+    if said:
+        why = (
+            f" after memory ran out ({limit}): look for a tensor too large, or grade again with "
+            f"a larger --memory (its log says: {said[-1]})"
+        )
+    elif code is not None and -code == signal.SIGKILL:  # who sent it cannot be told
+        why = f": from the system, e.g. when memory runs out ({limit}), or from a cell"
+    elif code is not None and -code in (signal.SIGABRT, signal.SIGBUS, signal.SIGSEGV):
+        why = f", a crash, often a library that could not allocate memory ({limit})"
+    elif code is not None and -code == signal.SIGXCPU:
+        why = ": the CPU-time limit"
+    elif code is not None and -code == signal.SIGXFSZ and limits is not None:
+        why = f": the file-size limit of {_size(limits.file_bytes)}"
+    elif code is not None and code >= 0:
+        why = f" (os._exit, or a library that ends the process, e.g. when memory runs out: {limit})"
+    else:
+        why = f" ({limit})"
+    return f"the kernel died {where}: {ended}{why}"
+
+
 def _read_run(
     folder: Path,
     result: sandbox.SandboxResult | None = None,
@@ -824,8 +871,11 @@ def _read_run(
             for output in cell.get("outputs", []) if cell.cell_type == "code" else []:
                 if output.get("output_type") == "error":
                     errors[index] = str(output.get("ename", "Error"))[:60]
-        stopped = str(nb.metadata.get("attnbook_run", {}).get("stopped", ""))[:200]
-        return NotebookRun(errors, stopped)
+        account = nb.metadata.get("attnbook_run", {})
+        died = account.get("kernel_died")
+        if isinstance(died, dict):
+            return NotebookRun(errors, _dead_kernel(died, result, limits))
+        return NotebookRun(errors, str(account.get("stopped", ""))[:200])
     except Exception:
         return NotebookRun({}, "the executed notebook cannot be read")
 

@@ -7,7 +7,9 @@ private folder that holds a fresh copy of the submission and nothing else:
 1. ``execute``: runs the notebook top to bottom in a fresh Jupyter kernel, as
    "Restart and run all" would (every cell, a time limit per cell), and writes
    the executed notebook back into the private folder. The grader reads only
-   which cells raised, for its messages: nothing in it decides a grade.
+   which cells raised and why the run stopped early (for a kernel that died:
+   the cell it was running and how its process ended, its exit code or
+   signal), for its messages: nothing in it decides a grade.
 2. ``evaluate``: for each exercise, in a child process of its own (``fork``),
    replaces ``sys.setprofile`` and ``sys.settrace`` by *tripwires* (functions
    that record that they were called and raise: the checkers' guards watch
@@ -331,6 +333,7 @@ def _execute(folder: Path, timeout: float) -> None:
     import nbformat
     from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
     from jupyter_client.manager import AsyncKernelManager
+    from nbclient.exceptions import DeadKernelError
 
     from attnbook.exercises import notebooks
 
@@ -352,12 +355,19 @@ def _execute(folder: Path, timeout: float) -> None:
         interrupt_on_timeout=True,
         client_class=_client_class(),
     )
-    stopped = ""
+    run: dict[str, Any] = {"stopped": ""}
     try:
         client.execute(cleanup_kc=True, env=dict(os.environ))
     except Exception as exc:  # a dead kernel, a cell that ignored the interrupt
-        stopped = f"{type(exc).__name__}: {str(exc)[:300]}"
-    nb.metadata["attnbook_run"] = {"stopped": stopped}
+        run["stopped"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+        before = client.running_cell is None and "Kernel died" in str(exc)  # jupyter_client's
+        if isinstance(exc, DeadKernelError) or before:
+            # which cell was running (None: none yet) and how the kernel's process ended
+            # (None: not known), for the grader to say in words of its own
+            kernel = client.kernel_process
+            code = kernel.poll() if kernel is not None else None
+            run["kernel_died"] = {"cell": client.running_cell, "returncode": code}
+    nb.metadata["attnbook_run"] = run
     nbformat.write(nb, folder / "executed.ipynb")
 
 
@@ -369,6 +379,10 @@ def _client_class() -> type:
     ``sum(range(10**15))``) then held the run until the whole run's limit, the timeout
     times the number of cells. Here its second timeout raises ``CellTimeoutError``: the run
     stops there (the grades come from the source, not from the run).
+
+    It also keeps what explains a kernel that died: the index of the cell it ran last
+    (``running_cell``) and the kernel's process (``kernel_process``, whose exit status
+    nbclient's ``DeadKernelError`` does not tell).
     """
     from nbclient import NotebookClient
     from nbclient.exceptions import CellTimeoutError
@@ -377,6 +391,19 @@ def _client_class() -> type:
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             self.interrupted_cells: set[int] = set()
+            self.running_cell: int | None = None  # the index of the cell run last
+            self.kernel_process: subprocess.Popen | None = None  # kept past its clean-up
+
+        async def async_start_new_kernel(self, **kwargs: Any) -> None:
+            await super().async_start_new_kernel(**kwargs)
+            provisioner = getattr(self.km, "provisioner", None)
+            self.kernel_process = getattr(provisioner, "process", None)
+
+        async def async_execute_cell(
+            self, cell: Any, cell_index: int, *args: Any, **kw: Any
+        ) -> Any:
+            self.running_cell = cell_index
+            return await super().async_execute_cell(cell, cell_index, *args, **kw)
 
         async def _async_handle_timeout(self, timeout: int, cell: Any = None) -> Any:
             if id(cell) in self.interrupted_cells:
