@@ -774,6 +774,51 @@ def _one_case(name: str) -> _framework.CheckSpec:
     return dataclasses.replace(spec, cases=spec.cases[:1])
 
 
+_LEFTOVER = _FORGE + (  # a process that outlives the answer and writes one file, on and on
+    "import os\n"
+    "def forge_ended():\n"
+    "    with open('out/ended.json', 'w') as f:\n"
+    "        json.dump({'softmax_temperature': {'how': 'exit', 'code': 0, 'error': 'forged'}}, f)\n"
+    "def leftover(work):\n"
+    "    if os.fork() == 0:\n"
+    "        while True:\n"
+    "            work()\n"
+)
+
+
+@needs_bwrap
+def test_a_process_that_an_answer_started_cannot_write_over_the_records(tmp_path: Path) -> None:
+    """An answer (through a route the static check misses) starts a process that outlives it
+    and rewrites a record the grader reads, on and on: the right results of a wrong softmax
+    (it passed), and how softmax_temperature's process ended, which sets its message. The
+    evaluation ends every such process before it, or the answer's own, writes a record."""
+    wrong = "def answer(x):\n    leftover(forge)\n    return np.zeros_like(x)\n"
+    exits = "def answer(x, t):\n    leftover(forge_ended)\n    os._exit(5)\n"
+    one = {"softmax": (np.ones(3),), "softmax_temperature": (np.ones(3), 1.0)}
+    programs = {"softmax": wrong, "softmax_temperature": exits}
+    jobs = [
+        {
+            "exercise": name,
+            "program": _LEFTOVER + programs[name] + "__attnbook_answer__ = answer\n",
+            "args": [args],
+            "seeds": [0],
+        }
+        for name, args in one.items()
+    ]
+    (tmp_path / "eval").mkdir()
+    evaluation = grade._evaluate(jobs, tmp_path / "eval", grade.Settings(exercise_timeout=20.0))
+    said = {
+        job["exercise"]: grade._judge(
+            job["exercise"], _one_case(job["exercise"]), job["args"], tmp_path / "eval", evaluation
+        )
+        for job in jobs
+    }
+    assert said["softmax"][0] == "failed", said  # its own results: zeros
+    status, message = said["softmax_temperature"]
+    assert status == "error"
+    assert "its process ended with exit code 5 before its results were written" in message
+
+
 @needs_bwrap
 def test_an_answer_without_a_result_is_told_which_limit_ended_it(tmp_path: Path) -> None:
     """One evaluation, as the grader runs it but without the static check (which refuses

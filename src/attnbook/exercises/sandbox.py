@@ -25,8 +25,12 @@ private folder that holds a fresh copy of the submission and nothing else:
    ``allow_pickle=False``) and a small JSON file. Only the files of a child
    that finished, for its own exercise, are kept; ``ended.json`` says how
    each child ended (finished, stopped at the time limit, its exit code or
-   signal), for the grader's messages. The grader compares the results
-   with the package's reference itself.
+   signal), for the grader's messages. No process that an answer started
+   outlives it to write over these files: each child ends every such process
+   before it writes its results, and the evaluation after each child, before
+   it reads them (the supervising process outside the sandbox sees only how
+   the whole sandbox ended, so it cannot write these records itself). The
+   grader compares the results with the package's reference itself.
 
 The sandbox is bubblewrap (``bwrap``, Debian package ``bubblewrap``):
 
@@ -503,8 +507,46 @@ def _install_tripwires(exercise: str, tripped: list[str]) -> None:
     threading.Thread.start = _tripwire("threading.Thread.start", tripped)  # type: ignore[method-assign]
 
 
-def _evaluate_one(folder: Path, job: dict) -> None:
-    """In a forked child: run one exercise's program and cases, write its results."""
+def _running_processes() -> list[int]:
+    """The processes that ``/proc`` lists (inside the sandbox: its own), less the zombies."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError, IndexError):  # ended meanwhile
+                state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
+                if state not in ("Z", "X"):
+                    found.append(int(entry))
+    return found
+
+
+def _end_other_processes(keep: set[int], wait_s: float = 10.0) -> None:
+    """Kill every process of the sandbox but its first (bubblewrap's, pid 1) and ``keep``, and
+    wait until none of them runs: none can then write a file. Only inside the sandbox, whose
+    PID namespace holds nothing else.
+
+    A process that an answer started outlives the answer's own: it could write the
+    answer's results after they were written, or ``ended.json`` after the evaluation wrote
+    it, and the grader would read its files (a wrong answer that passes, a message of its
+    choosing). The supervising process outside the sandbox cannot write those records: it
+    sees only how the whole sandbox ended, not each exercise's child.
+
+    Raises:
+        RuntimeError: one still runs after ``wait_s`` seconds (the evaluation then fails,
+            and the grader keeps no result).
+    """
+    deadline = time.monotonic() + wait_s
+    while others := [pid for pid in _running_processes() if pid != 1 and pid not in keep]:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{len(others)} process(es) an answer started did not end")
+        for pid in others:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.01)
+
+
+def _evaluate_one(folder: Path, job: dict, alone: bool = False) -> None:
+    """In a forked child: run one exercise's program and cases, write its results; with
+    ``alone`` (in the sandbox), after ending every process the answer started."""
     import numpy as np
 
     import attnbook.exercises as checkers
@@ -515,6 +557,8 @@ def _evaluate_one(folder: Path, job: dict) -> None:
     arrays: dict[str, Any] = {}
 
     def write() -> None:
+        if alone:  # no process of the answer's is left to write over what this writes
+            _end_other_processes({os.getpid(), os.getppid()})
         np.savez(folder / "out" / f"{name}.npz", **arrays)
         (folder / "out" / f"{name}.json").write_text(json.dumps(report), encoding="utf-8")
 
@@ -570,7 +614,10 @@ def _evaluate(folder: Path, timeout: float) -> None:
     # Each child's two files, read as soon as it ended well. A child can write any file of
     # out/: another exercise's results, or its own before it hangs or crashes. So only what a
     # child that finished wrote for its own exercise is kept, and written back at the end,
-    # when no child is left.
+    # when no child is left. In the sandbox, no process that an answer started is left
+    # either: each child ends them before it writes its results, and this process after
+    # each child, before it reads them (a child stopped at the time limit ends none).
+    alone = str(folder) == INSIDE  # in the sandbox: without it, the others are the machine's
     kept: dict[str, bytes] = {}
     ended: dict[str, dict[str, Any]] = {}
     for job in jobs:
@@ -582,7 +629,7 @@ def _evaluate(folder: Path, timeout: float) -> None:
             os.close(reader)
             code = 0
             try:
-                _evaluate_one(folder, job)
+                _evaluate_one(folder, job, alone)
             except BaseException as exc:
                 code = 1
                 with contextlib.suppress(BaseException):
@@ -600,6 +647,8 @@ def _evaluate(folder: Path, timeout: float) -> None:
                 status = -1
             else:
                 time.sleep(0.02)
+        if alone:
+            _end_other_processes({os.getpid()})
         os.set_blocking(reader, False)
         try:
             error = os.read(reader, 400).decode("utf-8", errors="replace")
