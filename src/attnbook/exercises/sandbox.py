@@ -519,6 +519,16 @@ def _running_processes() -> list[int]:
     return found
 
 
+def _in_bubblewraps_pid_namespace() -> bool:
+    """Whether this process runs in a PID namespace of bubblewrap's own, where bubblewrap is
+    process 1 (outside one, process 1 is the machine's init): only there may
+    :func:`_end_other_processes` run, since every other process there is the sandbox's."""
+    try:
+        return Path("/proc/1/comm").read_text().strip() == "bwrap"
+    except OSError:
+        return False
+
+
 def _end_other_processes(keep: set[int], wait_s: float = 10.0) -> None:
     """Kill every process of the sandbox but its first (bubblewrap's, pid 1) and ``keep``, and
     wait until none of them runs: none can then write a file. Only inside the sandbox, whose
@@ -617,7 +627,8 @@ def _evaluate(folder: Path, timeout: float) -> None:
     # when no child is left. In the sandbox, no process that an answer started is left
     # either: each child ends them before it writes its results, and this process after
     # each child, before it reads them (a child stopped at the time limit ends none).
-    alone = str(folder) == INSIDE  # in the sandbox: without it, the others are the machine's
+    # In the sandbox only: without it, the other processes are the machine's.
+    alone = str(folder) == INSIDE and _in_bubblewraps_pid_namespace()
     kept: dict[str, bytes] = {}
     ended: dict[str, dict[str, Any]] = {}
     for job in jobs:
