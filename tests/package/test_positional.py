@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,9 +14,12 @@ from torch.overrides import TorchFunctionMode
 from attnbook import (
     GPT,
     GPTConfig,
+    TrainConfig,
     alibi_bias,
     alibi_slopes,
     apply_rope,
+    load_checkpoint,
+    save_checkpoint,
     set_seed,
     sinusoidal_positional_encoding,
 )
@@ -28,6 +32,7 @@ from attnbook.positional import (
     SinusoidalPositions,
     position_index,
 )
+from attnbook.training import make_optimizer
 
 # ------------------------------------------------------------- sinusoidal
 
@@ -378,6 +383,49 @@ def test_a_new_encoding_is_one_class_and_one_table_entry(monkeypatch: pytest.Mon
         GPTConfig(
             vocab_size=11, context_length=8, d_model=16, n_heads=2, n_layers=1, positional="none"
         )
+
+
+class _OffsetPositions(PositionalEncoding):
+    """A toy encoding with parameters: a plain (T_max, D) table and a (D,) offset, both added."""
+
+    def __init__(self, context_length: int, d_model: int) -> None:
+        super().__init__()
+        self.table = torch.nn.Parameter(torch.zeros(context_length, d_model))  # not an Embedding
+        self.offset_bias = torch.nn.Parameter(torch.ones(d_model))  # "bias" is a hook
+
+    @classmethod
+    def from_config(cls, config: GPTConfig) -> _OffsetPositions:
+        return cls(config.context_length, config.d_model)
+
+    def embed(self, x: torch.Tensor, start: int | torch.Tensor) -> torch.Tensor:
+        index = position_index(start, x.shape[1], context_length=self.table.shape[0])
+        return x + self.table[index] + self.offset_bias  # (B, T, D) + ([B,] T, D) + (D,)
+
+
+def test_a_new_encodings_parameters_are_treated_as_the_models_others(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """What CONTRIBUTING.md promises a registered encoding's parameters: GPT-2's initialisation,
+    saved as pos_emb.*, weight decay on a 2-D one, left out of the count without embeddings."""
+    monkeypatch.setitem(POSITIONAL_ENCODINGS, "offset", _OffsetPositions)
+    config = GPTConfig(
+        vocab_size=11, context_length=8, d_model=16, n_heads=2, n_layers=1, positional="offset"
+    )
+    set_seed(0)
+    model = GPT(config)
+    table, bias = model.pos_emb.table, model.pos_emb.offset_bias
+    assert 0.015 < table.std().item() < 0.025  # N(0, 0.02), not the zeros it was built with
+    assert torch.equal(bias, torch.zeros(16))  # a name ending in "bias": zeros, not ones
+    assert {"pos_emb.table", "pos_emb.offset_bias"} <= set(model.state_dict())
+    decay, rest = make_optimizer(model, TrainConfig()).param_groups
+    assert any(p is table for p in decay["params"])
+    assert any(p is bias for p in rest["params"])
+    own = 8 * 16 + 16  # table and bias
+    assert model.num_parameters(include_embeddings=False) == model.num_parameters() - 11 * 16 - own
+    save_checkpoint(tmp_path / "ckpt", model)
+    loaded = load_checkpoint(tmp_path / "ckpt")
+    assert isinstance(loaded.pos_emb, _OffsetPositions)
+    torch.testing.assert_close(loaded.pos_emb.table, table.detach(), rtol=0, atol=0)
 
 
 def test_rotary_positions_rotate_as_apply_rope_and_check_their_base_once() -> None:
