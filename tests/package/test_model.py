@@ -18,15 +18,23 @@ from torch import nn
 import attnbook
 from attnbook import GPT, EncoderDecoder, EncoderDecoderConfig, GPTConfig
 
-MODES = ["learned", "sinusoidal", "rope", "alibi"]
+# The parameters each positional encoding adds to a GPT of context length c and width d (the
+# parameter formula's one term per encoding): a new encoding is one entry here.
+POSITION_PARAMETERS = {
+    "learned": lambda c, d: c * d,  # a (c, d) table
+    "sinusoidal": lambda c, d: 0,  # a fixed table, a buffer
+    "rope": lambda c, d: 0,
+    "alibi": lambda c, d: 0,
+}
+MODES = list(POSITION_PARAMETERS)
 
 
 def test_every_registered_positional_encoding_is_tested_here() -> None:
-    """The parameter formula below has a branch per encoding: a new one must be added."""
+    """The parameter formula below has a term per encoding: a new one must be added."""
     registered = list(attnbook.positional.POSITIONAL_ENCODINGS)
     assert registered == MODES, (
-        f"add the new encoding to MODES in this file and a branch for its parameters to "
-        f"test_gpt_shapes_and_parameter_formula: registered {registered}, tested {MODES}"
+        f"add the new encoding to POSITION_PARAMETERS in this file with the number of parameters "
+        f"it adds: registered {registered}, tested {MODES}"
     )
 
 
@@ -42,7 +50,7 @@ def _ids(seed: int, *shape: int, vocab_size: int = 11) -> torch.Tensor:
 def _gpt_parameters(v: int, c: int, d: int, n_layers: int, f: int, positional: str) -> int:
     """The closed formula of the chapter: embeddings + layers + final LayerNorm (head tied)."""
     per_layer = 4 * (d * d + d) + (d * f + f) + (f * d + d) + 2 * (2 * d)
-    positions = c * d if positional == "learned" else 0
+    positions = POSITION_PARAMETERS[positional](c, d)
     return v * d + positions + n_layers * per_layer + 2 * d
 
 
@@ -99,7 +107,7 @@ def test_gpt_shapes_and_parameter_formula(positional: str) -> None:
     expected = _gpt_parameters(11, 12, 16, 3, 40, positional)
     assert model.num_parameters() == expected
     assert sum(p.numel() for p in model.parameters()) == expected
-    no_embeddings = expected - 11 * 16 - (12 * 16 if positional == "learned" else 0)
+    no_embeddings = expected - 11 * 16 - POSITION_PARAMETERS[positional](12, 16)
     assert model.num_parameters(include_embeddings=False) == no_embeddings
 
 
