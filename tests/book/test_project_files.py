@@ -10,6 +10,7 @@
 - every chapter has the anatomy of CONTRIBUTING.md: the Colab cell first, cells
   run in order without errors, objectives, exercises with a checker and hidden
   solutions, key takeaways, references, and figures with captions and alt text;
+- no maths puts a macro inside `\\text{}`, whose argument MathJax prints as it is;
 - few cells escape nbval's comparison of outputs.
 
 Notebook checks are parametrized by chapter, so a failure names the chapter.
@@ -430,6 +431,29 @@ def test_figures_have_a_caption_and_alt_text(path: Path) -> None:
         if not str(mystnb.get("image", {}).get("alt", "")).strip():
             problems.append(f"code cell {i}: no metadata mystnb.image.alt")
     assert not problems, f"{path.name}, figures (see CONTRIBUTING.md):\n" + "\n".join(problems)
+
+
+# MathJax prints the argument of \text{...} (and \mbox, \textrm, ...) as it is, without its macros:
+# $n_\text{kv\_heads}$ showed "kv\_heads", backslash included. Inside math, \mathrm{kv\_heads}
+# prints "kv_heads". Maths nested in the text ($...$) may use macros, so it is not matched.
+_MACRO_IN_TEXT = re.compile(r"\\(?:text|textrm|textit|textbf|textsf|texttt|mbox)\{[^{}$]*\\")
+
+
+@pytest.mark.parametrize(
+    "path", [*CHAPTERS, ROOT / "intro.md", ROOT / "instructors.md"], ids=lambda p: p.stem
+)
+def test_no_macro_inside_text_in_the_maths(path: Path) -> None:
+    if path.suffix == ".ipynb":
+        nb = _read(path)
+        captions = [
+            str(cell.metadata.get("mystnb", {}).get("figure", {}).get("caption", ""))
+            for cell in _code_cells(nb)
+        ]
+        text = _markdown(nb) + "\n\n" + "\n\n".join(captions)
+    else:
+        text = path.read_text(encoding="utf-8")
+    found = sorted({match.group(0) for match in _MACRO_IN_TEXT.finditer(text)})
+    assert not found, f"{path.name}: MathJax would print these backslashes: {found}"
 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
