@@ -6,7 +6,7 @@
 - the book renders stored outputs and never tolerates errors;
 - the table of contents and `chapters/` list the same chapters;
 - references.bib prints as written: a sentence after `?` or `!` in a title keeps its
-  capital, and a year agrees with the one its proceedings name;
+  capital, a year agrees with the one its proceedings name, and an entry gives one address;
 - every chapter has the anatomy of CONTRIBUTING.md: the Colab cell first, cells
   run in order without errors, objectives, exercises with a checker and hidden
   solutions, key takeaways, references, and figures with captions and alt text;
@@ -281,6 +281,18 @@ def test_a_reference_s_year_is_the_one_its_proceedings_name() -> None:
         if named and fields.get("year") not in named:
             wrong.append(f"{key}: year {fields.get('year')}, booktitle {fields['booktitle']!r}")
     assert not wrong, "\n".join(wrong)
+
+
+def test_a_reference_gives_its_address_once() -> None:
+    """The style prints every address an entry has: `url`, `doi` and an arXiv `eprint` each
+    as a link, so an entry with two of them sent the reader to the same paper twice ("URL:
+    https://arxiv.org/abs/1607.06520, arXiv:1607.06520")."""
+    twice = [
+        f"{key}: {', '.join(sorted(addresses))}"
+        for key, fields in _bibliography().items()
+        if len(addresses := {"url", "doi", "eprint"} & fields.keys()) > 1
+    ]
+    assert not twice, "entries with more than one address: " + "; ".join(twice)
 
 
 # --- the anatomy of a chapter -------------------------------------------------------------------
