@@ -224,6 +224,18 @@ def exercise_levels(html: str) -> str:
     return _LEVEL_IN_TITLE.sub(r" · \1)", html)
 
 
+# sphinx-exercise titles a solution "Solution to" followed by a link whose text starts with a
+# space ('Solution to<a ...> Exercise 1.1 (...)</a>'): the link's underline began under it.
+_SOLUTION_LINK = re.compile(
+    r'(<p class="admonition-title">[^<]*[^<\s])(<a class="reference internal" href="[^"]*">)\s+'
+)
+
+
+def solution_links(html: str) -> str:
+    """`html` with the space before each solution title's link outside the link."""
+    return _SOLUTION_LINK.sub(r"\1 \2", html)
+
+
 # What the Pages workflow (.github/workflows/deploy-book.yml) puts beside the HTML, at the
 # site's root, before it builds the HTML: `make pdf`'s book and `make student`'s zip. The
 # start page links each only where the build's output folder has it (a local build does not).
@@ -397,12 +409,13 @@ def _page_assets(
     app: Sphinx, pagename: str, templatename: str, context: dict, doctree: object
 ) -> None:
     """Make bertviz views and Plotly figures offline on this page; name cell toggles; write
-    exercise levels without nested parentheses; link the favicon's PNG."""
+    exercise levels without nested parentheses and solution links without a leading space;
+    link the favicon's PNG."""
     pathto = context.get("pathto")
     if pathto is None:
         return
     if "body" in context:
-        context["body"] = exercise_levels(named_toggles(context["body"]))
+        context["body"] = exercise_levels(solution_links(named_toggles(context["body"])))
     _front_door(app, pagename, context)
     if _vendored() and "body" in context:
         context["body"] = offline_bertviz(context["body"], pathto("_static/", 1))

@@ -266,6 +266,21 @@ def test_exercise_titles_show_their_level_without_nested_parentheses() -> None:
     assert _extension().exercise_levels(prose) == prose
 
 
+def test_a_solution_title_s_link_starts_with_the_exercise(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """sphinx-exercise writes 'Solution to<a ...> Exercise 1 (...)</a>': the link, and its
+    underline, started with a space. The built page has the space before the link."""
+    titles = re.findall(
+        r'<p class="admonition-title">Solution to.*?</p>', _build(tmp_path, monkeypatch, None)
+    )
+    assert titles, "the demo page has a solution"
+    for title in titles:
+        assert re.match(r'<p class="admonition-title">Solution to <a [^>]*>Exercise', title), title
+    kept = '<p class="admonition-title">Note <a class="reference internal" href="#x">x</a></p>'
+    assert _extension().solution_links(kept) == kept
+
+
 # The front door: the chapter pages' facts and the start page's buttons.
 THEME = {
     "repository_url": "https://github.com/some-org/attention-from-scratch",
