@@ -545,6 +545,25 @@ PAN_JS = r"""
 }
 """
 
+# On a phone: each visible cell output whose lines the browser broke (more lines on screen than
+# in its text: a table's or a tensor's rows scrambled), with its first line.
+WRAPPED_OUTPUTS_JS = r"""
+() => [...document.querySelectorAll(".cell_output pre")]
+  .filter((pre) => pre.getClientRects().length > 0)
+  .map((pre) => {
+    const text = pre.textContent.replace(/\n$/, "");
+    const range = document.createRange();
+    range.selectNodeContents(pre);
+    // One line box per distinct top (an emoji's box may sit a pixel or two off its line's).
+    const tops = [...range.getClientRects()].filter((r) => r.width > 0).map((r) => r.top)
+        .sort((a, b) => a - b);
+    const shown = tops.filter((top, i) => i === 0 || top - tops[i - 1] > 4).length;
+    return {lines: text.split("\n").length, shown, first: text.split("\n")[0]};
+  })
+  .filter((output) => output.shown > output.lines)
+  .map((output) => `${output.lines} lines shown as ${output.shown}: ${output.first.slice(0, 60)}`)
+"""
+
 # The sidebars' buttons of the article header, and the dialog each opens on a narrow screen
 # (pydata-sphinx-theme moves the sidebar's contents into it).
 SIDEBAR_DIALOGS = {
@@ -577,6 +596,7 @@ class PhoneReport(PageReport):
     """One page on a phone: whether it pans, and what tapping each sidebar button opened."""
 
     pan: dict = field(default_factory=dict)  # the result of PAN_JS
+    wrapped_outputs: list[str] = field(default_factory=list)  # WRAPPED_OUTPUTS_JS's result
     # For each of SIDEBAR_DIALOGS: None if the page shows no such button, else DIALOG_JS's
     # result after the tap (`open` False if nothing opened within DIALOG_TIMEOUT_MS).
     dialogs: dict[str, dict | None] = field(default_factory=dict)
@@ -591,6 +611,7 @@ def _open_on_a_phone(browser, base: str, name: str) -> PhoneReport:
     with _offline_page(browser, base, report, **PHONE) as page:
         page.goto(base + name, wait_until="load")
         report.pan = page.evaluate(PAN_JS)
+        report.wrapped_outputs = page.evaluate(WRAPPED_OUTPUTS_JS)
         for what, (button, dialog) in SIDEBAR_DIALOGS.items():
             target = page.locator(button)
             if target.count() == 0 or not target.first.is_visible():

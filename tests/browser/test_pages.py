@@ -18,9 +18,9 @@ For each page of `_build/html` (not the generated index and search pages, nor
   their names when FontAwesome draws the icons before attnbook.js runs (forced once);
 - every code block (cell input, output, code in the prose) fits the column of a
   1440, 1366 and 1280 px wide window: no horizontal scroll bar (no tolerance);
-- on an emulated phone (390 px), the page does not pan sideways, and tapping the
-  chapter-list button opens a list of every page (the contents button, the page's
-  sections);
+- on an emulated phone (390 px), the page does not pan sideways, no cell output wraps
+  its lines (it scrolls inside itself), and tapping the chapter-list button opens a list
+  of every page (the contents button, the page's sections);
 - every bertviz view has drawn its SVG (tokens and attention lines), offline, no wider
   than the column;
 - the page's <link rel="icon"> files load;
@@ -373,6 +373,17 @@ def test_no_sideways_pan_on_a_phone(visit_on_a_phone, page_name: str) -> None:
                 "wide and pans sideways; what sticks out",
                 pan["culprits"] or ["(nothing found: a fixed or transformed element?)"],
             ),
+            pytrace=False,
+        )
+
+
+def test_outputs_keep_their_lines_on_a_phone(visit_on_a_phone, page_name: str) -> None:
+    """An output wider than a phone scrolls inside itself (attnbook.css) instead of wrapping,
+    which broke the rows of printed tables and tensors across lines."""
+    wrapped = visit_on_a_phone(page_name).wrapped_outputs
+    if wrapped:
+        pytest.fail(
+            _problems(f"{page_name}: on a phone these outputs wrap their lines", wrapped),
             pytrace=False,
         )
 
