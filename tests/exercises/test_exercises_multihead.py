@@ -11,6 +11,7 @@ from pathlib import Path
 import nbformat
 import pytest
 import torch
+import torch.nn.functional as F
 from checker_asserts import assert_refuses_cut_answers, assert_rejects, stub
 
 from attnbook import merge_heads, scaled_dot_product_attention, split_heads
@@ -156,6 +157,9 @@ def test_merge_heads_checker_accepts_correct_answers() -> None:
         (lambda x: x.sum(dim=1), "B = 1, 2 heads", "Concatenate"),
         # concatenating along the positions
         (lambda x: torch.cat(list(x.unbind(1)), dim=1), "B = 1, 2 heads", "along the features"),
+        # .view after the transpose: it raises on a contiguous input (case 1's comes from a
+        # split, so transposing it back happens to be contiguous)
+        (lambda x: x.transpose(1, 2).view(x.shape[0], x.shape[2], -1), "B = 2, 3 heads", ".contiguous().view"),
     ],
 )  # fmt: skip
 def test_merge_heads_checker_rejects_typical_mistakes(wrong, failing_case: str, hint: str) -> None:
@@ -260,6 +264,12 @@ def _mha_with(attend, xq, xc, w_q, w_k, w_v, w_o, n_heads):
     return _learner_merge(attend(q, k, v, d_head)) @ w_o
 
 
+def _causal_attend(q, k, v, d):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(d)  # (B, H, T, S)
+    blocked = torch.ones(scores.shape[-2:], dtype=torch.bool).triu(1)  # key after the query
+    return torch.softmax(scores.masked_fill(blocked, float("-inf")), dim=-1) @ v
+
+
 _no_view = lambda x, h: x.view(x.shape[0], h, x.shape[1], -1)  # noqa: E731
 _no_view_merge = lambda x: x.reshape(x.shape[0], x.shape[2], -1)  # noqa: E731
 
@@ -277,6 +287,13 @@ _no_view_merge = lambda x: x.reshape(x.shape[0], x.shape[2], -1)  # noqa: E731
         (lambda *a: _mha_with(_softmax_axis(-2), *a), "one head", "the softmax over the wrong axis"),
         # splitting with a plain view, no transpose (and merging back the same way)
         (lambda *a: _mha(*a, split=_no_view, merge=_no_view_merge), "she likes coffee", "splitting (and merging) the heads without a transpose"),
+        # only the split without a transpose, the merge right; and the other way round
+        (lambda *a: _mha(*a, split=_no_view), "she likes coffee", "splitting the heads without a transpose (the merge is right)"),
+        (lambda *a: _mha(*a, merge=_no_view_merge), "she likes coffee", "merging the heads without a transpose (the split is right)"),
+        # nn.Linear's convention: F.linear(x, W) is x @ W.T
+        (lambda xq, xc, w_q, w_k, w_v, w_o, h: F.linear(_learner_merge(_attend(*(_learner_split(F.linear(x, w), h) for x, w in ((xq, w_q), (xc, w_k), (xc, w_v))), xq.shape[-1] // h)), w_o), "one head", "the weight matrices used transposed"),
+        # chapter 6's causal mask, which the exercise does not have
+        (lambda *a: _mha_with(_causal_attend, *a), "one head", "a causal mask, which this exercise does not ask for"),
         # keys and values from the queries' input
         (lambda xq, xc, *rest: _mha(xq, xq, *rest), "cross-attention", "keys and values from x_query instead of x_context"),
     ],

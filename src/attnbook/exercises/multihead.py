@@ -103,7 +103,8 @@ _MERGE_CASES = [
         "B = 2, 3 heads, T = 5, d_head = 2",
         lambda: (randn(711, 2, 3, 5, 2),),
         "The output has shape (B, T, n_heads * d_head): every head's d_head features, side by "
-        "side (concatenated, not averaged or summed).",
+        "side (concatenated, not averaged or summed). After the transpose the tensor is no "
+        "longer contiguous in memory, so .view raises: use .reshape, or .contiguous().view.",
     ),
     Case(
         "square: n_heads = T = d_head = 4",
@@ -196,13 +197,26 @@ def _mha_variant(
     scale_width: str = "d_head",
     softmax_dim: int = -1,
     transpose: bool = True,
+    merge_transpose: bool | None = None,
     out: bool = True,
     kv_from_query: bool = False,
+    weights_transposed: bool = False,
+    causal: bool = False,
 ) -> torch.Tensor:
-    """Multi-head attention written out, with one step optionally done wrong (for the hints)."""
+    """Multi-head attention written out, with one step optionally done wrong (for the hints).
+
+    ``transpose`` is the split's (and, unless ``merge_transpose`` says otherwise, the merge's);
+    ``weights_transposed`` uses the four matrices as ``nn.Linear`` stores them
+    (``F.linear(x, W) = x @ W.T``); ``causal`` adds chapter 6's mask, which this exercise has
+    not.
+    """
     B, T, D = x_query.shape
     context = x_query if kv_from_query else x_context
     Dh = D // n_heads
+    if weights_transposed:
+        w_q, w_k, w_v, w_o = w_q.T, w_k.T, w_v.T, w_o.T
+    if merge_transpose is None:
+        merge_transpose = transpose
 
     def split(x: torch.Tensor) -> torch.Tensor:
         if transpose:
@@ -212,10 +226,14 @@ def _mha_variant(
     q, k, v = split(x_query @ w_q), split(context @ w_k), split(context @ w_v)
     scores = q @ k.transpose(-2, -1)  # (B, H, T, Dh) @ (B, H, Dh, S) -> (B, H, T, S)
     width = {"d_head": Dh, "d_model": D, "none": 1}[scale_width]
-    weights = torch.softmax(scores / math.sqrt(width), dim=softmax_dim)  # (B, H, T, S)
+    scores = scores / math.sqrt(width)
+    if causal:  # key s > query t blocked
+        allowed = torch.ones(scores.shape[-2:], dtype=torch.bool).tril()  # (T, S)
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    weights = torch.softmax(scores, dim=softmax_dim)  # (B, H, T, S)
     heads = weights @ v  # (B, H, T, Dh)
     # (B, H, T, Dh) -> (B, T, H * Dh); without the transpose, memory order again
-    merged = heads.transpose(1, 2).reshape(B, T, D) if transpose else heads.reshape(B, T, D)
+    merged = heads.transpose(1, 2).reshape(B, T, D) if merge_transpose else heads.reshape(B, T, D)
     return merged @ w_o if out else merged  # (B, T, D)
 
 
@@ -250,6 +268,32 @@ _MHA_MISTAKES = [
         "Split with .view(B, T, n_heads, d_head).transpose(1, 2); a plain .view(B, n_heads, T, "
         "d_head) keeps memory order and mixes positions across heads. Merge back with the "
         "transpose too.",
+    ),
+    Mistake(
+        "splitting the heads without a transpose (the merge is right)",
+        lambda *a: _mha_variant(*a, transpose=False, merge_transpose=True),
+        "Split with .view(B, T, n_heads, d_head).transpose(1, 2): a plain .view(B, n_heads, T, "
+        "d_head) keeps memory order, so a head's rows are not the positions. Your merge moves "
+        "the head axis back; the split must move it first.",
+    ),
+    Mistake(
+        "merging the heads without a transpose (the split is right)",
+        lambda *a: _mha_variant(*a, transpose=True, merge_transpose=False),
+        "The heads are (B, n_heads, T, d_head): move the head axis back next to d_head with "
+        ".transpose(1, 2) before reshaping to (B, T, d_model). A reshape straight from "
+        "(B, n_heads, T, d_head) puts head 0's positions side by side in row 0.",
+    ),
+    Mistake(
+        "the weight matrices used transposed (x @ W.T, as F.linear(x, W) computes)",
+        lambda *a: _mha_variant(*a, weights_transposed=True),
+        "The matrices act from the right: Q = x_query @ W_Q, and output = concat(heads) @ W_O. "
+        "F.linear(x, W) and nn.Linear compute x @ W.T, since they store the transpose.",
+    ),
+    Mistake(
+        "a causal mask, which this exercise does not ask for",
+        lambda *a: _mha_variant(*a, causal=True),
+        "This exercise has no mask: every query attends to every key of x_context. In "
+        "cross-attention the keys are another sequence, where a causal mask means nothing.",
     ),
     Mistake(
         "keys and values from x_query instead of x_context",
