@@ -41,7 +41,16 @@ def _pe_per_column(seq_len, d_model):
     return torch.where(j.long() % 2 == 0, torch.sin(angles), torch.cos(angles))
 
 
-def _rope(x, positions, *, half_split=False, sign=1.0, exponent="2i", ignore_positions=False):
+def _rope(
+    x,
+    positions,
+    *,
+    half_split=False,
+    sign=1.0,
+    exponent="2i",
+    ignore_positions=False,
+    halves_out=False,
+):
     """A learner's RoPE: interleaved pairs unless told otherwise."""
     d = x.shape[-1]
     if ignore_positions:
@@ -54,6 +63,8 @@ def _rope(x, positions, *, half_split=False, sign=1.0, exponent="2i", ignore_pos
         a, b = x[..., : d // 2], x[..., d // 2 :]
         return torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1)
     a, b = x[..., 0::2], x[..., 1::2]
+    if halves_out:  # the right pairs, concatenated back instead of interleaved
+        return torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1)
     out = torch.empty_like(x)
     out[..., 0::2] = a * cos - b * sin
     out[..., 1::2] = a * sin + b * cos
@@ -121,6 +132,7 @@ def test_rope_checker_accepts_correct_answers() -> None:
     ("wrong", "failing_case", "named_mistake"),
     [
         (lambda x, p: _rope(x, p, half_split=True), "(T, d) = (6, 4)", "half split"),
+        (lambda x, p: _rope(x, p, halves_out=True), "(T, d) = (6, 4)", "two columns it came from"),
         (lambda x, p: _rope(x, p, sign=-1.0), "(T, d) = (6, 4)", "rotation clockwise"),
         (lambda x, p: _rope(x, p, exponent="i"), "(T, d) = (6, 4)", "missing its factor 2"),
         (lambda x, p: _rope(x, p, ignore_positions=True), "not starting at 0", "positions ignored"),

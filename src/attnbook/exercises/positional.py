@@ -136,8 +136,10 @@ def _rope_variant(
     half_split: bool = False,
     sign: float = 1.0,
     exponent: str = "2i",
+    halves_out: bool = False,
 ) -> torch.Tensor:
-    """RoPE with one deliberate mistake (for the diagnosis of wrong answers)."""
+    """RoPE with one deliberate mistake (for the diagnosis of wrong answers); ``halves_out``
+    pairs neighbours but writes the rotated pairs back as two halves."""
     d = x.shape[-1]
     i = torch.arange(d // 2, dtype=torch.float64)  # (d/2,)
     freqs = 10000.0 ** (-i / d if exponent == "i" else -2 * i / d)  # (d/2,)
@@ -147,6 +149,8 @@ def _rope_variant(
         a, b = x[..., : d // 2], x[..., d // 2 :]  # feature i paired with i + d/2
         return torch.cat((a * cos - b * sin, a * sin + b * cos), dim=-1)
     a, b = x[..., 0::2], x[..., 1::2]  # (..., T, d/2) each
+    if halves_out:  # all first components, then all second ones
+        return torch.cat((a * cos - b * sin, a * sin + b * cos), dim=-1)
     return torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)
 
 
@@ -156,6 +160,13 @@ _ROPE_MISTAKES = [
         lambda x, p: _rope_variant(x, p, half_split=True),
         "That is the pairing of GPT-NeoX and of the transformers port of LLaMA; this exercise "
         "pairs neighbours, as Meta's original LLaMA code does: (x[..., 2i], x[..., 2i + 1]).",
+    ),
+    Mistake(
+        "the right pairs, but written back as two halves",
+        lambda x, p: _rope_variant(x, p, halves_out=True),
+        "You rotate the neighbours (x[..., 2i], x[..., 2i + 1]), but the result holds all the "
+        "pairs' first components, then all their second ones. Put each rotated pair back in "
+        "the two columns it came from, 2i and 2i + 1.",
     ),
     Mistake(
         "a rotation clockwise (by -θ)",
