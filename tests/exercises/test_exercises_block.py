@@ -106,6 +106,9 @@ def test_pre_ln_block_checker_names_typical_mistakes() -> None:
         h = norm2(x)
         return h + ffn(h)
 
+    def ffn_on_input(x, attention, ffn, norm1, norm2):
+        return x + attention(norm1(x)) + ffn(norm2(x))
+
     def one_norm(x, attention, ffn, norm1, norm2):
         x = x + attention(norm1(x))
         return x + ffn(norm1(x))
@@ -120,6 +123,7 @@ def test_pre_ln_block_checker_names_typical_mistakes() -> None:
         (no_attention_residual, "a missing residual around the attention"),
         (no_ffn_residual, "a missing residual around the feed-forward network"),
         (from_normalised, "adding the sub-layer's output to the normalised input"),
+        (ffn_on_input, "the feed-forward network reading the block's input x"),
         (one_norm, "using norm1 for both sub-layers"),
         (ffn_first, "the feed-forward network before the attention"),
     ]:
@@ -171,6 +175,7 @@ def test_gpt_num_parameters_checker_names_typical_mistakes() -> None:
             lambda v, c, d, n, f: _count(v, c, d, n, f) - n * 2 * d - d,
             "giving each LayerNorm a weight but no bias",
         ),
+        (lambda v, c, d, n, f: _count(v, c, d, n, f) + v, "a bias in the output head"),
         (lambda v, c, d, n, f: _count(v, c, d, n, f) - c * d, "forgetting the position embeddings"),
         (
             lambda v, c, d, n, f: _count(v, c, d, n, f) - n * (d * d + d),

@@ -174,6 +174,11 @@ def _residual_from_normalised(x, attention, ffn, norm1, norm2):
         return h + ffn(h)
 
 
+def _ffn_on_input(x, attention, ffn, norm1, norm2):
+    with torch.no_grad():  # both sub-layers read x: the feed-forward network misses the attention
+        return x + attention(norm1(x)) + ffn(norm2(x))
+
+
 def _one_norm(x, attention, ffn, norm1, norm2):
     return _pre_ln(x, attention, ffn, norm1, norm1)
 
@@ -219,6 +224,13 @@ _BLOCK_MISTAKES = [
         "adding the sub-layer's output to the normalised input",
         _residual_from_normalised,
         "The residual stream carries x itself: add attention(norm1(x)) to x, not to norm1(x).",
+    ),
+    Mistake(
+        "the feed-forward network reading the block's input x, not the stream after the attention",
+        _ffn_on_input,
+        "The sub-layers run one after the other: first h = x + attention(norm1(x)), then the "
+        "feed-forward network reads norm2(h), so that it sees what the attention gathered, and "
+        "the block returns h + ffn(norm2(h)).",
     ),
     Mistake(
         "using norm1 for both sub-layers",
@@ -346,6 +358,11 @@ _COUNT_MISTAKES = [
         "giving each LayerNorm a weight but no bias",
         _off_by(lambda v, c, d, f: -2 * d, lambda v, c, d, f: -d),
         "nn.LayerNorm has a weight (gain) and a bias, each of size d_model.",
+    ),
+    Mistake(
+        "a bias in the output head",
+        _off_by(_zero, lambda v, c, d, f: v),
+        "The head is the token embedding, reused without a bias: it adds no parameters.",
     ),
     Mistake(
         "forgetting the position embeddings",
