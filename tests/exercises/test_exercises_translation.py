@@ -63,6 +63,10 @@ def test_additive_step_checker_names_typical_mistakes() -> None:
     def swapped(state, memory, src_mask, W_q, W_k, v):
         return _step(state, memory, src_mask, W_k, W_q, v)
 
+    def inverted(state, memory, src_mask, W_q, W_k, v):  # True read as "padding"
+        scores = torch.tanh((state @ W_q)[:, None] + memory @ W_k) @ v
+        return torch.softmax(scores.masked_fill(src_mask, float("-inf")), dim=-1)
+
     padded = "padded to 6"
     first = "no padding"
     for wrong, case, mistake in [
@@ -70,6 +74,7 @@ def test_additive_step_checker_names_typical_mistakes() -> None:
         (zero, padded, "padding given score 0"),
         (no_tanh, first, "the score without tanh"),
         (swapped, first, "W_q applied to the source states"),
+        (inverted, first, "an inverted mask"),
     ]:
         assert_rejects(check_additive_step(wrong), case, mistake)
 

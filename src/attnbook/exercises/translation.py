@@ -38,6 +38,11 @@ def _no_mask(state, memory, src_mask, W_q, W_k, v):
     return torch.softmax(torch.tanh((state @ W_q)[:, None, :] + memory @ W_k) @ v, dim=-1)
 
 
+def _inverted_mask(state, memory, src_mask, W_q, W_k, v):
+    scores = torch.tanh((state @ W_q)[:, None, :] + memory @ W_k) @ v
+    return torch.softmax(scores.masked_fill(src_mask, float("-inf")), dim=-1)
+
+
 def _no_tanh(state, memory, src_mask, W_q, W_k, v):
     scores = ((state @ W_q)[:, None, :] + memory @ W_k) @ v
     return torch.softmax(scores.masked_fill(~src_mask, float("-inf")), dim=-1)
@@ -100,6 +105,13 @@ _ADDITIVE_MISTAKES = [
         "padding given score 0 instead of -inf",
         _zero_scores,
         "A score of 0 is an ordinary score: exp(0) = 1 still takes weight. Use -inf.",
+    ),
+    Mistake(
+        "an inverted mask (the real words blocked, the padding kept)",
+        _inverted_mask,
+        "src_mask is True at the real source words, the ones to keep: block where it is "
+        "False (~src_mask). Blocking every position of an unpadded sentence leaves a softmax "
+        "of nothing but -inf, which is NaN.",
     ),
     Mistake(
         "the score without tanh",
