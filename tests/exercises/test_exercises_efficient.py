@@ -85,6 +85,12 @@ def test_online_softmax_checker_names_typical_mistakes() -> None:
         m_new = torch.maximum(m, scores.amax(-1, keepdim=True))
         return m_new, l + 1, acc + torch.softmax(scores, -1) @ values
 
+    def divided(m, l, acc, scores, values):  # noqa: E741  the output, not the numerator
+        m_new = torch.maximum(m, scores.amax(-1, keepdim=True))
+        c, p = torch.exp(m - m_new), torch.exp(scores - m_new)
+        l_new = c * l + p.sum(-1, keepdim=True)
+        return m_new, l_new, (c * acc + p @ values) / l_new
+
     def raw_exp(m, l, acc, scores, values):  # noqa: E741
         m_new = torch.maximum(m, scores.amax(-1, keepdim=True))
         p = torch.exp(scores)
@@ -97,6 +103,7 @@ def test_online_softmax_checker_names_typical_mistakes() -> None:
         (block_max, "the maximum stays", "the block's own maximum"),
         (per_block_softmax, "the first block", "a softmax of each block on its own"),
         (raw_exp, "the first block", "exp of the raw scores"),
+        (divided, "the first block", "acc divided by ell"),
     ]:
         assert_rejects(check_online_softmax_update(wrong), case, mistake)
 
@@ -225,6 +232,9 @@ def test_kv_cache_checker_names_typical_mistakes() -> None:
     def all_heads(n_l, n_h, n_kv, d, s, b, e):
         return _bytes(n_l, n_h, n_h, d, s, b, e)
 
+    def kv_heads_as_wide_as_d_model(n_l, n_h, n_kv, d, s, b, e):  # d_head = d / n_kv
+        return 2 * n_l * b * n_kv * s * (d // n_kv) * e
+
     def d_model_wide(n_l, n_h, n_kv, d, s, b, e):
         return 2 * n_l * b * n_kv * s * d * e
 
@@ -248,6 +258,11 @@ def test_kv_cache_checker_names_typical_mistakes() -> None:
         (fixed(1), "28 layers", "the number of elements, not of bytes"),
     ]:
         assert_rejects(check_kv_cache_bytes(wrong), case, mistake)
+    # the same number as n_heads key/value heads: named with it, and its hint says why
+    verdict = check_kv_cache_bytes(kv_heads_as_wide_as_d_model)
+    assert_rejects(verdict, "4 key/value heads", "n_heads instead of n_kv_heads")
+    assert "(or d_head taken as d_model / n_kv_heads)" in verdict.message, verdict.message
+    assert "d_head = d_model / n_heads" in verdict.message.split("Hint:")[1], verdict.message
 
 
 def test_kv_cache_checker_rejects_other_wrong_answers() -> None:

@@ -152,6 +152,11 @@ def _normalised_blocks(m, l, acc, scores, values):  # noqa: E741
     return m_new, l + 1.0, acc + torch.softmax(scores, dim=-1) @ values
 
 
+def _divided_acc(m, l, acc, scores, values):  # noqa: E741
+    m_new, l_new, acc_new = _update(m, l, acc, scores, values)
+    return m_new, l_new, acc_new / l_new  # the output so far, not the numerator
+
+
 def _no_max(m, l, acc, scores, values):  # noqa: E741
     p = torch.exp(scores)
     m_new = torch.maximum(m, scores.amax(dim=-1, keepdim=True))
@@ -224,6 +229,13 @@ _ONLINE_MISTAKES = [
         _as_state(_normalised_blocks),
         "Blocks cannot be normalised separately: their weights must share one denominator. "
         "Keep unnormalised sums (ell and acc) and divide once, at the end.",
+    ),
+    Mistake(
+        "acc divided by ell: the output so far instead of the running numerator",
+        _as_state(_divided_acc),
+        "acc is the numerator, the sum of exp(score - m) * value over the keys seen so far, "
+        "not yet divided by ell: the state carries the two sums, and the division happens "
+        "once, after the last block.",
     ),
     Mistake(
         "exp of the raw scores, without subtracting the maximum",
@@ -418,11 +430,13 @@ _KV_MISTAKES = [
         lambda n_l, n_h, n_kv, d, s, b, e: _kv_cache_bytes(n_l, n_h, n_kv, d, s, b, e) // 2,
         "The cache holds keys and values: two tensors per layer.",
     ),
-    Mistake(
-        "n_heads instead of n_kv_heads",
+    Mistake(  # d_model / n_kv_heads as d_head gives the same number: 2 L B S d_model e
+        "n_heads instead of n_kv_heads (or d_head taken as d_model / n_kv_heads)",
         lambda n_l, n_h, n_kv, d, s, b, e: _kv_cache_bytes(n_l, n_h, n_h, d, s, b, e),
         "Under grouped-query attention the query heads share n_kv_heads key/value heads; "
-        "only those are computed and cached.",
+        "only those are computed and cached. Each is as wide as a query head, d_head = "
+        "d_model / n_heads, so a layer caches n_kv_heads * d_head numbers per position for "
+        "the keys: d_model only when n_kv_heads = n_heads.",
     ),
     Mistake(
         "d_model per key/value head instead of d_head",
