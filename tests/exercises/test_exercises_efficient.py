@@ -171,6 +171,10 @@ def test_sliding_window_checker_names_typical_mistakes() -> None:
     def inverted(n, w):
         return ~_window(n, w)
 
+    def looks_ahead(n, w):  # the distance taken as s - t
+        d = torch.arange(n)[None, :] - torch.arange(n)[:, None]
+        return (d >= 0) & (d < w)
+
     def without_self(n, w):
         return _window(n, w + 1) & ~torch.eye(n, dtype=torch.bool)
 
@@ -178,6 +182,7 @@ def test_sliding_window_checker_names_typical_mistakes() -> None:
         (one_too_many, "a window of window + 1 keys"),
         (band, "a band around the diagonal"),
         (inverted, "an inverted mask"),
+        (looks_ahead, "the mask transposed"),
         (without_self, "a window that leaves out the query itself"),
     ]:
         assert_rejects(check_sliding_window_mask(wrong), first, mistake)

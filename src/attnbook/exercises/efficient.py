@@ -319,6 +319,12 @@ _WINDOW_MISTAKES = [
         "A decoder's window looks back only: require s <= t as well.",
     ),
     Mistake(
+        "the mask transposed: each query sees itself and the window - 1 keys after it",
+        lambda n, w: sliding_window_mask(n, w).T,
+        "Rows are queries and columns keys, and t - s is the query's position minus the "
+        "key's: a decoder's window looks back, to keys s <= t, never to the future.",
+    ),
+    Mistake(
         "an inverted mask (True where attention is blocked)",
         lambda n, w: ~sliding_window_mask(n, w),
         "In this book True means 'may attend'.",
