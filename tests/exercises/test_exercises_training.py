@@ -75,8 +75,21 @@ def test_lr_schedule_checker_names_typical_mistakes() -> None:
         progress = (step - warmup_steps) / (total_steps - warmup_steps)
         return min_lr + 0.5 * (max_lr - min_lr) * (1 + math.cos(math.pi * progress))
 
+    def warmup_too_long(step, max_lr, min_lr, warmup_steps, total_steps):
+        if step <= warmup_steps:
+            return max_lr * (step + 1) / warmup_steps
+        return _lr(step, max_lr, min_lr, warmup_steps, total_steps)
+
+    def amplitude_max_lr(step, max_lr, min_lr, warmup_steps, total_steps):
+        if step < warmup_steps:
+            return max_lr * (step + 1) / warmup_steps
+        progress = (step - warmup_steps) / (total_steps - warmup_steps - 1)
+        return min_lr + 0.5 * max_lr * (1 + math.cos(math.pi * progress))
+
     for wrong, mistake in [
         (no_warmup, "no warmup"),
+        (warmup_too_long, "a warmup one step too long"),
+        (amplitude_max_lr, "a cosine scaled by max_lr instead of by max_lr - min_lr"),
         (from_zero, "a warmup that starts at 0"),
         (to_zero, "a cosine that decays to zero instead of min_lr"),
         (clock_from_zero, "a cosine whose progress counts from step 0"),

@@ -83,6 +83,21 @@ def _late_floor(step, max_lr, min_lr, warmup_steps, total_steps):
     return min_lr + 0.5 * (max_lr - min_lr) * (1.0 + math.cos(math.pi * progress))
 
 
+def _warmup_one_step_long(step, max_lr, min_lr, warmup_steps, total_steps):
+    """step <= warmup_steps: step warmup_steps rises past max_lr, to max_lr * (w + 1) / w."""
+    if step <= warmup_steps:
+        return max_lr * (step + 1) / warmup_steps
+    return _schedule(step, max_lr, min_lr, warmup_steps, total_steps)
+
+
+def _amplitude_max_lr(step, max_lr, min_lr, warmup_steps, total_steps):
+    """min_lr + 0.5 * max_lr * (1 + cos): the cosine starts at max_lr + min_lr."""
+    if step < warmup_steps:
+        return _schedule(step, max_lr, min_lr, warmup_steps, total_steps)
+    progress = (step - warmup_steps) / (total_steps - warmup_steps - 1)
+    return min_lr + 0.5 * max_lr * (1.0 + math.cos(math.pi * progress))
+
+
 def _lr_args(max_lr: float, min_lr: float, warmup: int, total: int) -> tuple:
     return (max_lr, min_lr, warmup, total)
 
@@ -144,10 +159,23 @@ _LR_MISTAKES = [
         "max_lr is only reached one step late; use (step + 1) / warmup_steps.",
     ),
     Mistake(
+        "a warmup one step too long (step <= warmup_steps)",
+        _curve(_warmup_one_step_long),
+        "The warmup is the steps 0 .. warmup_steps - 1 (step < warmup_steps): step "
+        "warmup_steps already belongs to the cosine, at max_lr, instead of rising past it.",
+    ),
+    Mistake(
         "a cosine that decays to zero instead of min_lr",
         _curve(_to_zero),
         "The cosine runs from max_lr down to min_lr: min_lr + 0.5 * (max_lr - min_lr) * "
         "(1 + cos(pi * progress)).",
+    ),
+    Mistake(
+        "a cosine scaled by max_lr instead of by max_lr - min_lr",
+        _curve(_amplitude_max_lr),
+        "min_lr + 0.5 * max_lr * (1 + cos(...)) starts at max_lr + min_lr, above the end of "
+        "the warmup: the half cosine, going from 1 to 0, must scale the distance between "
+        "max_lr and min_lr.",
     ),
     Mistake(
         "a cosine whose progress counts from step 0 instead of from the end of the warmup",
