@@ -167,7 +167,12 @@ def test_answer_loss_checker_names_typical_mistakes() -> None:
         p = logits[:, :-1].softmax(-1).gather(-1, tokens[:, 1:, None])[..., 0]
         return -p[is_answer[:, 1:]].mean()
 
+    def raw_logit(logits, tokens, is_answer):
+        chosen = logits[:, :-1].gather(-1, tokens[:, 1:, None]).squeeze(-1)
+        return -chosen[is_answer[:, 1:]].mean()
+
     for wrong, case, mistake in [
+        (raw_logit, first, "minus the target's logit, without the log-softmax"),
         (all_positions, first, "the average over every position"),
         (no_shift, first, "forgetting the shift by one"),
         (mask_not_shifted, first, "shifting the targets but not the mask"),

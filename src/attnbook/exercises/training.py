@@ -281,6 +281,11 @@ def _probability_not_log(logits, tokens, is_answer):
     return -probs[is_answer[:, 1:]].mean()
 
 
+def _raw_logit(logits, tokens, is_answer):
+    chosen = logits[:, :-1].gather(-1, tokens[:, 1:, None])[..., 0]  # (B, T - 1), no softmax
+    return -chosen[is_answer[:, 1:]].mean()
+
+
 _LOSS_CASES = [
     Case(
         "B = 2 sequences of T = 7 tokens, vocabulary 5, the last 3 tokens are the answer",
@@ -336,6 +341,13 @@ _LOSS_MISTAKES = [
         _probability_not_log,
         "Cross-entropy is -log p(target): F.cross_entropy(logits, targets) or "
         "-F.log_softmax(logits, -1) gathered at the targets.",
+    ),
+    Mistake(
+        "minus the target's logit, without the log-softmax",
+        _raw_logit,
+        "Logits are scores, not log-probabilities: they do not sum to anything, and a model "
+        "could lower such a loss by raising every logit. Cross-entropy is -log p(target), "
+        "with p the softmax of the logits over the vocabulary.",
     ),
 ]
 
