@@ -303,6 +303,25 @@ def test_sdpa_mistakes(wrong: Callable, mistake: str) -> None:
     _rejects(check_scaled_dot_product_attention(wrong), mistake)
 
 
+def _scaled_by(count: Callable) -> Callable:
+    """An attention answer right but for its scale, sqrt(count(query, key))."""
+    return lambda q, k, v: torch.softmax(q @ k.mT / math.sqrt(count(q, k)), -1) @ v
+
+
+@pytest.mark.parametrize(
+    "count",
+    [lambda q, k: len(q), lambda q, k: q.shape[0], lambda q, k: k.size(0), lambda q, k: q.shape[1]],
+    ids=["len(query)", "query.shape[0]", "key.size(0)", "query.shape[1]"],
+)
+def test_sdpa_scaled_by_the_number_of_tokens_is_named(count: Callable) -> None:
+    """d_k read off the wrong axis (a count of tokens, or of sequences in the batch case): the
+    verdict gave the worked example's generic hint, "Three steps: ...", which the answer
+    follows."""
+    verdict = check_scaled_dot_product_attention(_scaled_by(count))
+    _rejects(verdict, "this looks like a scale of sqrt(T), the number of tokens", "shape[-1]")
+    assert "Three steps" not in verdict.message
+
+
 # ----------------------------------------------------------------- score matrix
 
 
@@ -606,6 +625,8 @@ def _cross(scale: Callable, dim: int = -1) -> Callable:
         (_cross(lambda q, c: 1.0), "a missing scale"),
         (_cross(lambda q, c: math.sqrt(c.shape[-1])), "a scale of sqrt(D_ctx)"),
         (_cross(lambda q, c: math.sqrt(q.shape[-1]), dim=-2), "a softmax over the queries"),
+        (_cross(lambda q, c: math.sqrt(len(q))), "a scale of sqrt(T), the number of tokens"),
+        (_cross(lambda q, c: math.sqrt(len(c))), "a scale of sqrt(S), the number of context"),
     ],
 )
 def test_cross_attention_checker_names_typical_mistakes(wrong: Callable, named: str) -> None:
@@ -654,6 +675,7 @@ def _self_transposed(x, w_q, w_k, w_v):
         (_self(lambda x, q: math.sqrt(x.shape[-1])), "a scale of sqrt(d_model), the input's"),
         (_self(values=False), "averaging x itself instead of the projected values"),
         (_self_transposed, "the transposed weight matrices"),
+        (_self(lambda x, q: math.sqrt(len(x))), "a scale of sqrt(T), the number of tokens"),
     ],
 )
 def test_self_attention_checker_names_typical_mistakes(wrong: Callable, named: str) -> None:

@@ -95,6 +95,13 @@ _SDPA_MISTAKES = [
         "by math.sqrt(d_k), not by d_k.",
     ),
     Mistake(
+        "a scale of sqrt(T), the number of tokens, instead of sqrt(d_k)",
+        lambda q, k, v: torch.softmax(_scores(q, k) / np.sqrt(q.shape[-2]), dim=-1) @ v,
+        "d_k is the width of a query, its last dimension: divide the scores by "
+        "math.sqrt(query.shape[-1]). len(query) and query.shape[0] count the rows, the tokens "
+        "(or, with a batch axis in front, the sequences).",
+    ),
+    Mistake(
         "a softmax over the queries (dim=-2) instead of over the keys",
         lambda q, k, v: torch.softmax(_scores(q, k) / np.sqrt(q.shape[-1]), dim=-2) @ v,
         "Each query's row of weights must sum to 1 over the keys: softmax(..., dim=-1).",
@@ -331,6 +338,11 @@ def _query_width_scale(x_query, x_context, w_q, w_k, w_v):
     return torch.softmax(scores, dim=-1) @ (x_context @ w_v)
 
 
+def _context_length_scale(x_query, x_context, w_q, w_k, w_v):
+    scores = _scores(x_query @ w_q, x_context @ w_k) / np.sqrt(x_context.shape[-2])
+    return torch.softmax(scores, dim=-1) @ (x_context @ w_v)
+
+
 def _self_not_cross(x_query, x_context, w_q, w_k, w_v):
     return _self_attention_reference(x_query, w_q, w_k, w_v)  # x_context never read
 
@@ -348,6 +360,13 @@ _CROSS_MISTAKES = [
         _query_width_scale,
         "d_k is the width of the projected queries and keys (W_q's last dimension), not the "
         "width of either input: divide the scores by math.sqrt(W_q.shape[-1]).",
+    ),
+    Mistake(
+        "a scale of sqrt(S), the number of context tokens, instead of sqrt(d_k)",
+        _context_length_scale,
+        "d_k is the width of the projected queries and keys (W_q's last dimension), not a "
+        "count of tokens: divide the scores by math.sqrt(W_q.shape[-1]). len(x_context) and "
+        "x_context.shape[0] count the rows (or, with a batch axis, the sequences).",
     ),
     Mistake(
         "keys and values projected from x_query: self-attention, not cross-attention",
