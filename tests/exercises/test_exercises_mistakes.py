@@ -421,6 +421,44 @@ def test_score_matrix_mistakes(wrong: Callable, mistake: str) -> None:
     _rejects(check_score_matrix(wrong), mistake)
 
 
+# ------------------------------------------------------------------- causal mask
+
+
+def _triangle(seq_len: int, upper: bool, diagonal: int) -> torch.Tensor:
+    ones = torch.ones(seq_len, seq_len, dtype=torch.bool)
+    return ones.triu(diagonal) if upper else ones.tril(diagonal)
+
+
+@pytest.mark.parametrize(
+    ("wrong", "mistake"),
+    [
+        (lambda n: _triangle(n, upper=True, diagonal=1), "an inverted mask (True marks the"),
+        (lambda n: torch.arange(n)[None, :] < torch.arange(n)[:, None], "the diagonal left out"),
+        (lambda n: _triangle(n, upper=False, diagonal=-1), "the diagonal left out"),
+        (lambda n: _triangle(n, upper=True, diagonal=0), "the upper triangle"),
+        (lambda n: torch.arange(n)[None, :] >= torch.arange(n)[:, None], "the upper triangle"),
+    ],
+)
+def test_causal_mask_mistakes(wrong: Callable, mistake: str) -> None:
+    """Each had only the case's hint, "True on and below the diagonal", which does not say
+    that the answer's convention is inverted or which triangle or diagonal is off."""
+    _rejects(attnbook.exercises.check_causal_mask(wrong), f"this looks like {mistake}")
+
+
+@pytest.mark.parametrize(
+    "right",
+    [
+        lambda n: _triangle(n, upper=False, diagonal=0),
+        lambda n: ~_triangle(n, upper=True, diagonal=1),
+        lambda n: torch.arange(n)[:, None] >= torch.arange(n),
+        lambda n: torch.tril(torch.ones(n, n)).bool(),
+    ],
+)
+def test_causal_mask_accepts_correct_answers(right: Callable) -> None:
+    verdict = attnbook.exercises.check_causal_mask(right)
+    assert verdict, verdict.message
+
+
 # ------------------------------------------------------------------ padding mask
 
 

@@ -63,6 +63,32 @@ _CAUSAL_CASES = [
 ]
 
 
+def _upper(seq_len: int, diagonal: int) -> torch.Tensor:
+    return torch.ones(seq_len, seq_len, dtype=torch.bool).triu(diagonal)
+
+
+_CAUSAL_MISTAKES = [
+    Mistake(
+        "an inverted mask (True marks the future, the pairs to block)",
+        lambda seq_len: _upper(seq_len, 1),
+        "In this book True means 'may attend': True on and below the diagonal, False above "
+        "it. (True = blocked is the convention of nn.MultiheadAttention's boolean attn_mask.)",
+    ),
+    Mistake(
+        "the diagonal left out: s < t instead of s <= t",
+        lambda seq_len: ~_upper(seq_len, 0),
+        "Query t may attend to key t, itself: keep the diagonal, torch.tril with diagonal=0 or "
+        "the comparison s <= t. Without it the first query may attend to nothing.",
+    ),
+    Mistake(
+        "the upper triangle: the future allowed instead of the past",
+        lambda seq_len: _upper(seq_len, 0),
+        "Row t is the query and column s the key: query t may attend to the keys s <= t, on "
+        "and below the diagonal (torch.tril), not to the ones after it (torch.triu).",
+    ),
+]
+
+
 def check_causal_mask(fn: Callable[[int], torch.Tensor]) -> Verdict:
     """Check ``fn(seq_len) -> mask``: a ``(T, T)`` boolean tensor, ``True`` on and below the diagonal.
 
@@ -74,6 +100,7 @@ def check_causal_mask(fn: Callable[[int], torch.Tensor]) -> Verdict:
         fn,
         causal_mask,
         _CAUSAL_CASES,
+        mistakes=_CAUSAL_MISTAKES,
         guard=forbid_calls(
             {
                 "attnbook.causal_mask": causal_mask,
