@@ -578,6 +578,42 @@ def test_masked_softmax_mistakes(wrong: Callable, mistake: str) -> None:
     _rejects(check_masked_softmax(wrong), mistake)
 
 
+def _renormalised(weights: torch.Tensor) -> torch.Tensor:
+    return weights / weights.sum(dim=-1, keepdim=True).clamp_min(1e-300)
+
+
+@pytest.mark.parametrize(
+    ("wrong", "mistake"),
+    [
+        (
+            lambda s, m: _renormalised(torch.softmax(s, -1) * m),
+            "a softmax over all keys, blocked ones included, then zeroing the blocked weights",
+        ),
+        (
+            lambda s, m: _masked_softmax_where(s.float(), m).to(s.dtype),
+            "computing in float32 (scores.float()) and converting back",
+        ),
+    ],
+)
+def test_masked_softmax_mistakes_named_beyond_the_cases_hint(wrong: Callable, mistake: str) -> None:
+    """The first got the hint about shifting by the largest allowed score, the second the
+    hint about finite fills (-1e4) although it fills with -inf: neither says what went wrong."""
+    verdict = check_masked_softmax(wrong)
+    _rejects(verdict, f"this looks like {mistake}")
+    assert "A finite number is not below every score" not in verdict.message
+
+
+def test_masked_softmax_accepts_a_float32_guard_that_keeps_float64() -> None:
+    """Widening only narrower dtypes (float16 to float32) keeps float64 scores exact."""
+    wide = lambda s: s.to(torch.promote_types(s.dtype, torch.float32))  # noqa: E731
+    verdict = check_masked_softmax(lambda s, m: _masked_softmax_where(wide(s), m).to(s.dtype))
+    assert verdict, verdict.message
+    verdict = check_masked_softmax(
+        lambda s, m: torch.softmax(s.masked_fill(~m, torch.finfo(s.dtype).min), -1) * m
+    )
+    assert verdict, verdict.message
+
+
 @pytest.mark.parametrize(
     "odd",
     [lambda x: torch.empty(x.shape, device="meta"), lambda x: 10**400],

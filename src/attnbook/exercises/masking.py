@@ -545,6 +545,12 @@ def _plain(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
 
 
+def _softmax_then_renormalise_weights(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    weights = torch.softmax(scores, dim=-1) * mask
+    total = weights.sum(dim=-1, keepdim=True)
+    return weights / torch.where(total == 0, 1.0, total)  # an empty row: 0 / 1
+
+
 _MASKED_SOFTMAX_MISTAKES = [
     Mistake(
         "a plain softmax of -inf scores, which is NaN on a fully masked row",
@@ -568,6 +574,24 @@ _MASKED_SOFTMAX_MISTAKES = [
         "penalty, the blocked keys take the softmax's weight, the allowed weights underflow to "
         "0, and zeroing the blocked ones leaves a row of zeros. Fill with float('-inf') before "
         "the softmax, and give only the rows with no allowed key weights 0.",
+    ),
+    Mistake(
+        "a softmax over all keys, blocked ones included, then zeroing the blocked weights and "
+        "renormalising",
+        _softmax_then_renormalise_weights,
+        "Equal on paper, but when a blocked key scores far higher, a softmax over all keys (or "
+        "a shift by the row's largest score, blocked keys included) gives every allowed key a "
+        "weight that underflows to 0, and renormalising leaves a row of zeros (or 0 / 0 = NaN). "
+        "Set the blocked scores to -inf first, then shift by the largest *allowed* score and "
+        "take the softmax.",
+    ),
+    Mistake(
+        "computing in float32 (scores.float()) and converting back",
+        lambda scores, mask: masked_softmax(scores.float(), mask).to(scores.dtype),
+        "scores.float() rounds float64 scores to float32, which keeps about 7 significant "
+        "digits: a score of -1e5 to -3e5 moves by up to 0.004 to 0.016, and its weight with it. "
+        "Compute in the scores' own dtype; to guard float16, widen only narrower dtypes, e.g. "
+        "scores.to(torch.promote_types(scores.dtype, torch.float32)).",
     ),
     Mistake(
         "an inverted mask (blocking where the mask is True)",
