@@ -415,10 +415,40 @@ def test_score_matrix_accepts_every_vectorised_answer(vectorised: Callable) -> N
             ),
             "cosine similarities instead of dot products",
         ),
+        (lambda q, k: q @ k.T / math.sqrt(k.shape[1]), "scores divided by sqrt(d)"),
     ],
 )
 def test_score_matrix_mistakes(wrong: Callable, mistake: str) -> None:
     _rejects(check_score_matrix(wrong), mistake)
+
+
+@pytest.mark.parametrize(
+    "wrong",
+    [
+        lambda a, b: np.dot(a, b) / (np.dot(a, a) * np.dot(b, b)),
+        lambda a, b: a @ b / (np.linalg.norm(a) ** 2 * np.linalg.norm(b) ** 2),
+    ],
+)
+def test_cosine_similarity_without_the_square_root_is_named(wrong: Callable) -> None:
+    """It got "Parallel vectors have cosine similarity 1", true but silent on the root."""
+    _rejects(
+        attnbook.exercises.check_cosine_similarity(wrong),
+        "this looks like the squared lengths",
+        "sqrt(a·a)",
+    )
+
+
+@pytest.mark.parametrize(
+    "right",
+    [
+        lambda a, b: (a / np.linalg.norm(a)) @ (b / np.linalg.norm(b)),
+        lambda a, b: float(np.dot(a, b) / math.sqrt(np.dot(a, a) * np.dot(b, b))),
+        lambda a, b: np.sum(a * b) / np.sqrt(np.sum(a**2) * np.sum(b**2)),
+    ],
+)
+def test_cosine_similarity_accepts_correct_answers(right: Callable) -> None:
+    verdict = attnbook.exercises.check_cosine_similarity(right)
+    assert verdict, verdict.message
 
 
 # ------------------------------------------------------------------- causal mask

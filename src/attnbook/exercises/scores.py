@@ -70,6 +70,12 @@ _SCORE_MATRIX_MISTAKES = [
         "Do not divide by the lengths: a score is the raw dot product.",
     ),
     Mistake(
+        "scores divided by sqrt(d), the scaled scores of chapter 4",
+        lambda q, k: q @ k.T / np.sqrt(q.shape[-1]),
+        "The exercise asks for the raw scores, queries @ keys.T, with nothing scaled: the "
+        "division by sqrt(d_k) belongs to scaled dot-product attention (chapter 4).",
+    ),
+    Mistake(
         "an elementwise product instead of a matrix product",
         lambda q, k: q * k,
         "q * k multiplies entry by entry; the dot products of every query with every key are "
@@ -131,6 +137,16 @@ _COSINE_CASES = [
 ]
 
 
+_COSINE_MISTAKES = [
+    Mistake(
+        "the squared lengths a·a and b·b in the denominator, without the square root",
+        lambda a, b: (a @ b) / ((a @ a) * (b @ b)),
+        "a·a is the squared length: the length is its square root, ‖a‖ = sqrt(a·a) (or "
+        "np.linalg.norm(a)). Divide the dot product by ‖a‖ ‖b‖.",
+    ),
+]
+
+
 def _library_cosines() -> dict[str, object]:
     """The cosine similarities of the package, PyTorch and SciPy (if installed)."""
     found: dict[str, object] = {
@@ -158,6 +174,7 @@ def check_cosine_similarity(fn: Callable[[np.ndarray, np.ndarray], float]) -> Ve
         fn,
         cosine_similarity,
         _COSINE_CASES,
+        mistakes=_COSINE_MISTAKES,
         guard=forbid_calls(
             _library_cosines(),
             "divide the dot product by the two lengths yourself, a @ b / (‖a‖ ‖b‖) with "
