@@ -297,6 +297,14 @@ def test_sdpa_through_nn_multihead_attention_fails() -> None:
             "dividing by d_k instead of sqrt(d_k)",
         ),
         (lambda q, k, v: torch.softmax(_scores(q, k), -2) @ v, "a softmax over the queries"),
+        (
+            lambda q, k, v: torch.softmax(q @ k.mT * math.sqrt(q.shape[-1]), -1) @ v,
+            "this looks like multiplying the scores by sqrt(d_k) instead of dividing",
+        ),
+        (
+            lambda q, k, v: torch.softmax(q @ k.mT, -1) / math.sqrt(q.shape[-1]) @ v,
+            "this looks like dividing the weights by sqrt(d_k) after the softmax",
+        ),
     ],
 )
 def test_sdpa_mistakes(wrong: Callable, mistake: str) -> None:

@@ -102,6 +102,18 @@ _SDPA_MISTAKES = [
         "(or, with a batch axis in front, the sequences).",
     ),
     Mistake(
+        "multiplying the scores by sqrt(d_k) instead of dividing",
+        lambda q, k, v: torch.softmax(_scores(q, k) * np.sqrt(q.shape[-1]), dim=-1) @ v,
+        "The scale is there to shrink the scores, whose spread grows like sqrt(d_k): divide "
+        "them by math.sqrt(d_k), do not multiply.",
+    ),
+    Mistake(
+        "dividing the weights by sqrt(d_k) after the softmax",
+        lambda q, k, v: torch.softmax(_scores(q, k), dim=-1) / np.sqrt(q.shape[-1]) @ v,
+        "The scale acts on the scores, inside the softmax: softmax(scores / sqrt(d_k)). Divided "
+        "afterwards, the weights no longer sum to 1.",
+    ),
+    Mistake(
         "a softmax over the queries (dim=-2) instead of over the keys",
         lambda q, k, v: torch.softmax(_scores(q, k) / np.sqrt(q.shape[-1]), dim=-2) @ v,
         "Each query's row of weights must sum to 1 over the keys: softmax(..., dim=-1).",
