@@ -114,6 +114,33 @@ def test_soft_lookup_divided_before_the_maximum_is_named() -> None:
     _rejects(verdict, "dividing by τ before subtracting the maximum")
 
 
+def _unit(x: np.ndarray) -> np.ndarray:
+    return x / np.linalg.norm(x, axis=-1, keepdims=True)
+
+
+def _lookup(scores: np.ndarray, values: np.ndarray, t: float) -> np.ndarray:
+    return _np_softmax((scores - scores.max(axis=-1, keepdims=True)) / t) @ values
+
+
+@pytest.mark.parametrize(
+    ("wrong", "mistake"),
+    [
+        (
+            lambda q, k, v, t: _lookup(_unit(q) @ _unit(k).T, v, t),
+            "cosine similarities as the scores",
+        ),
+        (
+            lambda q, k, v, t: _lookup(q @ k.T / math.sqrt(q.shape[-1]), v, t),
+            "scores divided by sqrt(d) as well as by the temperature",
+        ),
+    ],
+)
+def test_soft_lookup_mistakes(wrong: Callable, mistake: str) -> None:
+    """Both got the first case's general hint, "Score the query against every key (dot
+    products), softmax the scores, then ...", which does not say what is off."""
+    _rejects(check_soft_lookup(wrong), f"this looks like {mistake}")
+
+
 # ---------------------------------------------------------------- hard lookup
 
 

@@ -95,6 +95,14 @@ def _stable_softmax(z: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=-1, keepdims=True)
 
 
+def _shifted(scores: np.ndarray) -> np.ndarray:
+    return scores - scores.max(axis=-1, keepdims=True)
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    return x / np.linalg.norm(x, axis=-1, keepdims=True)
+
+
 _SOFT_MISTAKES = [
     Mistake(
         "dividing by τ before subtracting the maximum",
@@ -106,6 +114,19 @@ _SOFT_MISTAKES = [
         "multiplying the scores by τ",
         lambda q, k, v, t: _stable_softmax(q @ k.T * t) @ v,
         "A small τ must sharpen the weights: divide the scores by τ.",
+    ),
+    Mistake(
+        "cosine similarities as the scores instead of dot products",
+        lambda q, k, v, t: _stable_softmax(_shifted(_unit(q) @ _unit(k).T) / t) @ v,
+        "The lookup scores with the raw dot product query · key, which also rewards a long "
+        "key; cosine similarity divides the lengths out. Score with query @ keys.T, unnormalised.",
+    ),
+    Mistake(
+        "scores divided by sqrt(d) as well as by the temperature",
+        lambda q, k, v, t: _stable_softmax(_shifted(q @ k.T / np.sqrt(k.shape[-1])) / t) @ v,
+        "The soft lookup divides the scores by the temperature only: softmax((scores - max) / τ) "
+        "with scores = query @ keys.T. The division by sqrt(d_k) belongs to scaled dot-product "
+        "attention (chapter 4).",
     ),
     Mistake(
         "averaging the keys instead of the values",
