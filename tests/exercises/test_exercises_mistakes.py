@@ -303,6 +303,26 @@ def test_sdpa_that_calls_the_library_fails(wrong: Callable, name: str) -> None:
     _rejects(check_scaled_dot_product_attention(wrong), f"calls {name}", "write the three steps")
 
 
+def test_sdpa_returning_output_and_weights_is_told_to_return_the_output_alone() -> None:
+    """The package's attention returns (output, weights); an answer that did the same was
+    told to "join the pieces with torch.stack or torch.cat", which would make it worse."""
+
+    def with_weights(q, k, v):
+        weights = torch.softmax(_scores(q, k), dim=-1)
+        return weights @ v, weights
+
+    verdict = check_scaled_dot_product_attention(with_weights)
+    _rejects(verdict, "a tuple of 2 tensors", "value 1 of them has that shape", "weights")
+    assert "torch.stack" not in verdict.message
+    verdict = check_soft_lookup(
+        lambda q, k, v, t: (_lookup(q @ k.T, v, t), _np_softmax(q @ k.T / t))
+    )
+    _rejects(verdict, "a tuple of 2 arrays", "value 1 of them has that shape")
+    # the right numbers as a list, or a vector as a list of numbers, still pass
+    assert check_softmax(lambda x: list(_np_softmax(x)))
+    assert check_softmax(lambda x: _np_softmax(x).tolist())
+
+
 def test_sdpa_through_nn_multihead_attention_fails() -> None:
     def via_mha(q, k, v):
         d = q.shape[-1]

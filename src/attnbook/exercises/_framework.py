@@ -263,6 +263,28 @@ def _precision_note(got: object, expected: object, *, overflow: bool = False) ->
     )
 
 
+def _one_of_several(got: object, expected: object) -> str | None:
+    """Where ``got`` is a tuple or list of several arrays and one of them has the answer's
+    shape (an attention's ``(output, weights)``, as the package's functions return them),
+    a note that only that one is asked for; ``None`` otherwise."""
+    if not isinstance(got, list | tuple) or len(got) < 2:
+        return None
+    if not isinstance(expected, torch.Tensor | np.ndarray | np.generic | float | int):
+        return None
+    want = tuple(np.shape(expected))
+    arrays = [isinstance(item, torch.Tensor | np.ndarray) for item in got]
+    fits = [a and tuple(item.shape) == want for a, item in zip(arrays, got, strict=True)]
+    if not any(fits) or not all(arrays):
+        return None
+    i = fits.index(True)
+    kind = "tensors" if all(isinstance(item, torch.Tensor) for item in got) else "arrays"
+    return (
+        f"returned {_a_type(got)} of {len(got)} {kind}, expected one of shape "
+        f"{_fmt_shape(want)}: value {i + 1} of them has that shape. Return only the result "
+        "the exercise asks for, without the others (such as the attention weights)"
+    )
+
+
 def compare_outputs(got: object, expected: object, rtol: float, atol: float) -> str | None:
     """Return ``None`` if ``got`` matches ``expected``, else a short description of the difference.
 
@@ -273,6 +295,9 @@ def compare_outputs(got: object, expected: object, rtol: float, atol: float) -> 
         return "returned None: did you forget `return`?"
     if isinstance(expected, tuple):
         return _compare_parts(got, expected, rtol, atol)
+    problem = _one_of_several(got, expected)
+    if problem is not None:
+        return problem
     if (
         isinstance(expected, torch.Tensor)
         and isinstance(got, list | tuple)
