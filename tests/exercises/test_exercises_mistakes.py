@@ -213,6 +213,14 @@ def _fill(q, k, v, m, value):
             ),
             "dividing by d_k instead of sqrt(d_k)",
         ),
+        (
+            lambda q, k, v, m: torch.softmax(_scores(q, k).masked_fill(~m, -math.inf), -2) @ v,
+            "a softmax over the queries (dim=-2)",
+        ),
+        (
+            lambda q, k, v, m: torch.softmax(_scores(q, k).masked_fill(~m, -math.inf), 0) @ v,
+            "a softmax over the queries (dim=-2)",
+        ),
     ],
 )
 def test_masked_attention_mistakes(wrong: Callable, mistake: str) -> None:

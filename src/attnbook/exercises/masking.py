@@ -274,6 +274,14 @@ _MASKED_MISTAKES = [
         "exp(0) = 1: a score of 0 is an ordinary score, not a blocked one. Fill with -inf.",
     ),
     Mistake(
+        "a softmax over the queries (dim=-2) instead of over the keys",
+        lambda q, k, v, m: (
+            torch.softmax(_scaled_scores(q, k).masked_fill(~m, float("-inf")), dim=-2) @ v
+        ),
+        "The mask is applied right, but each query's row of weights must sum to 1 over the "
+        "keys, the last axis of the scores (..., T, S): torch.softmax(scores, dim=-1).",
+    ),
+    Mistake(
         "a missing scale (no division by sqrt(d_k))",
         lambda q, k, v, m: _masked_by(q @ k.transpose(-2, -1), m) @ v,
         "The mask is right, but the scores are not scaled: divide query @ key.transpose(-2, -1) "
