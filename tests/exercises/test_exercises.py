@@ -63,6 +63,24 @@ def test_softmax_checker_rejects_typical_mistakes(wrong, failing_case: str) -> N
     assert "Traceback" not in verdict.message
 
 
+@pytest.mark.parametrize(
+    "matrix_only",
+    [
+        lambda x: (lambda e: e / e.sum(axis=1, keepdims=True))(
+            np.exp(x - x.max(axis=1, keepdims=True))
+        ),
+        lambda x: (lambda e: e / e.sum(axis=-1)[:, None])(np.exp(x - x.max(axis=-1)[:, None])),
+    ],
+    ids=["axis=1", "[:, None]"],
+)
+def test_softmax_written_for_matrices_only_is_told_about_the_last_axis(matrix_only) -> None:
+    """It raises on the 1-D case, whose hint was only the formula, which the answer has."""
+    verdict = check_softmax(matrix_only)
+    assert not verdict
+    assert "case 1/6 (a small 1-D vector) raised" in verdict.message
+    assert "axis=-1 with keepdims=True" in verdict.message.split("Hint:")[1]
+
+
 def test_numbers_returned_as_text_fail_and_as_a_list_pass() -> None:
     """np.asarray(text, dtype=float) reads "0.5" as 0.5: text must not pass for numbers."""
     for as_text in (lambda y: y.astype(str), lambda y: y.astype(str).tolist()):

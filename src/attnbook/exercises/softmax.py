@@ -34,7 +34,9 @@ _SOFTMAX_CASES = [
     Case(
         "a small 1-D vector",
         lambda: (np.array([1.0, 2.0, 3.0]),),
-        "Exponentiate every entry, then divide by the sum of the exponentials.",
+        "Exponentiate every entry, then divide by the sum of the exponentials. x may have "
+        "one axis, as here, or more: work along the last one, axis=-1 with keepdims=True "
+        "(axis=1 or [:, None] fit a matrix only).",
     ),
     Case(
         "a 2-D matrix: one softmax per row",
