@@ -360,6 +360,10 @@ def test_sdpa_through_nn_multihead_attention_fails() -> None:
             lambda q, k, v: torch.softmax(q @ k.mT, -1) / math.sqrt(q.shape[-1]) @ v,
             "this looks like dividing the weights by sqrt(d_k) after the softmax",
         ),
+        (
+            lambda q, k, v: torch.softmax(q @ k.mT / math.sqrt(v.shape[-1]), -1) @ v,
+            "this looks like a scale of sqrt(d_v), the width of a value",
+        ),
     ],
 )
 def test_sdpa_mistakes(wrong: Callable, mistake: str) -> None:
@@ -786,13 +790,19 @@ def _cross(scale: Callable, dim: int = -1) -> Callable:
     return answer
 
 
+def _cross_value_width(x_query, x_context, w_q, w_k, w_v):
+    q, k, v = x_query @ w_q, x_context @ w_k, x_context @ w_v
+    return torch.softmax(q @ k.mT / math.sqrt(w_v.shape[-1]), dim=-1) @ v
+
+
 @pytest.mark.parametrize(
     ("wrong", "named"),
     [
         (_cross(lambda q, c: 1.0), "a missing scale"),
         (_cross(lambda q, c: math.sqrt(c.shape[-1])), "a scale of sqrt(D_ctx)"),
         (_cross(lambda q, c: math.sqrt(q.shape[-1]), dim=-2), "a softmax over the queries"),
-        (_cross(lambda q, c: math.sqrt(len(q))), "a scale of sqrt(T), the number of tokens"),
+        (_cross(lambda q, c: math.sqrt(len(q))), "a scale of sqrt(T), the number of queries"),
+        (_cross_value_width, "a scale of sqrt(T), the number of queries, or sqrt(d_v)"),
         (_cross(lambda q, c: math.sqrt(len(c))), "a scale of sqrt(S), the number of context"),
     ],
 )
@@ -829,6 +839,11 @@ def _self(scale: Callable | None = None, *, dim: int = -1, values: bool = True) 
     return answer
 
 
+def _self_value_width(x, w_q, w_k, w_v):
+    q, k, v = x @ w_q, x @ w_k, x @ w_v
+    return torch.softmax(q @ k.mT / math.sqrt(w_v.shape[-1]), dim=-1) @ v
+
+
 def _self_transposed(x, w_q, w_k, w_v):
     return _self()(x, w_q.T, w_k.T, w_v.T)
 
@@ -843,6 +858,7 @@ def _self_transposed(x, w_q, w_k, w_v):
         (_self(values=False), "averaging x itself instead of the projected values"),
         (_self_transposed, "the transposed weight matrices"),
         (_self(lambda x, q: math.sqrt(len(x))), "a scale of sqrt(T), the number of tokens"),
+        (_self_value_width, "a scale of sqrt(d_v), the width of a value"),
     ],
 )
 def test_self_attention_checker_names_typical_mistakes(wrong: Callable, named: str) -> None:

@@ -81,6 +81,21 @@ def _scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     return q @ k.transpose(-2, -1)  # (..., T, d_k) @ (..., d_k, S) -> (..., T, S)
 
 
+_TOKEN_COUNT_SCALE = Mistake(
+    "a scale of sqrt(T), the number of tokens, instead of sqrt(d_k)",
+    lambda q, k, v: torch.softmax(_scores(q, k) / np.sqrt(q.shape[-2]), dim=-1) @ v,
+    "d_k is the width of a query, its last dimension: divide the scores by "
+    "math.sqrt(query.shape[-1]). len(query) and query.shape[0] count the rows, the tokens "
+    "(or, with a batch axis in front, the sequences).",
+)
+
+_VALUE_WIDTH_SCALE = Mistake(
+    "a scale of sqrt(d_v), the width of a value, instead of sqrt(d_k)",
+    lambda q, k, v: torch.softmax(_scores(q, k) / np.sqrt(v.shape[-1]), dim=-1) @ v,
+    "The scale belongs to the scores, dot products of queries with keys: divide them by "
+    "sqrt(d_k), the width of a query or key (query.shape[-1]), not by the values' width.",
+)
+
 _SDPA_MISTAKES = [
     Mistake(
         "a missing scale (no division by sqrt(d_k))",
@@ -94,13 +109,8 @@ _SDPA_MISTAKES = [
         "The spread of a dot product of d_k unit-variance terms grows like sqrt(d_k): divide "
         "by math.sqrt(d_k), not by d_k.",
     ),
-    Mistake(
-        "a scale of sqrt(T), the number of tokens, instead of sqrt(d_k)",
-        lambda q, k, v: torch.softmax(_scores(q, k) / np.sqrt(q.shape[-2]), dim=-1) @ v,
-        "d_k is the width of a query, its last dimension: divide the scores by "
-        "math.sqrt(query.shape[-1]). len(query) and query.shape[0] count the rows, the tokens "
-        "(or, with a batch axis in front, the sequences).",
-    ),
+    _TOKEN_COUNT_SCALE,
+    _VALUE_WIDTH_SCALE,
     Mistake(
         "multiplying the scores by sqrt(d_k) instead of dividing",
         lambda q, k, v: torch.softmax(_scores(q, k) * np.sqrt(q.shape[-1]), dim=-1) @ v,
@@ -360,7 +370,19 @@ def _self_not_cross(x_query, x_context, w_q, w_k, w_v):
 
 
 _CROSS_MISTAKES = [
-    *(Mistake(m.name, _projected(m.answer), m.hint) for m in _SDPA_MISTAKES),
+    *(
+        Mistake(m.name, _projected(m.answer), m.hint)
+        for m in _SDPA_MISTAKES
+        if m not in (_TOKEN_COUNT_SCALE, _VALUE_WIDTH_SCALE)
+    ),
+    Mistake(  # T = d_v in every case (2, 4 and 3): the two scales cannot be told apart
+        "a scale of sqrt(T), the number of queries, or sqrt(d_v), the width of a value, "
+        "instead of sqrt(d_k)",
+        _projected(_TOKEN_COUNT_SCALE.answer),
+        "d_k is the width of the projected queries and keys (W_q's last dimension): divide "
+        "the scores by math.sqrt(W_q.shape[-1]). len(x_query) counts the queries (or, with a "
+        "batch axis, the sequences), and W_v's last dimension is the values' width.",
+    ),
     Mistake(
         "a scale of sqrt(D_ctx), the context's width, instead of sqrt(d_k)",
         _context_width_scale,
