@@ -700,6 +700,29 @@ def test_masked_softmax_mistakes_named_beyond_the_cases_hint(wrong: Callable, mi
     assert "A finite number is not below every score" not in verdict.message
 
 
+def _zeroed_in_place(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+    weights[torch.isnan(weights)] = 0.0  # right values, but softmax's output is edited
+    return weights
+
+
+@pytest.mark.parametrize(
+    "in_place",
+    [
+        _zeroed_in_place,
+        lambda s, m: torch.softmax(s.masked_fill(~m, -math.inf), -1).masked_fill_(
+            ~m.any(-1, keepdim=True), 0.0
+        ),
+    ],
+)
+def test_masked_softmax_edited_in_place_is_told_why_the_backward_pass_fails(
+    in_place: Callable,
+) -> None:
+    """PyTorch's error names a tensor "modified by an inplace operation"; the hint spoke only
+    of NaN replaced afterwards, and recommended masked_fill, which the answer uses (in place)."""
+    _rejects(check_masked_softmax(in_place), "the gradient", "edit no result in place")
+
+
 def test_masked_softmax_accepts_a_float32_guard_that_keeps_float64() -> None:
     """Widening only narrower dtypes (float16 to float32) keeps float64 scores exact."""
     wide = lambda s: s.to(torch.promote_types(s.dtype, torch.float32))  # noqa: E731

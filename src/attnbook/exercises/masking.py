@@ -686,7 +686,8 @@ _ALL_MASKED_SOFTMAX_CASES = [
         _gradient_case,
         "A fully masked row does not depend on its scores: its gradient must be 0, not NaN. "
         "Build the weights from operations whose backward pass is finite there (masked_fill, "
-        "torch.where), not from a NaN that is replaced afterwards.",
+        "torch.where), not from a NaN that is replaced afterwards, and edit no result in place "
+        "(w[...] = 0, w.masked_fill_): softmax's backward pass reads its own output.",
     ),
 ]
 
