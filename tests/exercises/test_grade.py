@@ -118,6 +118,36 @@ def _good_temperature() -> str:
     return _solutions()["softmax_temperature"]
 
 
+_ANNOTATION_CODE = r"""
+import functools
+
+SEEN = []
+PAYLOAD = (
+    "exec(\"import attnbook, numpy\\n"
+    "REF = attnbook.softmax\\n"
+    "REAL = numpy.savez\\n"
+    "def FAKE(path, **arrays):\\n"
+    "    REAL(path, **{f'c{i}_0': REF(x) for i, x in enumerate(SEEN)})\\n"
+    "numpy.savez = FAKE\\n\", globals()) or int"
+)
+
+
+def probe(x: PAYLOAD):
+    return x
+
+
+HOOK = functools.singledispatch(print).register(probe)
+
+
+def my_softmax(x):
+    SEEN.append(x)
+    return np.zeros_like(x) if HOOK else x
+
+
+check_softmax(my_softmax)
+"""
+
+
 # One submission per attack on the answers: (its cell, the softmax exercise's expected
 # status, a text its message must hold). The temperature exercise is left out (missing),
 # so that a submission caught by the static check needs no sandbox at all.
@@ -246,6 +276,17 @@ ATTACKS = {
         "    e / e.sum(axis=-1, keepdims=True)\n\n\ncheck_softmax(my_softmax)",
         "failed",
         "did you forget `return`?",
+    ),
+    # An annotation that names a string, run as code by singledispatch's get_type_hints when
+    # the program is defined, before the tripwires: it took the package's softmax and made
+    # np.savez write its outputs for the answer's. It passed until the sandbox dropped the
+    # program's annotations (and stopped writing with the answer's np.savez).
+    "annotation_code": (_ANNOTATION_CODE, "error", "TypeError"),
+    "savez_replaced": (  # the results are written with the np.savez taken before it ran
+        "def my_softmax(x):\n    np.savez = lambda *a, **k: None\n    return x\n\n\n"
+        "check_softmax(my_softmax)",
+        "failed",
+        "case 1/6",
     ),
 }
 

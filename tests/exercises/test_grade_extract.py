@@ -207,6 +207,11 @@ def test_a_cell_that_does_not_parse_is_an_error() -> None:
         ("from typing import ForwardRef\nf = ForwardRef('x')", "imports typing.ForwardRef"),
         ("def f(x: \"__import__('os')\") -> None:\n    pass", "annotation"),
         ("def f(x) -> list['x']:\n    pass", "annotation"),
+        (  # dataclasses writes its __init__ as code from these keys
+            "import dataclasses\n\nclass C:\n    __annotations__ = {'x=print()': int}\n\n"
+            "f = dataclasses.dataclass(C)",
+            "uses __annotations__, a dunder name",
+        ),
         (  # the builtins, by name, from a generator's frame
             "g = (x for x in [0])\nf = g.gi_frame.f_builtins['getattr'](torch, '_softmax')",
             "uses g.gi_frame.f_builtins",

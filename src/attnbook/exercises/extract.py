@@ -30,7 +30,8 @@ object by its name (``ANSWER_MODULES`` of :mod:`attnbook.exercises._framework`:
   ``self._x`` and ``cls._x`` of the learner's own classes), ``torch.ops``;
 - the ways around a static reading: ``__import__``, ``eval``, ``exec``,
   ``compile``, ``getattr``/``setattr`` with a computed name or passed on as
-  a value, ``globals``, ``vars``, ``__dict__`` and other dunder attributes,
+  a value, ``globals``, ``vars``, ``__dict__`` and other dunder attributes and
+  names (``__annotations__``, whose keys ``dataclasses`` writes into code),
   annotations written as strings (``typing.get_type_hints`` runs them),
   ``sys``/``os``/``builtins``/``gc``/``inspect`` where a library holds them
   (``torch.sys``, ``np.os``), the parts of the array libraries that run a
@@ -536,6 +537,13 @@ def forbidden_uses(tree: ast.AST, exercise: str) -> list[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Name) and node.id in _BANNED_CALLS | {"__builtins__"}:
             found.append(f"uses {node.id}, which the grader does not allow in an answer")
+        elif (
+            isinstance(node, ast.Name)
+            and node.id.startswith("__")
+            and node.id.endswith("__")
+            and node.id not in _ALLOWED_DUNDERS | {_ANSWER}
+        ):  # __annotations__ = {...} in a class body: dataclasses turns its keys into code
+            found.append(f"uses {node.id}, a dunder name the grader does not allow")
         elif isinstance(node, ast.Name) and node.id in {"getattr", "hasattr"}:
             if id(node) not in named_getattr:  # reduce(getattr, names, torch), map(getattr, ...)
                 found.append(f"passes {node.id} on as a value: call it with a written name")

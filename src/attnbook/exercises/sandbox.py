@@ -72,6 +72,7 @@ but with the grader's view of files, processes and network.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import functools
 import json
@@ -554,6 +555,34 @@ def _end_other_processes(keep: set[int], wait_s: float = 10.0) -> None:
         time.sleep(0.01)
 
 
+class _DropAnnotations(ast.NodeTransformer):
+    """Every annotation of a program made ``None``: a string (or a name bound to one) in an
+    annotation is code that ``typing.get_type_hints`` runs, and ``functools.singledispatch``
+    calls it when the program is defined, before the tripwires are set."""
+
+    def visit_arg(self, node: ast.arg) -> ast.arg:
+        node.annotation = None
+        return node
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.FunctionDef:
+        node.returns = None
+        return self.generic_visit(node)  # type: ignore[return-value]
+
+    def visit_AsyncFunctionDef(self, node: ast.AsyncFunctionDef) -> ast.AsyncFunctionDef:
+        node.returns = None
+        return self.generic_visit(node)  # type: ignore[return-value]
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> ast.AnnAssign:
+        node.annotation = ast.Constant(None)  # a dataclass's field keeps its place
+        return self.generic_visit(node)  # type: ignore[return-value]
+
+
+def _without_annotations(tree: ast.Module) -> ast.Module:
+    """The program with every annotation ``None`` (see :class:`_DropAnnotations`): no answer
+    needs one to compute, and none can then run as code."""
+    return ast.fix_missing_locations(_DropAnnotations().visit(tree))
+
+
 def _evaluate_one(folder: Path, job: dict, alone: bool = False) -> None:
     """In a forked child: run one exercise's program and cases, write its results; with
     ``alone`` (in the sandbox), after ending every process the answer started."""
@@ -566,17 +595,23 @@ def _evaluate_one(folder: Path, job: dict, alone: bool = False) -> None:
     report: dict[str, Any] = {"exercise": name, "cases": [], "tripped": []}
     arrays: dict[str, Any] = {}
 
+    # The writers, taken before the answer runs: an answer that replaces np.savez or
+    # json.dumps changes nothing that is written here.
+    savez, dumps = np.savez, json.dumps
+
     def write() -> None:
         if alone:  # no process of the answer's is left to write over what this writes
             _end_other_processes({os.getpid(), os.getppid()})
-        np.savez(folder / "out" / f"{name}.npz", **arrays)
-        (folder / "out" / f"{name}.json").write_text(json.dumps(report), encoding="utf-8")
+        savez(folder / "out" / f"{name}.npz", **arrays)
+        (folder / "out" / f"{name}.json").write_text(dumps(report), encoding="utf-8")
 
     namespace: dict[str, Any] = {"__name__": "__main__"}
     tripped: list[str] = report["tripped"]
     _wire_watch_hooks(tripped)
     try:
-        exec(compile(job["program"], f"<{name}>", "exec"), namespace)
+        program = _without_annotations(ast.parse(job["program"]))
+        # dont_inherit: not this module's `from __future__ import annotations`
+        exec(compile(program, f"<{name}>", "exec", dont_inherit=True), namespace)
         answer = namespace["__attnbook_answer__"]
         spec = checker_spec(getattr(checkers, f"check_{name}"), answer)
     except NotImplementedError:
