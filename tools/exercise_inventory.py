@@ -70,6 +70,7 @@ from tools.notebooks import (
     exercises,
     run_notebook,
     strip_solutions,
+    title,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -132,9 +133,6 @@ _DIFFICULTY = re.compile(r"\s*\((easy|medium|harder)\)\s*$")
 # The opening line of an admonition, e.g. ":::{admonition} Learning objectives": its fence and
 # its title, on that line only.
 _ADMONITION = re.compile(r"^(?P<fence>:{3,}|`{3,})\{admonition\}(?:[ \t]+(?P<title>.*?))?[ \t]*$")
-# A level-1 heading (CommonMark's ATX heading: up to three spaces, "#", a space or tab, the
-# text, an optional closing run of "#").
-_TITLE = re.compile(r"^ {0,3}#[ \t]+(?P<title>.*?)(?:[ \t]+#+)?[ \t]*$")
 OBJECTIVES_TITLE = "Learning objectives"
 
 
@@ -178,18 +176,6 @@ def _admonitions(text: str) -> list[_Admonition]:
         found.append(_Admonition(match["title"] or "", options, i, end, lines[j:end]))
         i = end + 1
     return found
-
-
-def _title(cells: list[str]) -> str:
-    """The text of the first level-1 heading of the markdown cells, outside code blocks;
-    '' if there is none."""
-    for source in cells:
-        lines = source.splitlines()
-        code = {i for first, last in code_blocks(source) for i in range(first, last + 1)}
-        for i, line in enumerate(lines):
-            if i not in code and (match := _TITLE.match(line)) and match["title"]:
-                return match["title"]
-    return ""
 
 
 def _objectives(cells: list[str]) -> list[str]:
@@ -251,7 +237,7 @@ def read_chapter(path: Path) -> Chapter:
     markdown = [c.source for c in nb.cells if c.cell_type == "markdown"]
     chapter = Chapter(
         stem=path.stem,
-        title=_title(markdown) or path.stem,
+        title=title(markdown) or path.stem,
         objectives=_objectives(markdown),
         prose_words=sum(_prose_words(c.source) for c in nb.cells if c.cell_type == "markdown"),
         code_cells=sum(

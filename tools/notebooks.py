@@ -28,6 +28,7 @@ from attnbook.exercises.notebooks import (
     run_notebook,
     solutions,
     strip_solutions,
+    title,
 )
 
 __all__ = [
@@ -52,6 +53,7 @@ __all__ = [
     "run_notebook",
     "solutions",
     "strip_solutions",
+    "title",
 ]
 
 KERNEL_NAME = "attnbook"  # the kernel of .venv, registered by `make venv` (see the Makefile)

@@ -270,8 +270,8 @@ def test_the_title_is_the_first_level_one_heading_outside_code() -> None:
         "Colab.\n```python\n# a comment\n```",
         "## Not it\n#No space\n  # The title #\n# Later",
     ]
-    assert inventory._title(cells) == "The title"
-    assert inventory._title(cells[:1]) == ""
+    assert inventory.title(cells) == "The title"
+    assert inventory.title(cells[:1]) == ""
 
 
 def test_a_block_is_collapsed_by_the_class_dropdown_and_ends_at_a_fence_as_long() -> None:

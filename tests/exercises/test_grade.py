@@ -827,6 +827,18 @@ _LEFTOVER = _FORGE + (  # a process that outlives the answer and writes one file
 )
 
 
+def test_a_submissions_title_is_read_as_the_inventory_reads_the_chapters() -> None:
+    """A `# comment` in a code block before the heading was taken for the title, so the
+    submission was matched to its chapter by file name or exercises, not by its title."""
+    nb = new_notebook(
+        cells=[
+            new_markdown_cell("Run this first:\n```python\n# install the package\n```"),
+            new_markdown_cell("# Softmax: from scores to weights #"),
+        ]
+    )
+    assert grade._title(nb) == "Softmax: from scores to weights"
+
+
 def test_other_processes_are_ended_only_in_bubblewraps_pid_namespace() -> None:
     """Ending every other process is right only where they are the sandbox's: outside it
     (here), process 1 is the machine's init, and the evaluation must not even try."""

@@ -278,12 +278,8 @@ def checker_calls(source: str) -> list[str]:
 
 
 def _title(nb: Any) -> str:
-    for cell in nb.cells:
-        if cell.cell_type == "markdown":
-            for line in cell.source.splitlines():
-                if line.startswith("# "):
-                    return line[2:].strip()
-    return ""
+    """The submission's title, read as the inventory reads the chapters' (the catalog's)."""
+    return notebooks.title([cell.source for cell in nb.cells if cell.cell_type == "markdown"])
 
 
 # The `grade` extra, import name -> package name. SciPy is in it because an answer may import

@@ -79,6 +79,7 @@ __all__ = [
     "run_notebook",
     "solutions",
     "strip_solutions",
+    "title",
 ]
 
 DIRECTIVES = ("exercise", "solution")
@@ -331,6 +332,24 @@ def directive_blocks(source: str, cell: int = 0) -> list[Block]:
             closed.
     """
     return _read(source, cell)[0]
+
+
+# A level-1 heading (CommonMark's ATX heading: up to three spaces, "#", a space or tab, the
+# text, an optional closing run of "#").
+_TITLE = re.compile(r"^ {0,3}#[ \t]+(?P<title>.*?)(?:[ \t]+#+)?[ \t]*$")
+
+
+def title(markdown: list[str]) -> str:
+    """A notebook's title: the text of the first level-1 heading of its markdown cells
+    (``markdown``, their sources in order), outside code blocks (a ``# comment`` in a code
+    block is code); ``""`` if there is none. The inventory reads a chapter's title with it,
+    and the grader a submission's."""
+    for source in markdown:
+        code = {i for first, last in code_blocks(source) for i in range(first, last + 1)}
+        for i, line in enumerate(source.splitlines()):
+            if i not in code and (match := _TITLE.match(line)) and match["title"]:
+                return match["title"]
+    return ""
 
 
 def code_blocks(source: str, cell: int = 0) -> list[tuple[int, int]]:
