@@ -24,6 +24,10 @@
   start with chapter 1, open it on Colab, and download the PDF and the student notebooks
   (which the Pages workflow publishes beside the HTML); the chapter map's boxes link their
   chapters (the SVG is put in the page, where links work).
+- Narrow diagrams: a diagram of ``images/`` drawn twice, ``NAME.svg`` and ``NAME_narrow.svg``
+  (tools/draw_*.py), shows the narrow one on a phone (``NARROW_MEDIA``), where the wide one's
+  text would shrink below 10 px: the chapter map as a second SVG in the page, which
+  attnbook.css shows instead of the first.
 - ``404.html``, the page GitHub Pages sends for a missing URL at any depth: "Page not found",
   links to the start page, the search page and every chapter, all its URLs (styles, scripts,
   favicon, links) absolute from the site's path (``site_path``: ``/<repo>/`` of the
@@ -246,28 +250,55 @@ START_MARK = '<div class="attnbook-start"></div>'  # in intro.md, where the butt
 # <img>, which follows no link, so the HTML of the start page holds the SVG itself.
 CHAPTER_MAP = ROOT / "images" / "chapter_map.svg"
 _MAP_IMG = re.compile(r'<img alt="([^"]*)" src="_images/chapter_map\.svg"[^>]*>')
+# Where a phone shows a diagram's narrow version instead (attnbook.css says the same): below
+# 720 px, the wide chapter map's 10.5 pt labels would render under 10 CSS px.
+NARROW_MEDIA = "(max-width: 720px)"
+NARROW = "_narrow"  # images/NAME_narrow.svg: the narrow version of images/NAME.svg
 
 
-def inline_chapter_map(body: str, svg: str) -> str:
+def narrow_version(path: Path) -> Path:
+    """Where the narrow version of the diagram `path` (images/NAME.svg) would be."""
+    return path.with_stem(path.stem + NARROW)
+
+
+def inline_chapter_map(body: str, svg: str, narrow: str | None = None) -> str:
     """`body` with the chapter map's <img> replaced by `svg` itself (its links work there),
-    named by the image's alt text; unchanged without one. For a page at the book's root
-    (the map's links are relative to it)."""
+    named by the image's alt text, followed by the `narrow` map if there is one (which
+    attnbook.css shows instead on a phone; its ids made its own); unchanged without an <img>.
+    For a page at the book's root (the map's links are relative to it)."""
     match = _MAP_IMG.search(body)
     if not match:
         return body
     from attnbook.viz import svg_smallest_text
 
-    svg = svg[svg.index("<svg") :]  # no XML declaration or doctype inside HTML
-    # The smallest text (viz.svg_metadata) stays readable for the browser test's font floor.
-    recorded = svg_smallest_text(svg)
-    svg = re.sub(r"\s*<metadata>.*?</metadata>", "", svg, count=1, flags=re.S)
-    data = f' data-smallest-text-pt="{recorded[0]:g}"' if recorded else ""
-    svg = svg.replace(
-        "<svg ",
-        f'<svg class="attnbook-chapter-map" role="group" aria-label="{match[1]}"{data} ',
-        1,
-    )
-    return body[: match.start()] + svg.strip() + body[match.end() :]
+    maps = []
+    for kind, text in (("wide", svg), ("narrow", narrow)):
+        if text is None:
+            continue
+        text = text[text.index("<svg") :]  # no XML declaration or doctype inside HTML
+        # The smallest text (viz.svg_metadata) stays readable for the browser test's floor.
+        recorded = svg_smallest_text(text)
+        text = re.sub(r"\s*<metadata>.*?</metadata>", "", text, count=1, flags=re.S)
+        data = f' data-smallest-text-pt="{recorded[0]:g}"' if recorded else ""
+        name = CHAPTER_MAP.name if kind == "wide" else narrow_version(CHAPTER_MAP).name
+        classes = "attnbook-chapter-map" + (f" attnbook-chapter-map--{kind}" if narrow else "")
+        text = text.replace(
+            "<svg ",
+            f'<svg class="{classes}" role="group" aria-label="{match[1]}"{data} '
+            f'data-figure="{name}" ',
+            1,
+        )
+        maps.append(text.strip() if kind == "wide" else prefixed_ids(text.strip(), "narrow-"))
+    return body[: match.start()] + "\n".join(maps) + body[match.end() :]
+
+
+_SVG_ID = re.compile(r'(\bid="|url\(#|href="#)([^"\)]+)')
+
+
+def prefixed_ids(svg: str, prefix: str) -> str:
+    """`svg` with every id, and every reference to one (url(#...), href="#..."), prefixed:
+    two of matplotlib's SVGs in one page would otherwise share ids (figure_1, the glyphs)."""
+    return _SVG_ID.sub(lambda match: match[1] + prefix + match[2], svg)
 
 
 @functools.cache
@@ -384,7 +415,8 @@ def start_html(pathto, colab: str | None, beside: Iterable[str]) -> str:
 
 
 def _front_door(app: Sphinx, pagename: str, context: dict) -> None:
-    """Add the chapter's facts under its title, or the start page's buttons (HTML only)."""
+    """Add the chapter's facts under its title, or the start page's buttons and chapter map
+    (HTML only)."""
     if app.builder.name != "html" or "body" not in context:
         return
     pathto = context["pathto"]
@@ -395,8 +427,11 @@ def _front_door(app: Sphinx, pagename: str, context: dict) -> None:
         block = chapter_facts_html({**facts, "stem": stem}, pathto, colab_url(options, pagename))
         context["body"] = context["body"].replace("</h1>", "</h1>\n" + block, 1)
     if "/" not in pagename and CHAPTER_MAP.is_file():
+        narrow = narrow_version(CHAPTER_MAP)
         context["body"] = inline_chapter_map(
-            context["body"], CHAPTER_MAP.read_text(encoding="utf-8")
+            context["body"],
+            CHAPTER_MAP.read_text(encoding="utf-8"),
+            narrow.read_text(encoding="utf-8") if narrow.is_file() else None,
         )
     if facts is None and START_MARK in context["body"]:
         first = next(iter(_course_facts()), None)

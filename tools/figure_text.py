@@ -14,7 +14,10 @@ check while drawing a figure.
 The floor: 9 CSS px. Body text is 16 px; 9 px is about the smallest size that stays
 legible on an ordinary (96 dpi) laptop screen, and the book's own smallest text (code at
 1280 px) is 11 px. Phones are not held to it: every figure there shrinks to the screen, and
-readers zoom.
+readers zoom. The exception: a diagram of images/ drawn a second time for phones
+(NAME_narrow.svg, which the book shows instead below 720 px) is held there to
+`PHONE_FLOOR_PX`, 10 CSS px, in the `PHONE_FIGURE_PX` a 390 px phone gives a figure
+(tests/book/test_diagrams.py and the browser test).
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ ROOT = Path(__file__).resolve().parent.parent
 FLOOR_PX = 9.0
 # Width in CSS px of a cell output's column, by window width (Chromium, the book's theme).
 COLUMN_PX = {1440: 800, 1366: 741, 1280: 672}
+PHONE_FLOOR_PX = 10.0  # a narrow diagram's smallest text on a phone
+PHONE_FIGURE_PX = 342  # a figure's width on a 390 px phone (Chromium, the book's theme)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,9 @@
   it is in no table of contents and not in the search index, and every URL it names
   resolves when a GitHub-Pages-like server (tools/pages_server.py) sends it for a missing
   URL three folders deep under the site's path (/<repo>/, from repository.url).
+- The chapter map, drawn twice, wide and narrow (images/chapter_map_narrow.svg), shows its
+  narrow version on a phone: a second SVG with ids of its own, which attnbook.css shows
+  under the extension's media query.
 """
 
 from __future__ import annotations
@@ -384,6 +387,39 @@ def test_the_chapter_map_is_put_in_the_page_with_its_links() -> None:
             assert f'href="{chapter.file}.html" aria-label="Chapter ' in html, chapter.stem
     assert "_blank" not in html
     assert _extension().inline_chapter_map("<p>no map</p>", svg) == "<p>no map</p>"
+
+
+def test_the_narrow_chapter_map_follows_the_wide_one_with_ids_of_its_own() -> None:
+    wide, narrow = (
+        (ROOT / "images" / name).read_text(encoding="utf-8")
+        for name in ("chapter_map.svg", "chapter_map_narrow.svg")
+    )
+    body = '<img alt="A map" src="_images/chapter_map.svg" style="width: 100%;" />'
+    html = _extension().inline_chapter_map(body, wide, narrow)
+    assert html.count("<svg ") == 2
+    first, second = html.split("\n<svg ")
+    assert first.startswith(
+        '<svg class="attnbook-chapter-map attnbook-chapter-map--wide" role="group" '
+        'aria-label="A map" data-smallest-text-pt="10.5" data-figure="chapter_map.svg" '
+    )
+    assert second.startswith(
+        'class="attnbook-chapter-map attnbook-chapter-map--narrow" role="group" '
+        'aria-label="A map" data-smallest-text-pt="10.5" data-figure="chapter_map_narrow.svg" '
+    )
+    ids = re.findall(r'\bid="([^"]+)"', html)
+    assert len(ids) == len(set(ids)), "the two maps share ids"
+    # Every reference of the narrow map (clip paths, glyphs) is to an id of its own.
+    references = re.findall(r'(?:url\(#|href="#)([^"\)]+)', second)
+    own = set(re.findall(r'\bid="([^"]+)"', second))
+    assert references
+    assert set(references) <= own
+    for part in (first, second):  # each links every chapter, named
+        assert part.count('aria-label="Chapter ') == len(re.findall(r"<a ", part)) >= 14
+    # attnbook.css shows the narrow map instead, under NARROW_MEDIA.
+    css = (ROOT / "_ext" / "static" / "attnbook.css").read_text(encoding="utf-8")
+    rule = re.search(r"@media ([^{]+)\{\s*\.attnbook-chapter-map--wide \{\s*display: none;", css)
+    assert rule, "attnbook.css hides no wide chapter map"
+    assert rule[1].strip() == _extension().NARROW_MEDIA
 
 
 def test_plotly_urls_point_at_the_books_copy() -> None:

@@ -3,7 +3,9 @@
 Each diagram records its smallest text in points in its description
 (`attnbook.viz.svg_metadata`). The book shows it at the column's full width, so that text
 renders at `smallest_pt * column_px / width_pt` CSS px; at the narrowest laptop column
-(tools/figure_text.py's `COLUMN_PX`) it must reach the figures' floor, `FLOOR_PX`.
+(tools/figure_text.py's `COLUMN_PX`) it must reach the figures' floor, `FLOOR_PX`. A narrow
+version (NAME_narrow.svg), which a phone shows instead, must reach `PHONE_FLOOR_PX` in the
+`PHONE_FIGURE_PX` a 390 px phone gives it.
 """
 
 from __future__ import annotations
@@ -15,10 +17,11 @@ import matplotlib.figure
 import pytest
 
 from attnbook.viz import SVG_SMALLEST_TEXT, svg_smallest_text
-from tools.figure_text import COLUMN_PX, FLOOR_PX
+from tools.figure_text import COLUMN_PX, FLOOR_PX, PHONE_FIGURE_PX, PHONE_FLOOR_PX
 
 ROOT = Path(__file__).resolve().parents[2]
 DIAGRAMS = sorted(p for p in (ROOT / "images").glob("*.svg") if p.name != "favicon.svg")
+NARROW = [p for p in DIAGRAMS if p.stem.endswith("_narrow")]
 DRAWING_SCRIPTS = sorted(p.stem for p in (ROOT / "tools").glob("draw_*.py"))
 
 
@@ -33,6 +36,7 @@ def rendered_px(svg: str, column_px: float) -> float:
 def test_every_diagram_is_checked() -> None:
     names = {p.name for p in DIAGRAMS}
     assert {"chapter_map.svg", "sdpa_dataflow.svg", "transformer_block.svg"} <= names
+    assert "chapter_map_narrow.svg" in names
 
 
 @pytest.mark.parametrize("path", DIAGRAMS, ids=lambda p: p.stem)
@@ -42,6 +46,16 @@ def test_diagram_text_reaches_the_floor_in_the_narrowest_column(path: Path) -> N
     assert px >= FLOOR_PX, (
         f"{path.name}: smallest text renders at {px:.2f} CSS px in a {column} px column, "
         f"below the {FLOOR_PX:g} px floor: enlarge its text or narrow its drawing"
+    )
+
+
+@pytest.mark.parametrize("path", NARROW, ids=lambda p: p.stem)
+def test_a_narrow_diagram_reaches_the_phone_floor(path: Path) -> None:
+    assert path.with_stem(path.stem.removesuffix("_narrow")).is_file(), "no wide version"
+    px = rendered_px(path.read_text(encoding="utf-8"), PHONE_FIGURE_PX)
+    assert px >= PHONE_FLOOR_PX, (
+        f"{path.name}: smallest text renders at {px:.2f} CSS px in a {PHONE_FIGURE_PX} px "
+        f"figure on a phone, below the {PHONE_FLOOR_PX:g} px floor: narrow its drawing"
     )
 
 

@@ -56,6 +56,7 @@ VIEWPORT = {"width": 1440, "height": 900}
 CODE_WIDTHS = (1440, 1366, 1280)
 # A phone (an iPhone 12 to 15 is 390 x 844 CSS px), emulated as one: touch, a mobile viewport.
 PHONE = {"viewport": {"width": 390, "height": 844}, "is_mobile": True, "has_touch": True}
+PHONE_WIDTH = PHONE["viewport"]["width"]
 AXE = ROOT / "assets" / "vendor" / "axe.min.js"  # `make assets` copies it from node_modules
 AXE_IMPACTS = {"serious", "critical"}  # what fails; "minor" and "moderate" findings do not
 BERTVIZ_TIMEOUT_MS = 15_000  # require.js, d3 and jQuery load, then each view draws
@@ -254,8 +255,9 @@ LAYOUT_JS = page_js(r"""
 # Every code block (cell inputs, outputs, code in the prose), every dropdown open: its width
 # and its longest line. Run once per width of CODE_WIDTHS, the window resized in between.
 # Every figure of the article as drawn: images (their file, pixel and rendered widths) and the
-# chapter map, which the page holds as an inline SVG (its width in pt and smallest text, from
-# the data attribute _ext writes). test_figure_text_is_legible reads the rest from the files.
+# chapter map, which the page holds as an inline SVG (its file's name, its width in pt and
+# smallest text, from the data attributes _ext writes; of its wide and narrow versions, the one
+# shown). test_figure_text_is_legible reads the rest from the files.
 FIGURES_JS = r"""
 async () => {
   await new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done)));
@@ -266,8 +268,9 @@ async () => {
         kind: "img", src: image.currentSrc || image.src, alt: (image.alt || "").slice(0, 60),
         naturalWidth: image.naturalWidth, width: image.getBoundingClientRect().width,
       }));
-  const maps = [...article.querySelectorAll("svg[data-smallest-text-pt]")].map((svg) => ({
-    kind: "svg", src: "", alt: svg.getAttribute("aria-label") || "",
+  const maps = [...article.querySelectorAll("svg[data-smallest-text-pt]")]
+      .filter((svg) => svg.getBoundingClientRect().width > 0).map((svg) => ({
+    kind: "svg", src: svg.dataset.figure || "", alt: svg.getAttribute("aria-label") || "",
     widthPt: parseFloat(svg.getAttribute("width")), width: svg.getBoundingClientRect().width,
     smallestPt: parseFloat(svg.dataset.smallestTextPt),
   }));
@@ -593,7 +596,8 @@ DIALOG_JS = r"""
 
 @dataclass
 class PhoneReport(PageReport):
-    """One page on a phone: whether it pans, and what tapping each sidebar button opened."""
+    """One page on a phone: whether it pans, its figures (`figures[PHONE_WIDTH]`, FIGURES_JS),
+    and what tapping each sidebar button opened."""
 
     pan: dict = field(default_factory=dict)  # the result of PAN_JS
     wrapped_outputs: list[str] = field(default_factory=list)  # WRAPPED_OUTPUTS_JS's result
@@ -612,6 +616,7 @@ def _open_on_a_phone(browser, base: str, name: str) -> PhoneReport:
         page.goto(base + name, wait_until="load")
         report.pan = page.evaluate(PAN_JS)
         report.wrapped_outputs = page.evaluate(WRAPPED_OUTPUTS_JS)
+        report.figures[PHONE_WIDTH] = page.evaluate(FIGURES_JS)
         for what, (button, dialog) in SIDEBAR_DIALOGS.items():
             target = page.locator(button)
             if target.count() == 0 or not target.first.is_visible():

@@ -20,7 +20,9 @@ For each page of `_build/html` (not the generated index and search pages, nor
   1440, 1366 and 1280 px wide window: no horizontal scroll bar (no tolerance);
 - on an emulated phone (390 px), the page does not pan sideways, no cell output wraps
   its lines (it scrolls inside itself), and tapping the chapter-list button opens a list
-  of every page (the contents button, the page's sections);
+  of every page (the contents button, the page's sections); a diagram drawn a second time
+  for phones (images/NAME_narrow.svg: the chapter map) is shown in that version,
+  its smallest text at PHONE_FLOOR_PX (10 px) or more;
 - every bertviz view has drawn its SVG (tokens and attention lines), offline, no wider
   than the column;
 - the page's <link rel="icon"> files load;
@@ -53,6 +55,7 @@ from conftest import (
     AXE_WRAPPER,
     BUILD,
     FONTAWESOME_DONE_JS,
+    PHONE_WIDTH,
     ROOT,
     VIEWPORT,
     PageReport,
@@ -61,7 +64,7 @@ from conftest import (
 )
 
 from attnbook.viz import SMALLEST_TEXT_KEY, png_text, svg_smallest_text
-from tools.figure_text import FLOOR_PX
+from tools.figure_text import FLOOR_PX, PHONE_FLOOR_PX
 from tools.page_checks import RAW_TEX
 from tools.pages_server import serve
 
@@ -360,6 +363,52 @@ def test_figure_text_is_legible(visit, page_name: str, code_width: int, build_di
     if problems:
         pytest.fail(
             _problems(f"{page_name}: figure text too small in a {code_width} px window", problems),
+            pytrace=False,
+        )
+
+
+def _narrow_diagram(figure: dict) -> str | None:
+    """The file name of `figure`'s narrow version (images/NAME_narrow.svg) if it has one."""
+    shown = urllib.parse.unquote(urllib.parse.urlsplit(figure["src"]).path).rsplit("/", 1)[-1]
+    narrow = shown.removesuffix(".svg").removesuffix("_narrow") + "_narrow.svg"
+    return narrow if shown.endswith(".svg") and (ROOT / "images" / narrow).is_file() else None
+
+
+def test_narrow_diagrams_are_legible_on_a_phone(
+    visit_on_a_phone, page_name: str, build_dir: Path
+) -> None:
+    """A diagram drawn again for phones (images/NAME_narrow.svg) shows its smallest text at
+    PHONE_FLOOR_PX or more there, whichever version the page shows."""
+    problems = []
+    for figure in visit_on_a_phone(page_name).figures[PHONE_WIDTH]:
+        if _narrow_diagram(figure) is None:
+            continue
+        px, where = _smallest_text_px(figure, build_dir)
+        if px is None or px < PHONE_FLOOR_PX:
+            problems.append(
+                f"{where}: smallest text {px or 0:.1f} px < {PHONE_FLOOR_PX:g} px, shown "
+                f"{figure['width']:.0f} px wide: {figure['alt'][:60]!r}"
+            )
+    if problems:
+        pytest.fail(
+            _problems(f"{page_name}: figure text too small on a {PHONE_WIDTH} px phone", problems),
+            pytrace=False,
+        )
+
+
+def test_every_narrow_diagram_is_shown_on_a_phone(visit_on_a_phone, book_pages: list[str]) -> None:
+    """Each images/NAME_narrow.svg is what some page shows on a phone (the wide version is not
+    shown instead: attnbook.css, the <picture> of _ext/attnbook_book.py)."""
+    names = {path.name for path in (ROOT / "images").glob("*_narrow.svg")}
+    shown = {
+        urllib.parse.unquote(figure["src"]).rsplit("/", 1)[-1]
+        for name in book_pages
+        for figure in visit_on_a_phone(name).figures[PHONE_WIDTH]
+    }
+    if names - shown:
+        pytest.fail(
+            f"never shown on a phone: {sorted(names - shown)} "
+            f"(the diagrams shown: {sorted(name for name in shown if name.endswith('.svg'))})",
             pytrace=False,
         )
 
