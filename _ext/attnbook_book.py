@@ -27,7 +27,7 @@
 - Narrow diagrams: a diagram of ``images/`` drawn twice, ``NAME.svg`` and ``NAME_narrow.svg``
   (tools/draw_*.py), shows the narrow one on a phone (``NARROW_MEDIA``), where the wide one's
   text would shrink below 10 px: the chapter map as a second SVG in the page, which
-  attnbook.css shows instead of the first.
+  attnbook.css shows instead of the first; any other as an HTML <picture>.
 - ``404.html``, the page GitHub Pages sends for a missing URL at any depth: "Page not found",
   links to the start page, the search page and every chapter, all its URLs (styles, scripts,
   favicon, links) absolute from the site's path (``site_path``: ``/<repo>/`` of the
@@ -44,6 +44,7 @@ import functools
 import html as html_text
 import os
 import re
+import shutil
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -301,6 +302,26 @@ def prefixed_ids(svg: str, prefix: str) -> str:
     return _SVG_ID.sub(lambda match: match[1] + prefix + match[2], svg)
 
 
+_SVG_IMG = re.compile(r'<img [^>]*?src="((?:\.\./)*_images/([^"/]+)\.svg)"[^>]*>')
+
+
+def narrow_pictures(body: str, images: Path) -> str:
+    """`body` with each <img> of an SVG diagram that has a narrow version in `images`
+    wrapped in a <picture> that chooses the narrow one under NARROW_MEDIA (the build copies
+    it beside the wide one in _images/)."""
+
+    def picture(match: re.Match) -> str:
+        if not narrow_version(images / f"{match[2]}.svg").is_file():
+            return match[0]
+        source = match[1].removesuffix(".svg") + NARROW + ".svg"
+        return (
+            f'<picture><source media="{NARROW_MEDIA}" srcset="{source}" '
+            f'type="image/svg+xml">{match[0]}</picture>'
+        )
+
+    return _SVG_IMG.sub(picture, body)
+
+
 @functools.cache
 def _course_facts() -> dict[str, dict]:
     """Per chapter stem: its title, what it builds on, its reading and exercise times.
@@ -415,8 +436,8 @@ def start_html(pathto, colab: str | None, beside: Iterable[str]) -> str:
 
 
 def _front_door(app: Sphinx, pagename: str, context: dict) -> None:
-    """Add the chapter's facts under its title, or the start page's buttons and chapter map
-    (HTML only)."""
+    """Add the chapter's facts under its title, or the start page's buttons and chapter map;
+    let a phone show the narrow diagrams (HTML only)."""
     if app.builder.name != "html" or "body" not in context:
         return
     pathto = context["pathto"]
@@ -433,6 +454,7 @@ def _front_door(app: Sphinx, pagename: str, context: dict) -> None:
             CHAPTER_MAP.read_text(encoding="utf-8"),
             narrow.read_text(encoding="utf-8") if narrow.is_file() else None,
         )
+    context["body"] = narrow_pictures(context["body"], CHAPTER_MAP.parent)
     if facts is None and START_MARK in context["body"]:
         first = next(iter(_course_facts()), None)
         colab = colab_url(options, f"chapters/{first}") if first else None
@@ -577,6 +599,17 @@ def _not_found_page(app: Sphinx) -> Iterable[tuple[str, dict, str]]:
     yield NOT_FOUND, {"title": NOT_FOUND_TITLE, "body": body}, "page.html"
 
 
+def _copy_narrow_diagrams(app: Sphinx, exception: Exception | None) -> None:
+    """Put each narrow diagram (see NARROW_MEDIA) beside its wide one in _images/, where
+    the pages' <picture>s look for it; the wide one is there when a page shows it."""
+    out = Path(app.outdir) / "_images"
+    if exception is not None or app.builder.name != "html" or not out.is_dir():
+        return
+    for narrow in sorted(CHAPTER_MAP.parent.glob(f"*{NARROW}.svg")):
+        if (out / f"{narrow.stem.removesuffix(NARROW)}.svg").is_file():
+            shutil.copyfile(narrow, out / narrow.name)
+
+
 def _root_not_found_urls(app: Sphinx, exception: Exception | None) -> None:
     """Make 404.html's URLs start from the site's root path (see NOT_FOUND)."""
     page = Path(app.outdir) / f"{NOT_FOUND}.html"
@@ -636,4 +669,5 @@ def setup(app: Sphinx) -> dict[str, object]:
     app.add_config_value(SITE_PATH_CONFIG, "", "html", types=[str])
     app.connect("html-collect-pages", _not_found_page)
     app.connect("build-finished", _root_not_found_urls)
+    app.connect("build-finished", _copy_narrow_diagrams)
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}

@@ -13,9 +13,9 @@
   it is in no table of contents and not in the search index, and every URL it names
   resolves when a GitHub-Pages-like server (tools/pages_server.py) sends it for a missing
   URL three folders deep under the site's path (/<repo>/, from repository.url).
-- The chapter map, drawn twice, wide and narrow (images/chapter_map_narrow.svg), shows its
-  narrow version on a phone: a second SVG with ids of its own, which attnbook.css shows
-  under the extension's media query.
+- A diagram drawn twice, wide and narrow (images/NAME_narrow.svg), shows its narrow version
+  on a phone: the chapter map as a second SVG with ids of its own, which attnbook.css shows
+  under the same media query; any other as a <picture>, its narrow file in _images/.
 """
 
 from __future__ import annotations
@@ -420,6 +420,35 @@ def test_the_narrow_chapter_map_follows_the_wide_one_with_ids_of_its_own() -> No
     rule = re.search(r"@media ([^{]+)\{\s*\.attnbook-chapter-map--wide \{\s*display: none;", css)
     assert rule, "attnbook.css hides no wide chapter map"
     assert rule[1].strip() == _extension().NARROW_MEDIA
+
+
+def test_a_diagram_with_a_narrow_version_is_shown_as_a_picture() -> None:
+    extension = _extension()
+    body = (
+        '<img alt="flow" src="../_images/sdpa_dataflow.svg" />\n'
+        '<img alt="block" src="../_images/transformer_block.svg" />'
+    )
+    html = extension.narrow_pictures(body, ROOT / "images")
+    assert html == (
+        f'<picture><source media="{extension.NARROW_MEDIA}" '
+        'srcset="../_images/sdpa_dataflow_narrow.svg" type="image/svg+xml">'
+        '<img alt="flow" src="../_images/sdpa_dataflow.svg" /></picture>\n'
+        '<img alt="block" src="../_images/transformer_block.svg" />'
+    )
+
+
+def test_a_built_page_serves_the_narrow_diagram(tmp_path: Path) -> None:
+    (tmp_path / "src").mkdir()
+    for name in ("sdpa_dataflow.svg", "transformer_block.svg"):
+        (tmp_path / "src" / name).write_bytes((ROOT / "images" / name).read_bytes())
+    page = "Flow\n====\n\n.. image:: sdpa_dataflow.svg\n\n.. image:: transformer_block.svg\n"
+    out = _build_pages(tmp_path, {"chapters/flow.rst": page.replace(":: ", ":: ../")})
+    html = (out / "chapters" / "flow.html").read_text()
+    assert 'srcset="../_images/sdpa_dataflow_narrow.svg"' in html
+    assert html.count("<picture>") == 1
+    served = out / "_images" / "sdpa_dataflow_narrow.svg"
+    assert served.read_bytes() == (ROOT / "images" / "sdpa_dataflow_narrow.svg").read_bytes()
+    assert not (out / "_images" / "chapter_map_narrow.svg").exists()  # its page is not built
 
 
 def test_plotly_urls_point_at_the_books_copy() -> None:

@@ -21,7 +21,7 @@ For each page of `_build/html` (not the generated index and search pages, nor
 - on an emulated phone (390 px), the page does not pan sideways, no cell output wraps
   its lines (it scrolls inside itself), and tapping the chapter-list button opens a list
   of every page (the contents button, the page's sections); a diagram drawn a second time
-  for phones (images/NAME_narrow.svg: the chapter map) is shown in that version,
+  for phones (images/NAME_narrow.svg: the chapter map, figure 4.1) is shown in that version,
   its smallest text at PHONE_FLOOR_PX (10 px) or more;
 - every bertviz view has drawn its SVG (tokens and attention lines), offline, no wider
   than the column;
