@@ -499,8 +499,18 @@ STUB_CELL = ("code", "def my_add(a, b):\n    raise NotImplementedError\n\n\nchec
             STUB_CELL,
             ("code", f's = """\n```\n"""\n{SECRET}'),
         ],
+        # a code block opened on a list item's first line, and prose after it in the item
+        [
+            (
+                "markdown",
+                f"{EXERCISE_TEXT}\n\n::::{{solution}} ex-add\n1. Double the answer.\n"
+                f"2. ```python\n   first = the_answer_of(a, b)\n   {SECRET}\n   ```\n"
+                "   Then return the second, which is twice the first.\n::::",
+            ),
+            STUB_CELL,
+        ],
     ],
-    ids=["code-block", "tagged-cell"],
+    ids=["code-block", "tagged-cell", "list-item"],
 )
 def test_the_leak_check_reads_code_as_the_parser_does(cells: list[tuple[str, str]]) -> None:
     source = _notebook(*cells)

@@ -347,6 +347,73 @@ def test_a_directive_shown_in_a_code_block_of_a_body_is_not_nested() -> None:
     assert notebooks.code_blocks(text) == [(2, 5)]  # found in the body, as the parser does
 
 
+@pytest.mark.parametrize(
+    ("text", "blocks"),
+    [
+        # a fence on the item's first line, closed as far in as the item's text
+        ("2. ```python\n   x = 1\n   ```\n   Prose after.\n", [(0, 2)]),
+        ("* ```\n  x\n  ```\n", [(0, 2)]),
+        ("+ ```\n  x\n  ```\n", [(0, 2)]),
+        ("1) ~~~\n   x\n   ~~~\n", [(0, 2)]),
+        # up to three spaces past the item's text, which starts after its marker's spaces
+        ("10) Step:\n\n       ```\n     x\n       ```\n", [(2, 4)]),
+        ("- Outer\n  1. Inner:\n\n        ```python\n        x\n        ```\n", [(3, 5)]),
+        ("- 1. ```\n     x\n     ```\n", [(0, 2)]),  # two items opened on one line
+        # a lazy continuation line keeps the item open
+        ("1. Item text\nlazy line\n    ```\n    x\n    ```\n", [(2, 4)]),
+        # a line indented less than the item's text ends the item and its code block
+        ("- ```\n  x\nafter\n```\n", [(0, 2), (3, 4)]),
+        ("1. ```\n   x\n2. ```\n   y\n   ```\n", [(0, 2), (2, 4)]),
+        # no list item: no marker's space, a thematic break, a number that does not
+        # interrupt a paragraph; and an item's text of indented code (five spaces)
+        ("-x\n    ```\n", []),
+        ("* * *\n    ```\n", []),
+        ("the year\n2024. was good\n      ```\n", []),
+        ("-     ```\n", []),
+        ("10.\n\n    ```\n", []),  # an item without text ends at a blank line
+    ],
+    ids=[
+        "on-the-marker-line",
+        "star",
+        "plus",
+        "paren-tildes",
+        "indented-in-item",
+        "nested",
+        "two-markers",
+        "lazy-line",
+        "item-ends",
+        "next-item",
+        "no-space",
+        "thematic-break",
+        "number-in-paragraph",
+        "indented-code",
+        "empty-item",
+    ],
+)
+def test_a_fence_in_a_list_item_is_read_as_commonmark_does(
+    text: str, blocks: list[tuple[int, int]]
+) -> None:
+    """A list item's text starts past its marker and the spaces after it, and a code block
+    in it is fenced up to three spaces further in (chapter 8's solution of
+    ex-ch08-rope-cache opens one on an item's first line, ``2. ```python``)."""
+    assert notebooks.code_blocks(text) == blocks
+
+
+def test_a_fence_in_a_list_item_of_a_solution_is_code() -> None:
+    text = (
+        "::::{solution} ex-add\n"
+        "1. Prose.\n"
+        "2. ```python\n"
+        "   :::{exercise} Not a directive\n"
+        "   ```\n"
+        "   More prose.\n"
+        "::::\n"
+    )
+    [block] = directive_blocks(text)
+    assert (block.name, block.first, block.last) == ("solution", 0, 6)
+    assert notebooks.code_blocks(text) == [(2, 4)]
+
+
 def test_a_line_of_colons_in_a_code_block_of_a_body_closes_the_directive_as_in_myst() -> None:
     """MyST's colon fence ends at the first line of colons at least as long as its own,
     even one inside a code block of its body (it reads the body only once it has found

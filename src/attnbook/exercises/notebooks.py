@@ -35,11 +35,14 @@ directives inside a body (a note in a solution) are welcome.
 Outside the directives, and inside their bodies, the lines of a fenced code
 block are code, not directives, so an example of how to write an exercise, in a
 ``markdown`` code block, stays in both editions. The fences are CommonMark's:
-three or more backticks or tildes, indented up to three spaces (in a body, past
-the directive's own indentation; a deeper one, in a nested list item, is not
-seen as a fence), closed by a line of the same character, at least as long, with
-no info string. A code block never closed is code to the end of the text (or of
-the body), as in CommonMark, and a directive line it would hide is a
+three or more backticks or tildes, indented up to three spaces past the start of
+the content they are in (in a body, past the directive's own indentation; in a
+list item, past the item's marker and the spaces after it, ``1. ```python``
+or a line indented as far as the item's text), closed by a line of the same
+character, at least as long, with no info string, indented the same way. A code
+block in a list item also ends where the item does (a line indented less than
+its text; a block quote's ``>`` is not read). A code block never closed is code to the end of the text (or of the
+body), as in CommonMark, and a directive line it would hide is a
 ``ValueError``. ``code_blocks`` gives the code blocks as the parser reads them,
 for the tools that read the same markdown (the student edition's leak check, the
 exercise inventory).
@@ -90,6 +93,15 @@ _CODE_FENCED_OPEN = re.compile(r"^\s*(`{3,}|~{3,})[ \t]*\{(?P<name>exercise|solu
 # The opening line of a fenced code block (CommonMark): three or more backticks or tildes,
 # indented up to three spaces, then an info string (with no backtick after backticks).
 _CODE_FENCE = re.compile(r"^ {0,3}(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
+# A list item's marker (CommonMark): a bullet ("-", "+", "*") or a number of up to nine digits
+# with "." or ")", indented up to three spaces, then spaces or the end of the line.
+_LIST_MARKER = re.compile(
+    r"^ {0,3}(?P<marker>[-+*]|(?P<number>\d{1,9})[.)])(?P<space> *)(?P<rest>.*)$"
+)
+# A line that is not a list item although it may start like one ("* * *", "---").
+_THEMATIC_BREAK = re.compile(r"^ {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$")
+# The other lines that start a block, and so end a paragraph: a heading, a quote, a colon fence.
+_BLOCK_START = re.compile(r"^ {0,3}(?:#{1,6}(?:[ \t]|$)|>|:{3,})")
 # The directive a backtick or tilde fence opens ("```{note}", "~~~ {figure} x.svg"): MyST reads
 # the body of most as markdown, as it does a colon fence's.
 _FENCED_DIRECTIVE = re.compile(r"[ \t]*\{(?P<name>[^{}\s]+)\}")
@@ -192,6 +204,56 @@ def _closes_code(line: str, fence: str) -> bool:
     return re.match(rf" {{0,3}}{re.escape(fence[0])}{{{len(fence)},}}[ \t]*$", line) is not None
 
 
+def _list_marker(text: str, paragraph: bool) -> re.Match[str] | None:
+    """The list item marker that starts `text`, or None. After a paragraph's line
+    (`paragraph`) only an item with text, a bullet or the number 1, starts a list
+    (CommonMark: another is the paragraph's text)."""
+    match = None if _THEMATIC_BREAK.match(text) else _LIST_MARKER.match(text)
+    if not match or (match["rest"] and not match["space"]):
+        return None
+    if paragraph and (not match["rest"] or match["number"] not in (None, "1")):
+        return None
+    return match
+
+
+def _list_items(line: str, items: list[int], paragraph: bool) -> tuple[list[int], int | None]:
+    """Read `line` with the list items open before it (`items`, the columns where their
+    content starts, outermost first) and `paragraph` (the line before is a paragraph's).
+
+    Returns the items the line is in, those it opens included, and the column where its
+    own content starts, past their markers; None for a blank line (the items stay open)
+    and for a lazy continuation of a paragraph (CommonMark: a line indented less than the
+    item's text, that starts no block, continues the item's paragraph).
+    """
+    if not line.strip():
+        return items, None
+    indent = len(line) - len(line.lstrip(" "))
+    inside = [column for column in items if indent >= column]
+    column = inside[-1] if inside else 0
+    text = line[column:]
+    if len(inside) < len(items) and paragraph:
+        starts_block = (
+            _code_fence(text)
+            or _list_marker(text, False)
+            or _THEMATIC_BREAK.match(text)
+            or _BLOCK_START.match(text)
+        )
+        if not starts_block:
+            return items, None
+    paragraph = paragraph and len(inside) == len(items)
+    while match := _list_marker(text, paragraph):
+        end = column + match.end("marker")
+        # the item's text starts after the spaces, or one space past the marker when there
+        # are more than four (its text is then an indented code block) or none
+        spaces = len(match["space"])
+        column = end + (spaces if match["rest"] and spaces <= 4 else 1)
+        inside.append(column)
+        text, paragraph = line[column:], False
+        if not match["rest"]:
+            break
+    return inside, column
+
+
 def _directive_name(line: str) -> str:
     """The directive an exercise or solution line opens ("solution"), however fenced, or ''."""
     match = _OPEN.match(line) or _CODE_FENCED_OPEN.match(line)
@@ -209,6 +271,9 @@ def _next_directive(
         ValueError: a directive is fenced with backticks or tildes, or follows a code
             block that is never closed (it would be shown as code).
     """
+    items: list[int] = []  # the list items open (the columns where their text starts)
+    paragraph = False  # the line before is a paragraph's (a lazy continuation may follow)
+    empty = False  # the line before opens a list item without text
     i = start
     while i < stop:
         if code_fenced := _CODE_FENCED_OPEN.match(lines[i]):
@@ -218,15 +283,34 @@ def _next_directive(
             )
         if _OPEN.match(lines[i]):
             return i
-        fence = _code_fence(lines[i])
+        if empty and not lines[i].strip():
+            items = items[:-1]  # an item opened without text ends at a blank line
+        items, column = _list_items(lines[i], items, paragraph)
+        text = "" if column is None else lines[i][column:]
+        empty = column is not None and not text.strip()  # an item opened without text
+        fence = _code_fence(text)
         if not fence:
+            if column is not None:  # not a blank line, nor a lazy continuation
+                indent = len(text) - len(text.lstrip(" "))
+                paragraph = bool(text.strip()) and (paragraph or indent < 4)
+                paragraph = paragraph and not _THEMATIC_BREAK.match(text)
+                paragraph = paragraph and not _BLOCK_START.match(text)
+            elif not lines[i].strip():
+                paragraph = False
             i += 1
             continue
-        close = i + 1
-        while close < stop and not _closes_code(lines[close], fence):
+        assert column is not None
+        close, ended = i + 1, False
+        while close < stop:
+            line = lines[close]
+            # a line indented less than the list item's text ends the item, and its code block
+            if ended := bool(line.strip()) and len(line) - len(line.lstrip(" ")) < column:
+                break
+            if _closes_code(line[column:], fence):
+                break
             close += 1
         code.append((i, close))
-        _refuse_hidden_directive(lines, i, close, cell)
+        _refuse_hidden_directive(lines, i, close, cell, column)
         if close == stop:  # code to the end of the text, as in CommonMark
             for k in range(i + 1, stop):
                 if name := _directive_name(lines[k]):
@@ -235,20 +319,25 @@ def _next_directive(
                         f"never closed, so the {{{name}}} directive of line {k + 1} is only "
                         "code; close the code block with the same fence"
                     )
-        i = close + 1
+        i = close if ended else close + 1  # the line that ends a list item is read again
+        paragraph = False
     return stop
 
 
-def _refuse_hidden_directive(lines: list[str], first: int, close: int, cell: int) -> None:
-    """Raise a ValueError if the backtick or tilde fence of line `first`, closed on line
-    `close` (or open to the end), opens a MyST directive whose body is markdown and that
-    body opens an exercise or solution: the parser reads that span as code, as
-    `code_blocks` gives it, and would overlook it."""
-    info = _CODE_FENCE.match(lines[first])["info"]  # type: ignore[index]
+def _refuse_hidden_directive(
+    lines: list[str], first: int, close: int, cell: int, column: int = 0
+) -> None:
+    """Raise a ValueError if the backtick or tilde fence of line `first` (from its
+    `column`, past a list item's marker), closed on line `close` (or open to the end),
+    opens a MyST directive whose body is markdown and that body opens an exercise or
+    solution: the parser reads that span as code, as `code_blocks` gives it, and would
+    overlook it."""
+    text = lines[first][column:]
+    info = _CODE_FENCE.match(text)["info"]  # type: ignore[index]
     outer = _FENCED_DIRECTIVE.match(info)
     if not outer or outer["name"] in _LITERAL_DIRECTIVES:
         return
-    indent = len(lines[first]) - len(lines[first].lstrip(" "))
+    indent = column + len(text) - len(text.lstrip(" "))
     body = lines[: first + 1] + [_dedent(line, indent) for line in lines[first + 1 : close]]
     if (inner := _next_directive(body, first + 1, close, cell, [])) < close:
         nested, name = _directive_name(body[inner]), outer["name"]
@@ -345,7 +434,7 @@ def title(markdown: list[str]) -> str:
     block is code); ``""`` if there is none. The inventory reads a chapter's title with it,
     and the grader a submission's."""
     for source in markdown:
-        code = {i for first, last in code_blocks(source) for i in range(first, last + 1)}
+        code = {i for first, last in code_blocks(source) for i in range(first + 1, last)}
         for i, line in enumerate(source.splitlines()):
             if i not in code and (match := _TITLE.match(line)) and match["title"]:
                 return match["title"]
@@ -357,9 +446,10 @@ def code_blocks(source: str, cell: int = 0) -> list[tuple[int, int]]:
 
     Each is a pair of line indices (from 0): its opening fence, and its closing
     fence, or, for a block never closed, the line just after the text (or after
-    the body of the exercise or solution it is in). Its code is the lines
-    between the two. The blocks in the bodies of exercises and solutions are
-    included, found as the parser finds them (without the directive's
+    the body of the exercise or solution it is in), or, for one in a list item
+    that ends first, the line that ends the item (not a fence). Its code is the
+    lines between the two. The blocks in the bodies of exercises and solutions
+    are included, found as the parser finds them (without the directive's
     indentation). A tool that reads the same markdown skips these lines as the
     parser does: a ``{solution}`` shown in a ``markdown`` code block is an
     example, not a solution. A backtick or tilde fence that opens a MyST directive
