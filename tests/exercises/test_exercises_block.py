@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from checker_asserts import assert_refuses_cut_answers, assert_rejects, stub
 
 from attnbook.exercises import check_feed_forward, check_gpt_num_parameters, check_pre_ln_block
+from attnbook.exercises.block import _BLOCK_CASES, _BLOCK_MISTAKES
 
 # ------------------------------------------------------------------ feed-forward
 
@@ -128,9 +129,22 @@ def test_pre_ln_block_checker_names_typical_mistakes() -> None:
         (ffn_first, "the feed-forward network before the attention"),
     ]:
         assert_rejects(check_pre_ln_block(wrong), first, mistake)
-    # no normalisation at all is none of those, and still fails
+    # no normalisation at all is none of those, and still fails, with the case's hint: the
+    # property to test, not the line to write
     verdict = check_pre_ln_block(lambda x, a, f, n1, n2: (x + a(x)) + f(x + a(x)))
-    assert_rejects(verdict, first)
+    assert_rejects(verdict, first, named="the block returns x unchanged")
+    verdict = check_pre_ln_block(ffn_on_input)
+    assert_rejects(verdict, first, named="never sees what the attention gathered")
+
+
+def test_the_pre_ln_block_hints_name_the_mistake_not_the_code() -> None:
+    """A hint names what is wrong and a property to check (sub-layers that return zeros
+    leave x unchanged), not the line to write: no hint spells out a sub-layer's residual
+    update, as the hints once did (x = x + attention(norm1(x)))."""
+    hints = [case.hint for case in _BLOCK_CASES] + [m.hint for m in _BLOCK_MISTAKES]
+    for hint in hints:
+        for code in ("(norm1(", "(norm2(", "sublayer(", "x = x +", "h + ffn"):
+            assert code not in hint, hint
 
 
 # ------------------------------------------------------------------ parameter count

@@ -16,7 +16,15 @@ from checker_asserts import assert_refuses_cut_answers, assert_rejects, stub
 
 from attnbook import merge_heads, scaled_dot_product_attention, split_heads
 from attnbook.exercises import check_merge_heads, check_multi_head_attention, check_split_heads
-from attnbook.exercises.multihead import _MHA_CASES, _MHA_MISTAKES, _mha_reference
+from attnbook.exercises.multihead import (
+    _MERGE_CASES,
+    _MERGE_MISTAKES,
+    _MHA_CASES,
+    _MHA_MISTAKES,
+    _SPLIT_CASES,
+    _SPLIT_MISTAKES,
+    _mha_reference,
+)
 
 # ------------------------------------------------------- learners' answers
 
@@ -90,24 +98,44 @@ def test_split_heads_checker_accepts_correct_answers() -> None:
 
 
 @pytest.mark.parametrize(
-    ("wrong", "failing_case", "hint"),
+    ("wrong", "failing_case", "mistake", "hint"),
     [
         # a plain view in memory order: no transpose
-        (lambda x, h: x.view(x.shape[0], h, x.shape[1], x.shape[2] // h), "she likes coffee", ".view(B, n_heads, T, d_head)"),
+        (lambda x, h: x.view(x.shape[0], h, x.shape[1], x.shape[2] // h), "she likes coffee", "x read in memory order", "a head's rows are no longer the positions"),
         # interleaved heads: head h gets every n_heads-th feature
-        (lambda x, h: x.view(*x.shape[:2], x.shape[2] // h, h).permute(0, 3, 1, 2), "she likes coffee", "features h * d_head"),
+        (lambda x, h: x.view(*x.shape[:2], x.shape[2] // h, h).permute(0, 3, 1, 2), "she likes coffee", "every n_heads-th feature", "starting at h * d_head"),
         # transposing the wrong axes: (B, T, H, Dh) -> (B, T, Dh, H)
-        (lambda x, h: x.view(*x.shape[:2], h, x.shape[2] // h).transpose(2, 3), "she likes coffee", "transpose"),
+        (lambda x, h: x.view(*x.shape[:2], h, x.shape[2] // h).transpose(2, 3), "she likes coffee", "the head and feature axes", "(B, n_heads, T, d_head)"),
         # the right split, but the batch and head axes swapped
-        (lambda x, h: x.view(*x.shape[:2], h, x.shape[2] // h).permute(2, 0, 1, 3), "she likes coffee", "(B, n_heads, T, d_head)"),
+        (lambda x, h: x.view(*x.shape[:2], h, x.shape[2] // h).permute(2, 0, 1, 3), "she likes coffee", "the batch and head axes", "the batch axis stays first"),
         # forgetting the split altogether
-        (lambda x, h: x, "she likes coffee", "view x as"),
+        (lambda x, h: x, "she likes coffee", "x returned without a head axis", "still has x's shape"),
     ],
 )  # fmt: skip
-def test_split_heads_checker_rejects_typical_mistakes(wrong, failing_case: str, hint: str) -> None:
+def test_split_heads_checker_names_typical_mistakes(
+    wrong, failing_case: str, mistake: str, hint: str
+) -> None:
     verdict = check_split_heads(wrong)
-    assert_rejects(verdict, failing_case)
-    assert hint in verdict.message
+    assert_rejects(verdict, failing_case, mistake, named=hint)
+
+
+def test_split_heads_checker_hints_at_the_property_when_no_mistake_is_known() -> None:
+    # heads 0 and 1 exchanged: no named mistake, the case's hint says what to compare
+    verdict = check_split_heads(lambda x, h: _learner_split(x, h).flip(1))
+    assert_rejects(
+        verdict, "she likes coffee", named="heads[0, h, t] must equal x[0, t, h * d_head"
+    )
+
+
+def test_the_split_and_merge_hints_name_the_mistake_not_the_code() -> None:
+    """A hint names what is wrong and what to check (a shape, a comparison, a checker to
+    run), not the line to write: none of the hints of chapter 7's three checkers spells out
+    the reshapes of the answer."""
+    hints = [case.hint for case in _SPLIT_CASES + _MERGE_CASES + _MHA_CASES]
+    hints += [mistake.hint for mistake in _SPLIT_MISTAKES + _MERGE_MISTAKES + _MHA_MISTAKES]
+    for hint in hints:
+        for code in (".transpose(", ".view(B", ".permute(", "unsqueeze", "view x as"):
+            assert code not in hint, hint
 
 
 def test_split_heads_square_case_catches_what_hides_in_the_shape() -> None:
@@ -150,13 +178,15 @@ def test_merge_heads_checker_accepts_correct_answers() -> None:
     ("wrong", "failing_case", "hint"),
     [
         # reshaping without moving the head axis first
-        (lambda x: x.reshape(x.shape[0], x.shape[2], -1), "B = 1, 2 heads", "without the transpose"),
+        (lambda x: x.reshape(x.shape[0], x.shape[2], -1), "B = 1, 2 heads", "this looks like the heads read in memory order"),
         # averaging the heads instead of concatenating them
-        (lambda x: x.mean(dim=1), "B = 1, 2 heads", "averaging"),
+        (lambda x: x.mean(dim=1), "B = 1, 2 heads", "this looks like the heads averaged"),
         # summing them
-        (lambda x: x.sum(dim=1), "B = 1, 2 heads", "Concatenate"),
+        (lambda x: x.sum(dim=1), "B = 1, 2 heads", "this looks like the heads summed"),
         # concatenating along the positions
-        (lambda x: torch.cat(list(x.unbind(1)), dim=1), "B = 1, 2 heads", "along the features"),
+        (lambda x: torch.cat(list(x.unbind(1)), dim=1), "B = 1, 2 heads", "along the positions instead of the features"),
+        # the heads in reverse order: no named mistake, the case's hint
+        (lambda x: _learner_merge(x.flip(1)), "B = 1, 2 heads", "must equal heads[0, h, t]"),
         # .view after the transpose: it raises on a contiguous input (case 1's comes from a
         # split, so transposing it back happens to be contiguous)
         (lambda x: x.transpose(1, 2).view(x.shape[0], x.shape[2], -1), "B = 2, 3 heads", ".contiguous().view"),

@@ -193,7 +193,10 @@ _BLOCK_CASES = [
     Case(
         "B = 2 sequences of T = 5 positions, d_model = 8, 2 heads",
         lambda: _block_args(930, 2, 5, 8, 2),
-        "Pre-LN: x = x + attention(norm1(x)), then x = x + ffn(norm2(x)).",
+        "In a pre-LN block each sub-layer, the attention first, reads a normalised copy of the "
+        "stream and adds its output to the stream itself. A test to run: with an attention and "
+        "a feed-forward network that return zeros (lambda h: 0 * h), the block returns x "
+        "unchanged.",
     ),
     Case(
         "B = 1, T = 7, d_model = 12, 3 heads",
@@ -207,30 +210,40 @@ _BLOCK_MISTAKES = [
     Mistake(
         "post-LN instead of pre-LN",
         _post_ln,
-        "That is the original (post-LN) block, norm(x + sublayer(x)). In a pre-LN block the "
-        "LayerNorm comes first, inside the branch: x + sublayer(norm(x)).",
+        "That is the original (post-LN) block, which normalises the stream after each "
+        "addition. In a pre-LN block a LayerNorm only prepares a sub-layer's input; the stream "
+        "itself is never normalised in the block, so with sub-layers that return zeros the "
+        "block returns x unchanged.",
     ),
     Mistake(
         "a missing residual around the attention",
         _no_attention_residual,
-        "Add the attention's output to x (x = x + attention(norm1(x))) instead of replacing x.",
+        "The attention's output replaces the stream instead of being added to it, so the "
+        "block's input is lost. Check: with an attention that returns zeros, the stream after "
+        "the attention must still be x.",
     ),
     Mistake(
         "a missing residual around the feed-forward network",
         _no_ffn_residual,
-        "Return x + ffn(norm2(x)), not ffn(norm2(x)) alone.",
+        "Your block returns the feed-forward network's output alone, and the stream it read "
+        "is lost: the second sub-layer needs its residual connection too. Check: with a "
+        "feed-forward network that returns zeros, the block returns the stream after the "
+        "attention.",
     ),
     Mistake(
         "adding the sub-layer's output to the normalised input",
         _residual_from_normalised,
-        "The residual stream carries x itself: add attention(norm1(x)) to x, not to norm1(x).",
+        "Your stream continues from the normalised input, so the block's own input is lost "
+        "at the first LayerNorm. The LayerNorm only prepares the sub-layer's input; the "
+        "stream carries the un-normalised values. Check: with sub-layers that return zeros, "
+        "the block returns x, not a normalised x.",
     ),
     Mistake(
         "the feed-forward network reading the block's input x, not the stream after the attention",
         _ffn_on_input,
-        "The sub-layers run one after the other: first h = x + attention(norm1(x)), then the "
-        "feed-forward network reads norm2(h), so that it sees what the attention gathered, and "
-        "the block returns h + ffn(norm2(h)).",
+        "Both sub-layers read the block's input, so the feed-forward network never sees what "
+        "the attention gathered. The sub-layers run one after the other: the feed-forward "
+        "network reads the stream as the attention left it.",
     ),
     Mistake(
         "using norm1 for both sub-layers",

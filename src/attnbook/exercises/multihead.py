@@ -40,10 +40,9 @@ def _she_likes_coffee() -> torch.Tensor:
 # ------------------------------------------------------------------ split heads
 
 _SPLIT_HINT = (
-    "Head h owns the features h * d_head to (h + 1) * d_head - 1 of every position: view x as "
-    "(B, T, n_heads, d_head), then swap the T and head axes with .transpose(1, 2). A plain "
-    ".view(B, n_heads, T, d_head) keeps the numbers in memory order and mixes positions "
-    "across heads."
+    "Head h owns the features h * d_head to (h + 1) * d_head - 1 of every position, and its "
+    "rows are the positions in order. Check both on a small x, torch.arange(12.0).view(1, 3, 4) "
+    "with 2 heads: heads[0, h, t] must equal x[0, t, h * d_head : (h + 1) * d_head]."
 )
 
 _SPLIT_CASES = [
@@ -55,8 +54,9 @@ _SPLIT_CASES = [
     Case(
         "B = 2, T = 5, d_model = 6, 3 heads",
         lambda: (randn(701, 2, 5, 6), 3),
-        "The result has shape (B, n_heads, T, d_head) with d_head = d_model // n_heads; "
-        "transpose the T and head axes (1 and 2), not other ones. " + _SPLIT_HINT,
+        "The result has shape (B, n_heads, T, d_head) with d_head = d_model // n_heads: "
+        "(2, 3, 5, 2) for this x of shape (2, 5, 6) and 3 heads, the batch axis first. "
+        + _SPLIT_HINT,
     ),
     Case(
         "square: T = n_heads = d_head = 4 (a wrong order hides in the shape)",
@@ -67,7 +67,62 @@ _SPLIT_CASES = [
     Case(
         "one head: the result is x with a head axis of size 1",
         lambda: (randn(703, 2, 3, 5), 1),
-        "With n_heads = 1, d_head = d_model and the answer is x.unsqueeze(1).",
+        "With one head, d_head = d_model: that head holds all of x, position by position, "
+        "and the result is x's numbers in their own order with a head axis of size 1 after "
+        "the batch axis.",
+    ),
+]
+
+
+def _split_variant(x: torch.Tensor, n_heads: int, *, how: str) -> torch.Tensor:
+    """A split of x (B, T, D) into heads done wrong in one known way (for the hints)."""
+    B, T, D = x.shape
+    Dh = D // n_heads
+    if how == "memory order":  # the numbers read straight into (B, H, T, Dh)
+        return x.reshape(B, n_heads, T, Dh)
+    if how == "interleaved":  # head h gets features h, h + H, h + 2H, ...
+        return x.reshape(B, T, Dh, n_heads).permute(0, 3, 1, 2)
+    heads = x.reshape(B, T, n_heads, Dh)  # (B, T, H, Dh): the right cut
+    if how == "head and feature axes":  # (B, T, Dh, H)
+        return heads.transpose(2, 3)
+    if how == "batch and head axes":  # (H, B, T, Dh)
+        return heads.permute(2, 0, 1, 3)
+    raise AssertionError(how)
+
+
+_SPLIT_MISTAKES = [
+    Mistake(
+        "x read in memory order straight into (B, n_heads, T, d_head)",
+        lambda x, n: _split_variant(x, n, how="memory order"),
+        "The shape is right, but reading x's numbers in memory order fills head 0 with whole "
+        "positions, one after another, so a head's rows are no longer the positions. Only the "
+        "feature axis is to be cut into heads; then the head axis has to move in front of "
+        "the positions. Compare heads[0, h, t] with x[0, t, h * d_head : (h + 1) * d_head].",
+    ),
+    Mistake(
+        "every n_heads-th feature given to a head (interleaved), not a block of d_head",
+        lambda x, n: _split_variant(x, n, how="interleaved"),
+        "Head h gets d_head features in a row, starting at h * d_head, not the features h, "
+        "h + n_heads, h + 2 * n_heads, ...: look at which of x's features land in head 0.",
+    ),
+    Mistake(
+        "the head and feature axes in each other's place: (B, T, d_head, n_heads)",
+        lambda x, n: _split_variant(x, n, how="head and feature axes"),
+        "Your axes are (B, T, d_head, n_heads); the head axis comes right after the batch "
+        "axis, before the positions: (B, n_heads, T, d_head). Print the shape on an x whose "
+        "T, n_heads and d_head all differ, where a wrong order shows.",
+    ),
+    Mistake(
+        "the batch and head axes in each other's place: (n_heads, B, T, d_head)",
+        lambda x, n: _split_variant(x, n, how="batch and head axes"),
+        "Your axes are (n_heads, B, T, d_head): the batch axis stays first, the head axis "
+        "comes second.",
+    ),
+    Mistake(
+        "x returned without a head axis",
+        lambda x, n: x,
+        "The result still has x's shape (B, T, d_model): cut the features into n_heads heads "
+        "of d_head, a result of shape (B, n_heads, T, d_head).",
     ),
 ]
 
@@ -85,7 +140,15 @@ def check_split_heads(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> Verdic
     position, with ``d_head = d_model // n_heads``.
     """
     learner = differentiable("split_heads", fn, {"x": 0}, why=_TRAINED_THROUGH)
-    return run_cases("split_heads", learner, split_heads, _SPLIT_CASES, rtol=0.0, atol=0.0)
+    return run_cases(
+        "split_heads",
+        learner,
+        split_heads,
+        _SPLIT_CASES,
+        rtol=0.0,
+        atol=0.0,
+        mistakes=_SPLIT_MISTAKES,
+    )
 
 
 # ------------------------------------------------------------------ merge heads
@@ -94,10 +157,10 @@ _MERGE_CASES = [
     Case(
         "B = 1, 2 heads, T = 3, d_head = 2 (back to 'she likes coffee' shapes)",
         lambda: (split_heads(_she_likes_coffee(), 2),),
-        "Concatenate the heads along the features: move the head axis next to d_head with "
-        ".transpose(1, 2) (giving (B, T, n_heads, d_head)), then reshape to (B, T, d_model). "
-        "Reshaping without the transpose mixes positions; averaging the heads loses "
-        "d_model - d_head features.",
+        "Row t of the output is the heads' outputs at position t, side by side along the "
+        "features (concatenated, not averaged or summed): out[0, t, h * d_head : (h + 1) * "
+        "d_head] must equal heads[0, h, t]. Merging the result of your split must give back "
+        "the split's input.",
     ),
     Case(
         "B = 2, 3 heads, T = 5, d_head = 2",
@@ -109,8 +172,48 @@ _MERGE_CASES = [
     Case(
         "square: n_heads = T = d_head = 4",
         lambda: (randn(712, 2, 4, 4, 4),),
-        "Row t of the output is [head 0 at t, head 1 at t, ...]: transpose to "
-        "(B, T, n_heads, d_head) before reshaping (use .reshape, or .contiguous().view).",
+        "Row t of the output is [head 0 at t, head 1 at t, ...]: here the shapes cannot tell "
+        "a wrong order of the axes, so compare out[0, t, h * d_head : (h + 1) * d_head] with "
+        "heads[0, h, t].",
+    ),
+]
+
+
+def _merge_variant(heads: torch.Tensor, *, how: str) -> torch.Tensor:
+    """A merge of heads (B, H, T, Dh) done wrong in one known way (for the hints)."""
+    B, H, T, Dh = heads.shape
+    if how == "memory order":  # reshaped without moving the head axis
+        return heads.reshape(B, T, H * Dh)
+    if how == "along the positions":  # (B, H * T, Dh)
+        return torch.cat(list(heads.unbind(1)), dim=1)
+    raise AssertionError(how)
+
+
+_MERGE_MISTAKES = [
+    Mistake(
+        "the heads read in memory order straight into (B, T, n_heads * d_head)",
+        lambda heads: _merge_variant(heads, how="memory order"),
+        "The shape is right, but reading the heads' numbers in memory order puts head 0's "
+        "positions side by side in row 0. Row t must hold position t of every head: the "
+        "head axis has to move next to d_head before the two become one axis.",
+    ),
+    Mistake(
+        "the heads averaged instead of concatenated",
+        lambda heads: heads.mean(dim=1),
+        "Averaging the heads loses d_model - d_head features: concatenate them along the "
+        "features, so that the output is n_heads * d_head wide.",
+    ),
+    Mistake(
+        "the heads summed instead of concatenated",
+        lambda heads: heads.sum(dim=1),
+        "Summing the heads loses d_model - d_head features: concatenate them along the "
+        "features, so that the output is n_heads * d_head wide.",
+    ),
+    Mistake(
+        "the heads concatenated along the positions instead of the features",
+        lambda heads: _merge_variant(heads, how="along the positions"),
+        "Your output has n_heads * T rows of d_head: the heads go side by side along the "
+        "features, (B, T, n_heads * d_head), one row per position.",
     ),
 ]
 
@@ -122,7 +225,15 @@ def check_merge_heads(fn: Callable[[torch.Tensor], torch.Tensor]) -> Verdict:
     heads' outputs at ``t``, head 0 first.
     """
     learner = differentiable("merge_heads", fn, {"heads": 0}, why=_TRAINED_THROUGH)
-    return run_cases("merge_heads", learner, merge_heads, _MERGE_CASES, rtol=0.0, atol=0.0)
+    return run_cases(
+        "merge_heads",
+        learner,
+        merge_heads,
+        _MERGE_CASES,
+        rtol=0.0,
+        atol=0.0,
+        mistakes=_MERGE_MISTAKES,
+    )
 
 
 # ------------------------------------------------------- multi-head attention
@@ -168,8 +279,9 @@ _MHA_CASES = [
         "'she likes coffee', self-attention, d_model = 4, 2 heads",
         _she_likes_coffee_mha,
         "Scale each head's scores by sqrt(d_head) = sqrt(d_model / n_heads), not sqrt(d_model); "
-        "split with .view(B, T, n_heads, d_head).transpose(1, 2); concatenate the heads "
-        "(transpose back, reshape to (B, T, d_model)) instead of averaging them; then apply W_O.",
+        "split and merge the heads as in the two exercises before (check_split_heads and "
+        "check_merge_heads test those steps on their own); concatenate the heads instead of "
+        "averaging them; then apply W_O.",
     ),
     Case(
         "cross-attention: T = 2 queries, S = 5 keys, d_model = 8, 4 heads",
@@ -265,23 +377,23 @@ _MHA_MISTAKES = [
     Mistake(
         "splitting (and merging) the heads without a transpose",
         lambda *a: _mha_variant(*a, transpose=False),
-        "Split with .view(B, T, n_heads, d_head).transpose(1, 2); a plain .view(B, n_heads, T, "
-        "d_head) keeps memory order and mixes positions across heads. Merge back with the "
-        "transpose too.",
+        "Your split reads the projections' numbers in memory order straight into (B, n_heads, "
+        "T, d_head), so a head's rows are not the positions, and your merge does the same "
+        "back. Test the two steps on their own with check_split_heads and check_merge_heads.",
     ),
     Mistake(
         "splitting the heads without a transpose (the merge is right)",
         lambda *a: _mha_variant(*a, transpose=False, merge_transpose=True),
-        "Split with .view(B, T, n_heads, d_head).transpose(1, 2): a plain .view(B, n_heads, T, "
-        "d_head) keeps memory order, so a head's rows are not the positions. Your merge moves "
-        "the head axis back; the split must move it first.",
+        "Your split reads the projections' numbers in memory order straight into (B, n_heads, "
+        "T, d_head), so a head's rows are not the positions. Your merge moves the head axis "
+        "back; the split must move it first. Test the split on its own with check_split_heads.",
     ),
     Mistake(
         "merging the heads without a transpose (the split is right)",
         lambda *a: _mha_variant(*a, transpose=True, merge_transpose=False),
-        "The heads are (B, n_heads, T, d_head): move the head axis back next to d_head with "
-        ".transpose(1, 2) before reshaping to (B, T, d_model). A reshape straight from "
-        "(B, n_heads, T, d_head) puts head 0's positions side by side in row 0.",
+        "The heads are (B, n_heads, T, d_head), and a reshape straight from there to "
+        "(B, T, d_model) puts head 0's positions side by side in row 0: the head axis has to "
+        "move next to d_head first. Test the merge on its own with check_merge_heads.",
     ),
     Mistake(
         "the weight matrices used transposed (x @ W.T, as F.linear(x, W) computes)",
