@@ -236,7 +236,16 @@ def test_cross_attention_for_one_sequence_only_fails_on_the_batch() -> None:
 
 def test_causal_mask_checker() -> None:
     assert check_causal_mask(lambda n: torch.ones(n, n, dtype=torch.bool).tril())
-    assert check_causal_mask(lambda n: np.tril(np.ones((n, n), dtype=bool)))  # NumPy is fine too
+    # The exercise asks for a boolean tensor, built with PyTorch only: the masked attention
+    # it goes into takes a tensor, so a NumPy array (or a list) is refused, naming the type.
+    for numpy_mask in (
+        lambda n: np.tril(np.ones((n, n), dtype=bool)),
+        lambda n: np.tril(np.ones((n, n), dtype=bool)).tolist(),
+    ):
+        verdict = check_causal_mask(numpy_mask)
+        assert_rejects(verdict, "seq_len = 4")
+        assert "expected a torch tensor of dtype torch.bool" in verdict.message
+    assert "returned a NumPy array" in check_causal_mask(lambda n: np.eye(n, dtype=bool)).message
     assert_rejects(
         check_causal_mask(lambda n: torch.ones(n, n, dtype=torch.bool).triu()), "seq_len = 4"
     )

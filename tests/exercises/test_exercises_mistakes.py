@@ -604,6 +604,15 @@ def test_padding_mask_mistakes(wrong: Callable, mistake: str) -> None:
     _rejects(check_padding_mask(wrong), mistake)
 
 
+def test_padding_mask_must_be_a_tensor() -> None:
+    """The exercise asks for a boolean tensor, with PyTorch only: the right values as a
+    NumPy array are refused, with the type expected."""
+    verdict = check_padding_mask(
+        lambda lengths, max_len: (np.arange(max_len) < lengths.numpy()[:, None])[:, None, :]
+    )
+    _rejects(verdict, "returned a NumPy array, expected a torch tensor of dtype torch.bool")
+
+
 def test_padding_mask_must_be_boolean() -> None:
     verdict = check_padding_mask(
         lambda lengths, max_len: (torch.arange(max_len) < lengths[:, None])[:, None, :].float()

@@ -780,6 +780,33 @@ def _evaluate_unchecked(
     return (report, *grade._judge("softmax", one_case, [(np.ones(3),)], folder))
 
 
+@needs_bwrap
+def test_the_grader_refuses_a_numpy_mask_as_the_checker_does(tmp_path: Path) -> None:
+    """The sandbox hands every result back as a NumPy array, so the type the mask exercises
+    ask for (a torch tensor) is checked on the answer's own result, by the checker's guard:
+    a NumPy causal mask fails, a torch padding mask passes (one sandbox run for both)."""
+    programs = {
+        "causal_mask": "import numpy as np\n__attnbook_answer__ = lambda n: np.tri(n, dtype=bool)\n",
+        "padding_mask": (
+            "import torch\n"
+            "__attnbook_answer__ = lambda lengths, s: (torch.arange(s) < lengths[:, None])[:, None]\n"
+        ),
+    }
+    args = {"causal_mask": (4,), "padding_mask": (torch.tensor([3, 1, 4]), 4)}
+    job = [
+        {"exercise": name, "program": code, "args": [args[name]], "seeds": [0]}
+        for name, code in programs.items()
+    ]
+    (tmp_path / "job.pkl").write_bytes(__import__("pickle").dumps(job))
+    (tmp_path / "settings.json").write_text(json.dumps({"exercise_timeout": 60}))
+    sandbox.run_sandboxed("evaluate", tmp_path, sandbox.Limits(wall_s=120))
+    said = {name: grade._judge(name, _one_case(name), [args[name]], tmp_path) for name in args}
+    status, message = said["causal_mask"]
+    assert status == "failed", message
+    assert "returned a NumPy array, expected a torch tensor of dtype torch.bool" in message
+    assert said["padding_mask"][0] == "passed", said["padding_mask"][1]
+
+
 _FORGE = (  # writes the right results of the softmax case, as the sandbox would write them
     "import json\nimport numpy as np\n"
     "def forge():\n"

@@ -68,6 +68,7 @@ __all__ = [
     "no_checker_internals",
     "no_package",
     "no_python_loops",
+    "returns_tensor",
     "run_cases",
     "seeded_args",
     "snapshot",
@@ -737,6 +738,28 @@ def all_of(*guards: Guard) -> Guard:
             run = wrap(run, g)
         result = run()
         return result, (problems[-1] if problems else None)
+
+    return guard
+
+
+def returns_tensor(expected: str, hint: str) -> Guard:
+    """A guard that refuses a result that is not a torch tensor (a NumPy array, a list), for
+    an exercise whose text asks for one: its values may be right, but the step after it in
+    the book (a masked attention, ``masked_fill``) takes a tensor. The comparison itself
+    reads any array, and the grader's sandbox hands results back as NumPy arrays, so the
+    type is checked here, on the answer's own result.
+
+    Args:
+        expected: what the exercise asks for, e.g. ``"a torch tensor of dtype torch.bool"``.
+        hint: the hint shown with it.
+    """
+
+    def guard(call: Callable[[], object]) -> tuple[object, str | None]:
+        result = call()
+        if result is None or isinstance(result, torch.Tensor):
+            return result, None  # None: the comparison asks "did you forget `return`?"
+        kind = "a NumPy array" if isinstance(result, np.ndarray | np.generic) else _a_type(result)
+        return result, f"returned {kind}, expected {expected}.\n   Hint: {hint}"
 
     return guard
 

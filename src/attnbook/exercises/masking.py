@@ -19,10 +19,12 @@ from attnbook.exercises._framework import (
     Case,
     Mistake,
     Verdict,
+    all_of,
     differentiable,
     forbid_calls,
     randint,
     randn,
+    returns_tensor,
     run_cases,
 )
 from attnbook.masking import (
@@ -89,6 +91,14 @@ _CAUSAL_MISTAKES = [
 ]
 
 
+# The causal and padding mask exercises ask for a boolean tensor, built with PyTorch only.
+_MASK_TENSOR = "a torch tensor of dtype torch.bool"
+_MASK_TENSOR_HINT = (
+    "the exercise asks for a boolean torch tensor, built with PyTorch only: the masked "
+    "attention it goes into takes a tensor. Build the mask with torch operations, not NumPy."
+)
+
+
 def check_causal_mask(fn: Callable[[int], torch.Tensor]) -> Verdict:
     """Check ``fn(seq_len) -> mask``: a ``(T, T)`` boolean tensor, ``True`` on and below the diagonal.
 
@@ -101,15 +111,18 @@ def check_causal_mask(fn: Callable[[int], torch.Tensor]) -> Verdict:
         causal_mask,
         _CAUSAL_CASES,
         mistakes=_CAUSAL_MISTAKES,
-        guard=forbid_calls(
-            {
-                "attnbook.causal_mask": causal_mask,
-                "nn.Transformer.generate_square_subsequent_mask": (
-                    nn.Transformer.generate_square_subsequent_mask
-                ),
-            },
-            "build it yourself, e.g. by comparing torch.arange(seq_len) as a column with "
-            "itself as a row, or with torch.tril.",
+        guard=all_of(
+            forbid_calls(
+                {
+                    "attnbook.causal_mask": causal_mask,
+                    "nn.Transformer.generate_square_subsequent_mask": (
+                        nn.Transformer.generate_square_subsequent_mask
+                    ),
+                },
+                "build it yourself, e.g. by comparing torch.arange(seq_len) as a column with "
+                "itself as a row, or with torch.tril.",
+            ),
+            returns_tensor(_MASK_TENSOR, _MASK_TENSOR_HINT),
         ),
     )
 
@@ -426,10 +439,13 @@ def check_padding_mask(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> Verdi
         lambda lengths, max_len: padding_mask(lengths, max_len),
         _PADDING_CASES,
         mistakes=_PADDING_MISTAKES,
-        guard=forbid_calls(
-            {"attnbook.padding_mask": padding_mask},
-            "compare torch.arange(max_len) as a row with the lengths as a column, then add "
-            "the query axis of size 1.",
+        guard=all_of(
+            forbid_calls(
+                {"attnbook.padding_mask": padding_mask},
+                "compare torch.arange(max_len) as a row with the lengths as a column, then add "
+                "the query axis of size 1.",
+            ),
+            returns_tensor(_MASK_TENSOR, _MASK_TENSOR_HINT),
         ),
     )
 
