@@ -505,6 +505,30 @@ def test_cosine_similarity_without_the_square_root_is_named(wrong: Callable) -> 
     )
 
 
+def _cos(a: np.ndarray, b: np.ndarray) -> float:
+    return a @ b / (np.linalg.norm(a) * np.linalg.norm(b))
+
+
+@pytest.mark.parametrize(
+    ("wrong", "mistake", "hint"),
+    [
+        (lambda a, b: 1 - _cos(a, b), "the cosine distance", "parallel vectors give 1"),
+        (lambda a, b: 1 - np.dot(a, b) / np.sqrt(a @ a * (b @ b)), "the cosine distance", "1 - cos θ"),
+        (lambda a, b: np.arccos(_cos(a, b)), "the angle θ in radians", "π / 2 for orthogonal"),
+        (lambda a, b: math.acos(max(-1.0, min(1.0, _cos(a, b)))), "the angle θ in radians", "orthogonal vectors give 0"),
+        (lambda a, b: np.degrees(np.arccos(_cos(a, b))), "the angle θ in degrees", "90 for orthogonal"),
+    ],
+)  # fmt: skip
+def test_cosine_distance_and_angle_are_named_each_with_its_hint(
+    wrong: Callable, mistake: str, hint: str
+) -> None:
+    """Each got the case's hint, "Parallel vectors have cosine similarity 1", which does not
+    say what it returned instead; parallel vectors give 0 for both, so the orthogonal case,
+    where they differ, comes first."""
+    verdict = attnbook.exercises.check_cosine_similarity(wrong)
+    _rejects(verdict, "case 1/4 (two orthogonal vectors)", f"this looks like {mistake}", hint)
+
+
 @pytest.mark.parametrize(
     "right",
     [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -113,16 +114,18 @@ def check_score_matrix(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Ve
     )
 
 
+# The orthogonal vectors come first: the cosine distance (1) and the angle (pi / 2) differ
+# there, and are named apart, where parallel vectors give both 0.
 _COSINE_CASES = [
-    Case(
-        "two parallel vectors of different length",
-        lambda: (np.array([1.0, 2.0, 2.0]), np.array([2.0, 4.0, 4.0])),
-        "Parallel vectors have cosine similarity 1, whatever their lengths.",
-    ),
     Case(
         "two orthogonal vectors",
         lambda: (np.array([1.0, 0.0]), np.array([0.0, 3.0])),
         "Orthogonal vectors have cosine similarity 0.",
+    ),
+    Case(
+        "two parallel vectors of different length",
+        lambda: (np.array([1.0, 2.0, 2.0]), np.array([2.0, 4.0, 4.0])),
+        "Parallel vectors have cosine similarity 1, whatever their lengths.",
     ),
     Case(
         "opposite vectors",
@@ -137,7 +140,36 @@ _COSINE_CASES = [
 ]
 
 
+def _cosine(a: np.ndarray, b: np.ndarray) -> float:
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+def _angle(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.arccos(np.clip(_cosine(a, b), -1.0, 1.0)))  # radians, in [0, pi]
+
+
 _COSINE_MISTAKES = [
+    Mistake(
+        "the cosine distance 1 - cos θ instead of the cosine similarity",
+        lambda a, b: 1.0 - _cosine(a, b),
+        "1 - cos θ is the cosine distance (SciPy's distance.cosine): 0 for parallel vectors, "
+        "1 for orthogonal ones, 2 for opposite ones. The similarity is the cosine itself, "
+        "between -1 and 1: check that parallel vectors give 1 and opposite ones -1.",
+    ),
+    Mistake(
+        "the angle θ in radians (arccos of the cosine) instead of the cosine similarity",
+        _angle,
+        "arccos turns the cosine into the angle between the vectors, π / 2 for orthogonal "
+        "ones and π for opposite ones. The exercise asks for the cosine of that angle, "
+        "between -1 and 1: check that orthogonal vectors give 0 and opposite ones -1.",
+    ),
+    Mistake(
+        "the angle θ in degrees instead of the cosine similarity",
+        lambda a, b: math.degrees(_angle(a, b)),
+        "That is the angle between the vectors in degrees, 90 for orthogonal ones. The "
+        "exercise asks for the cosine of that angle, between -1 and 1: check that orthogonal "
+        "vectors give 0 and opposite ones -1.",
+    ),
     Mistake(
         "the squared lengths a·a and b·b in the denominator, without the square root",
         lambda a, b: (a @ b) / ((a @ a) * (b @ b)),
