@@ -628,6 +628,32 @@ def test_padding_mask_mistakes(wrong: Callable, mistake: str) -> None:
     _rejects(check_padding_mask(wrong), mistake)
 
 
+def test_mask_and_lookup_hints_name_the_mistake_not_the_code() -> None:
+    """These hints gave the line of the answer (torch.arange(max_len) < lengths[:, None],
+    mask[:, None, :], torch.tril, np.argmax(keys @ query), torch.where(...) for empty rows);
+    they now say what is wrong and what to check, as do the hints for calling the package."""
+    from attnbook.exercises import lookup, masking
+
+    mistakes = (
+        masking._CAUSAL_MISTAKES
+        + masking._PADDING_MISTAKES
+        + masking._MASKED_MISTAKES
+        + masking._MASKED_SOFTMAX_MISTAKES[:1]  # a plain softmax: NaN on an empty row
+        + lookup._HARD_MISTAKES
+    )
+    hints = [mistake.hint for mistake in mistakes]
+    hints += [
+        check_padding_mask(
+            lambda lengths, max_len: attnbook.padding_mask(lengths, max_len)
+        ).message,
+        attnbook.exercises.check_causal_mask(lambda n: attnbook.causal_mask(n)).message,
+    ]
+    code = ("torch.arange(", "torch.tril", "torch.triu", "[:, None", "masked_fill(", "torch.where(")
+    for hint in hints:
+        for piece in (*code, "np.argmax(", "np.argmin", "np.abs", ".any(dim"):
+            assert piece not in hint, hint
+
+
 def test_padding_mask_must_be_a_tensor() -> None:
     """The exercise asks for a boolean tensor, with PyTorch only: the right values as a
     NumPy array are refused, with the type expected."""

@@ -209,19 +209,20 @@ _HARD_MISTAKES = [
         _cosine_lookup,
         "Cosine similarity divides out the lengths, so it picks the key pointing most nearly "
         "the query's way; the lookup scores with the raw dot product query · key, which also "
-        "rewards a long key. Drop the normalisation: np.argmax(keys @ query).",
+        "rewards a long key. Drop the normalisation: score each key by its plain dot "
+        "product with the query.",
     ),
     Mistake(  # before the arg-min: where the most negative score is the largest in size,
         # the two pick the same key, and an arg-min answer already failed on the first case
         "the largest score in absolute value instead of the largest score",
         lambda q, k, v: v[np.argmax(np.abs(k @ q))],
-        "A large negative score means the key points away from the query, a bad match: take "
-        "np.argmax(keys @ query) without np.abs.",
+        "A large negative score means the key points away from the query, a bad match: the "
+        "best key has the largest score, its sign included.",
     ),
     Mistake(
         "the arg-min instead of the arg-max",
         lambda q, k, v: v[np.argmin(k @ q)],
-        "The best match has the *largest* dot product: np.argmax, not np.argmin.",
+        "The best match has the *largest* dot product with the query, not the smallest.",
     ),
     Mistake(
         "returning the best key instead of its value",

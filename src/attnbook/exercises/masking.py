@@ -79,14 +79,15 @@ _CAUSAL_MISTAKES = [
     Mistake(
         "the diagonal left out: s < t instead of s <= t",
         lambda seq_len: ~_upper(seq_len, 0),
-        "Query t may attend to key t, itself: keep the diagonal, torch.tril with diagonal=0 or "
-        "the comparison s <= t. Without it the first query may attend to nothing.",
+        "Query t may attend to key t, itself: the diagonal belongs to the mask. Without it "
+        "the first query may attend to nothing: check that row 0 of your mask has one True.",
     ),
     Mistake(
         "the upper triangle: the future allowed instead of the past",
         lambda seq_len: _upper(seq_len, 0),
         "Row t is the query and column s the key: query t may attend to the keys s <= t, on "
-        "and below the diagonal (torch.tril), not to the ones after it (torch.triu).",
+        "and below the diagonal, not to the ones after it. Check row 0 of your mask: only its "
+        "first entry is True.",
     ),
 ]
 
@@ -119,8 +120,7 @@ def check_causal_mask(fn: Callable[[int], torch.Tensor]) -> Verdict:
                         nn.Transformer.generate_square_subsequent_mask
                     ),
                 },
-                "build it yourself, e.g. by comparing torch.arange(seq_len) as a column with "
-                "itself as a row, or with torch.tril.",
+                "build it yourself from the positions: query t may attend to key s when s <= t.",
             ),
             returns_tensor(_MASK_TENSOR, _MASK_TENSOR_HINT),
         ),
@@ -277,9 +277,8 @@ _MASKED_MISTAKES = [
     Mistake(
         "an inverted mask (blocking where the mask is True)",
         lambda q, k, v, m: _right_answer(q, k, v, ~m),
-        "In this book True means 'may attend': block where the mask is False, "
-        "scores.masked_fill(~mask, float('-inf')). (nn.MultiheadAttention uses the opposite "
-        "convention.)",
+        "In this book True means 'may attend': block the keys where the mask is False. "
+        "(nn.MultiheadAttention uses the opposite convention.)",
     ),
     Mistake(
         "filling blocked scores with 0 instead of -inf",
@@ -401,8 +400,8 @@ _PADDING_MISTAKES = [
     Mistake(
         "an off-by-one: s <= length instead of s < length",
         lambda lengths, max_len: (torch.arange(max_len) <= lengths[:, None])[:, None, :],
-        "Positions count from 0, so a sequence of length L has keys 0..L-1: compare "
-        "torch.arange(max_len) < lengths[:, None].",
+        "Positions count from 0, so a sequence of length L has its real keys at 0..L-1: "
+        "check that row b of your mask holds exactly lengths[b] True entries.",
     ),
     Mistake(
         "an inverted mask (True marks the padding)",
@@ -413,8 +412,8 @@ _PADDING_MISTAKES = [
     Mistake(
         "shape (B, S) without the query axis",
         lambda lengths, max_len: torch.arange(max_len) < lengths[:, None],
-        "Add the axis of size 1 that broadcasts over the T queries: mask[:, None, :], "
-        "shape (B, 1, S).",
+        "The mask needs the axis of size 1 that broadcasts over the T queries, between the "
+        "batch and the keys: shape (B, 1, S).",
     ),
     Mistake(
         "shape (B, S, 1): the axis of size 1 in the wrong place",
@@ -442,8 +441,8 @@ def check_padding_mask(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> Verdi
         guard=all_of(
             forbid_calls(
                 {"attnbook.padding_mask": padding_mask},
-                "compare torch.arange(max_len) as a row with the lengths as a column, then add "
-                "the query axis of size 1.",
+                "build it yourself: key s of sequence b is real when s < lengths[b], and the "
+                "mask has shape (B, 1, max_len).",
             ),
             returns_tensor(_MASK_TENSOR, _MASK_TENSOR_HINT),
         ),
@@ -579,9 +578,9 @@ _MASKED_SOFTMAX_MISTAKES = [
     Mistake(
         "a plain softmax of -inf scores, which is NaN on a fully masked row",
         _plain,
-        "A row of only -inf has exp = 0 everywhere and 0 / 0 = NaN. Find the rows with no "
-        "allowed key (mask.any(dim=-1, keepdim=True) is False) and set their weights to 0, "
-        "e.g. torch.where(allowed_somewhere, weights, 0.0), or guard the division.",
+        "A row of only -inf has exp = 0 everywhere and 0 / 0 = NaN. The mask tells which "
+        "rows have no allowed key: theirs must come out all zeros, without a division by a "
+        "sum of zeros.",
     ),
     Mistake(
         "filling with a large finite number, which spreads a fully masked row uniformly",
