@@ -373,6 +373,10 @@ def exact_match(
 
     Returns:
         A float in ``[0, 1]``.
+
+    Raises:
+        ValueError: if the model's logits hold NaN (its weights do): ``argmax``
+            takes a NaN for the largest logit, which would count arbitrary tokens.
     """
     _check_model_data(model, task)
     if not isinstance(task, (SequenceTask, TranslationTask)):
@@ -404,6 +408,9 @@ def per_example_accuracy(
 
     Returns:
         ``(exact, tokens)``: ``exact`` ``(M,)`` bool, ``tokens`` ``(M,)`` float in ``[0, 1]``.
+
+    Raises:
+        ValueError: if the model's logits hold NaN, as :func:`exact_match`.
     """
     _check_model_data(model, task)
     if not isinstance(task, (SequenceTask, TranslationTask)):
@@ -420,7 +427,10 @@ def per_example_accuracy(
         for start in range(0, targets.shape[0], batch_size):
             rows = slice(start, start + batch_size)
             y = targets[rows].to(device)  # (b, T)
-            predicted = _run(model, _take(inputs, rows, device)).argmax(-1)  # (b, T)
+            logits = _run(model, _take(inputs, rows, device))  # (b, T, V)
+            if bool(torch.isnan(logits).any()):  # one read-back per batch, as .cpu() below
+                raise _nan_logits(split)
+            predicted = logits.argmax(-1)  # (b, T)
             counted = y != IGNORE_INDEX  # (b, T)
             right = (predicted == y) & counted  # (b, T)
             exact.append((right | ~counted).all(1).cpu())
@@ -430,9 +440,25 @@ def per_example_accuracy(
     return torch.cat(exact), torch.cat(tokens)
 
 
+def _nan_logits(split: object) -> ValueError:
+    """The error of an evaluation whose model gives NaN logits: ``argmax`` takes a NaN for the
+    largest value, so an accuracy would count arbitrary tokens, and the loss would be NaN."""
+    return ValueError(
+        f"model gave NaN logits on the {split!r} split: its weights hold NaN (left by a run "
+        "that diverged?), so there is no loss or accuracy to measure"
+    )
+
+
 @torch.no_grad()
-def _evaluate(model: nn.Module, data: Data, split: str, batch_size: int) -> dict:
-    """Mean loss over the split's evaluation data and, for tasks, exact-match."""
+def _evaluate(
+    model: nn.Module, data: Data, split: str, batch_size: int, refuse_nan: bool = True
+) -> dict:
+    """Mean loss over the split's evaluation data and, for tasks, exact-match.
+
+    ``refuse_nan``: raise if the model's logits hold NaN (:func:`train` passes ``False``:
+    it records what it measured and stops at the next step's loss, with
+    :class:`TrainingDiverged`).
+    """
     inputs, targets = data.eval_data(split)  # (M, T) or a tuple of (M, .), (M, T)
     device = next(model.parameters()).device
     was_training = model.training
@@ -444,11 +470,14 @@ def _evaluate(model: nn.Module, data: Data, split: str, batch_size: int) -> dict
             y = targets[start : start + batch_size].to(device)  # (b, T)
             logits = _run(model, x).float()  # (b, T, V)
             counted = y != IGNORE_INDEX  # (b, T)
-            loss_sum += float(
+            batch_loss = float(
                 F.cross_entropy(
                     logits.flatten(0, 1), y.flatten(), ignore_index=IGNORE_INDEX, reduction="sum"
                 )
             )
+            if refuse_nan and math.isnan(batch_loss):  # NaN logits (or +inf) in a counted row
+                raise _nan_logits(split)
+            loss_sum += batch_loss
             n_targets += int(counted.sum())
             right = (logits.argmax(-1) == y) | ~counted  # (b, T)
             n_right += int(right.all(dim=1).sum())
@@ -476,6 +505,9 @@ def evaluate(
 
     Returns:
         ``{"loss": ...}``, plus ``"exact_match"`` for a task.
+
+    Raises:
+        ValueError: if the model's logits hold NaN (or ``+inf``), which make the loss NaN.
     """
     _check_model_data(model, data)
     check_int(batch_size, "batch_size")
@@ -621,7 +653,7 @@ def train(model: nn.Module, data: Data, config: TrainConfig) -> History:
         bar.update(1)
         done = step + 1
         if done % config.eval_every == 0 or done == config.steps:
-            metrics = _evaluate(model, data, "test", max(config.batch_size, 256))
+            metrics = _evaluate(model, data, "test", max(config.batch_size, 256), False)
             history.eval_step.append(done)
             history.eval_seconds.append(trained_seconds)
             for name, value in metrics.items():

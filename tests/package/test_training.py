@@ -424,6 +424,17 @@ def test_evaluation_bad_batch_size(evaluation: object, batch_size: object) -> No
         evaluation(_model(), TASK, batch_size=batch_size)
 
 
+@pytest.mark.parametrize("evaluation", [exact_match, evaluate, per_example_accuracy])
+def test_evaluation_refuses_a_model_with_nan_logits(evaluation: object) -> None:
+    """Before, argmax took the NaN logits for the largest and the scores counted arbitrary
+    tokens (exact_match 0.0, some rows of per_example_accuracy right), and the loss was NaN."""
+    model = _model()
+    with torch.no_grad():
+        model.norm.weight[0] = math.nan  # the final norm: every logit is NaN
+    with pytest.raises(ValueError, match=r"model gave NaN logits on the 'test' split"):
+        evaluation(model, TASK)
+
+
 def test_exact_match_is_greedy_decoding() -> None:
     model = _model()
     train(
