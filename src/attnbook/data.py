@@ -1401,6 +1401,42 @@ def _translation_vocabularies() -> tuple[tuple[str, ...], tuple[str, ...]]:
     return _T_SPECIALS + tuple(sorted(src)), _T_SPECIALS + tuple(sorted(tgt))
 
 
+def _t_sentences_by_length() -> list[int]:
+    """``counts[n]``: the number of distinct source sentences of ``n`` words that
+    :func:`_t_sentence` can write (one to three clauses), exact.
+
+    Each sentence has one derivation (a noun phrase runs from "the" to its noun, the
+    verbs and the adverbs are words of their own and "and" only joins clauses), so
+    counting derivations counts sentences: polynomials in the length, multiplied.
+    """
+
+    def times(a: list[int], b: list[int]) -> list[int]:
+        out = [0] * (len(a) + len(b) - 1)
+        for i, x in enumerate(a):
+            for j, y in enumerate(b):
+                out[i + j] += x * y
+        return out
+
+    def plus(a: list[int], b: list[int]) -> list[int]:
+        a, b = a + [0] * (len(b) - len(a)), b + [0] * (len(a) - len(b))  # one length
+        return [x + y for x, y in zip(a, b)]
+
+    n_adj, n_nouns = len(_ADJ_LIST), len(_NOUN_LIST)
+    phrase = [0, 0, n_nouns, n_adj * n_nouns, n_adj * (n_adj - 1) * n_nouns]  # 0-2 adjectives
+    transitive, intransitive = [0] * 3, [0] * 3  # verbs by their number of words
+    for verb in _T_TRANSITIVE:
+        transitive[len(verb)] += 1
+    for verb in _T_INTRANSITIVE:
+        intransitive[len(verb)] += 1
+    predicate = plus(intransitive, times(transitive, phrase))
+    clause = times(times(phrase, predicate), [1, len(_ADVERB_LIST)])  # an adverb or none
+    total, sentence = [0], clause
+    for _ in range(3):
+        total = plus(total, sentence)
+        sentence = times(times(sentence, [0, 1]), clause)  # "and", another clause
+    return total
+
+
 def _t_noun_phrase(
     rng: random.Random, max_adjectives: int
 ) -> tuple[list[str], list[str], list[int]]:
@@ -1720,12 +1756,27 @@ def translation_task(
             f"got {max_len}"
         )
     rng = random.Random(check_int(seed, "seed", minimum=0))
+    n_short, draws = n_train + n_test, 0
+    counts = _t_sentences_by_length()
+    for asked, have, lengths, names in (
+        (n_short, sum(counts[: max_train_len + 1]), f"3 to {max_train_len}", "n_train + n_test"),
+        (
+            n_test_long,
+            sum(counts[max_train_len + 1 : max_len + 1]),
+            f"{max_train_len + 1} to {max_len}",
+            "n_test_long",
+        ),
+    ):
+        if asked > have:  # else drawing would go on for 50 draws per sentence asked before failing
+            raise ValueError(
+                f"{names} = {asked} distinct sentences of {lengths} words are asked for, but "
+                f"there are only {have}: ask for fewer or change max_train_len and max_len"
+            )
     src_vocab, tgt_vocab = _translation_vocabularies()
     src_ids = {w: i for i, w in enumerate(src_vocab)}
     tgt_ids = {w: i for i, w in enumerate(tgt_vocab)}
     short: dict[tuple[str, ...], tuple] = {}
     long: dict[tuple[str, ...], tuple] = {}
-    n_short, draws = n_train + n_test, 0
     while len(short) < n_short or len(long) < n_test_long:
         draws += 1
         if draws > 50 * (n_short + n_test_long) + 10000:

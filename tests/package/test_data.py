@@ -746,3 +746,16 @@ def test_translation_task_refuses_a_max_train_len_no_longer_sentence_can_exceed(
     no sentence is long enough for test_long; say so at once, not after a million draws."""
     with pytest.raises(ValueError, match=r"max_train_len must be an int in \[3, 34\]"):
         translation_task(n_train=10, n_test=2, n_test_long=2, max_train_len=35, max_len=40)
+
+
+def test_translation_task_refuses_more_sentences_than_there_are_at_once() -> None:
+    """There are 24 sentences of three words ("the" + 8 nouns + 3 intransitive verbs) and 216
+    of four. Before, asking for more drew 50 sentences per sentence asked before giving up:
+    n_train=10**5 with max_train_len=3 took over two minutes to be refused."""
+    task = translation_task(n_train=20, n_test=4, n_test_long=5, max_train_len=3, max_len=4)
+    assert task.train.src.shape[0] + task.test.src.shape[0] == 24  # every one of them
+    short = r"n_train \+ n_test = 25 distinct sentences of 3 to 3 words .* there are only 24:"
+    with pytest.raises(ValueError, match=short):
+        translation_task(n_train=21, n_test=4, n_test_long=5, max_train_len=3, max_len=4)
+    with pytest.raises(ValueError, match=r"n_test_long = 217 distinct .* there are only 216:"):
+        translation_task(n_train=20, n_test=4, n_test_long=217, max_train_len=3, max_len=4)
