@@ -315,6 +315,11 @@ def position_index(
                 f"got start = {start} for T = {n} tokens"
             )
         return slice(start, start + n)
+    if not isinstance(start, torch.Tensor):  # a float: else "'float' object has no attribute"
+        raise ValueError(
+            f"start must be an int or a tensor (B, 1) of each row's first position, "
+            f"got {type(start).__name__} {start!r}"
+        )
     return (start + torch.arange(n, device=start.device)).clamp(min=0)  # (B, 1) + (n,) -> (B, n)
 
 

@@ -461,6 +461,13 @@ def test_position_index_checks_an_int_start_against_the_table() -> None:
     assert position_index(start, 3, context_length=4).tolist() == [[0, 1, 2], [0, 0, 0]]
 
 
+@pytest.mark.parametrize("cls", [SinusoidalPositions, LearnedPositions])
+def test_embed_refuses_a_start_that_is_neither_an_int_nor_a_tensor(cls: type) -> None:
+    """Before: AttributeError, "'float' object has no attribute 'device'"."""
+    with pytest.raises(ValueError, match=r"start must be an int or a tensor \(B, 1\).*float 1\.0"):
+        cls(4, 8).embed(torch.zeros(1, 2, 8), 1.0)
+
+
 def test_rotary_positions_refuse_more_queries_than_keys() -> None:
     rope = RotaryPositions()
     with pytest.raises(ValueError, match="more queries than keys"):
