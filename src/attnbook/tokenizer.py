@@ -481,6 +481,11 @@ class BPETokenizer:
         path = check_path(path, "path", "the JSON file to write")
         if not path.parent.is_dir():
             raise ValueError(f"path's folder {str(path.parent)!r} does not exist: create it first")
+        if path.is_dir():  # else IsADirectoryError from deep inside pathlib
+            raise ValueError(
+                f"path must name the JSON file to write, got the folder {str(path)!r}: "
+                "name a file in it, e.g. path / 'tokenizer.json'"
+            )
         data = {
             "format": FORMAT,
             "version": FORMAT_VERSION,

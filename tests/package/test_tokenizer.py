@@ -212,6 +212,12 @@ def test_save_and_load_give_the_same_tokenizer(tokenizer: BPETokenizer, tmp_path
     assert loaded.encode(CORPUS) == tokenizer.encode(CORPUS)
 
 
+def test_save_refuses_a_folder(tokenizer: BPETokenizer, tmp_path: Path) -> None:
+    """Before: IsADirectoryError from pathlib's write_text."""
+    with pytest.raises(ValueError, match=r"path must name the JSON file to write, got the folder"):
+        tokenizer.save(tmp_path)
+
+
 def test_load_rejects_other_files(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="path"):
         BPETokenizer.load(tmp_path / "missing.json")
