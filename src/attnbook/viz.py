@@ -415,7 +415,10 @@ def plot_bars(
         raise ValueError(f"values must have shape (n,) with n >= 1, got {shape_str(v)}")
     _check_labels(labels, v.shape[0], "labels", "value")
     if ylim is not None:
-        low, high = ylim  # None keeps that end, as in matplotlib
+        try:
+            low, high = ylim  # None keeps that end, as in matplotlib
+        except (TypeError, ValueError):  # not two values: "too many values to unpack"
+            raise ValueError(f"ylim must be (low, high), two numbers, got {ylim!r}") from None
         if low is not None and high is not None and not low < high:
             raise ValueError(f"ylim must be (low, high) with low < high, got {ylim!r}")
     if annotate:

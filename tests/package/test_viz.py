@@ -138,6 +138,8 @@ def test_bars_show_values_with_labels() -> None:
         (lambda: plot_bars([]), r"values must have shape \(n,\) with n >= 1"),
         # an upside-down axis, silently
         (lambda: plot_bars([0.2, 0.8], ylim=(1, 0)), r"ylim must be \(low, high\) with low < high"),
+        # Python's "too many values to unpack (expected 2)", which did not name ylim
+        (lambda: plot_bars([0.2, 0.8], ylim=(0, 1, 2)), r"ylim must be \(low, high\), two numbers"),
         # matplotlib's or Python's own errors, which did not name fmt
         (lambda: plot_bars([0.2, 0.8], fmt="{:d}"), r"fmt must be a format string .* '\{:d\}'"),
         (lambda: plot_heatmap(np.eye(2), fmt="{:d}"), r"fmt must be a format string"),
