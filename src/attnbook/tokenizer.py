@@ -44,7 +44,7 @@ from __future__ import annotations
 import heapq
 import json
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from functools import cache
 from itertools import pairwise
 from pathlib import Path
@@ -158,6 +158,33 @@ def _check_special_tokens(special_tokens: object) -> list[str]:
     return tokens
 
 
+def _check_parts(
+    vocab: object, merges: object, special_tokens: object
+) -> list[tuple[bytes, bytes]]:
+    """The constructor's arguments have the right kinds (their contents are checked after):
+    else ``dict(...)`` and ``bytes(...)`` fail with messages that name none of them.
+    Returns ``merges`` as a list (an iterator is read once, here)."""
+    if not isinstance(vocab, Mapping):
+        raise ValueError(f"vocab must be a dict id -> bytes, got {type(vocab).__name__}")
+    if special_tokens is not None and not isinstance(special_tokens, Mapping):
+        raise ValueError(
+            f"special_tokens must be a dict token -> id, or None, got {type(special_tokens).__name__}"
+        )
+    if isinstance(merges, (str, bytes)) or not isinstance(merges, Iterable):
+        raise ValueError(
+            f"merges must be a list of (bytes, bytes) pairs, got {type(merges).__name__}"
+        )
+    merges = list(merges)
+    for rank, pair in enumerate(merges):
+        if not (
+            isinstance(pair, Sequence)
+            and len(pair) == 2
+            and all(isinstance(part, (bytes, bytearray)) for part in pair)
+        ):
+            raise ValueError(f"merges[{rank}] must be a pair of bytes (left, right), got {pair!r}")
+    return merges
+
+
 def _bytes_to_unicode() -> dict[int, str]:
     """GPT-2's printable stand-in character for each byte, used in its vocab.json and merges.txt.
 
@@ -206,6 +233,7 @@ class BPETokenizer:
         merges: list[tuple[bytes, bytes]],
         special_tokens: dict[str, int] | None = None,
     ) -> None:
+        merges = _check_parts(vocab, merges, special_tokens)  # a list: read once
         special_tokens = dict(special_tokens or {})
         self.vocab = dict(vocab)
         self.merges = [(bytes(a), bytes(b)) for a, b in merges]

@@ -426,6 +426,31 @@ def test_the_constructor_checks_the_id_layout(vocab_edit: dict, specials: dict, 
         BPETokenizer(vocab, [], specials)
 
 
+BYTES = {b: bytes([b]) for b in range(256)}
+
+
+@pytest.mark.parametrize(
+    ("args", "match"),
+    [  # before: dict()'s, bytes()' or unpacking's own errors, naming no argument
+        (([BYTES[b] for b in range(256)], []), "vocab must be a dict id -> bytes, got list"),
+        ((BYTES, None), "merges must be a list of .* pairs, got NoneType"),
+        ((BYTES, [("a", "b")]), r"merges\[0\] must be a pair of bytes .* got \('a', 'b'\)"),
+        ((BYTES, [(b"a",)]), r"merges\[0\] must be a pair of bytes"),
+        ((BYTES, [], ["<e>"]), "special_tokens must be a dict token -> id, or None, got list"),
+    ],
+)
+def test_the_constructor_names_an_argument_of_the_wrong_kind(args: tuple, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        BPETokenizer(*args)
+
+
+def test_the_constructor_reads_merges_given_as_an_iterator_once() -> None:
+    merges = [(b"a", b"b")]
+    tok = BPETokenizer(BYTES | {256: b"ab"}, iter(merges))
+    assert tok.merges == merges  # not read empty by the check of its pairs
+    assert tok.encode("ab") == [256]
+
+
 def test_a_special_token_may_share_its_bytes_with_an_ordinary_token() -> None:
     tok = BPETokenizer.train("a b c", 257, special_tokens=["a"])
     assert tok.vocab[256] == tok.vocab[ord("a")] == b"a"
