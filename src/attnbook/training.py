@@ -224,7 +224,8 @@ class History:
 
 
 class TrainingDiverged(FloatingPointError):
-    """:func:`train` stopped: the loss of a step was NaN or infinite.
+    """:func:`train` stopped: the loss of a step was NaN or infinite, or the held-out loss
+    measured after it was NaN (the step's update wrote NaN into the weights).
 
     The gradient of such a loss is NaN too, and the step writes NaN into the
     weights, so the run stops at once instead of training on. Under float16
@@ -238,8 +239,13 @@ class TrainingDiverged(FloatingPointError):
     def __init__(self, history: History, step: int) -> None:
         self.history, self.step = history, step
         loss, lr = history.train_loss[step], history.lr[step]
+        what = (
+            f"the training loss is {loss} at step {step}"
+            if not math.isfinite(loss)
+            else f"the held-out loss is nan after step {step}"  # its update gave NaN weights
+        )
         super().__init__(
-            f"the training loss is {loss} at step {step} (learning rate {lr:.3g}): the run "
+            f"{what} (learning rate {lr:.3g}): the run "
             "diverged. Lower the learning rate (TrainConfig.lr), keep gradient clipping on "
             "(TrainConfig.grad_clip), and check the inputs; this error's .history holds the "
             "steps so far"
@@ -456,8 +462,7 @@ def _evaluate(
     """Mean loss over the split's evaluation data and, for tasks, exact-match.
 
     ``refuse_nan``: raise if the model's logits hold NaN (:func:`train` passes ``False``:
-    it records what it measured and stops at the next step's loss, with
-    :class:`TrainingDiverged`).
+    it records what it measured, then raises :class:`TrainingDiverged`).
     """
     inputs, targets = data.eval_data(split)  # (M, T) or a tuple of (M, .), (M, T)
     device = next(model.parameters()).device
@@ -559,8 +564,9 @@ def train(model: nn.Module, data: Data, config: TrainConfig) -> History:
 
     Raises:
         TrainingDiverged: at the first step whose loss is NaN or infinite
-            (e.g. a learning rate far too high); its ``history`` holds the
-            steps up to that one.
+            (e.g. a learning rate far too high), or whose evaluation measures a
+            NaN held-out loss (its update gave NaN weights, at the last step
+            too); its ``history`` holds the steps up to that one.
     """
     _check_model_data(model, data)
     if not isinstance(config, TrainConfig):
@@ -659,6 +665,10 @@ def train(model: nn.Module, data: Data, config: TrainConfig) -> History:
             for name, value in metrics.items():
                 history.eval_metrics.setdefault(f"test_{name}", []).append(value)
             bar.set_postfix({f"test_{k}": round(v, 4) for k, v in metrics.items()})
+            if math.isnan(metrics["loss"]):  # this step's update wrote NaN into the weights
+                bar.close()
+                history.seconds = trained_seconds
+                raise TrainingDiverged(history, step)
             target = config.target_exact_match
             if is_task and target is not None and metrics["exact_match"] >= target:
                 break

@@ -234,6 +234,20 @@ def test_a_diverging_run_stops_at_its_first_nan_loss() -> None:
     assert (str(again), again.step, again.history.lr) == (str(caught.value), step, history.lr)
 
 
+def test_a_last_step_that_writes_nan_into_the_weights_stops_the_run_too() -> None:
+    """Its loss was measured before its update, so before, train returned as if all was well,
+    with a held-out loss of NaN and exact-match 0.0 in the history and NaN weights."""
+    config = _config(steps=1, lr=1e6, warmup_steps=1, grad_clip=None)
+    with pytest.raises(
+        TrainingDiverged, match=r"the held-out loss is nan after step 0 \(learning rate"
+    ) as caught:
+        train(_model(), TASK, config)
+    history = caught.value.history
+    assert math.isfinite(history.train_loss[0])
+    assert history.eval_step == [1]
+    assert math.isnan(history.eval_metrics["test_loss"][0])  # what was measured, kept
+
+
 def test_a_nan_loss_stops_the_run_with_the_fp16_scaler_on_too(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
