@@ -384,11 +384,11 @@ def exact_match(
         ValueError: if the model's logits hold NaN (its weights do): ``argmax``
             takes a NaN for the largest logit, which would count arbitrary tokens.
     """
-    _check_model_data(model, task)
-    if not isinstance(task, (SequenceTask, TranslationTask)):
+    if not isinstance(task, (SequenceTask, TranslationTask)):  # first: the message names task
         raise ValueError(
             f"task must be a SequenceTask or a TranslationTask, got {type(task).__name__}"
         )
+    _check_model_data(model, task)
     check_int(batch_size, "batch_size")
     return _evaluate(model, task, split, batch_size)["exact_match"]
 
@@ -418,11 +418,11 @@ def per_example_accuracy(
     Raises:
         ValueError: if the model's logits hold NaN, as :func:`exact_match`.
     """
-    _check_model_data(model, task)
-    if not isinstance(task, (SequenceTask, TranslationTask)):
+    if not isinstance(task, (SequenceTask, TranslationTask)):  # first: the message names task
         raise ValueError(
             f"task must be a SequenceTask or a TranslationTask, got {type(task).__name__}"
         )
+    _check_model_data(model, task)
     check_int(batch_size, "batch_size")
     inputs, targets = task.eval_data(split)
     device = next(model.parameters()).device

@@ -438,6 +438,15 @@ def test_evaluation_bad_batch_size(evaluation: object, batch_size: object) -> No
         evaluation(_model(), TASK, batch_size=batch_size)
 
 
+@pytest.mark.parametrize("evaluation", [exact_match, per_example_accuracy])
+@pytest.mark.parametrize("task", ["reverse", None, TextDataset("abcd" * 20, seq_len=4)])
+def test_exact_match_names_its_task_argument(evaluation: object, task: object) -> None:
+    """Before, a str or None was refused as 'data must be a SequenceTask, a TokenDataset
+    ...', naming evaluate's argument, which exact_match does not have."""
+    with pytest.raises(ValueError, match=r"^task must be a SequenceTask or a TranslationTask"):
+        evaluation(_model(), task)
+
+
 @pytest.mark.parametrize("evaluation", [exact_match, evaluate, per_example_accuracy])
 def test_evaluation_refuses_a_model_with_nan_logits(evaluation: object) -> None:
     """Before, argmax took the NaN logits for the largest and the scores counted arbitrary
