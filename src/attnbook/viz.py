@@ -92,12 +92,23 @@ def course_style() -> Iterator[None]:
         yield
 
 
+def _check_figure(fig: object) -> None:
+    """Raise unless ``fig`` is a matplotlib ``Figure`` (else: "'NoneType' object has no
+    attribute 'findobj'", say, from inside the function)."""
+    if not isinstance(fig, Figure):
+        raise ValueError(
+            f"fig must be a matplotlib Figure (e.g. plt.figure(), or ax.figure), "
+            f"got {type(fig).__name__}"
+        )
+
+
 def smallest_text_pt(fig: Figure) -> float | None:
     """Font size in points of the smallest visible, non-empty text of `fig` (None: no text).
 
     Tick labels, titles, legends, colour bars and annotations all count; draw the
     figure first (saving it does) so that tick labels hold their text.
     """
+    _check_figure(fig)
     sizes = [
         text.get_fontsize()
         for text in fig.findobj(Text)
@@ -109,6 +120,7 @@ def smallest_text_pt(fig: Figure) -> float | None:
 def svg_metadata(fig: Figure) -> dict[str, str | None]:
     """`savefig` metadata of an SVG diagram: no date (the file is reproducible) and its smallest
     text (`SVG_SMALLEST_TEXT`, in points), which the book's browser test reads."""
+    _check_figure(fig)
     fig.draw_without_rendering()
     smallest = smallest_text_pt(fig)
     metadata: dict[str, str | None] = {"Date": None}
@@ -150,6 +162,7 @@ def figure_png(fig: Figure) -> tuple[str, dict[str, int]] | None:
     height in image pixels (points x dpi / 72). Returns None for an empty figure, as
     IPython's own formatter does.
     """
+    _check_figure(fig)
     if not fig.axes and not fig.lines:
         return None
     dpi = fig.dpi * PIXEL_DENSITY

@@ -223,6 +223,18 @@ def test_smallest_text_ignores_empty_and_hidden_text() -> None:
     plt.close(fig)
 
 
+@pytest.mark.parametrize("name", ["figure_png", "smallest_text_pt", "svg_metadata"])
+def test_figure_helpers_refuse_what_is_not_a_figure(name: str) -> None:
+    """Before: AttributeError, "'NoneType' object has no attribute ..." (or 'Axes' object)."""
+    import attnbook.viz
+
+    _, ax = plt.subplots()
+    for not_a_figure in (None, ax):
+        with pytest.raises(ValueError, match=r"fig must be a matplotlib Figure .* got"):
+            getattr(attnbook.viz, name)(not_a_figure)
+    plt.close("all")
+
+
 def test_png_text_refuses_other_bytes() -> None:
     from attnbook.viz import png_text
 
