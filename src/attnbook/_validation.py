@@ -51,7 +51,13 @@ def as_float_array(x: object, name: str) -> Array:
     elif isinstance(x, (list, tuple, float, int, np.floating, np.integer)) and not isinstance(
         x, bool
     ):
-        arr = np.asarray(x)
+        try:
+            arr = np.asarray(x)
+        except ValueError:  # NumPy's "setting an array element with a sequence", unnamed
+            raise ValueError(
+                f"{name} must be a NumPy array, a torch tensor or a list of numbers of one "
+                f"rectangular shape, got a {type(x).__name__} whose rows have unlike lengths"
+            ) from None
     else:
         raise ValueError(f"{name} must be a NumPy array or a torch tensor, got {type(x).__name__}")
     if not np.issubdtype(arr.dtype, np.floating):

@@ -205,6 +205,7 @@ def test_accepts_lists_of_floats() -> None:
         ({"x": torch.tensor([1, 2, 3])}, "x must be a floating-point tensor"),
         ({"x": [1, 2]}, "x must hold floating-point"),
         ({"x": "abc"}, "x must be a NumPy array or a torch tensor"),
+        ({"x": [[1.0, 2.0], [3.0]]}, "x must be .* rectangular shape, got a list whose rows"),
         ({"x": np.zeros((2, 0))}, "length 0 along axis"),
         ({"x": np.zeros(3), "axis": 1}, "axis must be in"),
         ({"x": np.zeros(3), "axis": 0.5}, "axis must be an int"),
