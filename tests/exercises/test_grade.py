@@ -148,6 +148,18 @@ check_softmax(my_softmax)
 """
 
 
+# Code that makes the sandbox write the package's softmax of what the answer returns, in place
+# of it: an attack that reaches a string run as code (exec) while the answer is defined
+_PATCH = (
+    "import sys\n"
+    "ref = sys.modules['attnbook'].softmax\n"
+    "for key in ('__main__', 'attnbook.exercises.sandbox'):\n"
+    "    m = sys.modules.get(key)\n"
+    "    if m is not None and hasattr(m, '_to_arrays'):\n"
+    "        m._to_arrays = lambda v, old=m._to_arrays: old(ref(v))\n"
+)
+
+
 # One submission per attack on the answers: (its cell, the softmax exercise's expected
 # status, a text its message must hold). The temperature exercise is left out (missing),
 # so that a submission caught by the static check needs no sandbox at all.
@@ -287,6 +299,15 @@ ATTACKS = {
         "check_softmax(my_softmax)",
         "failed",
         "case 1/6",
+    ),
+    # This passed, running _PATCH (which makes the sandbox write the package's softmax of
+    # whatever the answer returns): a name written in getattr was not read as the attribute
+    # it names (torch.builtins); the static check refuses it now.
+    "getattr_written_name": (
+        f"run = getattr(torch, 'builtins').exec\nHOOK = run({_PATCH!r})\n\n"
+        "def my_softmax(x):\n    return x if HOOK is None else 0\n\n\ncheck_softmax(my_softmax)",
+        "failed",
+        "uses getattr(torch, 'builtins')",
     ),
 }
 

@@ -199,6 +199,15 @@ def test_a_cell_that_does_not_parse_is_an_error() -> None:
         ("from logging.config import dictConfig\nf = dictConfig", "imports logging.config"),
         ("import string\nf = string.Formatter().get_field('0._softmax', [torch], {})", "string"),
         ("from functools import reduce\nf = reduce(getattr, ['_softmax'], torch)", "getattr on"),
+        # a written name is read as the attribute it names: the builtins' exec (this passed)
+        ("f = getattr(torch, 'builtins').exec", "uses getattr(torch, 'builtins')"),
+        ("f = lambda x: getattr(torch, 'sys').modules", "uses getattr(torch, 'sys')"),
+        ("f = getattr(F, '__dict__')", "a dunder attribute"),
+        ("import enum\nf = enum.bltns.exec", "uses enum.bltns"),  # this passed too
+        (
+            "from torch.utils.data import dataloader\nf = dataloader.python_multiprocessing",
+            "uses dataloader.python_multiprocessing",
+        ),
         ("f = lambda x: list(map(getattr, [torch], ['exp']))", "passes getattr on as a value"),
         ("f = torch.jit.CompilationUnit('')", "uses torch.jit"),
         ("f = torch.utils.benchmark.Timer('x')", "torch.utils.benchmark"),
@@ -229,6 +238,31 @@ def test_every_route_to_a_forbidden_call_is_found(code: str, problem: str) -> No
     )
     assert found.problems, code
     assert problem in found.problems[0], found.problems
+
+
+def test_no_library_that_an_answer_finds_loaded_holds_a_banned_module_by_another_name() -> None:
+    # enum's `import builtins as bltns` gave an answer exec through enum.bltns.exec. The
+    # modules the sandbox has loaded when an answer runs: the checkers' and the answer's.
+    import types
+
+    for name in ANSWER_MODULES:
+        importlib.import_module(name)
+    # Python's signal as `signal` is allowed (scipy.signal), and torch.multiprocessing and
+    # the modules under it are out of reach already: their path holds a banned name
+    banned = extract._BANNED_MODULES - {"attnbook", "signal"}
+    found = []
+    for name, module in list(sys.modules.items()):
+        parts = name.split(".")
+        if module is None or parts[0] not in ANSWER_MODULES or any(p[0] == "_" for p in parts):
+            continue
+        if set(parts) & extract._BANNED_ATTRIBUTES:
+            continue
+        for attr, value in list(vars(module).items()):
+            if attr[0] == "_" or attr in extract._BANNED_ATTRIBUTES:
+                continue
+            if isinstance(value, types.ModuleType) and value.__name__.split(".")[0] in banned:
+                found.append(f"{name}.{attr} ({value.__name__})")
+    assert found == []
 
 
 def test_an_equivalent_is_forbidden_only_in_its_own_exercise() -> None:

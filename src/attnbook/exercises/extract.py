@@ -30,11 +30,13 @@ object by its name (``ANSWER_MODULES`` of :mod:`attnbook.exercises._framework`:
   ``self._x`` and ``cls._x`` of the learner's own classes), ``torch.ops``;
 - the ways around a static reading: ``__import__``, ``eval``, ``exec``,
   ``compile``, ``getattr``/``setattr`` with a computed name or passed on as
-  a value, ``globals``, ``vars``, ``__dict__`` and other dunder attributes and
-  names (``__annotations__``, whose keys ``dataclasses`` writes into code),
+  a value (a written name is read as the attribute it names: ``getattr(torch,
+  "sys")`` as ``torch.sys``), ``globals``, ``vars``, ``__dict__`` and other
+  dunder attributes and names (``__annotations__``, whose keys ``dataclasses``
+  writes into code),
   annotations written as strings (``typing.get_type_hints`` runs them),
   ``sys``/``os``/``builtins``/``gc``/``inspect`` where a library holds them
-  (``torch.sys``, ``np.os``), the parts of the array libraries that run a
+  (``torch.sys``, ``np.os``, and under other names: ``enum.bltns``), the parts of the array libraries that run a
   string as code, reach an object by its name or load native code
   (``torch.jit``, ``torch.fx``, ``torch.hub``, ``torch.utils.benchmark``,
   ``torch.overrides``, ``cpp_extension``, ``numpy.ctypeslib``, ...), a
@@ -257,6 +259,11 @@ _BANNED_ATTRIBUTES |= {
     "ctypeslib",
     "extbuild",  # numpy.testing.extbuild compiles C from a string
     "LowLevelCallable",
+    # the banned modules under the names some libraries import them as
+    "bltns",  # enum's builtins (exec, eval, __import__)
+    "mp",  # multiprocessing, in torch.cuda.tunable
+    "python_multiprocessing",  # in torch.utils.data.dataloader
+    "reducer",  # multiprocessing.reduction (a pickle's loads), in torch.multiprocessing
     "ForwardRef",  # typing evaluates a forward reference's string
     "get_type_hints",
     # a generator's or a traceback's frame holds the builtins (getattr, __import__, eval) by
@@ -552,29 +559,38 @@ def forbidden_uses(tree: ast.AST, exercise: str) -> list[str]:
             if not (isinstance(node.value, ast.Constant) and node.value.value is safe):
                 found.append(f"passes {node.arg}=..., which loads pickles: only {safe} is allowed")
         elif isinstance(node, ast.Attribute):
-            dotted = _dotted(node)
-            if node.attr in _BANNED_ATTRIBUTES:
-                found.append(f"uses {dotted}, which the grader does not allow in an answer")
-            elif node.attr in equivalents:
-                found.append(f"calls {node.attr} ({dotted}), the library's answer to this exercise")
-            elif node.attr.startswith("__") and node.attr not in _ALLOWED_DUNDERS:
-                found.append(f"uses {dotted}, a dunder attribute the grader does not allow")
-            elif node.attr == "ops" or (
-                # a private name of the learner's own class, self._w, is fine; any other
-                # (torch._softmax, t._softmax with t = torch, [torch][0]._softmax) is not
-                node.attr.startswith("_")
-                and not node.attr.startswith("__")
-                and _root(node) not in {"self", "cls"}
-            ):
-                found.append(
-                    f"uses {dotted}, a private or low-level name (only self._x is allowed)"
-                )
+            found += _attribute_problems(node.attr, _dotted(node), _root(node), equivalents)
         elif isinstance(node, ast.Call) and getattr(node.func, "id", "") in {"getattr", "hasattr"}:
             if len(node.args) < 2 or not isinstance(node.args[1], ast.Constant):
                 found.append(f"calls {node.func.id} with a computed name")  # type: ignore[attr-defined]
-            elif str(node.args[1].value) in equivalents or str(node.args[1].value).startswith("_"):
-                found.append(f"calls {node.func.id}(..., {node.args[1].value!r})")  # type: ignore[attr-defined]
+            else:  # the written name, read as the attribute it names: getattr(torch, "sys")
+                attr = str(node.args[1].value)
+                dotted = _dotted(node)
+                problems = _attribute_problems(attr, dotted, _root(node.args[0]), equivalents)
+                if attr.startswith("_"):  # getattr(self, "_w") too: write self._w
+                    problems = problems or [f"calls {dotted}, a private or dunder name"]
+                found += problems
     return list(dict.fromkeys(found))
+
+
+def _attribute_problems(
+    attr: str, dotted: str, root: str | None, equivalents: Iterable[str]
+) -> list[str]:
+    """What an attribute ``attr`` (written ``dotted``, read off the name ``root``) uses that
+    the exercise forbids: the same for ``obj.attr`` as for ``getattr(obj, "attr")``."""
+    if attr in _BANNED_ATTRIBUTES:
+        return [f"uses {dotted}, which the grader does not allow in an answer"]
+    if attr in equivalents:
+        return [f"calls {attr} ({dotted}), the library's answer to this exercise"]
+    if attr.startswith("__") and attr not in _ALLOWED_DUNDERS:
+        return [f"uses {dotted}, a dunder attribute the grader does not allow"]
+    # a private name of the learner's own class, self._w, is fine; any other
+    # (torch._softmax, t._softmax with t = torch, [torch][0]._softmax) is not
+    if attr == "ops" or (
+        attr.startswith("_") and not attr.startswith("__") and root not in {"self", "cls"}
+    ):
+        return [f"uses {dotted}, a private or low-level name (only self._x is allowed)"]
+    return []
 
 
 def _dotted(node: ast.expr) -> str:
