@@ -24,10 +24,12 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 import hashlib
 import io
 import json
 import os
+import pickle
 import signal
 import socket
 import subprocess
@@ -157,6 +159,11 @@ _PATCH = (
     "    m = sys.modules.get(key)\n"
     "    if m is not None and hasattr(m, '_to_arrays'):\n"
     "        m._to_arrays = lambda v, old=m._to_arrays: old(ref(v))\n"
+)
+_PATCH_AS_TYPE = f"exec({_PATCH!r}, {{}}) or int"  # a type annotation that runs it
+_COMMAND = (  # a shell command: the package's softmax of /tmp/x.npy, into /tmp/y.npy
+    'python -c "import numpy as n, attnbook as a; '
+    "n.save('/tmp/y.npy', a.softmax(n.load('/tmp/x.npy')))\""
 )
 
 
@@ -308,6 +315,28 @@ ATTACKS = {
         "def my_softmax(x):\n    return x if HOOK is None else 0\n\n\ncheck_softmax(my_softmax)",
         "failed",
         "uses getattr(torch, 'builtins')",
+    ),
+    # Annotations made of strings by make_dataclass, which the sandbox's dropping of the
+    # program's annotations does not see: register evaluated them through get_type_hints
+    # (running _PATCH, this passed), now a tripwire in the sandbox.
+    "annotation_from_strings": (
+        "import dataclasses\nimport functools\n\n"
+        f"Box = dataclasses.make_dataclass('Box', [('a', {_PATCH_AS_TYPE!r}, "
+        "dataclasses.field(default=0))])\n"
+        "HOOK = functools.singledispatch(print).register(Box())\n\n"
+        "def my_softmax(x):\n    return x if HOOK else 0\n\n\ncheck_softmax(my_softmax)",
+        "failed",
+        "calls typing.get_type_hints, which runs code that the grader cannot read",
+    ),
+    # A shell command of torch's (a script that imports the package and writes its softmax
+    # of the answer's input to a file that the answer returns; this passed): the sandbox
+    # refuses a new process now (more routes: test_the_sandbox_refuses_every_route_...)
+    "shell_command": (
+        f"from torch.utils import collect_env\n\nCOMMAND = {_COMMAND!r}\n\n"
+        "def my_softmax(x):\n    np.save('/tmp/x.npy', x)\n    collect_env.run(COMMAND)\n"
+        "    return np.load('/tmp/y.npy')\n\n\ncheck_softmax(my_softmax)",
+        "failed",
+        "calls subprocess.Popen, which runs code that the grader cannot read",
     ),
 }
 
@@ -2189,6 +2218,56 @@ def test_every_library_equivalent_of_the_exercise_is_a_tripwire_in_the_sandbox()
         tripped = json.loads(pipe.read() or "null")
     assert os.waitpid(pid, 0)[1] == 0
     assert tripped == ["torch.logsumexp", "torch.nn.functional.log_softmax", "torch.Tensor.softmax"]
+
+
+def test_the_sandbox_refuses_every_route_to_code_it_cannot_read_and_to_a_new_process(
+    tmp_path: Path,
+) -> None:
+    # Each of these let a wrong answer pass (the package's softmax, reached while the answer
+    # was defined or while it ran): a pickle, loaded by np.load with allow_pickle in **{...}
+    # or by a library's unpickler found through a class's mro(); a class's annotations made
+    # of strings; a shell command of torch's; and any other new process
+    pickled = tmp_path / "p.pkl"
+    pickled.write_bytes(pickle.dumps(os.getcwd))  # loading it imports os.getcwd by name
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the sandbox's evaluating child does this in a process of its own too
+        code = 1
+        try:
+            os.close(read)
+            tripped: list[str] = []
+            sandbox._wire_code_routes(tripped)
+            from torch.utils import collect_env, show_pickle
+
+            box = dataclasses.make_dataclass("Box", [("a", "int", dataclasses.field(default=0))])
+            for call in (
+                lambda: np.load(pickled, **{"allow_pickle": True}),
+                lambda: show_pickle.DumpUnpickler.mro()[1](pickled.open("rb")).load(),
+                lambda: functools.singledispatch(print).register(box()),
+                lambda: collect_env.run("true"),
+                lambda: os.system("true"),
+                lambda: os.execv("/bin/true", ["true"]),
+                lambda: os.fork(),
+            ):
+                with suppress(Exception):  # np.load raises its own error, from the wire's
+                    call()
+            os.write(write, json.dumps(tripped).encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        tripped = json.loads(pipe.read() or "null")
+    assert os.waitpid(pid, 0)[1] == 0
+    assert tripped == [
+        "pickle.find_class",
+        "pickle.find_class",
+        "typing.get_type_hints",
+        "subprocess.Popen",
+        "os.system",
+        "os.exec",
+        "os.fork",
+    ]
 
 
 def test_every_part_of_a_returned_tuple_comes_back_from_the_sandbox() -> None:

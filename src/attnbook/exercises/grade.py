@@ -678,11 +678,15 @@ def _judge(
     tripped = report.get("tripped") or []
     if tripped:  # before the set-up: a program may trip a wire while it defines the answer
         label = str(tripped[0])[:100]
-        why = (
-            "which switches off the grader's watch on the answer's calls"
-            if label in sandbox.WATCH_HOOKS
-            else "the library's answer to this exercise, which it asks you to write yourself"
-        )
+        if label in sandbox.WATCH_HOOKS:
+            why = "which switches off the grader's watch on the answer's calls"
+        elif label in sandbox.CODE_ROUTES + sandbox.REFUSED_EVENTS:
+            why = (
+                "which runs code that the grader cannot read (a string, a pickle) or another "
+                "process: an answer computes with NumPy or PyTorch in its own code"
+            )
+        else:
+            why = "the library's answer to this exercise, which it asks you to write yourself"
         return "failed", f"❌ {name}: calls {label}, {why}"
     setup = report.get("setup")
     if setup == "not_attempted":

@@ -14,6 +14,9 @@ private folder that holds a fresh copy of the submission and nothing else:
    replaces ``sys.setprofile`` and ``sys.settrace`` by *tripwires* (functions
    that record that they were called and raise: the checkers' guards watch
    the answer's calls with those hooks, through references of their own),
+   refuses what would run code that no static reading sees or another program
+   (loading a pickle, a new process: ``REFUSED_EVENTS``, with an audit hook;
+   ``typing``'s evaluation of annotations: ``CODE_ROUTES``, tripwires too),
    runs the answer's extracted program (:mod:`attnbook.exercises.extract`),
    replaces the exercise's library equivalents by tripwires too, runs the
    answer on the cases the grader wrote (``job.pkl``) under the checker's
@@ -477,9 +480,61 @@ def _tripwire(label: str, tripped: list[str]) -> Any:
     return wire
 
 
+# Events of Python's audit hooks that an answer has no use for: loading a pickle, which
+# imports and calls any function by its name, and running another program (a new process,
+# or one in this process's place). Refused in each exercise's child before the answer's
+# program runs, whatever route the program took there, which the static check cannot list
+# (np.load with allow_pickle passed as **{...}, a library's own unpickler, found through a
+# class's mro(); torch.utils.collect_env.run, which runs a shell command: a script that
+# imports the package); an audit hook cannot be removed.
+REFUSED_EVENTS = (
+    "pickle.find_class",
+    "subprocess.Popen",
+    "os.system",
+    "os.exec",
+    "os.fork",
+    "os.forkpty",
+    "os.posix_spawn",
+    "os.spawn",
+    "pty.spawn",
+)
+# ... and what runs a string as code, or starts a process, without such an event: typing's
+# forward references (functools.singledispatch's register evaluates the annotations of a
+# class that dataclasses.make_dataclass or typing.NamedTuple made from strings), and the
+# function under subprocess that starts a process. Tripwires before the program runs.
+CODE_ROUTES = (
+    "typing.get_type_hints",
+    "typing.ForwardRef._evaluate",
+    "_posixsubprocess.fork_exec",
+    "subprocess._fork_exec",
+)
+
+
 def _wire_watch_hooks(tripped: list[str]) -> None:
     for label in WATCH_HOOKS:
         setattr(sys, label.removeprefix("sys."), _tripwire(label, tripped))
+
+
+def _wire_code_routes(tripped: list[str]) -> None:
+    """Refuse :data:`REFUSED_EVENTS` with an audit hook, and replace each of
+    :data:`CODE_ROUTES` (those of them that this Python has) by a tripwire; both record what
+    was refused in ``tripped``, then raise."""
+    refused = frozenset(REFUSED_EVENTS)
+
+    def hook(event: str, args: tuple) -> None:
+        if event in refused:
+            tripped.append(event)
+            raise ForbiddenCall(f"{event} is not allowed in an answer")
+
+    sys.addaudithook(hook)
+    for label in CODE_ROUTES:
+        owner_path, attr = label.rsplit(".", 1)
+        top, *rest = owner_path.split(".")
+        owner = sys.modules.get(top)
+        for part in rest:  # typing.ForwardRef
+            owner = getattr(owner, part, None)
+        if owner is not None and hasattr(owner, attr):
+            setattr(owner, attr, _tripwire(label, tripped))
 
 
 def _install_tripwires(exercise: str, tripped: list[str]) -> None:
@@ -608,6 +663,7 @@ def _evaluate_one(folder: Path, job: dict, alone: bool = False) -> None:
     namespace: dict[str, Any] = {"__name__": "__main__"}
     tripped: list[str] = report["tripped"]
     _wire_watch_hooks(tripped)
+    _wire_code_routes(tripped)
     try:
         program = _without_annotations(ast.parse(job["program"]))
         # dont_inherit: not this module's `from __future__ import annotations`
