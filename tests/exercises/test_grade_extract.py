@@ -157,6 +157,10 @@ def test_a_cell_that_does_not_parse_is_an_error() -> None:
         ("from torch.nn.functional import softmax as s\nf = lambda x: s(x, -1)", "imports torch"),
         ("import scipy.special as sp\nf = lambda x: sp.softmax(x)", "calls softmax"),
         ("f = lambda x: torch.logsumexp(x, -1)", "calls logsumexp"),
+        # these passed: the logsumexp by other names, and an attention whose weights are x's
+        ("f = lambda x: np.exp(x - np.logaddexp.reduce(x, -1, keepdims=True))", "logaddexp"),
+        ("f = lambda x: torch.exp(x - torch.logcumsumexp(x, -1)[..., -1:])", "logcumsumexp"),
+        ("f = lambda q, k: F.scaled_dot_product_attention(q, k, k)", "scaled_dot_product_att"),
         ("f = lambda x: torch._softmax(x, -1, False)", "private"),
         ("f = lambda x: torch.ops.aten.exp(x)", "torch.ops"),
         ("import importlib\nf = lambda x: importlib.import_module('torch')", "importlib"),

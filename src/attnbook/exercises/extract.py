@@ -77,7 +77,17 @@ __all__ = [
 ]
 
 _SOFTMAX = frozenset(
-    {"softmax", "log_softmax", "softmin", "Softmax", "LogSoftmax", "Softmin", "logsumexp"}
+    {
+        "softmax",
+        "log_softmax",
+        "softmin",
+        "Softmax",
+        "LogSoftmax",
+        "Softmin",
+        "logsumexp",
+        "logcumsumexp",  # its last entry is the logsumexp
+        "logaddexp",  # np.logaddexp.reduce(x, axis=-1) is the logsumexp
+    }
 )
 _ATTENTION = frozenset(
     {
@@ -98,8 +108,9 @@ _ATTENTION = frozenset(
 LIBRARY_EQUIVALENTS: dict[str, frozenset[str]] = {
     "score_matrix": frozenset({"score_matrix"}),
     "cosine_similarity": frozenset({"cosine_similarity", "CosineSimilarity", "cosine"}),
-    "softmax": _SOFTMAX,
-    "softmax_temperature": _SOFTMAX,
+    # an attention's weights are a softmax: with the identity as keys and values, its output
+    "softmax": _SOFTMAX | _ATTENTION,
+    "softmax_temperature": _SOFTMAX | _ATTENTION,
     "soft_lookup": _ATTENTION | {"soft_lookup"},
     "hard_lookup": frozenset({"hard_lookup"}),
     "scaled_dot_product_attention": _ATTENTION,
