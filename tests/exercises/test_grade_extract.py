@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import nbformat
+import numpy as np
 import pytest
 import yaml
 from nbformat.v4 import new_code_cell, new_notebook
@@ -55,6 +56,31 @@ def test_the_answer_takes_only_what_it_needs_from_the_cells_before() -> None:
         assert left_out not in program, left_out
     assert program.endswith("__attnbook_answer__ = my_softmax")
     assert found.problems == ()
+
+
+def test_what_changes_a_name_the_answer_reads_is_taken_with_it() -> None:
+    # A right softmax whose settings are filled in after the dict is made: it passed in the
+    # notebook and raised KeyError in the grader, which took only `SETTINGS = {}`
+    found = _one(
+        "import functools\nimport numpy as np",
+        "SETTINGS = {}\nSETTINGS['axis'] = -1\nSETTINGS.update(keep=True)\nprint(SETTINGS)\n"
+        "np.random.seed(0)\nOTHER = {}\nOTHER['axis'] = 0",
+        "@functools.singledispatch\ndef shift(x):\n    raise TypeError(type(x))\n\n"
+        "@shift.register(np.ndarray)\ndef _(x):\n    return x - x.max(axis=-1, keepdims=True)",
+        "def my_softmax(x):\n    e = np.exp(shift(x))\n"
+        "    return e / e.sum(axis=SETTINGS['axis'], keepdims=SETTINGS['keep'])\n\n"
+        "check_softmax(my_softmax)",
+    )
+    program = found.program
+    for taken in ("SETTINGS['axis'] = -1", "SETTINGS.update(keep=True)", "@shift.register"):
+        assert taken in program, taken
+    for left_out in ("print", "np.random.seed", "OTHER"):  # nor a module's: np.random.seed
+        assert left_out not in program, left_out
+    assert found.problems == ()
+    namespace: dict = {}
+    exec(program, namespace)
+    weights = namespace["__attnbook_answer__"](np.array([[1.0, 2.0, 3.0]]))
+    assert np.allclose(weights, np.exp([1, 2, 3]) / np.exp([1, 2, 3]).sum())
 
 
 def test_an_import_is_cut_to_the_names_the_answer_uses() -> None:

@@ -5,7 +5,9 @@ notebook's *source* instead: for each ``check_<name>(answer)`` call, the
 function handed to the checker (a name, a ``lambda``, any expression), and
 the definitions that expression needs, gathered from the cells before the
 call: imports, and top-level ``def``, ``class`` and assignments, each the last
-one before the call, following names from definition to definition
+one before the call, with the statements after it that change what it binds
+(``d["k"] = v``, ``d.update(...)``, ``@f.register(...)``; not a module's),
+following names from definition to definition
 (:mod:`symtable` tells a function's own variables from the globals it reads).
 Nothing else of the notebook is taken: prints, plots, training runs and any
 statement that calls a checker stay out. :func:`extract` returns that
@@ -376,6 +378,39 @@ def _binds(statement: ast.stmt) -> set[str]:
     return set()
 
 
+def _changes(statement: ast.stmt) -> set[str]:
+    """The top-level names whose object a statement changes without binding them: an item or
+    attribute assigned (``d["k"] = v``, ``cfg.axis += 1``), a method called as a statement
+    (``d.update(k=v)``, ``layer.eval()``), a definition registered by a decorator that is a
+    method (``@dispatch.register(np.ndarray)``); empty for any other statement."""
+    if isinstance(statement, ast.Assign | ast.AnnAssign | ast.AugAssign):
+        targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+        parts = [t for target in targets for t in _target_parts(target)]
+        return {r for t in parts if isinstance(t, ast.Attribute | ast.Subscript) if (r := _base(t))}
+    if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call):
+        func = statement.value.func
+        return {r} if isinstance(func, ast.Attribute) and (r := _base(func)) else set()
+    if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        decorators = [d.func if isinstance(d, ast.Call) else d for d in statement.decorator_list]
+        return {r for d in decorators if isinstance(d, ast.Attribute) if (r := _base(d))}
+    return set()
+
+
+def _target_parts(target: ast.expr) -> list[ast.expr]:
+    if isinstance(target, ast.Tuple | ast.List):
+        return [part for element in target.elts for part in _target_parts(element)]
+    if isinstance(target, ast.Starred):
+        return _target_parts(target.value)
+    return [target]
+
+
+def _base(node: ast.expr) -> str | None:
+    """The name that an item or attribute chain starts from: ``d`` of ``d["k"].x``."""
+    while isinstance(node, ast.Attribute | ast.Subscript):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
 def _target_names(target: ast.expr) -> set[str]:
     """Names an assignment target binds: ``x``, ``x, (y, *z)``; not ``np.x`` or ``d[k]``."""
     if isinstance(target, ast.Name):
@@ -492,6 +527,15 @@ def _program(name: str, cell: int, answer: ast.expr, before: list[ast.stmt]) -> 
                     chosen.add(i)
                     if not _is_get_device(statement):  # bound to the CPU: reads nothing
                         wanted += _globals_read(statement)
+                # ... and what changes it after that, before the call: SETTINGS["axis"] = -1
+                # (not a module's: np.random.seed(0), torch.set_num_threads(1) stay out)
+                imported = isinstance(statement, ast.Import | ast.ImportFrom)
+                for j in range(i + 1, len(before)) if not imported else ():
+                    later = before[j]
+                    changes = needed in _changes(later) and not _calls_a_checker(later)
+                    if changes and j not in chosen:
+                        chosen.add(j)
+                        wanted += _globals_read(later)
                 break
         else:  # a builtin, or a name a star import may bind: take those imports along
             chosen |= {
