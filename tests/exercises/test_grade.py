@@ -892,13 +892,15 @@ def _one_case(name: str) -> _framework.CheckSpec:
     return dataclasses.replace(spec, cases=spec.cases[:1])
 
 
-_LEFTOVER = _FORGE + (  # a process that outlives the answer and writes one file, on and on
-    "import os\n"
+# A process that outlives the answer and writes one file, on and on: started with libc's fork,
+# as native code could, since the sandbox refuses os.fork (an audit event) to an answer
+_LEFTOVER = _FORGE + (
+    "import ctypes, os\n"
     "def forge_ended():\n"
     "    with open('out/ended.json', 'w') as f:\n"
     "        json.dump({'softmax_temperature': {'how': 'exit', 'code': 0, 'error': 'forged'}}, f)\n"
     "def leftover(work):\n"
-    "    if os.fork() == 0:\n"
+    "    if ctypes.CDLL(None).fork() == 0:\n"
     "        while True:\n"
     "            work()\n"
 )
