@@ -499,12 +499,16 @@ REFUSED_EVENTS = (
     "pty.spawn",
 )
 # ... and what runs a string as code, or starts a process, without such an event: typing's
-# forward references (functools.singledispatch's register evaluates the annotations of a
-# class that dataclasses.make_dataclass or typing.NamedTuple made from strings), and the
-# function under subprocess that starts a process. Tripwires before the program runs.
+# forward references and inspect's annotations evaluated (functools.singledispatch's
+# register, or inspect.signature(..., eval_str=True) that torch.cuda.memory holds, evaluates
+# the annotations of a class that dataclasses.make_dataclass or typing.NamedTuple made from
+# strings), and the function under subprocess that starts a process. Tripwires before the
+# program runs; inspect.get_annotations only when it is asked to evaluate (eval_str=True):
+# inspect.signature calls it for every signature.
 CODE_ROUTES = (
     "typing.get_type_hints",
     "typing.ForwardRef._evaluate",
+    "inspect.get_annotations",
     "_posixsubprocess.fork_exec",
     "subprocess._fork_exec",
 )
@@ -534,7 +538,19 @@ def _wire_code_routes(tripped: list[str]) -> None:
         for part in rest:  # typing.ForwardRef
             owner = getattr(owner, part, None)
         if owner is not None and hasattr(owner, attr):
-            setattr(owner, attr, _tripwire(label, tripped))
+            wire = _tripwire(label, tripped)
+            if label == "inspect.get_annotations":
+                wire = _unless_evaluated(getattr(owner, attr), wire)
+            setattr(owner, attr, wire)
+
+
+def _unless_evaluated(get_annotations: Any, wire: Any) -> Any:
+    """inspect.get_annotations, but ``wire`` when asked to evaluate them (``eval_str``)."""
+
+    def annotations(obj: object, *, eval_str: bool = False, **kwargs: Any) -> Any:
+        return wire() if eval_str else get_annotations(obj, **kwargs)
+
+    return annotations
 
 
 def _install_tripwires(exercise: str, tripped: list[str]) -> None:
