@@ -2228,7 +2228,11 @@ def test_the_sandbox_refuses_every_route_to_code_it_cannot_read_and_to_a_new_pro
     # Each of these let a wrong answer pass (the package's softmax, reached while the answer
     # was defined or while it ran): a pickle, loaded by np.load with allow_pickle in **{...}
     # or by a library's unpickler found through a class's mro(); a class's annotations made
-    # of strings; a shell command of torch's; and any other new process
+    # of strings, evaluated by typing or inspect; a dataclass field named __builtins__, whose
+    # __eq__ handed over the builtins that functools.update_wrapper had copied from numpy by
+    # that name, and update_wrapper's copies of a module's attributes (under another module's
+    # name too), that a learner's __setattr__ or __setstate__ got; a shell command of
+    # torch's; and any other new process
     pickled = tmp_path / "p.pkl"
     pickled.write_bytes(pickle.dumps(os.getcwd))  # loading it imports os.getcwd by name
     read, write = os.pipe()
@@ -2247,6 +2251,10 @@ def test_the_sandbox_refuses_every_route_to_code_it_cannot_read_and_to_a_new_pro
                 lambda: show_pickle.DumpUnpickler.mro()[1](pickled.open("rb")).load(),
                 lambda: functools.singledispatch(print).register(box()),
                 lambda: torch.cuda.memory.signature(box, eval_str=True),  # inspect.signature
+                lambda: dataclasses.make_dataclass("H", ["__builtins__"]),  # read by its __eq__
+                # copied onto a learner's object, whose __setattr__ or __setstate__ gets them
+                lambda: functools.update_wrapper(box(), np, assigned=("__builtins__",)),
+                lambda: torch.distributions.utils.update_wrapper(box(), np),  # np.__dict__
                 lambda: collect_env.run("true"),
                 lambda: os.system("true"),
                 lambda: os.execv("/bin/true", ["true"]),
@@ -2255,6 +2263,7 @@ def test_the_sandbox_refuses_every_route_to_code_it_cannot_read_and_to_a_new_pro
                 with suppress(Exception):  # np.load raises its own error, from the wire's
                     call()
             tripped.append(str(torch.cuda.memory.signature(box)))  # not evaluated: as it was
+            tripped.append(functools.wraps(print)(lambda: None).__name__)  # as a decorator: too
             os.write(write, json.dumps(tripped).encode())
             code = 0
         finally:
@@ -2268,11 +2277,15 @@ def test_the_sandbox_refuses_every_route_to_code_it_cannot_read_and_to_a_new_pro
         "pickle.find_class",
         "typing.get_type_hints",
         "inspect.get_annotations",
+        "dataclasses._get_field",
+        "functools.update_wrapper",
+        "functools.update_wrapper",
         "subprocess.Popen",
         "os.system",
         "os.exec",
         "os.fork",
         "(a: 'int' = 0) -> None",
+        "print",
     ]
 
 

@@ -682,8 +682,9 @@ def _judge(
             why = "which switches off the grader's watch on the answer's calls"
         elif label in sandbox.CODE_ROUTES + sandbox.REFUSED_EVENTS:
             why = (
-                "which runs code that the grader cannot read (a string, a pickle) or another "
-                "process: an answer computes with NumPy or PyTorch in its own code"
+                "which runs code that the grader cannot read (a string, a pickle, an attribute "
+                "named in a string) or another process: an answer computes with NumPy or "
+                "PyTorch in its own code"
             )
         else:
             why = "the library's answer to this exercise, which it asks you to write yourself"

@@ -502,13 +502,21 @@ REFUSED_EVENTS = (
 # forward references and inspect's annotations evaluated (functools.singledispatch's
 # register, or inspect.signature(..., eval_str=True) that torch.cuda.memory holds, evaluates
 # the annotations of a class that dataclasses.make_dataclass or typing.NamedTuple made from
-# strings), and the function under subprocess that starts a process. Tripwires before the
-# program runs; inspect.get_annotations only when it is asked to evaluate (eval_str=True):
-# inspect.signature calls it for every signature.
+# strings), the function under subprocess that starts a process, and a dataclass's field
+# with a dunder name: its generated methods read that attribute by the name, written in a
+# string (make_dataclass's fields), where the static check sees no dunder; __eq__ handed
+# the builtins that functools.update_wrapper had copied from a module, by name too; and
+# functools.update_wrapper copying other attributes than its defaults, or a module's (its
+# __dict__, builtins and all: a learner's __setstate__ got them from copy.copy). Tripwires
+# before the program runs, wherever a module holds the function; inspect.get_annotations only
+# when asked to evaluate (eval_str=True), since inspect.signature calls it for every
+# signature, a field only with a dunder name, update_wrapper only for those copies.
 CODE_ROUTES = (
     "typing.get_type_hints",
     "typing.ForwardRef._evaluate",
     "inspect.get_annotations",
+    "dataclasses._get_field",
+    "functools.update_wrapper",
     "_posixsubprocess.fork_exec",
     "subprocess._fork_exec",
 )
@@ -531,6 +539,7 @@ def _wire_code_routes(tripped: list[str]) -> None:
             raise ForbiddenCall(f"{event} is not allowed in an answer")
 
     sys.addaudithook(hook)
+    wired: dict[int, tuple[Any, Any]] = {}  # id of the function replaced -> it, its wire
     for label in CODE_ROUTES:
         owner_path, attr = label.rsplit(".", 1)
         top, *rest = owner_path.split(".")
@@ -538,10 +547,58 @@ def _wire_code_routes(tripped: list[str]) -> None:
         for part in rest:  # typing.ForwardRef
             owner = getattr(owner, part, None)
         if owner is not None and hasattr(owner, attr):
-            wire = _tripwire(label, tripped)
+            original, wire = getattr(owner, attr), _tripwire(label, tripped)
             if label == "inspect.get_annotations":
-                wire = _unless_evaluated(getattr(owner, attr), wire)
+                wire = _unless_evaluated(original, wire)
+            elif label == "dataclasses._get_field":
+                wire = _unless_dunder(original, wire)
+            elif label == "functools.update_wrapper":
+                wire = _only_what_wraps_copies(original, wire)
             setattr(owner, attr, wire)
+            wired[id(original)] = (original, wire)  # kept alive: its id stays its own
+    # ... under every other name that a loaded module holds it by (from typing import ...)
+    for module in list(sys.modules.values()):
+        namespace = getattr(module, "__dict__", None)
+        if not isinstance(namespace, dict):
+            continue
+        for name, value in list(namespace.items()):
+            original, wire = wired.get(id(value), (None, None))
+            if value is original:
+                with contextlib.suppress(AttributeError, TypeError):
+                    setattr(module, name, wire)
+
+
+def _only_what_wraps_copies(update_wrapper: Any, wire: Any) -> Any:
+    """functools.update_wrapper, but ``wire`` when asked to copy other attributes than its
+    own defaults, or to copy a module's (whose __dict__ holds its __builtins__)."""
+    import functools
+    from types import ModuleType
+
+    usual = (frozenset(functools.WRAPPER_ASSIGNMENTS), frozenset(functools.WRAPPER_UPDATES))
+
+    def update(
+        wrapper: Any,
+        wrapped: Any,
+        assigned: Any = functools.WRAPPER_ASSIGNMENTS,
+        updated: Any = functools.WRAPPER_UPDATES,
+    ) -> Any:
+        assigned, updated = tuple(assigned), tuple(updated)
+        other = not set(assigned) <= usual[0] or not set(updated) <= usual[1]
+        if other or isinstance(wrapped, ModuleType):
+            return wire()
+        return update_wrapper(wrapper, wrapped, assigned, updated)
+
+    return update
+
+
+def _unless_dunder(get_field: Any, wire: Any) -> Any:
+    """dataclasses' _get_field, but ``wire`` for a field whose name is a dunder."""
+
+    def field(cls: type, name: str, *args: Any) -> Any:
+        dunder = name.startswith("__") and name.endswith("__")
+        return wire() if dunder else get_field(cls, name, *args)
+
+    return field
 
 
 def _unless_evaluated(get_annotations: Any, wire: Any) -> Any:
