@@ -433,7 +433,7 @@ def test_score_matrix_with_python_loops_fails(looping: Callable) -> None:
         looping(np.eye(3)[:2], np.arange(12.0).reshape(4, 3)),
         np.eye(3)[:2] @ np.arange(12.0).reshape(4, 3).T,
     )
-    _rejects(check_score_matrix(looping), "runs a Python loop", "queries @ keys.T")
+    _rejects(check_score_matrix(looping), "runs a Python loop", "one product of queries (T, d)")
 
 
 def _formatted_over_lines(queries: np.ndarray, keys: np.ndarray) -> np.ndarray:
@@ -960,3 +960,88 @@ def test_a_package_function_that_raises_is_named_not_its_error() -> None:
     verdict = check_scaled_dot_product_attention(with_the_packages_softmax)
     _rejects(verdict, "uses the package: attnbook")
     assert "TypeError" not in verdict.message
+
+
+def _closure_strings(fn: object, seen: set[int] | None = None) -> list[str]:
+    """The strings a guard holds in its closure (its hint), through nested guards."""
+    seen = set() if seen is None else seen
+    if id(fn) in seen:
+        return []
+    seen.add(id(fn))
+    found: list[str] = []
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            value = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        if isinstance(value, str):
+            found.append(value)
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                found += _closure_strings(item, seen)
+        elif callable(value):
+            found += _closure_strings(value, seen)
+    return found
+
+
+# Pieces of an answer's code or formula that hints gave away: the learning-rate schedule's
+# cosine and progress, the scores' product, masked_fill on ~mask, the FFN's and the pre-LN
+# block's lines, the answer loss's slices, ...
+_ANSWER_CODE = (
+    "min_lr + 0.5",
+    "(1 + cos(",
+    "progress = ",
+    "(step + 1) / warmup_steps",
+    "step / warmup_steps",
+    "@ keys.T",
+    "keys @ quer",
+    "np.argmax",
+    "values[best]",
+    "masked_fill(~",
+    "promote_types(scores",
+    "gelu(x @ w1",
+    "@ w2 + b2",
+    "x + attention(",
+    "attention(norm1(",
+    "ffn(norm2(",
+    "logits[:, :-1]",
+    "tokens[:, 1:]",
+    "is_answer[:, 1:]",
+    "F.log_softmax(logits",
+    "a @ b /",
+)
+
+# A docstring says what is checked (the exercise's own statement), not the answer's code.
+_DOCSTRING_CODE = (
+    "gelu(x @ w1",
+    "@ w2 + b2",
+    "x + attention(",
+    "attention(norm1(",
+    "ffn(norm2(",
+    "-log softmax(logits",
+    "max_lr * (step + 1)",
+)
+
+
+def test_no_hint_or_docstring_gives_the_answers_code() -> None:
+    """Every checker's hints (its cases', its mistakes' and its guards') name what is wrong
+    and what to check, and its docstring, which a learner reads with help(), says what is
+    checked: none spells out the answer's code or a formula the exercise leaves to write
+    (the schedule's cosine, the product of the scores, the masked_fill line, ...)."""
+    from attnbook.exercises._framework import checker_spec
+
+    checked = 0
+    for name in attnbook.exercises.__all__:
+        if not name.startswith("check_"):
+            continue
+        checker = getattr(attnbook.exercises, name)
+        spec = checker_spec(checker, lambda *args: None)
+        hints = [case.hint for case in spec.cases] + [m.hint for m in spec.mistakes]
+        hints += _closure_strings(spec.guard)
+        for hint in hints:
+            for piece in _ANSWER_CODE:
+                assert piece not in hint, f"{name}: {hint}"
+        for piece in _DOCSTRING_CODE:
+            assert piece not in checker.__doc__, f"{name}: {checker.__doc__}"
+        checked += 1
+    assert checked == 32

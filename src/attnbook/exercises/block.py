@@ -49,12 +49,15 @@ _FFN_CASES = [
     Case(
         "one sequence: T = 5 positions, d_model = 4, d_ff = 16",
         lambda: _ffn_args(900, (5,), 4, 16),
-        "Two linear maps with GELU between them: gelu(x @ w1 + b1) @ w2 + b2.",
+        "Two linear maps, each with its bias, and the exact GELU between them, in the "
+        "order of the exercise's formula: the hidden layer has d_ff features, the output "
+        "d_model. Check the shapes on this x: (5, 4) in, (5, 16) in between, (5, 4) out.",
     ),
     Case(
         "a batch: x of shape (B, T, d_model) = (2, 3, 6), d_ff = 10",
         lambda: _ffn_args(910, (2, 3), 6, 10),
-        "x @ w1 works for any leading dimensions; the same weights act on every position.",
+        "A matrix product with w1 works for any leading dimensions; the same weights act "
+        "on every position.",
     ),
 ]
 
@@ -68,18 +71,19 @@ _FFN_MISTAKES = [
     Mistake(
         "the tanh approximation of GELU",
         lambda *a: _ffn(*a, act=lambda h: F.gelu(h, approximate="tanh")),
-        "Use the exact GELU, F.gelu(h) (the default), as "
+        "Use the exact GELU, F.gelu's default, as "
         'torch.nn.TransformerEncoderLayer(..., activation="gelu") does.',
     ),
     Mistake(
         "forgetting the first bias b1",
         lambda x, w1, b1, w2, b2: _ffn(x, w1, 0 * b1, w2, b2),
-        "Add b1 before the activation: gelu(x @ w1 + b1).",
+        "b1 belongs to the first linear map: it is added to the hidden layer, before the "
+        "activation.",
     ),
     Mistake(
         "forgetting the second bias b2",
         lambda x, w1, b1, w2, b2: _ffn(x, w1, b1, w2, 0 * b2),
-        "Add b2 after the second linear map: ... @ w2 + b2.",
+        "b2 belongs to the second linear map: it is added to the output, after it.",
     ),
     Mistake(
         "no activation at all (a single linear map in disguise)",
@@ -94,11 +98,13 @@ def check_feed_forward(
         [torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor
     ],
 ) -> Verdict:
-    """Check ``fn(x, w1, b1, w2, b2) -> gelu(x @ w1 + b1) @ w2 + b2``, the position-wise FFN.
+    """Check ``fn(x, w1, b1, w2, b2) -> output``, the position-wise FFN of the exercise.
 
     Shapes: ``x`` ``(..., d_model)``, ``w1`` ``(d_model, d_ff)``, ``b1``
     ``(d_ff,)``, ``w2`` ``(d_ff, d_model)``, ``b2`` ``(d_model,)``; output
-    ``(..., d_model)``. GELU is the exact one, ``F.gelu``. The blocks of the later chapters
+    ``(..., d_model)``: two linear maps with their biases and the exact GELU between them,
+    the exercise's formula. The checker names ReLU, GELU's tanh approximation, a bias or
+    the activation left out. The blocks of the later chapters
     train through it, so the output must be differentiable with respect to every argument
     (:func:`~attnbook.exercises._framework.differentiable`): the right numbers cut from
     autograd (``.detach()``, NumPy, ``torch.no_grad()``) fail.
@@ -270,9 +276,10 @@ def check_pre_ln_block(
     ``x`` has shape ``(B, T, d_model)``; ``attention`` and ``ffn`` map
     ``(B, T, d_model)`` to ``(B, T, d_model)`` (the attention is already causal
     self-attention); ``norm1`` and ``norm2`` are ``nn.LayerNorm(d_model)``.
-    The answer is ``x + attention(norm1(x))`` followed by ``... + ffn(norm2(...))``, and
-    must be differentiable with respect to ``x``: the GPT of chapter 10 trains through its
-    blocks (:func:`~attnbook.exercises._framework.differentiable`).
+    The checker compares the output with that of a pre-LN block without dropout and names
+    post-LN, a missing residual, the sub-layers' order and the LayerNorms mixed up. The
+    output must be differentiable with respect to ``x``: the GPT of chapter 10 trains
+    through its blocks (:func:`~attnbook.exercises._framework.differentiable`).
     """
 
     learner = differentiable(

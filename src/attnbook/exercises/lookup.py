@@ -82,7 +82,7 @@ _SOFT_CASES = [
             *_dictionary(309, 5, 4, 2),
             0.1,
         ),
-        "Write the scores as query @ keys.T so one row comes out per query, and "
+        "The scores of (T, d) queries are a (T, S) matrix, one row per query: "
         "normalise each row over the keys (the last axis), subtracting that row's own "
         "maximum: the whole array's maximum belongs to the long query, and exp of the other "
         "rows' gaps to it underflows to 0.",
@@ -119,19 +119,21 @@ _SOFT_MISTAKES = [
         "cosine similarities as the scores instead of dot products",
         lambda q, k, v, t: _stable_softmax(_shifted(_unit(q) @ _unit(k).T) / t) @ v,
         "The lookup scores with the raw dot product query · key, which also rewards a long "
-        "key; cosine similarity divides the lengths out. Score with query @ keys.T, unnormalised.",
+        "key; cosine similarity divides the lengths out. Score with the plain dot products, "
+        "unnormalised.",
     ),
     Mistake(
         "scores divided by sqrt(d) as well as by the temperature",
         lambda q, k, v, t: _stable_softmax(_shifted(q @ k.T / np.sqrt(k.shape[-1])) / t) @ v,
-        "The soft lookup divides the scores by the temperature only: softmax((scores - max) / τ) "
-        "with scores = query @ keys.T. The division by sqrt(d_k) belongs to scaled dot-product "
-        "attention (chapter 4).",
+        "The soft lookup divides the scores by the temperature only, with nothing else "
+        "scaled: the division by sqrt(d_k) belongs to scaled dot-product attention "
+        "(chapter 4).",
     ),
     Mistake(
         "averaging the keys instead of the values",
         lambda q, k, v, t: _stable_softmax(q @ k.T / t) @ k,
-        "The weights say how much of each *value* to take: weights @ values.",
+        "The weights say how much of each *value* to take: the output is a weighted sum of "
+        "values, with the width of a value.",
     ),
 ]
 
@@ -159,8 +161,9 @@ def check_soft_lookup(fn: Callable[..., np.ndarray]) -> Verdict:
                 "F.scaled_dot_product_attention": F.scaled_dot_product_attention,
                 **library_softmaxes(),
             },
-            "write the three steps with NumPy: scores = query @ keys.T, a stable softmax "
-            "with the temperature (maximum first, then divide by τ), weights @ values.",
+            "write the three steps with NumPy: the dot products with the keys, a stable "
+            "softmax with the temperature (maximum first, then divide by τ), and the weighted "
+            "sum of the values.",
         ),
     )
 
@@ -227,8 +230,8 @@ _HARD_MISTAKES = [
     Mistake(
         "returning the best key instead of its value",
         lambda q, k, v: k[np.argmax(k @ q)],
-        "The key is what you match against; the answer is the value stored under it: "
-        "values[best], not keys[best].",
+        "The key is what you match against; the answer is the value stored under it, the "
+        "row of values at the best key's index, of width d_v.",
     ),
 ]
 
@@ -248,6 +251,7 @@ def check_hard_lookup(fn: Callable[..., np.ndarray]) -> Verdict:
         mistakes=_HARD_MISTAKES,
         guard=forbid_calls(
             {"attnbook.hard_lookup": hard_lookup},
-            "score every key with keys @ query, take np.argmax, return that row of values.",
+            "score every key by its dot product with the query, find the index of the "
+            "largest score, and return the value stored there.",
         ),
     )

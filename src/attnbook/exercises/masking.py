@@ -291,18 +291,19 @@ _MASKED_MISTAKES = [
             torch.softmax(_scaled_scores(q, k).masked_fill(~m, float("-inf")), dim=-2) @ v
         ),
         "The mask is applied right, but each query's row of weights must sum to 1 over the "
-        "keys, the last axis of the scores (..., T, S): torch.softmax(scores, dim=-1).",
+        "keys, the last axis of the scores (..., T, S): check that your weights' rows sum "
+        "to 1.",
     ),
     Mistake(
         "a missing scale (no division by sqrt(d_k))",
         lambda q, k, v, m: _masked_by(q @ k.transpose(-2, -1), m) @ v,
-        "The mask is right, but the scores are not scaled: divide query @ key.transpose(-2, -1) "
-        "by math.sqrt(d_k), with d_k the width of a query, before masking (chapter 4).",
+        "The mask is right, but the scores are not scaled: divide them by sqrt(d_k), with "
+        "d_k the width of a query, before masking (chapter 4).",
     ),
     Mistake(
         "dividing by d_k instead of sqrt(d_k)",
         lambda q, k, v, m: _masked_by(q @ k.transpose(-2, -1) / q.shape[-1], m) @ v,
-        "The mask is right, but the scale is not: divide the scores by math.sqrt(d_k), not by d_k.",
+        "The mask is right, but the scale is not: divide the scores by sqrt(d_k), not by d_k.",
     ),
 ]
 
@@ -343,9 +344,9 @@ def check_masked_attention(
                     F.multi_head_attention_forward
                 ),
             },
-            "write it with @, masked_fill and torch.softmax: scores = query @ "
-            "key.transpose(-2, -1) / math.sqrt(d_k); scores.masked_fill(~mask, "
-            "float('-inf')); torch.softmax(scores, dim=-1) @ value.",
+            "write the steps yourself with @, masked_fill and a softmax: the scaled scores, "
+            "-inf where the mask is False, the softmax over the keys, the weighted sum of the "
+            "values.",
         ),
     )
 
@@ -552,7 +553,7 @@ _MASKED_SOFTMAX_CASES = [
         "float16 scores, a padding mask with lengths 1 and 0",
         _half_precision,
         "Models often run in float16, whose largest finite number is 65504: -1e9 does not fit, "
-        "so masked_fill(~mask, -1e9) raises (and a conversion quietly gives -inf). Fill with "
+        "so filling it into float16 scores raises (and a conversion quietly gives -inf). Fill with "
         "float('-inf'), which every floating-point dtype holds, and return the weights in "
         "float16, the scores' dtype.",
     ),
@@ -613,8 +614,8 @@ _MASKED_SOFTMAX_MISTAKES = [
         lambda scores, mask: masked_softmax(scores.float(), mask).to(scores.dtype),
         "scores.float() rounds float64 scores to float32, which keeps about 7 significant "
         "digits: a score of -1e5 to -3e5 moves by up to 0.004 to 0.016, and its weight with it. "
-        "Compute in the scores' own dtype; to guard float16, widen only narrower dtypes, e.g. "
-        "scores.to(torch.promote_types(scores.dtype, torch.float32)).",
+        "Compute in the scores' own dtype; to guard float16, widen only the dtypes narrower "
+        "than float32 (torch.promote_types tells which), and leave float64 as it is.",
     ),
     Mistake(
         "an inverted mask (blocking where the mask is True)",
@@ -712,8 +713,9 @@ _ALL_MASKED_SOFTMAX_MISTAKES = [
         _forward_or_gradient(_additive_then_nan_to_num),
         "scores + mask, with -inf in the mask, gives a row of -inf whose softmax is NaN; "
         "nan_to_num repairs the values but not the backward pass, which multiplies by those "
-        "NaNs. Block with scores.masked_fill(~mask, float('-inf')) (its backward pass zeroes "
-        "the filled entries), and give an empty row weights of 0 without computing 0 / 0.",
+        "NaNs. Block by filling the blocked scores with -inf (masked_fill's backward pass "
+        "zeroes the filled entries) instead of adding a mask, and give an empty row weights "
+        "of 0 without computing 0 / 0.",
     ),
     *(
         Mistake(mistake.name, _forward_or_gradient(mistake.answer), mistake.hint)

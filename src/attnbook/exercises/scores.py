@@ -51,7 +51,8 @@ _SCORE_MATRIX_CASES = [
     Case(
         "6 queries, 8 keys, width 5",
         lambda: (_rng(9).normal(size=(6, 5)), _rng(10).normal(size=(8, 5))),
-        "All T × S dot products at once: queries @ keys.T.",
+        "All T × S dot products at once, in one matrix product whose inner dimensions are "
+        "both d: queries (T, d) times the keys turned into (d, S).",
     ),
 ]
 
@@ -59,8 +60,8 @@ _SCORE_MATRIX_MISTAKES = [
     Mistake(
         "keys @ queries.T, the transpose of the score matrix",
         lambda q, k: k @ q.T,
-        "Rows are queries and columns keys: scores[t, s] = queries[t] · keys[s], which is "
-        "queries @ keys.T, of shape (T, S).",
+        "Rows are queries and columns keys: scores[t, s] = queries[t] · keys[s], of shape "
+        "(T, S). Check with 1 query and 3 keys: the result must be one row of 3.",
     ),
     Mistake(
         "cosine similarities instead of dot products",
@@ -73,14 +74,14 @@ _SCORE_MATRIX_MISTAKES = [
     Mistake(
         "scores divided by sqrt(d), the scaled scores of chapter 4",
         lambda q, k: q @ k.T / np.sqrt(q.shape[-1]),
-        "The exercise asks for the raw scores, queries @ keys.T, with nothing scaled: the "
-        "division by sqrt(d_k) belongs to scaled dot-product attention (chapter 4).",
+        "The exercise asks for the raw dot products, with nothing scaled: the division by "
+        "sqrt(d_k) belongs to scaled dot-product attention (chapter 4).",
     ),
     Mistake(
         "an elementwise product instead of a matrix product",
         lambda q, k: q * k,
-        "q * k multiplies entry by entry; the dot products of every query with every key are "
-        "the matrix product queries @ keys.T.",
+        "q * k multiplies entry by entry; the dot products of every query with every key "
+        "come from one matrix product, of shape (T, S).",
     ),
 ]
 
@@ -102,13 +103,13 @@ def check_score_matrix(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Ve
         guard=all_of(
             forbid_calls(
                 {"attnbook.score_matrix": score_matrix, "attnbook.dot_product": dot_product},
-                "write the product yourself, queries @ keys.T; use attnbook.score_matrix "
+                "write the matrix product yourself, with @; use attnbook.score_matrix "
                 "afterwards, to check yours.",
             ),
             no_python_loops(
                 "loops over queries and keys compute one dot product at a time, far "
                 "slower than one matrix product. Write the whole (T, S) matrix at once: "
-                "queries @ keys.T (row t of queries against column s of keys.T)."
+                "one product of queries (T, d) with the keys turned into (d, S)."
             ),
         ),
     )
@@ -209,7 +210,7 @@ def check_cosine_similarity(fn: Callable[[np.ndarray, np.ndarray], float]) -> Ve
         mistakes=_COSINE_MISTAKES,
         guard=forbid_calls(
             _library_cosines(),
-            "divide the dot product by the two lengths yourself, a @ b / (‖a‖ ‖b‖) with "
-            "np.linalg.norm or np.sqrt(a @ a).",
+            "divide the dot product by the two lengths yourself, with np.linalg.norm or "
+            "the square root of a vector's dot product with itself.",
         ),
     )

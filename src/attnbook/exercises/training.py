@@ -150,13 +150,16 @@ _LR_MISTAKES = [
     Mistake(
         "no warmup",
         _curve(_no_warmup),
-        "The first warmup_steps steps must rise linearly: max_lr * (step + 1) / warmup_steps.",
+        "Your rate starts at max_lr: the first warmup_steps steps must rise linearly "
+        "instead, step 0 to max_lr / warmup_steps and step warmup_steps - 1 to max_lr. Print "
+        "the rates of the first few steps with warmup_steps = 4.",
     ),
     Mistake(
         "a warmup that starts at 0 (off by one step)",
         _curve(_warmup_from_zero),
-        "With max_lr * step / warmup_steps step 0 has learning rate 0, a wasted step, and "
-        "max_lr is only reached one step late; use (step + 1) / warmup_steps.",
+        "Your step 0 has learning rate 0, a wasted step, and max_lr is only reached one step "
+        "late. Check the two ends of the warmup: step 0 must get max_lr / warmup_steps, and "
+        "step warmup_steps - 1 max_lr itself.",
     ),
     Mistake(
         "a warmup one step too long (step <= warmup_steps)",
@@ -167,32 +170,36 @@ _LR_MISTAKES = [
     Mistake(
         "a cosine that decays to zero instead of min_lr",
         _curve(_to_zero),
-        "The cosine runs from max_lr down to min_lr: min_lr + 0.5 * (max_lr - min_lr) * "
-        "(1 + cos(pi * progress)).",
+        "Your last step gives 0: the cosine runs from max_lr down to min_lr, not to 0. "
+        "Check that step total_steps - 1 returns min_lr exactly.",
     ),
     Mistake(
         "a cosine scaled by max_lr instead of by max_lr - min_lr",
         _curve(_amplitude_max_lr),
-        "min_lr + 0.5 * max_lr * (1 + cos(...)) starts at max_lr + min_lr, above the end of "
-        "the warmup: the half cosine, going from 1 to 0, must scale the distance between "
-        "max_lr and min_lr.",
+        "Your cosine starts at max_lr + min_lr, above the end of the warmup: the half "
+        "cosine, going from 1 to 0, must scale the distance between max_lr and min_lr. Check "
+        "that step warmup_steps returns max_lr and the last step min_lr.",
     ),
     Mistake(
         "a cosine whose progress counts from step 0 instead of from the end of the warmup",
         _curve(_cosine_from_start),
-        "progress = (step - warmup_steps) / (total_steps - warmup_steps - 1), so that the "
-        "decay starts at max_lr right after the warmup.",
+        "Your decay has already begun when the warmup ends, so step warmup_steps is below "
+        "max_lr: the cosine's progress must be 0 at step warmup_steps and 1 at the last "
+        "step, total_steps - 1.",
     ),
     Mistake(
         "a full cosine period (cos(2 pi progress)) instead of half of one",
         _curve(_full_period),
-        "Half a period, cos(pi * progress), goes from +1 to -1: from max_lr down to min_lr.",
+        "Your rate falls and then rises again, back to max_lr at the end: the schedule "
+        "uses half a period of the cosine, which goes once from +1 to -1. Check that no "
+        "rate after the warmup is above the one before it.",
     ),
     Mistake(
         "a cosine that reaches min_lr one step after the last step",
         _curve(_late_floor),
-        "The last step is total_steps - 1; divide by total_steps - warmup_steps - 1 so that "
-        "progress is 1 there and the last step uses min_lr.",
+        "Your last step, total_steps - 1, is still above min_lr: count the steps of the "
+        "decay from step warmup_steps to step total_steps - 1, so that its progress is 1 "
+        "there and the last step uses min_lr.",
     ),
 ]
 
@@ -200,11 +207,12 @@ _LR_MISTAKES = [
 def check_lr_schedule(fn: Callable[[int, float, float, int, int], float]) -> Verdict:
     """Check ``fn(step, max_lr, min_lr, warmup_steps, total_steps) -> learning rate``.
 
-    The schedule of :func:`attnbook.training.lr_at`: for ``step < warmup_steps``,
-    ``max_lr * (step + 1) / warmup_steps`` (a linear warmup that reaches
-    ``max_lr`` at step ``warmup_steps - 1``); then half a cosine from ``max_lr``
+    The schedule of :func:`attnbook.training.lr_at`, as the exercise states it: a linear
+    warmup over the steps ``step < warmup_steps`` that gives step 0 ``max_lr / warmup_steps``
+    and reaches ``max_lr`` at step ``warmup_steps - 1``; then half a cosine from ``max_lr``
     at step ``warmup_steps`` to ``min_lr`` at the last step, ``total_steps - 1``.
-    Steps count from 0. The checker asks for every step of a few runs.
+    Steps count from 0. The checker asks for every step of a few runs, and names the usual
+    slips of the warmup and of the cosine.
     """
     if not callable(fn):
         return run_cases("lr_schedule", fn, _curve(_schedule), _LR_CASES)
@@ -290,8 +298,8 @@ _LOSS_CASES = [
     Case(
         "B = 2 sequences of T = 7 tokens, vocabulary 5, the last 3 tokens are the answer",
         lambda: _loss_args(1000, [3, 3], 7, 5),
-        "The logits at position t predict token t + 1: compare logits[:, :-1] with "
-        "tokens[:, 1:], and keep the positions whose *target* is an answer token.",
+        "The logits at position t predict token t + 1: pair each position's logits with "
+        "the token after it, and keep the positions whose *target* is an answer token.",
     ),
     Case(
         "answers of different lengths (4, 1 and 2 tokens) in one batch",
@@ -302,7 +310,8 @@ _LOSS_CASES = [
     Case(
         "answer tokens scattered through the sequence",
         lambda: _random_mask_args(1020),
-        "Select the targets with is_answer[:, 1:], the mask shifted like the targets.",
+        "Select the targets with the mask shifted like the targets: is_answer says which "
+        "tokens are answers, and each target is the token one position after its logits.",
     ),
 ]
 
@@ -311,7 +320,7 @@ _LOSS_MISTAKES = [
         "the average over every position, prompt included",
         _all_positions,
         "Only the answer is graded: the prompt is random and cannot be predicted, so its loss "
-        "would hide the answer's. Keep the positions where is_answer[:, 1:] is True.",
+        "would hide the answer's. Keep only the positions whose target is an answer token.",
     ),
     Mistake(
         "forgetting the shift by one",
@@ -322,7 +331,9 @@ _LOSS_MISTAKES = [
     Mistake(
         "shifting the targets but not the mask",
         _mask_not_shifted,
-        "The mask belongs to the targets: with targets tokens[:, 1:], use is_answer[:, 1:].",
+        "The mask belongs to the targets: shift it by one position, as you shifted the "
+        "targets. Check on a batch whose answer is its last token alone: the loss must "
+        "come from one prediction, the one made at the position before it.",
     ),
     Mistake(
         "a mean per sequence, then a mean over the batch",
@@ -339,8 +350,8 @@ _LOSS_MISTAKES = [
     Mistake(
         "minus the probability instead of minus the log-probability",
         _probability_not_log,
-        "Cross-entropy is -log p(target): F.cross_entropy(logits, targets) or "
-        "-F.log_softmax(logits, -1) gathered at the targets.",
+        "Cross-entropy is -log p(target), the logarithm of the probability taken: a "
+        "right guess with probability 0.9 costs 0.105 nats, not -0.9.",
     ),
     Mistake(
         "minus the target's logit, without the log-softmax",
@@ -372,8 +383,8 @@ def check_answer_loss(
     Shapes: ``logits`` ``(B, T, V)`` (the model's output for ``tokens``),
     ``tokens`` ``(B, T)`` int64, ``is_answer`` ``(B, T)`` bool, ``True`` where
     ``tokens[b, t]`` belongs to the answer. The loss is the mean, over every
-    answer token of the batch, of ``-log softmax(logits[b, t - 1])[tokens[b, t]]``:
-    each answer token is predicted from the position before it. Returns a scalar
+    answer token of the batch, of its cross-entropy given the logits at the position
+    before it, from which each answer token is predicted. Returns a scalar
     tensor that autograd can differentiate with respect to the logits (training calls
     ``loss.backward()``): a Python float, or a loss cut from the logits, fails.
     """
