@@ -986,7 +986,7 @@ def _closure_strings(fn: object, seen: set[int] | None = None) -> list[str]:
 
 # Pieces of an answer's code or formula that hints gave away: the learning-rate schedule's
 # cosine and progress, the scores' product, masked_fill on ~mask, the FFN's and the pre-LN
-# block's lines, the answer loss's slices, ...
+# block's lines, the merge's loop, the beam's flat index, the answer loss's slices, ...
 _ANSWER_CODE = (
     "min_lr + 0.5",
     "(1 + cos(",
@@ -995,20 +995,42 @@ _ANSWER_CODE = (
     "step / warmup_steps",
     "@ keys.T",
     "keys @ quer",
+    "query @ key",
+    ".transpose(-2, -1)",
+    "math.sqrt(",
     "np.argmax",
     "values[best]",
+    "weights @ value",
     "masked_fill(~",
+    "~src_mask",
+    "torch.where(weights",
     "promote_types(scores",
     "gelu(x @ w1",
     "@ w2 + b2",
     "x + attention(",
     "attention(norm1(",
     "ffn(norm2(",
+    "@ W_O",
+    "x @ W_",
+    "x_context @ W",
+    "state @ W_q",
+    "memory @ W_k",
+    "i += 2",
+    "i < len(ids)",
+    "tuple(pair)",
+    "ids[i] == left",
+    "index // V",
+    "index % V",
+    "scores[:, :, None]",
+    "Flatten (B, K, V)",
     "logits[:, :-1]",
     "tokens[:, 1:]",
     "is_answer[:, 1:]",
     "F.log_softmax(logits",
+    "x[..., 0::2]",
+    "(x**2).mean(",
     "a @ b /",
+    "softmax((x - max(x))",
 )
 
 # A docstring says what is checked (the exercise's own statement), not the answer's code.
@@ -1018,7 +1040,9 @@ _DOCSTRING_CODE = (
     "x + attention(",
     "attention(norm1(",
     "ffn(norm2(",
+    "2 * n_layers",
     "-log softmax(logits",
+    "x_query @ W_Q",
     "max_lr * (step + 1)",
 )
 

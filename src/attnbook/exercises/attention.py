@@ -48,8 +48,9 @@ _SDPA_CASES = [
     Case(
         "the worked example: 4 tokens, d_k = 3",
         _worked_qkv,
-        "Three steps: scores = query @ keyᵀ divided by sqrt(d_k); weights = softmax of each "
-        "row (over the keys, the last axis); output = weights @ value.",
+        "Three steps: the scores, every query's dot product with every key, divided by "
+        "sqrt(d_k); the softmax of each row (over the keys, the last axis); the weighted "
+        "sum of the values. Each step's shape: (T, S), (T, S), (T, d_v).",
     ),
     Case(
         "T = 2 queries, S = 5 keys, d_k = 4, d_v = 3",
@@ -71,8 +72,8 @@ _SDPA_CASES = [
     Case(
         "a batch of 2 sequences: shapes (B, T, d_k), (B, S, d_k), (B, S, d_v)",
         lambda: (randn(410, 2, 3, 4), randn(411, 2, 5, 4), randn(412, 2, 5, 3)),
-        "With a batch axis in front, swap only the last two axes of the keys "
-        "(key.transpose(-2, -1)) and softmax over dim=-1.",
+        "With a batch axis in front, swap only the last two axes of the keys, not the "
+        "batch axis, and take the softmax over the last axis, the keys.",
     ),
 ]
 
@@ -84,8 +85,8 @@ def _scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
 _TOKEN_COUNT_SCALE = Mistake(
     "a scale of sqrt(T), the number of tokens, instead of sqrt(d_k)",
     lambda q, k, v: torch.softmax(_scores(q, k) / np.sqrt(q.shape[-2]), dim=-1) @ v,
-    "d_k is the width of a query, its last dimension: divide the scores by "
-    "math.sqrt(query.shape[-1]). len(query) and query.shape[0] count the rows, the tokens "
+    "d_k is the width of a query, its last dimension (query.shape[-1]): divide the scores "
+    "by its square root. len(query) and query.shape[0] count the rows, the tokens "
     "(or, with a batch axis in front, the sequences).",
 )
 
@@ -93,7 +94,7 @@ _VALUE_WIDTH_SCALE = Mistake(
     "a scale of sqrt(d_v), the width of a value, instead of sqrt(d_k)",
     lambda q, k, v: torch.softmax(_scores(q, k) / np.sqrt(v.shape[-1]), dim=-1) @ v,
     "The scale belongs to the scores, dot products of queries with keys: divide them by "
-    "sqrt(d_k), the width of a query or key (query.shape[-1]), not by the values' width.",
+    "sqrt(d_k), with d_k the width of a query or key, not by the values' width.",
 )
 
 _SDPA_MISTAKES = [
@@ -107,7 +108,7 @@ _SDPA_MISTAKES = [
         "dividing by d_k instead of sqrt(d_k)",
         lambda q, k, v: torch.softmax(_scores(q, k) / q.shape[-1], dim=-1) @ v,
         "The spread of a dot product of d_k unit-variance terms grows like sqrt(d_k): divide "
-        "by math.sqrt(d_k), not by d_k.",
+        "by sqrt(d_k), not by d_k.",
     ),
     _TOKEN_COUNT_SCALE,
     _VALUE_WIDTH_SCALE,
@@ -115,7 +116,7 @@ _SDPA_MISTAKES = [
         "multiplying the scores by sqrt(d_k) instead of dividing",
         lambda q, k, v: torch.softmax(_scores(q, k) * np.sqrt(q.shape[-1]), dim=-1) @ v,
         "The scale is there to shrink the scores, whose spread grows like sqrt(d_k): divide "
-        "them by math.sqrt(d_k), do not multiply.",
+        "them by sqrt(d_k), do not multiply.",
     ),
     Mistake(
         "dividing the weights by sqrt(d_k) after the softmax",
@@ -126,12 +127,14 @@ _SDPA_MISTAKES = [
     Mistake(
         "a softmax over the queries (dim=-2) instead of over the keys",
         lambda q, k, v: torch.softmax(_scores(q, k) / np.sqrt(q.shape[-1]), dim=-2) @ v,
-        "Each query's row of weights must sum to 1 over the keys: softmax(..., dim=-1).",
+        "Each query's row of weights must sum to 1 over the keys, the last axis of the "
+        "(..., T, S) scores: check that your weights' rows sum to 1.",
     ),
     Mistake(
         "key @ queryᵀ, the transposed scores",
         lambda q, k, v: torch.softmax(k @ q.transpose(-2, -1) / np.sqrt(q.shape[-1]), -1) @ v,
-        "Entry [t, s] of the scores is query t · key s: query @ key.transpose(-2, -1).",
+        "Entry [t, s] of the scores is query t · key s, so the scores have shape (T, S): "
+        "check it with T = 2 queries and S = 5 keys, where a transposed product gives (5, 2).",
     ),
 ]
 
@@ -178,9 +181,9 @@ def check_scaled_dot_product_attention(
         mistakes=_SDPA_MISTAKES,
         guard=forbid_calls(
             _FORBIDDEN_SDPA,
-            "write the three steps yourself with @, a softmax and a division: scores = "
-            "query @ key.transpose(-2, -1) / math.sqrt(d_k); weights = torch.softmax(scores, "
-            "dim=-1); output = weights @ value. Use the library version afterwards, to check yours.",
+            "write the three steps yourself with @, a softmax and a division: the scaled "
+            "scores, their softmax over the keys, and the weighted sum of the values. Use the "
+            "library version afterwards, to check yours.",
         ),
     )
 
@@ -196,8 +199,8 @@ _SELF_CASES = [
     Case(
         "the worked example: 4 tokens of width 3, integer W_Q, W_K, W_V",
         _worked_example,
-        "Project first: Q = x @ W_Q, K = x @ W_K, V = x @ W_V; then scaled dot-product "
-        "attention of Q, K and V.",
+        "Project first: the queries, keys and values are x times W_Q, W_K and W_V, the "
+        "matrices acting from the right; then scaled dot-product attention of the three.",
     ),
     Case(
         "d_model = 6, d_k = 3, d_v = 2 (all widths differ)",
@@ -208,7 +211,8 @@ _SELF_CASES = [
     Case(
         "a batch of 2 sequences, x of shape (B, T, d_model)",
         lambda: (randn(425, 2, 4, 5), randn(426, 5, 3), randn(427, 5, 3), randn(428, 5, 4)),
-        "x @ W works for a batch too; transpose only the last two axes of K.",
+        "A matrix product with W works for a batch too; transpose only the last two axes of "
+        "the keys.",
     ),
 ]
 
@@ -241,17 +245,18 @@ _SELF_MISTAKES = [
         "a scale of sqrt(d_model), the input's width, instead of sqrt(d_k)",
         _self_model_width_scale,
         "d_k is the width of the projected queries and keys (W_q's last dimension), not the "
-        "width of x: divide the scores by math.sqrt(W_q.shape[-1]).",
+        "width of x: divide the scores by its square root.",
     ),
     Mistake(
         "averaging x itself instead of the projected values x @ W_v",
         _self_unprojected_values,
-        "The weights mix the values V = x @ W_v, not the inputs: output = weights @ (x @ W_v).",
+        "The weights mix the projected values, x times W_v, not the inputs themselves: the "
+        "output has width d_v, W_v's last dimension.",
     ),
     Mistake(
         "the transposed weight matrices, x @ W.T",
         _self_transposed_weights,
-        "The matrices act from the right as they are given: Q = x @ W_q, with W_q of shape "
+        "The matrices act from the right as they are given, x times W_q, with W_q of shape "
         "(d_model, d_k). Transpose only an nn.Linear's weight, which stores W transposed.",
     ),
 ]
@@ -283,9 +288,9 @@ def check_self_attention(
                 **_FORBIDDEN_SDPA,
                 "attnbook.SingleHeadAttention": attnbook.attention.SingleHeadAttention.forward,
             },
-            "project with @ (Q = x @ W_q, K = x @ W_k, V = x @ W_v), then write the scaled "
-            "dot product yourself: torch.softmax(Q @ K.transpose(-2, -1) / math.sqrt(d_k), "
-            "dim=-1) @ V.",
+            "project x with the three matrices, then write the scaled dot product of "
+            "chapter 4 yourself: the scaled scores, their softmax over the keys, the weighted "
+            "sum of the values.",
         ),
     )
 
@@ -380,32 +385,33 @@ _CROSS_MISTAKES = [
         "instead of sqrt(d_k)",
         _projected(_TOKEN_COUNT_SCALE.answer),
         "d_k is the width of the projected queries and keys (W_q's last dimension): divide "
-        "the scores by math.sqrt(W_q.shape[-1]). len(x_query) counts the queries (or, with a "
+        "the scores by its square root. len(x_query) counts the queries (or, with a "
         "batch axis, the sequences), and W_v's last dimension is the values' width.",
     ),
     Mistake(
         "a scale of sqrt(D_ctx), the context's width, instead of sqrt(d_k)",
         _context_width_scale,
         "d_k is the width of the projected queries and keys (W_q's last dimension), not the "
-        "width of either input: divide the scores by math.sqrt(W_q.shape[-1]).",
+        "width of either input: divide the scores by its square root.",
     ),
     Mistake(
         "a scale of sqrt(d_model), x_query's width, instead of sqrt(d_k)",
         _query_width_scale,
         "d_k is the width of the projected queries and keys (W_q's last dimension), not the "
-        "width of either input: divide the scores by math.sqrt(W_q.shape[-1]).",
+        "width of either input: divide the scores by its square root.",
     ),
     Mistake(
         "a scale of sqrt(S), the number of context tokens, instead of sqrt(d_k)",
         _context_length_scale,
         "d_k is the width of the projected queries and keys (W_q's last dimension), not a "
-        "count of tokens: divide the scores by math.sqrt(W_q.shape[-1]). len(x_context) and "
+        "count of tokens: divide the scores by its square root. len(x_context) and "
         "x_context.shape[0] count the rows (or, with a batch axis, the sequences).",
     ),
     Mistake(
         "keys and values projected from x_query: self-attention, not cross-attention",
         _self_not_cross,
-        "Only the queries come from x_query: K = x_context @ W_k and V = x_context @ W_v.",
+        "Only the queries come from x_query: the keys and the values are both projections "
+        "of x_context.",
     ),
 ]
 

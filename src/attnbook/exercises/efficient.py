@@ -466,8 +466,10 @@ def check_kv_cache_bytes(fn: Callable[..., int]) -> Verdict:
     """Check ``fn(n_layers, n_heads, n_kv_heads, d_model, seq_len, batch_size, bytes_per_element)``.
 
     The answer is the number of bytes of a key-value cache holding ``seq_len``
-    positions: ``2 * n_layers * batch_size * n_kv_heads * seq_len * d_head *
-    bytes_per_element`` with ``d_head = d_model // n_heads``.
+    positions of every sequence of the batch, with grouped-query attention's
+    ``n_kv_heads`` key/value heads of width ``d_head = d_model // n_heads`` and
+    ``bytes_per_element`` bytes a number. The checker names the usual slips (the values,
+    the layers, the batch or the bytes left out, ``n_heads`` for ``n_kv_heads``).
     """
     return run_cases(
         "kv_cache_bytes", fn, _kv_cache_bytes, _KV_CASES, rtol=0.0, atol=0.5, mistakes=_KV_MISTAKES

@@ -111,8 +111,9 @@ _ENTROPY_MISTAKES = [
     Mistake(
         "0 ln 0 computed as NaN",
         _entropy_nan,
-        "0 * log(0) is 0 * -inf = NaN in floating point; count zero weights as 0, e.g. with "
-        "torch.where(weights > 0, weights.log(), 0) or torch.special.xlogy.",
+        "0 * log(0) is 0 * -inf = NaN in floating point; count zero weights as 0 without "
+        "taking their logarithm (torch.where, or torch.special.xlogy). Check a row (1, 0): "
+        "its entropy is 0.",
     ),
     Mistake(
         "the minus sign forgotten",

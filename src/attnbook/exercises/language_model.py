@@ -114,8 +114,8 @@ _NORM_MISTAKES = [
     Mistake(
         "the (unbiased) standard deviation instead of the root mean square",
         _unbiased_std,
-        "x.std() and x.var() subtract the mean and divide by D - 1; RMSNorm needs "
-        "(x**2).mean(-1), no mean subtracted.",
+        "x.std() and x.var() subtract the mean and divide by D - 1; RMSNorm needs the mean "
+        "of the squares over the D entries, no mean subtracted.",
     ),
     Mistake(
         "the gain forgotten",
@@ -125,7 +125,8 @@ _NORM_MISTAKES = [
     Mistake(
         "the statistics over the first axis instead of the last",
         _first_axis,
-        "Each token's vector is normalised on its own: reduce over dim=-1 with keepdim=True.",
+        "Each token's vector is normalised on its own: reduce over the last axis, and keep "
+        "that axis so that the statistic broadcasts against x.",
     ),
     Mistake(
         "the mean square without its square root",
@@ -279,14 +280,14 @@ _MERGE_MISTAKES = [
     Mistake(
         "the last id dropped: the walk stops one id early",
         _last_id_dropped,
-        "Walk while i < len(ids) and test i + 1 < len(ids) before reading a pair: a last "
-        "id that no match used must still be copied.",
+        "Your result loses the last id when no match uses it: it must still be copied. "
+        "Check [1, 2, 3] with the pair (1, 2): [new_id, 3].",
     ),
     Mistake(
         "no occurrence found: the ids came back as they were",
         lambda ids, pair, new_id: list(ids),
-        "Compare like with like: (ids[i], ids[i + 1]) == tuple(pair) is a tuple against a "
-        "tuple, where ids[i : i + 2] == pair, a list against a tuple, is never True.",
+        "Compare like with like: in Python a list never equals a tuple, [1, 2] == (1, 2) "
+        "is False, so a slice of ids compared with the pair never matches.",
     ),
     Mistake(
         "only the first occurrence merged",
@@ -297,13 +298,14 @@ _MERGE_MISTAKES = [
     Mistake(
         "overlapping occurrences both merged",
         _overlapping,
-        "After a match, skip both of its ids (i += 2): in a a a the pair (a, a) occurs once, "
-        "not twice.",
+        "An id used by a match is not reused by the next: in a a a the pair (a, a) occurs "
+        "once, not twice, and [a, a, a] becomes [new_id, a].",
     ),
     Mistake(
         "the pair matched in the wrong order",
         _reversed_pair,
-        "pair = (left, right): match ids[i] == left and ids[i + 1] == right.",
+        "pair = (left, right) is ordered: left must come first and right directly after "
+        "it. Check [1, 2] with the pair (2, 1): nothing merges.",
     ),
     Mistake(
         "occurrences taken right to left",
@@ -313,7 +315,8 @@ _MERGE_MISTAKES = [
     Mistake(
         "the pair's second id kept after the new id",
         _kept_second,
-        "The new id replaces both ids of the pair: after a match, move past both (i += 2).",
+        "The new id replaces both ids of the pair: after a match, move past both. Check "
+        "[1, 2] with the pair (1, 2): [new_id], one id.",
     ),
 ]
 

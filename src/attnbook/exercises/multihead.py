@@ -272,8 +272,8 @@ _MHA_CASES = [
     Case(
         "one head (n_heads = 1): chapter 5's attention, then W_O",
         lambda: _mha_args(730, 1, 3, 3, 4, 1, self_attn=True),
-        "With one head this is scaled dot-product attention of x @ W_Q, x @ W_K and x @ W_V, "
-        "followed by the output projection: output = heads @ W_O.",
+        "With one head this is chapter 5's scaled dot-product attention of the three "
+        "projections, followed by the output projection with W_O.",
     ),
     Case(
         "'she likes coffee', self-attention, d_model = 4, 2 heads",
@@ -353,13 +353,13 @@ _MHA_MISTAKES = [
     Mistake(
         "forgetting the output projection W_O",
         lambda *a: _mha_variant(*a, out=False),
-        "After concatenating the heads, multiply by W_O: output = concat(heads) @ W_O. W_O is "
-        "what lets the heads' outputs mix.",
+        "The concatenated heads still need the output projection, W_O, acting from the "
+        "right: W_O is what lets the heads' outputs mix.",
     ),
     Mistake(
         "scores without the 1 / sqrt(d_head) scale",
         lambda *a: _mha_variant(*a, scale_width="none"),
-        "Divide each head's scores q @ kᵀ by sqrt(d_head) before the softmax, as in chapter 4; "
+        "Divide each head's scores by sqrt(d_head) before the softmax, as in chapter 4; "
         "unscaled scores make the softmax too peaked.",
     ),
     Mistake(
@@ -398,8 +398,9 @@ _MHA_MISTAKES = [
     Mistake(
         "the weight matrices used transposed (x @ W.T, as F.linear(x, W) computes)",
         lambda *a: _mha_variant(*a, weights_transposed=True),
-        "The matrices act from the right: Q = x_query @ W_Q, and output = concat(heads) @ W_O. "
-        "F.linear(x, W) and nn.Linear compute x @ W.T, since they store the transpose.",
+        "The matrices act from the right as they are given, the input times the matrix, for "
+        "the projections and W_O alike. F.linear(x, W) and nn.Linear multiply by W "
+        "transposed, since they store the transpose.",
     ),
     Mistake(
         "a causal mask, which this exercise does not ask for",
@@ -421,10 +422,11 @@ def check_multi_head_attention(
 ) -> Verdict:
     """Check ``fn(x_query, x_context, W_Q, W_K, W_V, W_O, n_heads) -> output``.
 
-    Multi-head attention without biases or masks: project (``x_query @ W_Q``,
-    ``x_context @ W_K``, ``x_context @ W_V``), split into ``n_heads`` heads of
-    width ``d_head = d_model // n_heads``, scaled dot-product attention in each
-    head (scale ``1 / sqrt(d_head)``), concatenate the heads, project with ``W_O``.
+    Multi-head attention without biases or masks, the matrices acting from the right: the
+    queries projected from ``x_query``, the keys and values from ``x_context``, ``n_heads``
+    heads of width ``d_head = d_model // n_heads`` each attending with the scale
+    ``1 / sqrt(d_head)``, the heads concatenated and projected with ``W_O``. The checker
+    names the usual mistakes (the scale, the softmax's axis, the heads' reshapes, ``W_O``).
 
     Shapes: ``x_query`` ``(B, T, d_model)``, ``x_context`` ``(B, S, d_model)``,
     each ``W`` ``(d_model, d_model)``; output ``(B, T, d_model)``. The output, like that of

@@ -200,8 +200,8 @@ _ROPE_CASES = [
     Case(
         "x of shape (B, H, T, Dh) = (2, 3, 5, 8), positions 0..4",
         _rope_case(802, (2, 3, 5, 8), list(range(5))),
-        "The leading axes are batch axes: index the last two axes only (x[..., 0::2], "
-        "x[..., 1::2]) and let the angles (T, d/2) broadcast.",
+        "The leading axes are batch axes: take the pairs along the last axis only, whatever "
+        "axes come before it, and let the angles (T, d/2) broadcast.",
     ),
     Case(
         "positions [3, 10, 11, 40, 41], not starting at 0",
@@ -241,6 +241,6 @@ def check_apply_rope(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -
         mistakes=_ROPE_MISTAKES,
         guard=no_python_loops(
             "rotate every pair of every row at once: a (T, d/2) table of angles, the even "
-            "features x[..., 0::2] and the odd ones x[..., 1::2], and broadcasting.",
+            "and the odd features each taken as one tensor, and broadcasting.",
         ),
     )

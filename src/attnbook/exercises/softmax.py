@@ -137,8 +137,8 @@ _TEMPERATURE_MISTAKES = [
     Mistake(
         "dividing the weights by τ after the softmax",
         lambda x, t: _stable(x) / t,
-        "τ acts on the scores, inside the exponential: softmax((x - max(x)) / τ); the weights "
-        "must still sum to 1.",
+        "τ acts on the scores, inside the exponential, before the normalisation: the weights "
+        "must still sum to 1. Check that yours do with τ = 2.",
     ),
     Mistake(
         "the softmax without the maximum trick",

@@ -110,7 +110,7 @@ _ADDITIVE_MISTAKES = [
         "an inverted mask (the real words blocked, the padding kept)",
         _inverted_mask,
         "src_mask is True at the real source words, the ones to keep: block where it is "
-        "False (~src_mask). Blocking every position of an unpadded sentence leaves a softmax "
+        "False. Blocking every position of an unpadded sentence leaves a softmax "
         "of nothing but -inf, which is NaN.",
     ),
     Mistake(
@@ -128,8 +128,8 @@ _ADDITIVE_MISTAKES = [
     Mistake(
         "W_q applied to the source states and W_k to the decoder state",
         _swapped,
-        "The query is the decoder's state: state @ W_q; the keys are the source states: "
-        "memory @ W_k.",
+        "The query is the decoder's state, projected with W_q; the keys are the source "
+        "states, projected with W_k.",
     ),
 ]
 
@@ -242,7 +242,9 @@ _BEAM_CASES = [
         "B = 1 sentence, K = 2 beams, V = 5 words, close scores",
         lambda: _beam_args(1300, 1, 2, 5, 0.5),
         "Add each beam's score to the log-probability of every word, then take the K best "
-        "of all K * V sums; the parent is index // V and the word index % V.",
+        "of all K * V sums. Each of those sums belongs to one beam and one word: recover "
+        "both from its position among the K * V, and check them on a case small enough to "
+        "read.",
     ),
     Case(
         "B = 3 sentences, K = 3 beams, V = 7 words, one beam far ahead",
@@ -261,13 +263,15 @@ _BEAM_MISTAKES = [
         "the best word of each beam, one survivor per beam",
         _stepwise(_per_beam),
         "The K survivors are the best of all K * V extensions: a strong beam may have two "
-        "children and a weak one none. Flatten (B, K, V) to (B, K * V) before topk.",
+        "children and a weak one none. Choose among all K * V extensions of a sentence at "
+        "once, not among each beam's V words.",
     ),
     Mistake(
         "the new word's log-probability without the beam's score",
         _stepwise(_forget_history),
         "A partial translation is scored by the sum of the log-probabilities of all its "
-        "words: add scores[:, :, None] before choosing.",
+        "words: add each beam's score to the log-probabilities of its next words before "
+        "choosing.",
     ),
     Mistake(
         "probabilities multiplied instead of log-probabilities added",
