@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import enum
 import functools
 import hashlib
 import io
@@ -337,6 +338,31 @@ ATTACKS = {
         "    return np.load('/tmp/y.npy')\n\n\ncheck_softmax(my_softmax)",
         "failed",
         "calls subprocess.Popen, which runs code that the grader cannot read",
+    ),
+    # operator's attrgetter, which torch.autograd.profiler_util holds, took torch's private
+    # softmax by a string, which neither a tripwire nor the guard knows (this passed)
+    "getter_by_another_name": (
+        "import torch.autograd.profiler_util as pu\n\n"
+        "OP = pu.attrgetter('ops.aten._softmax')(torch)\n\n"
+        "def my_softmax(x):\n    return OP(torch.as_tensor(x), -1, False).numpy()\n\n\n"
+        "check_softmax(my_softmax)",
+        "failed",
+        "uses pu.attrgetter",
+    ),
+    # enum.global_enum wrote members with a __call__ into the grader's modules, by their
+    # names, in place of its guard's watch and its tripwires: a library's softmax passed
+    "members_over_the_grader": (
+        "import enum\n\nclass Calls:\n    def __call__(self, *args):\n"
+        "        return (args[0](), True) if callable(args[0]) else None\n\n"
+        "Watch = enum.Enum('Watch', [('_watching_calls', 1)], "
+        "module='attnbook.exercises._framework', type=Calls)\n"
+        "Wires = enum.Enum('Wires', [('_install_tripwires', 2)], module='__main__', type=Calls)\n"
+        "HOOKS = [enum.global_enum(Watch), enum.global_enum(Wires)]\n\n"
+        "def my_softmax(x):\n"
+        "    return torch.distributions.Categorical(logits=torch.as_tensor(x)).probs.numpy()\n\n"
+        "check_softmax(my_softmax if HOOKS else None)",
+        "failed",
+        "uses enum.global_enum",
     ),
 }
 
@@ -2232,7 +2258,8 @@ def test_the_sandbox_refuses_every_route_to_code_it_cannot_read_and_to_a_new_pro
     # __eq__ handed over the builtins that functools.update_wrapper had copied from numpy by
     # that name, and update_wrapper's copies of a module's attributes (under another module's
     # name too), that a learner's __setattr__ or __setstate__ got; a shell command of
-    # torch's; and any other new process
+    # torch's; enum.global_enum writing an enum's members into the grader's module; and any
+    # other new process
     pickled = tmp_path / "p.pkl"
     pickled.write_bytes(pickle.dumps(os.getcwd))  # loading it imports os.getcwd by name
     read, write = os.pipe()
@@ -2255,6 +2282,9 @@ def test_the_sandbox_refuses_every_route_to_code_it_cannot_read_and_to_a_new_pro
                 # copied onto a learner's object, whose __setattr__ or __setstate__ gets them
                 lambda: functools.update_wrapper(box(), np, assigned=("__builtins__",)),
                 lambda: torch.distributions.utils.update_wrapper(box(), np),  # np.__dict__
+                # its members written into the module named (the sandbox's, in place of a
+                # function the grader calls): here a module of no one's
+                lambda: enum.global_enum(enum.Enum("E", ["member"], module="no.such.module")),
                 lambda: collect_env.run("true"),
                 lambda: os.system("true"),
                 lambda: os.execv("/bin/true", ["true"]),
@@ -2280,6 +2310,7 @@ def test_the_sandbox_refuses_every_route_to_code_it_cannot_read_and_to_a_new_pro
         "dataclasses._get_field",
         "functools.update_wrapper",
         "functools.update_wrapper",
+        "enum.global_enum",
         "subprocess.Popen",
         "os.system",
         "os.exec",

@@ -6,8 +6,10 @@ No sandbox here: these are the pieces the grader runs in its own process.
 from __future__ import annotations
 
 import ast
+import enum
 import importlib.metadata
 import importlib.util
+import operator
 import re
 import sys
 from pathlib import Path
@@ -234,6 +236,14 @@ def test_a_cell_that_does_not_parse_is_an_error() -> None:
         ("f = lambda x: getattr(torch, 'sys').modules", "uses getattr(torch, 'sys')"),
         ("f = getattr(F, '__dict__')", "a dunder attribute"),
         ("import enum\nf = enum.bltns.exec", "uses enum.bltns"),  # this passed too
+        # these passed too: operator's getter under torch's name took torch.ops.aten._softmax
+        # by a string, and enum wrote members with a __call__ over the grader's functions
+        (
+            "import torch.autograd.profiler_util as pu\nf = pu.attrgetter('ops.aten._softmax')",
+            "uses pu.attrgetter",
+        ),
+        ("from torch.autograd.profiler_util import methodcaller as m\nf = m", "imports torch"),
+        ("import enum\nf = enum.global_enum(enum.Enum('E', ['a'], module='x'))", "global_enum"),
         (
             "from torch.utils.data import dataloader\nf = dataloader.python_multiprocessing",
             "uses dataloader.python_multiprocessing",
@@ -270,7 +280,9 @@ def test_every_route_to_a_forbidden_call_is_found(code: str, problem: str) -> No
     assert problem in found.problems[0], found.problems
 
 
-def test_no_library_that_an_answer_finds_loaded_holds_a_banned_module_by_another_name() -> None:
+def test_no_library_that_an_answer_finds_loaded_holds_a_banned_module_or_getter_by_another_name() -> (
+    None
+):
     # enum's `import builtins as bltns` gave an answer exec through enum.bltns.exec. The
     # modules the sandbox has loaded when an answer runs: the checkers' and the answer's.
     import types
@@ -281,6 +293,9 @@ def test_no_library_that_an_answer_finds_loaded_holds_a_banned_module_by_another
     # Python's signal as `signal` is allowed (scipy.signal), and torch.multiprocessing and
     # the modules under it are out of reach already: their path holds a banned name
     banned = extract._BANNED_MODULES - {"attnbook", "signal"}
+    # ... nor a function of one that reaches an object by a name written in a string, or
+    # writes one into a module by its name, under a name that is not banned
+    by_name = (operator.attrgetter, operator.methodcaller, enum.global_enum)
     found = []
     for name, module in list(sys.modules.items()):
         parts = name.split(".")
@@ -294,7 +309,8 @@ def test_no_library_that_an_answer_finds_loaded_holds_a_banned_module_by_another
             with warnings.catch_warnings():  # isinstance on a deprecated alias warns
                 warnings.simplefilter("ignore", FutureWarning)
                 is_module = isinstance(value, types.ModuleType)
-            if is_module and value.__name__.split(".")[0] in banned:
+            banned_module = is_module and value.__name__.split(".")[0] in banned
+            if banned_module or any(value is f for f in by_name):  # profiler_util.attrgetter
                 found.append(f"{name}.{attr} ({value.__name__})")
     assert found == []
 

@@ -277,6 +277,14 @@ _BANNED_ATTRIBUTES |= {
     "mp",  # multiprocessing, in torch.cuda.tunable
     "python_multiprocessing",  # in torch.utils.data.dataloader
     "reducer",  # multiprocessing.reduction (a pickle's loads), in torch.multiprocessing
+    # ... and what reaches an object by a name written in a string, or writes one into a
+    # module by its name: operator's getters, which torch.autograd.profiler_util holds
+    # (attrgetter("ops.aten._softmax")(torch)), and enum's global_enum, which writes an
+    # enum's members into the module its __module__ names (the grader's own: a member that
+    # the grader then calls in place of its function)
+    "attrgetter",
+    "methodcaller",
+    "global_enum",
     "ForwardRef",  # typing evaluates a forward reference's string
     "get_type_hints",
     # a generator's or a traceback's frame holds the builtins (getattr, __import__, eval) by

@@ -510,13 +510,17 @@ REFUSED_EVENTS = (
 # __dict__, builtins and all: a learner's __setstate__ got them from copy.copy). Tripwires
 # before the program runs, wherever a module holds the function; inspect.get_annotations only
 # when asked to evaluate (eval_str=True), since inspect.signature calls it for every
-# signature, a field only with a dunder name, update_wrapper only for those copies.
+# signature, a field only with a dunder name, update_wrapper only for those copies. And
+# enum.global_enum, which writes an enum's members into the module that its __module__ names,
+# any module (the functional API takes module=...): into the grader's own, a member with a
+# __call__ in place of a function that the grader calls (its tripwires', its guard's watch).
 CODE_ROUTES = (
     "typing.get_type_hints",
     "typing.ForwardRef._evaluate",
     "inspect.get_annotations",
     "dataclasses._get_field",
     "functools.update_wrapper",
+    "enum.global_enum",
     "_posixsubprocess.fork_exec",
     "subprocess._fork_exec",
 )
