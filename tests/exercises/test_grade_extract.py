@@ -189,6 +189,9 @@ def test_a_cell_that_does_not_parse_is_an_error() -> None:
         ("f = lambda x: np.exp(x - np.logaddexp.reduce(x, -1, keepdims=True))", "logaddexp"),
         ("f = lambda x: torch.exp(x - torch.logcumsumexp(x, -1)[..., -1:])", "logcumsumexp"),
         ("f = lambda q, k: F.scaled_dot_product_attention(q, k, k)", "scaled_dot_product_att"),
+        # this passed too: the softmax less the one-hot target, as a gradient
+        ("f = lambda x, t: F.cross_entropy(x, t, reduction='sum')", "calls cross_entropy"),
+        ("f = lambda x, t: torch.nn.CrossEntropyLoss()(x, t)", "calls CrossEntropyLoss"),
         ("f = lambda x: torch._softmax(x, -1, False)", "private"),
         ("f = lambda x: torch.ops.aten.exp(x)", "torch.ops"),
         ("import importlib\nf = lambda x: importlib.import_module('torch')", "importlib"),

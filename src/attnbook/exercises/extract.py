@@ -89,6 +89,10 @@ _SOFTMAX = frozenset(
         "logsumexp",
         "logcumsumexp",  # its last entry is the logsumexp
         "logaddexp",  # np.logaddexp.reduce(x, axis=-1) is the logsumexp
+        # the gradient of the cross-entropy with respect to the logits is the softmax less
+        # the one-hot target (its log-softmax runs in C++, where no tripwire is)
+        "cross_entropy",
+        "CrossEntropyLoss",
     }
 )
 _ATTENTION = frozenset(
