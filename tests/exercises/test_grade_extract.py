@@ -318,6 +318,33 @@ def test_no_library_that_an_answer_finds_loaded_holds_a_banned_module_or_getter_
     assert found == []
 
 
+def test_a_class_pattern_reads_what_it_matches_as_attributes_are_read() -> None:
+    # Both passed: a class pattern read torch.ops and then aten._softmax off its subject, by
+    # keyword or through a dataclass's fields made from strings (in a class that any object
+    # is an instance of), and the private softmax that neither a tripwire nor a guard knows
+    # passed with all 6 cases. A builtin's own pattern, or a keyword named, stays allowed.
+    def problems(code: str) -> list[str]:
+        return extract.forbidden_uses(ast.parse(f"import torch\n{code}"), "softmax")
+
+    keyword = "match torch:\n    case object(ops=o):\n        f = o.aten"
+    assert "uses object(ops=...), a private or low-level name" in problems(keyword)[0]
+    assert "calls softmax" in problems("match torch:\n    case object(softmax=f):\n        pass")[0]
+    positional = (
+        "import dataclasses\n\nclass Meta(type):\n    def __instancecheck__(cls, obj):\n"
+        "        return True\n\nclass Base(metaclass=Meta):\n    pass\n\n"
+        "Ops = dataclasses.make_dataclass('Ops', ['o' + 'ps'], bases=(Base,))\n\n"
+        "match torch:\n    case Ops(o):\n        f = o.aten"
+    )
+    assert "class pattern Ops(...) with a positional pattern" in problems(positional)[0]
+    shadowed = "int = list\nmatch torch:\n    case int(o):\n        pass"
+    assert "class pattern int(...) with a positional pattern" in problems(shadowed)[0]
+    fine = (
+        "def f(x):\n    match x:\n        case int(n) | float(n):\n            return n\n"
+        "        case torch.Tensor(shape=(n,)):\n            return x\n"
+    )
+    assert problems(fine) == []
+
+
 def test_an_equivalent_is_forbidden_only_in_its_own_exercise() -> None:
     tree = ast.parse("import torch\nf = lambda q, k, v: torch.softmax(q @ k.T, -1) @ v")
     assert extract.forbidden_uses(tree, "scaled_dot_product_attention") == []

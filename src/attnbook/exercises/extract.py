@@ -603,6 +603,7 @@ def forbidden_uses(tree: ast.AST, exercise: str) -> list[str]:
                 full = f"{base}.{alias.name}".strip(".") if base else alias.name
                 found += _import_problems(full, alias.name, equivalents, node)
     found += _string_annotations(tree)
+    bound = _bound_names(tree)  # a builtin's name that the program binds is not the builtin
     named_getattr = {  # getattr(obj, "name") calls: their name is read below
         id(node.func)
         for node in ast.walk(tree)
@@ -627,6 +628,8 @@ def forbidden_uses(tree: ast.AST, exercise: str) -> list[str]:
                 found.append(f"passes {node.arg}=..., which loads pickles: only {safe} is allowed")
         elif isinstance(node, ast.Attribute):
             found += _attribute_problems(node.attr, _dotted(node), _root(node), equivalents)
+        elif isinstance(node, ast.MatchClass):
+            found += _class_pattern_problems(node, equivalents, bound)
         elif isinstance(node, ast.Call) and getattr(node.func, "id", "") in {"getattr", "hasattr"}:
             if len(node.args) < 2 or not isinstance(node.args[1], ast.Constant):
                 found.append(f"calls {node.func.id} with a computed name")  # type: ignore[attr-defined]
@@ -658,6 +661,66 @@ def _attribute_problems(
     ):
         return [f"uses {dotted}, a private or low-level name (only self._x is allowed)"]
     return []
+
+
+# The classes whose pattern takes one positional pattern, matched against the subject itself
+# (case int(n)), not an attribute of it
+_SELF_MATCHING = frozenset(
+    {
+        "bool",
+        "bytearray",
+        "bytes",
+        "dict",
+        "float",
+        "frozenset",
+        "int",
+        "list",
+        "set",
+        "str",
+        "tuple",
+    }
+)
+
+
+def _bound_names(tree: ast.AST) -> set[str]:
+    """Every name that ``tree`` binds anywhere: assigned, defined, imported, a parameter, a
+    pattern's capture."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            names.add(node.id)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.alias):
+            names.add((node.asname or node.name).split(".")[0])
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, ast.MatchAs | ast.MatchStar) and node.name:
+            names.add(node.name)
+    return names
+
+
+def _class_pattern_problems(
+    node: ast.MatchClass, equivalents: Iterable[str], bound: set[str]
+) -> list[str]:
+    """What a class pattern reads off its subject (any object: a module too): each keyword
+    pattern's attribute by its name, read as ``obj.attr`` is; each positional pattern's by
+    the name that the class's ``__match_args__`` holds, a string that no static reading sees
+    (a dataclass's field made from a string, in a class that any object is an instance of
+    through its metaclass or ``abc``'s ``register``), so positional patterns are allowed only
+    in the builtins' own (``case int(n)``), which match the subject itself."""
+    cls = _dotted(node.cls)
+    found = []
+    for attr in node.kwd_attrs:
+        found += _attribute_problems(attr, f"{cls}({attr}=...)", None, equivalents)
+    builtin = isinstance(node.cls, ast.Name) and node.cls.id in _SELF_MATCHING - bound
+    if node.patterns and not builtin:
+        found.append(
+            f"matches the class pattern {cls}(...) with a positional pattern, which reads an "
+            "attribute named in a string (its __match_args__): name the attribute, "
+            f"{cls}(name=...)"
+        )
+    return found
 
 
 def _dotted(node: ast.expr) -> str:
