@@ -2273,12 +2273,20 @@ def test_the_sandbox_refuses_every_route_to_code_it_cannot_read_and_to_a_new_pro
             from torch.utils import collect_env, show_pickle
 
             box = dataclasses.make_dataclass("Box", [("a", "int", dataclasses.field(default=0))])
+
+            def renamed(field: dataclasses.Field) -> None:
+                field.name = "a if 0 else print()"
+
             for call in (
                 lambda: np.load(pickled, **{"allow_pickle": True}),
                 lambda: show_pickle.DumpUnpickler.mro()[1](pickled.open("rb")).load(),
                 lambda: functools.singledispatch(print).register(box()),
                 lambda: torch.cuda.memory.signature(box, eval_str=True),  # inspect.signature
                 lambda: dataclasses.make_dataclass("H", ["__builtins__"]),  # read by its __eq__
+                # a base's field renamed into code after its class was made: the subclass's
+                # __eq__ holds that name as code (the base itself, made before, stays usable)
+                lambda: renamed(dataclasses.fields(box)[0]),
+                lambda: dataclasses.make_dataclass("Sub", [], bases=(box,)),
                 # copied onto a learner's object, whose __setattr__ or __setstate__ gets them
                 lambda: functools.update_wrapper(box(), np, assigned=("__builtins__",)),
                 lambda: torch.distributions.utils.update_wrapper(box(), np),  # np.__dict__
@@ -2308,6 +2316,7 @@ def test_the_sandbox_refuses_every_route_to_code_it_cannot_read_and_to_a_new_pro
         "typing.get_type_hints",
         "inspect.get_annotations",
         "dataclasses._get_field",
+        "dataclasses._process_class",
         "functools.update_wrapper",
         "functools.update_wrapper",
         "enum.global_enum",

@@ -510,7 +510,10 @@ REFUSED_EVENTS = (
 # __dict__, builtins and all: a learner's __setstate__ got them from copy.copy). Tripwires
 # before the program runs, wherever a module holds the function; inspect.get_annotations only
 # when asked to evaluate (eval_str=True), since inspect.signature calls it for every
-# signature, a field only with a dunder name, update_wrapper only for those copies. And
+# signature, a field only with a dunder name (or no plain name), update_wrapper only for
+# those copies; and dataclasses' processing of a class whose bases' fields are no plain Field
+# objects with plain names (a Field's name can be set after its class was made, and a
+# subclass's generated __eq__ then ran "a if 0 else exec(...)"). And
 # enum.global_enum, which writes an enum's members into the module that its __module__ names,
 # any module (the functional API takes module=...): into the grader's own, a member with a
 # __call__ in place of a function that the grader calls (its tripwires', its guard's watch).
@@ -519,6 +522,7 @@ CODE_ROUTES = (
     "typing.ForwardRef._evaluate",
     "inspect.get_annotations",
     "dataclasses._get_field",
+    "dataclasses._process_class",
     "functools.update_wrapper",
     "enum.global_enum",
     "_posixsubprocess.fork_exec",
@@ -556,6 +560,8 @@ def _wire_code_routes(tripped: list[str]) -> None:
                 wire = _unless_evaluated(original, wire)
             elif label == "dataclasses._get_field":
                 wire = _unless_dunder(original, wire)
+            elif label == "dataclasses._process_class":
+                wire = _only_plain_fields(original, wire)
             elif label == "functools.update_wrapper":
                 wire = _only_what_wraps_copies(original, wire)
             setattr(owner, attr, wire)
@@ -595,14 +601,61 @@ def _only_what_wraps_copies(update_wrapper: Any, wire: Any) -> Any:
     return update
 
 
+def _plain_field_name(name: object) -> bool:
+    """A name that dataclasses may write into the code it generates: an identifier, not a
+    keyword, not a dunder."""
+    import keyword
+
+    if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
+        return False
+    return not (name.startswith("__") and name.endswith("__"))
+
+
 def _unless_dunder(get_field: Any, wire: Any) -> Any:
-    """dataclasses' _get_field, but ``wire`` for a field whose name is a dunder."""
+    """dataclasses' _get_field, but ``wire`` for a field whose name is a dunder or no plain
+    name (an annotation's key, from type(name, bases, {...}) say), or that comes back as
+    another object than a plain Field (a subclass's name may change after it is read)."""
+    import dataclasses
 
     def field(cls: type, name: str, *args: Any) -> Any:
-        dunder = name.startswith("__") and name.endswith("__")
-        return wire() if dunder else get_field(cls, name, *args)
+        if not _plain_field_name(name):
+            return wire()
+        made = get_field(cls, name, *args)
+        return made if type(made) is dataclasses.Field else wire()
 
     return field
+
+
+def _only_plain_fields(process_class: Any, wire: Any) -> Any:
+    """dataclasses' _process_class, but ``wire`` for a class whose bases' fields are not plain
+    Field objects with plain names (:func:`_plain_field_name`): a Field's name can be set
+    after its class was made (dataclasses.fields(Base)[0].name = "a if 0 else exec(...)"),
+    and a subclass's generated methods hold its bases' field names as code; nor may any class
+    of its MRO have a metaclass that decides what its __dataclass_fields__ are when read."""
+    import dataclasses
+    import enum
+
+    hooks = {"__getattribute__", "__getattr__", "__dataclass_fields__"}
+    known = (type, object, enum.EnumType)  # enum's __getattr__ (3.11) refuses dunder names
+
+    def process(cls: type, *args: Any, **kwargs: Any) -> Any:
+        for base in cls.__mro__:
+            meta = [m for m in type(base).__mro__ if m not in known]
+            if any(hooks & set(vars(m)) for m in meta):
+                return wire()
+        for base in cls.__mro__[1:]:
+            fields = getattr(base, "__dataclass_fields__", None)
+            if fields is None:
+                continue
+            if type(fields) is not dict:
+                return wire()
+            for key, field in fields.items():
+                plain = type(field) is dataclasses.Field and _plain_field_name(field.name)
+                if not plain or field.name != key:
+                    return wire()
+        return process_class(cls, *args, **kwargs)
+
+    return process
 
 
 def _unless_evaluated(get_annotations: Any, wire: Any) -> Any:
