@@ -189,6 +189,8 @@ def test_a_cell_that_does_not_parse_is_an_error() -> None:
         ("f = lambda x: np.exp(x - np.logaddexp.reduce(x, -1, keepdims=True))", "logaddexp"),
         ("f = lambda x: torch.exp(x - torch.logcumsumexp(x, -1)[..., -1:])", "logcumsumexp"),
         ("f = lambda q, k: F.scaled_dot_product_attention(q, k, k)", "scaled_dot_product_att"),
+        ("f = lambda x: np.logaddexp2.reduce(x / np.log(2), -1) * np.log(2)", "logaddexp2"),
+        ("from torch.nn.attention import flex_attention as a\nf = a.flex_attention", "flex_att"),
         # this passed too: the softmax less the one-hot target, as a gradient
         ("f = lambda x, t: F.cross_entropy(x, t, reduction='sum')", "calls cross_entropy"),
         ("f = lambda x, t: torch.nn.CrossEntropyLoss()(x, t)", "calls CrossEntropyLoss"),

@@ -89,6 +89,7 @@ _SOFTMAX = frozenset(
         "logsumexp",
         "logcumsumexp",  # its last entry is the logsumexp
         "logaddexp",  # np.logaddexp.reduce(x, axis=-1) is the logsumexp
+        "logaddexp2",  # ... and its base-2 twin, of x / ln 2, times ln 2
         # the gradient of the cross-entropy with respect to the logits is the softmax less
         # the one-hot target (its log-softmax runs in C++, where no tripwire is)
         "cross_entropy",
@@ -98,6 +99,7 @@ _SOFTMAX = frozenset(
 _ATTENTION = frozenset(
     {
         "scaled_dot_product_attention",
+        "flex_attention",  # torch.nn.attention.flex_attention, which runs eagerly too
         "MultiheadAttention",
         "multi_head_attention_forward",
         "attend",  # attnbook.attention's unchecked core, and its fused twin
