@@ -2287,6 +2287,8 @@ def test_the_sandbox_refuses_every_route_to_code_it_cannot_read_and_to_a_new_pro
                 # __eq__ holds that name as code (the base itself, made before, stays usable)
                 lambda: renamed(dataclasses.fields(box)[0]),
                 lambda: dataclasses.make_dataclass("Sub", [], bases=(box,)),
+                # a field's name that is no identifier, from a class made by type(...)
+                lambda: dataclasses.dataclass(type("T", (), {"__annotations__": {"a=0": int}})),
                 # copied onto a learner's object, whose __setattr__ or __setstate__ gets them
                 lambda: functools.update_wrapper(box(), np, assigned=("__builtins__",)),
                 lambda: torch.distributions.utils.update_wrapper(box(), np),  # np.__dict__
@@ -2317,6 +2319,7 @@ def test_the_sandbox_refuses_every_route_to_code_it_cannot_read_and_to_a_new_pro
         "inspect.get_annotations",
         "dataclasses._get_field",
         "dataclasses._process_class",
+        "dataclasses._get_field",
         "functools.update_wrapper",
         "functools.update_wrapper",
         "enum.global_enum",
