@@ -883,6 +883,59 @@ def test_the_grader_refuses_a_numpy_mask_as_the_checker_does(tmp_path: Path) -> 
     assert said["padding_mask"][0] == "passed", said["padding_mask"][1]
 
 
+_LAZY_LOOPS = (  # a mask computed by Python loops when NumPy converts the answer's result
+    "import numpy as np\n"
+    "class Lazy:\n"
+    "    def __init__(self, n, w):\n        self.n, self.w = n, w\n"
+    "    def __array__(self, dtype=None, copy=None):\n"
+    "        out = np.zeros((self.n, self.n), dtype=bool)\n"
+    "        for t in range(self.n):\n"
+    "            for s in range(self.n):\n"
+    "                out[t, s] = 0 <= t - s < self.w\n"
+    "        return out\n"
+    "__attnbook_answer__ = lambda n, w: Lazy(n, w)\n"
+)
+
+
+@needs_bwrap
+def test_the_answers_result_is_converted_under_the_guards_watch(tmp_path: Path) -> None:
+    """What turns a result into arrays may be the answer's own code (an object's __array__):
+    it runs under the exercise's guard, so loops there fail as loops in the answer do (this
+    one passed the grader when the conversion ran after the guard); a vectorised answer of
+    another exercise in the same sandbox run passes."""
+    programs = {
+        "sliding_window_mask": _LAZY_LOOPS,
+        "causal_mask": (
+            "import torch\n"
+            "__attnbook_answer__ = lambda n: torch.arange(n)[:, None] >= torch.arange(n)\n"
+        ),
+    }
+    args = {"sliding_window_mask": (5, 2), "causal_mask": (4,)}
+    job = [
+        {"exercise": name, "program": code, "args": [args[name]], "seeds": [0]}
+        for name, code in programs.items()
+    ]
+    (tmp_path / "job.pkl").write_bytes(__import__("pickle").dumps(job))
+    (tmp_path / "settings.json").write_text(json.dumps({"exercise_timeout": 60}))
+    sandbox.run_sandboxed("evaluate", tmp_path, sandbox.Limits(wall_s=120))
+    said = {name: grade._judge(name, _one_case(name), [args[name]], tmp_path) for name in args}
+    status, message = said["sliding_window_mask"]
+    assert status == "failed", message
+    assert "runs a Python loop" in message
+    assert said["causal_mask"][0] == "passed", said["causal_mask"][1]
+
+
+def test_the_arrays_that_come_back_are_copies_of_the_result() -> None:
+    # a view would share its numbers with the answer's tensor or array, which the answer's
+    # code could still change after the conversion (an object's __del__), unwatched
+    tensor, array = torch.zeros(3), np.zeros(2)
+    _, (from_tensor, from_array) = sandbox._to_arrays([tensor, array])
+    tensor += 1
+    array += 1
+    assert from_tensor.tolist() == [0.0, 0.0, 0.0]
+    assert from_array.tolist() == [0.0, 0.0]
+
+
 _FORGE = (  # writes the right results of the softmax case, as the sandbox would write them
     "import json\nimport numpy as np\n"
     "def forge():\n"

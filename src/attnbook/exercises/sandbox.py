@@ -23,9 +23,10 @@ private folder that holds a fresh copy of the submission and nothing else:
    guards (a library equivalent that the program bound to a name before its
    tripwire was in place is still that function, and its guard knows it; a
    function of the chapter's own cells that computes the answer, which no
-   module holds, is known to its guard by name),
-   and writes what came back as plain arrays (``<exercise>.npz``, read with
-   ``allow_pickle=False``) and a small JSON file. Only the files of a child
+   module holds, is known to its guard by name), turns what came back into
+   arrays (copies) under those guards too, since what converts it may be the
+   answer's own code (an ``__array__``), and writes them (``<exercise>.npz``,
+   read with ``allow_pickle=False``) and a small JSON file. Only the files of a child
    that finished, for its own exercise, are kept; ``ended.json`` says how
    each child ended (finished, stopped at the time limit, its exit code or
    signal), for the grader's messages. No process that an answer started
@@ -436,10 +437,12 @@ def _to_arrays(value: object) -> tuple[str, list[Any]]:
     import torch
 
     def one(x: object) -> Any:
+        # copies: a view would share its numbers with the answer's tensor, which its code
+        # could still change afterwards, when no guard watches
         if isinstance(x, torch.Tensor):
             x = x.detach().to("cpu")
-            return x.numpy() if x.dtype != torch.bfloat16 else x.float().numpy()
-        array = np.asarray(x)
+            return np.array(x.numpy() if x.dtype != torch.bfloat16 else x.float().numpy())
+        array = np.array(x)
         if array.dtype == object:
             raise TypeError(type(x).__name__)
         return array
@@ -814,14 +817,27 @@ def _evaluate_one(folder: Path, job: dict, alone: bool = False) -> None:
     for i, args in enumerate(cases):
         entry: dict[str, Any] = {}
         before = snapshot(args)
+        converted: list[tuple[str, list[Any]]] = []
+
+        def run(a: tuple = args, into: list = converted) -> object:
+            # The result is made plain arrays here, inside the guard's watch: what converts
+            # it may be the answer's own code (an __array__, a list's __iter__, a tensor
+            # subclass's numpy), and it would otherwise run unwatched (a Python loop, say).
+            value = spec.learner_fn(*a)
+            into.append(_to_arrays(value))
+            return value
+
         try:
             with np.errstate(all="ignore"):
                 if spec.guard is None:
-                    got, misuse = spec.learner_fn(*args), None
+                    run()
+                    misuse = None
                 else:
-                    got, misuse = spec.guard(lambda a=args: spec.learner_fn(*a))
+                    misuse = spec.guard(run)[1]
             misuse = misuse or changed_inputs(spec.learner_fn, before, args)
-            kind, parts = _to_arrays(got)
+            if not converted:
+                raise RuntimeError("the answer's result was not converted")
+            kind, parts = converted[0]
             entry |= {"kind": kind, "n": len(parts), "misuse": misuse}
             for j, part in enumerate(parts):
                 arrays[f"c{i}_{j}"] = part
