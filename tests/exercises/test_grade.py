@@ -191,7 +191,7 @@ ATTACKS = {
         "def my_softmax(x):\n    np.allclose = lambda *a, **k: True\n    return x\n\n\n"
         "check_softmax(my_softmax)",
         "failed",
-        "returned the wrong values",
+        "changes numpy.allclose, which the grader's own code reads",
     ),
     "package_function": (
         "def my_softmax(x):\n    return softmax(x)\n\n\ncheck_softmax(my_softmax)",
@@ -923,6 +923,46 @@ def test_the_answers_result_is_converted_under_the_guards_watch(tmp_path: Path) 
     assert status == "failed", message
     assert "runs a Python loop" in message
     assert said["causal_mask"][0] == "passed", said["causal_mask"][1]
+
+
+_REBINDS_TENSOR = (  # a NumPy mask that the grader takes for a tensor: torch.Tensor rebound
+    "import numpy as np\nimport torch\nt = torch\n"
+    "class Mask:\n"
+    "    def __init__(self, n):\n        self.m, self.dtype = np.tri(n, dtype=bool), t.bool\n"
+    "    def detach(self):\n        return self\n"
+    "    def to(self, device):\n        return self\n"
+    "    def numpy(self):\n        return self.m\n"
+    "t.Tensor = Mask\n"
+    "__attnbook_answer__ = lambda n: Mask(n)\n"
+)
+
+
+@needs_bwrap
+def test_an_answer_that_rebinds_what_the_grader_reads_fails(tmp_path: Path) -> None:
+    """An answer that rebinds torch.Tensor (through a name of its own, which no static
+    reading tells from its own object) made the guard that asks for a tensor, and the
+    conversion, take its NumPy mask for one, and passed; now it fails, and an answer that
+    imports a submodule (an attribute added, not changed) still passes."""
+    programs = {
+        "causal_mask": _REBINDS_TENSOR,
+        "padding_mask": (
+            "import torch\nimport torch.distributions\n"
+            "__attnbook_answer__ = lambda lengths, s: (torch.arange(s) < lengths[:, None])[:, None]\n"
+        ),
+    }
+    args = {"causal_mask": (4,), "padding_mask": (torch.tensor([3, 1, 4]), 4)}
+    job = [
+        {"exercise": name, "program": code, "args": [args[name]], "seeds": [0]}
+        for name, code in programs.items()
+    ]
+    (tmp_path / "job.pkl").write_bytes(__import__("pickle").dumps(job))
+    (tmp_path / "settings.json").write_text(json.dumps({"exercise_timeout": 60}))
+    sandbox.run_sandboxed("evaluate", tmp_path, sandbox.Limits(wall_s=120))
+    said = {name: grade._judge(name, _one_case(name), [args[name]], tmp_path) for name in args}
+    status, message = said["causal_mask"]
+    assert status == "failed", message
+    assert "changes torch.Tensor, which the grader's own code reads" in message
+    assert said["padding_mask"][0] == "passed", said["padding_mask"][1]
 
 
 def test_the_arrays_that_come_back_are_copies_of_the_result() -> None:

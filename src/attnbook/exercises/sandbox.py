@@ -12,10 +12,10 @@ private folder that holds a fresh copy of the submission and nothing else:
    signal), for its messages: nothing in it decides a grade.
 2. ``evaluate``: for each exercise, in a child process of its own (``fork``),
    replaces ``sys.setprofile`` and ``sys.settrace`` by *tripwires* (functions
-   that record that they were called and raise: the checkers' guards watch
-   the answer's calls with those hooks, through references of their own),
-   refuses what would run code that no static reading sees or another program
-   (loading a pickle, a new process: ``REFUSED_EVENTS``, with an audit hook;
+   that record that they were called and raise: the checkers' guards watch the
+   answer's calls with those hooks, through references of their own), refuses
+   what would run code that no static reading sees or another program (loading
+   a pickle, a new process: ``REFUSED_EVENTS``, with an audit hook;
    ``typing``'s evaluation of annotations: ``CODE_ROUTES``, tripwires too),
    runs the answer's extracted program (:mod:`attnbook.exercises.extract`),
    replaces the exercise's library equivalents by tripwires too, runs the
@@ -25,16 +25,19 @@ private folder that holds a fresh copy of the submission and nothing else:
    function of the chapter's own cells that computes the answer, which no
    module holds, is known to its guard by name), turns what came back into
    arrays (copies) under those guards too, since what converts it may be the
-   answer's own code (an ``__array__``), and writes them (``<exercise>.npz``,
-   read with ``allow_pickle=False``) and a small JSON file. Only the files of a child
-   that finished, for its own exercise, are kept; ``ended.json`` says how
-   each child ended (finished, stopped at the time limit, its exit code or
-   signal), for the grader's messages. No process that an answer started
-   outlives it to write over these files: each child ends every such process
-   before it writes its results, and the evaluation after each child, before
-   it reads them (the supervising process outside the sandbox sees only how
-   the whole sandbox ended, so it cannot write these records itself). The
-   grader compares the results with the package's reference itself.
+   answer's own code (an ``__array__``), fails an answer that rebound an
+   attribute of the modules that the grader's own code reads there
+   (``torch.Tensor``: :data:`_READ_BY_THE_GRADER`), and writes the arrays
+   (``<exercise>.npz``, read with ``allow_pickle=False``) and a small JSON
+   file. Only the files of a child that finished, for its own exercise, are
+   kept; ``ended.json`` says how each child ended (finished, stopped at the
+   time limit, its exit code or signal), for the grader's messages. No process
+   that an answer started outlives it to write over these files: each child
+   ends every such process before it writes its results, and the evaluation
+   after each child, before it reads them (the supervising process outside the
+   sandbox sees only how the whole sandbox ended, so it cannot write these
+   records itself). The grader compares the results with the package's
+   reference itself.
 
 The sandbox is bubblewrap (``bwrap``, Debian package ``bubblewrap``):
 
@@ -696,6 +699,35 @@ def _install_tripwires(exercise: str, tripped: list[str]) -> None:
     threading.Thread.start = _tripwire("threading.Thread.start", tripped)  # type: ignore[method-assign]
 
 
+# The modules whose attributes the grader's own code reads after the answer ran (the checkers'
+# guards' isinstance(result, torch.Tensor), the conversion of a result into arrays): an answer
+# that rebinds one (t = torch; t.Tensor = ..., which no static reading can tell from an
+# attribute of the learner's own object) would change what the grader checks.
+_READ_BY_THE_GRADER = ("torch", "torch.autograd", "numpy")
+
+
+def _library_attributes() -> dict[tuple[str, str], object]:
+    """Every public attribute of :data:`_READ_BY_THE_GRADER`, by module and name."""
+    modules = [sys.modules[name] for name in _READ_BY_THE_GRADER if name in sys.modules]
+    return {
+        (module.__name__, key): value
+        for module in modules
+        for key, value in list(vars(module).items())
+        if not key.startswith("_")
+    }
+
+
+def _rebound(before: dict[tuple[str, str], object]) -> list[str]:
+    """The attributes of ``before`` that are now another object or gone ("torch.Tensor"); an
+    attribute added since (a submodule imported) is not a change."""
+    missing = object()
+    return [
+        f"{module}.{key}"
+        for (module, key), value in before.items()
+        if vars(sys.modules[module]).get(key, missing) is not value
+    ]
+
+
 def _running_processes() -> list[int]:
     """The processes that ``/proc`` lists (inside the sandbox: its own), less the zombies."""
     found = []
@@ -797,6 +829,7 @@ def _evaluate_one(folder: Path, job: dict, alone: bool = False) -> None:
     tripped: list[str] = report["tripped"]
     _wire_watch_hooks(tripped)
     _wire_code_routes(tripped)
+    library = _library_attributes()
     try:
         program = _without_annotations(ast.parse(job["program"]))
         # dont_inherit: not this module's `from __future__ import annotations`
@@ -813,7 +846,9 @@ def _evaluate_one(folder: Path, job: dict, alone: bool = False) -> None:
         args if args is not None else seeded_args(spec.cases[i], job["seeds"][i], spec)
         for i, args in enumerate(job["args"])
     ]
+    rebound = _rebound(library)  # while the answer was defined, before the tripwires
     _install_tripwires(name, tripped)
+    library = _library_attributes()
     for i, args in enumerate(cases):
         entry: dict[str, Any] = {}
         before = snapshot(args)
@@ -835,6 +870,12 @@ def _evaluate_one(folder: Path, job: dict, alone: bool = False) -> None:
                 else:
                     misuse = spec.guard(run)[1]
             misuse = misuse or changed_inputs(spec.learner_fn, before, args)
+            rebound = rebound or _rebound(library)
+            if rebound and not misuse:
+                misuse = (
+                    f"changes {rebound[0]}, which the grader's own code reads (a library's "
+                    "attribute): an answer computes with the libraries, it does not change them"
+                )
             if not converted:
                 raise RuntimeError("the answer's result was not converted")
             kind, parts = converted[0]
