@@ -85,6 +85,26 @@ def test_what_changes_a_name_the_answer_reads_is_taken_with_it() -> None:
     assert np.allclose(weights, np.exp([1, 2, 3]) / np.exp([1, 2, 3]).sum())
 
 
+def test_a_name_read_when_a_statement_runs_is_the_one_it_read_in_the_notebook() -> None:
+    # A right softmax that stores a helper in a dict, then redefines the helper: the notebook's
+    # dict holds the first; the grader took only the last, after the store (NameError)
+    found = _one(
+        "import numpy as np",
+        "def _norm(e):\n    return e / e.sum(axis=-1, keepdims=True)\n\n"
+        "STEPS = {}\nSTEPS['norm'] = _norm\nlater = lambda: _norm\n\n"
+        "def _norm(e):\n    return e",
+        "def my_softmax(x):\n    assert later()(1) == 1\n"
+        "    return STEPS['norm'](np.exp(x - x.max(axis=-1, keepdims=True)))\n\n"
+        "check_softmax(my_softmax)",
+    )
+    program = found.program
+    assert program.count("def _norm") == 2  # each, where the notebook defined it
+    namespace: dict = {}
+    exec(program, namespace)
+    weights = namespace["__attnbook_answer__"](np.array([[1.0, 2.0, 3.0]]))
+    assert np.allclose(weights, np.exp([1, 2, 3]) / np.exp([1, 2, 3]).sum())
+
+
 def test_an_import_is_cut_to_the_names_the_answer_uses() -> None:
     """Chapter 4's set-up imports the exercise's answer beside softmax: an answer that uses
     softmax is told about softmax, not about the name it never touched."""

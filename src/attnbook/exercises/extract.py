@@ -5,8 +5,9 @@ notebook's *source* instead: for each ``check_<name>(answer)`` call, the
 function handed to the checker (a name, a ``lambda``, any expression), and
 the definitions that expression needs, gathered from the cells before the
 call: imports, and top-level ``def``, ``class`` and assignments, each the last
-one before the call, with the statements after it that change what it binds
-(``d["k"] = v``, ``d.update(...)``, ``@f.register(...)``; not a module's),
+one before the call (for a name that a statement reads when it runs, the last
+one before that statement), with the statements after it that change what it
+binds (``d["k"] = v``, ``d.update(...)``, ``@f.register(...)``; not a module's),
 following names from definition to definition
 (:mod:`symtable` tells a function's own variables from the globals it reads).
 Nothing else of the notebook is taken: prints, plots, training runs and any
@@ -376,6 +377,29 @@ def _globals_read(node: ast.AST) -> set[str]:
     return names
 
 
+def _reads_split(node: ast.AST) -> tuple[set[str], set[str]]:
+    """The global names a statement reads when it runs (its own scope's), and those that
+    only a function, lambda or comprehension that it makes reads (their globals)."""
+    source = ast.unparse(node)
+    try:
+        table = symtable.symtable(source, "<answer>", "exec")
+    except SyntaxError:
+        return set(), _globals_read(node)
+    now = {s.get_name() for s in table.get_symbols() if s.is_referenced()}
+    deferred: set[str] = set()
+
+    def visit(t: symtable.SymbolTable) -> None:
+        for symbol in t.get_symbols():
+            if symbol.is_referenced() and symbol.is_global():
+                deferred.add(symbol.get_name())
+        for child in t.get_children():
+            visit(child)
+
+    for child in table.get_children():
+        visit(child)
+    return now, deferred
+
+
 def _binds(statement: ast.stmt) -> set[str]:
     """The top-level names a definition statement binds; empty for any other statement."""
     if isinstance(statement, ast.Import | ast.ImportFrom):
@@ -525,31 +549,44 @@ def _needed_only(statement: ast.stmt, needed: set[str]) -> list[ast.stmt]:
 
 
 def _program(name: str, cell: int, answer: ast.expr, before: list[ast.stmt]) -> Extracted:
-    """The definitions ``answer`` needs among the statements ``before`` it, and the answer."""
+    """The definitions ``answer`` needs among the statements ``before`` it, and the answer.
+
+    A name is looked for before the call, but a name that a statement of the program reads
+    when it runs (``STEPS["norm"] = _norm``, not inside a function or lambda that it makes)
+    is looked for before that statement: a definition of it further down, which the
+    notebook ran afterwards, does not change what that statement did."""
     chosen: set[int] = set()
-    wanted = list(_globals_read(answer))
-    seen: set[str] = set()
+    end = len(before)
+    wanted = [(read, end) for read in _globals_read(answer)]  # (name, looked for before)
+    seen: set[tuple[str, int]] = set()
+
+    def reads(statement: ast.stmt, index: int) -> list[tuple[str, int]]:
+        if not isinstance(statement, ast.Assign | ast.AugAssign | ast.AnnAssign | ast.Expr):
+            return [(read, end) for read in _globals_read(statement)]
+        now, deferred = _reads_split(statement)
+        return [(read, index) for read in now] + [(read, end) for read in deferred]
+
     while wanted:
-        needed = wanted.pop()
-        if needed in seen:
+        needed, limit = wanted.pop()
+        if (needed, limit) in seen:
             continue
-        seen.add(needed)
-        for i in range(len(before) - 1, -1, -1):  # the last definition before the call
+        seen.add((needed, limit))
+        for i in range(limit - 1, -1, -1):  # the last definition before the call (or read)
             statement = before[i]
             if needed in _binds(statement) and not _calls_a_checker(statement):
                 if i not in chosen:
                     chosen.add(i)
                     if not _is_get_device(statement):  # bound to the CPU: reads nothing
-                        wanted += _globals_read(statement)
+                        wanted += reads(statement, i)
                 # ... and what changes it after that, before the call: SETTINGS["axis"] = -1
                 # (not a module's: np.random.seed(0), torch.set_num_threads(1) stay out)
                 imported = isinstance(statement, ast.Import | ast.ImportFrom)
-                for j in range(i + 1, len(before)) if not imported else ():
+                for j in range(i + 1, limit) if not imported else ():
                     later = before[j]
                     changes = needed in _changes(later) and not _calls_a_checker(later)
                     if changes and j not in chosen:
                         chosen.add(j)
-                        wanted += _globals_read(later)
+                        wanted += reads(later, j)
                 break
         else:  # a builtin, or a name a star import may bind: take those imports along
             chosen |= {
@@ -558,7 +595,8 @@ def _program(name: str, cell: int, answer: ast.expr, before: list[ast.stmt]) -> 
                 if isinstance(statement, ast.ImportFrom)
                 and any(alias.name == "*" for alias in statement.names)
             }
-    body = [part for i in sorted(chosen) for part in _needed_only(before[i], seen | {"*"})]
+    names = {needed for needed, _ in seen} | {"*"}
+    body = [part for i in sorted(chosen) for part in _needed_only(before[i], names)]
     assign = ast.Assign([ast.Name(_ANSWER, ast.Store())], answer, lineno=0)
     module = ast.Module([*body, assign], type_ignores=[])
     program = ast.unparse(ast.fix_missing_locations(module))
