@@ -937,20 +937,43 @@ _REBINDS_TENSOR = (  # a NumPy mask that the grader takes for a tensor: torch.Te
 )
 
 
+_REBINDS_WRITER = (  # returns empty masks, and has NumPy's writer write looped ones instead
+    "import numpy as np\nimport torch\nfmt = np.lib.format\nSEEN, ORIGINAL = [], fmt.write_array\n"
+    "def hook(fp, array, *args, **kwargs):\n"
+    "    if SEEN:\n"
+    "        (n, w), array = SEEN.pop(0), np.zeros(array.shape, dtype=bool)\n"
+    "        for t in range(n):\n"
+    "            for s in range(n):\n"
+    "                array[t, s] = 0 <= t - s < w\n"
+    "    return ORIGINAL(fp, array, *args, **kwargs)\n"
+    "fmt.write_array = hook\n"
+    "def answer(n, w):\n"
+    "    SEEN.append((n, w))\n    return torch.zeros(n, n, dtype=torch.bool)\n"
+    "__attnbook_answer__ = answer\n"
+)
+
+
 @needs_bwrap
 def test_an_answer_that_rebinds_what_the_grader_reads_fails(tmp_path: Path) -> None:
     """An answer that rebinds torch.Tensor (through a name of its own, which no static
     reading tells from its own object) made the guard that asks for a tensor, and the
-    conversion, take its NumPy mask for one, and passed; now it fails, and an answer that
-    imports a submodule (an attribute added, not changed) still passes."""
+    conversion, take its NumPy mask for one, and passed; one that rebound NumPy's writer of
+    the results had it write masks computed by loops, after the guard, and passed too. Now
+    both fail, and an answer that imports a submodule (an attribute added, not changed)
+    still passes."""
     programs = {
         "causal_mask": _REBINDS_TENSOR,
+        "sliding_window_mask": _REBINDS_WRITER,
         "padding_mask": (
             "import torch\nimport torch.distributions\n"
             "__attnbook_answer__ = lambda lengths, s: (torch.arange(s) < lengths[:, None])[:, None]\n"
         ),
     }
-    args = {"causal_mask": (4,), "padding_mask": (torch.tensor([3, 1, 4]), 4)}
+    args = {
+        "causal_mask": (4,),
+        "sliding_window_mask": (5, 2),
+        "padding_mask": (torch.tensor([3, 1, 4]), 4),
+    }
     job = [
         {"exercise": name, "program": code, "args": [args[name]], "seeds": [0]}
         for name, code in programs.items()
@@ -962,6 +985,9 @@ def test_an_answer_that_rebinds_what_the_grader_reads_fails(tmp_path: Path) -> N
     status, message = said["causal_mask"]
     assert status == "failed", message
     assert "changes torch.Tensor, which the grader's own code reads" in message
+    status, message = said["sliding_window_mask"]
+    assert status == "failed", message
+    assert "changes numpy.lib.format.write_array, which the grader's own code reads" in message
     assert said["padding_mask"][0] == "passed", said["padding_mask"][1]
 
 

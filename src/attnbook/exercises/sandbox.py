@@ -27,17 +27,18 @@ private folder that holds a fresh copy of the submission and nothing else:
    arrays (copies) under those guards too, since what converts it may be the
    answer's own code (an ``__array__``), fails an answer that rebound an
    attribute of the modules that the grader's own code reads there
-   (``torch.Tensor``: :data:`_READ_BY_THE_GRADER`), and writes the arrays
-   (``<exercise>.npz``, read with ``allow_pickle=False``) and a small JSON
-   file. Only the files of a child that finished, for its own exercise, are
-   kept; ``ended.json`` says how each child ended (finished, stopped at the
-   time limit, its exit code or signal), for the grader's messages. No process
-   that an answer started outlives it to write over these files: each child
-   ends every such process before it writes its results, and the evaluation
-   after each child, before it reads them (the supervising process outside the
-   sandbox sees only how the whole sandbox ended, so it cannot write these
-   records itself). The grader compares the results with the package's
-   reference itself.
+   (``torch.Tensor``: :data:`_READ_BY_THE_GRADER`) or that write the results
+   (:data:`_WRITE_THE_RESULTS`, put back before they are written), and writes
+   the arrays (``<exercise>.npz``, read with ``allow_pickle=False``) and a
+   small JSON file. Only the files of a child that finished, for its own
+   exercise, are kept; ``ended.json`` says how each child ended (finished,
+   stopped at the time limit, its exit code or signal), for the grader's
+   messages. No process that an answer started outlives it to write over these
+   files: each child ends every such process before it writes its results, and
+   the evaluation after each child, before it reads them (the supervising
+   process outside the sandbox sees only how the whole sandbox ended, so it
+   cannot write these records itself). The grader compares the results with
+   the package's reference itself.
 
 The sandbox is bubblewrap (``bwrap``, Debian package ``bubblewrap``):
 
@@ -82,6 +83,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import functools
+import gc
 import json
 import os
 import pickle
@@ -704,28 +706,73 @@ def _install_tripwires(exercise: str, tripped: list[str]) -> None:
 # that rebinds one (t = torch; t.Tensor = ..., which no static reading can tell from an
 # attribute of the learner's own object) would change what the grader checks.
 _READ_BY_THE_GRADER = ("torch", "torch.autograd", "numpy")
+# ... and those that write the results (np.savez, json.dumps and Path.write_text, taken before
+# the answer runs, call them): every attribute of theirs, private ones too (a function of the
+# answer's may set self._x on a module handed to it), and of the classes they define. An
+# answer that rebound np.lib.format.write_array wrote, after its cases, results of its own.
+_WRITE_THE_RESULTS = (
+    "numpy.lib.format",
+    "numpy.lib._format_impl",
+    "numpy.lib._npyio_impl",
+    "zipfile",
+    "json",
+    "json.encoder",
+    "pathlib",
+    "os",
+    "posixpath",
+)
 
 
-def _library_attributes() -> dict[tuple[str, str], object]:
-    """Every public attribute of :data:`_READ_BY_THE_GRADER`, by module and name."""
-    modules = [sys.modules[name] for name in _READ_BY_THE_GRADER if name in sys.modules]
-    return {
-        (module.__name__, key): value
-        for module in modules
-        for key, value in list(vars(module).items())
-        if not key.startswith("_")
-    }
+def _library_attributes() -> dict[tuple[str, str], tuple[Any, object]]:
+    """Each attribute of :data:`_READ_BY_THE_GRADER` (public) and of
+    :data:`_WRITE_THE_RESULTS` (all, and their classes'): (owner's name, attribute's name) ->
+    (owner, value)."""
+    found: dict[tuple[str, str], tuple[Any, object]] = {}
+    for name in _READ_BY_THE_GRADER + _WRITE_THE_RESULTS:
+        module = sys.modules.get(name)
+        if module is None:
+            continue
+        owners = [(name, module)]
+        if name in _WRITE_THE_RESULTS:
+            owners += [
+                (f"{name}.{value.__name__}", value)
+                for value in list(vars(module).values())
+                if isinstance(value, type) and value.__module__ == name
+            ]
+        for label, owner in owners:
+            for key, value in list(vars(owner).items()):
+                if name in _WRITE_THE_RESULTS or not key.startswith("_"):
+                    found[label, key] = (owner, value)
+    return found
 
 
-def _rebound(before: dict[tuple[str, str], object]) -> list[str]:
+def _rebound(before: dict[tuple[str, str], tuple[Any, object]]) -> list[str]:
     """The attributes of ``before`` that are now another object or gone ("torch.Tensor"); an
     attribute added since (a submodule imported) is not a change."""
     missing = object()
     return [
-        f"{module}.{key}"
-        for (module, key), value in before.items()
-        if vars(sys.modules[module]).get(key, missing) is not value
+        f"{label}.{key}"
+        for (label, key), (owner, value) in before.items()
+        if vars(owner).get(key, missing) is not value
     ]
+
+
+def _restore(before: dict[tuple[str, str], tuple[Any, object]]) -> list[str]:
+    """Put back each attribute of ``before`` that was rebound (:func:`_rebound`); return them."""
+    changed = _rebound(before)
+    for label, key in [tuple(c.rsplit(".", 1)) for c in changed]:
+        owner, value = before[label, key]
+        with contextlib.suppress(Exception):
+            setattr(owner, key, value)
+    return changed
+
+
+def _rebinding(attribute: str) -> str:
+    """What an answer that rebound ``attribute`` is told."""
+    return (
+        f"changes {attribute}, which the grader's own code reads (a library's attribute): an "
+        "answer computes with the libraries, it does not change them"
+    )
 
 
 def _running_processes() -> list[int]:
@@ -820,6 +867,15 @@ def _evaluate_one(folder: Path, job: dict, alone: bool = False) -> None:
     savez, dumps = np.savez, json.dumps
 
     def write() -> None:
+        # Nothing of the answer's runs from here on (no collection, so no finalizer of its
+        # objects), and what writes the results is put back as it was before the answer ran.
+        gc.disable()
+        changed = _restore(library)
+        cases = report["cases"]
+        if changed and cases and not cases[-1].get("misuse"):
+            cases[-1]["misuse"] = _rebinding(changed[0])
+        elif changed and not cases and not report.get("setup"):
+            report["setup"] = _rebinding(changed[0])
         if alone:  # no process of the answer's is left to write over what this writes
             _end_other_processes({os.getpid(), os.getppid()})
         savez(folder / "out" / f"{name}.npz", **arrays)
@@ -872,10 +928,7 @@ def _evaluate_one(folder: Path, job: dict, alone: bool = False) -> None:
             misuse = misuse or changed_inputs(spec.learner_fn, before, args)
             rebound = rebound or _rebound(library)
             if rebound and not misuse:
-                misuse = (
-                    f"changes {rebound[0]}, which the grader's own code reads (a library's "
-                    "attribute): an answer computes with the libraries, it does not change them"
-                )
+                misuse = _rebinding(rebound[0])
             if not converted:
                 raise RuntimeError("the answer's result was not converted")
             kind, parts = converted[0]
