@@ -869,14 +869,7 @@ def test_the_grader_refuses_a_numpy_mask_as_the_checker_does(tmp_path: Path) -> 
         ),
     }
     args = {"causal_mask": (4,), "padding_mask": (torch.tensor([3, 1, 4]), 4)}
-    job = [
-        {"exercise": name, "program": code, "args": [args[name]], "seeds": [0]}
-        for name, code in programs.items()
-    ]
-    (tmp_path / "job.pkl").write_bytes(__import__("pickle").dumps(job))
-    (tmp_path / "settings.json").write_text(json.dumps({"exercise_timeout": 60}))
-    sandbox.run_sandboxed("evaluate", tmp_path, sandbox.Limits(wall_s=120))
-    said = {name: grade._judge(name, _one_case(name), [args[name]], tmp_path) for name in args}
+    said = _evaluate_programs(programs, args, tmp_path)
     status, message = said["causal_mask"]
     assert status == "failed", message
     assert "returned a NumPy array, expected a torch tensor of dtype torch.bool" in message
@@ -911,14 +904,7 @@ def test_the_answers_result_is_converted_under_the_guards_watch(tmp_path: Path) 
         ),
     }
     args = {"sliding_window_mask": (5, 2), "causal_mask": (4,)}
-    job = [
-        {"exercise": name, "program": code, "args": [args[name]], "seeds": [0]}
-        for name, code in programs.items()
-    ]
-    (tmp_path / "job.pkl").write_bytes(__import__("pickle").dumps(job))
-    (tmp_path / "settings.json").write_text(json.dumps({"exercise_timeout": 60}))
-    sandbox.run_sandboxed("evaluate", tmp_path, sandbox.Limits(wall_s=120))
-    said = {name: grade._judge(name, _one_case(name), [args[name]], tmp_path) for name in args}
+    said = _evaluate_programs(programs, args, tmp_path)
     status, message = said["sliding_window_mask"]
     assert status == "failed", message
     assert "runs a Python loop" in message
@@ -974,14 +960,7 @@ def test_an_answer_that_rebinds_what_the_grader_reads_fails(tmp_path: Path) -> N
         "sliding_window_mask": (5, 2),
         "padding_mask": (torch.tensor([3, 1, 4]), 4),
     }
-    job = [
-        {"exercise": name, "program": code, "args": [args[name]], "seeds": [0]}
-        for name, code in programs.items()
-    ]
-    (tmp_path / "job.pkl").write_bytes(__import__("pickle").dumps(job))
-    (tmp_path / "settings.json").write_text(json.dumps({"exercise_timeout": 60}))
-    sandbox.run_sandboxed("evaluate", tmp_path, sandbox.Limits(wall_s=120))
-    said = {name: grade._judge(name, _one_case(name), [args[name]], tmp_path) for name in args}
+    said = _evaluate_programs(programs, args, tmp_path)
     status, message = said["causal_mask"]
     assert status == "failed", message
     assert "changes torch.Tensor, which the grader's own code reads" in message
@@ -1035,6 +1014,22 @@ def test_results_forged_by_an_answer_are_not_read(tmp_path: Path) -> None:
 def _one_case(name: str) -> _framework.CheckSpec:
     spec = _framework.checker_spec(getattr(exercises, f"check_{name}"), print)
     return dataclasses.replace(spec, cases=spec.cases[:1])
+
+
+def _evaluate_programs(
+    programs: dict[str, str], args: dict[str, tuple], folder: Path
+) -> dict[str, tuple[str, str]]:
+    """Each exercise's ``program`` (exercise -> program) evaluated in one sandbox run as the
+    grader would, without the static check, on one case (its ``args``); returns the grader's
+    status and message for each."""
+    job = [
+        {"exercise": name, "program": code, "args": [args[name]], "seeds": [0]}
+        for name, code in programs.items()
+    ]
+    (folder / "job.pkl").write_bytes(__import__("pickle").dumps(job))
+    (folder / "settings.json").write_text(json.dumps({"exercise_timeout": 60}))
+    sandbox.run_sandboxed("evaluate", folder, sandbox.Limits(wall_s=120))
+    return {name: grade._judge(name, _one_case(name), [args[name]], folder) for name in args}
 
 
 # A process that outlives the answer and writes one file, on and on: started with libc's fork,
