@@ -162,9 +162,8 @@ _PATCH = (
     "        m._to_arrays = lambda v, old=m._to_arrays: old(ref(v))\n"
 )
 _PATCH_AS_TYPE = f"exec({_PATCH!r}, {{}}) or int"  # a type annotation that runs it
-_COMMAND = (  # a shell command: the package's softmax of /tmp/x.npy, into /tmp/y.npy
-    'python -c "import numpy as n, attnbook as a; '
-    "n.save('/tmp/y.npy', a.softmax(n.load('/tmp/x.npy')))\""
+_COMMAND = (  # a shell command: the package's softmax of x.npy into y.npy, in the answer's folder
+    "python -c \"import numpy as n, attnbook as a; n.save('y.npy', a.softmax(n.load('x.npy')))\""
 )
 
 
@@ -334,8 +333,8 @@ ATTACKS = {
     # refuses a new process now (more routes: test_the_sandbox_refuses_every_route_...)
     "shell_command": (
         f"from torch.utils import collect_env\n\nCOMMAND = {_COMMAND!r}\n\n"
-        "def my_softmax(x):\n    np.save('/tmp/x.npy', x)\n    collect_env.run(COMMAND)\n"
-        "    return np.load('/tmp/y.npy')\n\n\ncheck_softmax(my_softmax)",
+        "def my_softmax(x):\n    np.save('x.npy', x)\n    collect_env.run(COMMAND)\n"
+        "    return np.load('y.npy')\n\n\ncheck_softmax(my_softmax)",
         "failed",
         "calls subprocess.Popen, which runs code that the grader cannot read",
     ),
