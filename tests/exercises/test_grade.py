@@ -2333,24 +2333,16 @@ def test_the_sandboxs_limits_are_set_before_it_starts() -> None:
     assert json.loads(done.stdout) == [3 * 2**30, cpu, 2**20, 0]
 
 
-def test_every_library_equivalent_of_the_exercise_is_a_tripwire_in_the_sandbox() -> None:
+def _tripped_in_a_child(work: Callable[[], list[str]]) -> list[str]:
+    """What ``work`` returns (the tripwires it set off), run in a forked process of its own,
+    as the sandbox's evaluating child runs each exercise: wires set there stay there."""
     read, write = os.pipe()
     pid = os.fork()
-    if pid == 0:  # the sandbox's evaluating child does this in a process of its own too
+    if pid == 0:
         code = 1
         try:
             os.close(read)
-            tripped: list[str] = []
-            sandbox._install_tripwires("softmax", tripped)
-            x = torch.ones(3)
-            for call in (
-                lambda: torch.logsumexp(x, 0),
-                lambda: torch.nn.functional.log_softmax(x, 0),
-                lambda: x.softmax(0),
-            ):
-                with suppress(sandbox.ForbiddenCall):
-                    call()
-            os.write(write, json.dumps(tripped).encode())
+            os.write(write, json.dumps(work()).encode())
             code = 0
         finally:
             os._exit(code)
@@ -2358,6 +2350,24 @@ def test_every_library_equivalent_of_the_exercise_is_a_tripwire_in_the_sandbox()
     with os.fdopen(read) as pipe:
         tripped = json.loads(pipe.read() or "null")
     assert os.waitpid(pid, 0)[1] == 0
+    return tripped
+
+
+def test_every_library_equivalent_of_the_exercise_is_a_tripwire_in_the_sandbox() -> None:
+    def work() -> list[str]:  # in a process of its own, as in the sandbox's child
+        tripped: list[str] = []
+        sandbox._install_tripwires("softmax", tripped)
+        x = torch.ones(3)
+        for call in (
+            lambda: torch.logsumexp(x, 0),
+            lambda: torch.nn.functional.log_softmax(x, 0),
+            lambda: x.softmax(0),
+        ):
+            with suppress(sandbox.ForbiddenCall):
+                call()
+        return tripped
+
+    tripped = _tripped_in_a_child(work)
     assert tripped == ["torch.logsumexp", "torch.nn.functional.log_softmax", "torch.Tensor.softmax"]
 
 
@@ -2375,56 +2385,47 @@ def test_the_sandbox_refuses_every_route_to_code_it_cannot_read_and_to_a_new_pro
     # other new process
     pickled = tmp_path / "p.pkl"
     pickled.write_bytes(pickle.dumps(os.getcwd))  # loading it imports os.getcwd by name
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the sandbox's evaluating child does this in a process of its own too
-        code = 1
-        try:
-            os.close(read)
-            tripped: list[str] = []
-            sandbox._wire_code_routes(tripped)
-            from torch.utils import collect_env, show_pickle
 
-            box = dataclasses.make_dataclass("Box", [("a", "int", dataclasses.field(default=0))])
+    def work() -> list[str]:  # in a process of its own, as in the sandbox's child
+        tripped: list[str] = []
+        sandbox._wire_code_routes(tripped)
+        from torch.utils import collect_env, show_pickle
 
-            def renamed(field: dataclasses.Field) -> None:
-                field.name = "a if 0 else print()"
+        box = dataclasses.make_dataclass("Box", [("a", "int", dataclasses.field(default=0))])
 
-            for call in (
-                lambda: np.load(pickled, **{"allow_pickle": True}),
-                lambda: show_pickle.DumpUnpickler.mro()[1](pickled.open("rb")).load(),
-                lambda: functools.singledispatch(print).register(box()),
-                lambda: torch.cuda.memory.signature(box, eval_str=True),  # inspect.signature
-                lambda: dataclasses.make_dataclass("H", ["__builtins__"]),  # read by its __eq__
-                # a base's field renamed into code after its class was made: the subclass's
-                # __eq__ holds that name as code (the base itself, made before, stays usable)
-                lambda: renamed(dataclasses.fields(box)[0]),
-                lambda: dataclasses.make_dataclass("Sub", [], bases=(box,)),
-                # a field's name that is no identifier, from a class made by type(...)
-                lambda: dataclasses.dataclass(type("T", (), {"__annotations__": {"a=0": int}})),
-                # copied onto a learner's object, whose __setattr__ or __setstate__ gets them
-                lambda: functools.update_wrapper(box(), np, assigned=("__builtins__",)),
-                lambda: torch.distributions.utils.update_wrapper(box(), np),  # np.__dict__
-                # its members written into the module named (the sandbox's, in place of a
-                # function the grader calls): here a module of no one's
-                lambda: enum.global_enum(enum.Enum("E", ["member"], module="no.such.module")),
-                lambda: collect_env.run("true"),
-                lambda: os.system("true"),
-                lambda: os.execv("/bin/true", ["true"]),
-                lambda: os.fork(),
-            ):
-                with suppress(Exception):  # np.load raises its own error, from the wire's
-                    call()
-            tripped.append(str(torch.cuda.memory.signature(box)))  # not evaluated: as it was
-            tripped.append(functools.wraps(print)(lambda: None).__name__)  # as a decorator: too
-            os.write(write, json.dumps(tripped).encode())
-            code = 0
-        finally:
-            os._exit(code)
-    os.close(write)
-    with os.fdopen(read) as pipe:
-        tripped = json.loads(pipe.read() or "null")
-    assert os.waitpid(pid, 0)[1] == 0
+        def renamed(field: dataclasses.Field) -> None:
+            field.name = "a if 0 else print()"
+
+        for call in (
+            lambda: np.load(pickled, **{"allow_pickle": True}),
+            lambda: show_pickle.DumpUnpickler.mro()[1](pickled.open("rb")).load(),
+            lambda: functools.singledispatch(print).register(box()),
+            lambda: torch.cuda.memory.signature(box, eval_str=True),  # inspect.signature
+            lambda: dataclasses.make_dataclass("H", ["__builtins__"]),  # read by its __eq__
+            # a base's field renamed into code after its class was made: the subclass's
+            # __eq__ holds that name as code (the base itself, made before, stays usable)
+            lambda: renamed(dataclasses.fields(box)[0]),
+            lambda: dataclasses.make_dataclass("Sub", [], bases=(box,)),
+            # a field's name that is no identifier, from a class made by type(...)
+            lambda: dataclasses.dataclass(type("T", (), {"__annotations__": {"a=0": int}})),
+            # copied onto a learner's object, whose __setattr__ or __setstate__ gets them
+            lambda: functools.update_wrapper(box(), np, assigned=("__builtins__",)),
+            lambda: torch.distributions.utils.update_wrapper(box(), np),  # np.__dict__
+            # its members written into the module named (the sandbox's, in place of a
+            # function the grader calls): here a module of no one's
+            lambda: enum.global_enum(enum.Enum("E", ["member"], module="no.such.module")),
+            lambda: collect_env.run("true"),
+            lambda: os.system("true"),
+            lambda: os.execv("/bin/true", ["true"]),
+            lambda: os.fork(),
+        ):
+            with suppress(Exception):  # np.load raises its own error, from the wire's
+                call()
+        tripped.append(str(torch.cuda.memory.signature(box)))  # not evaluated: as it was
+        tripped.append(functools.wraps(print)(lambda: None).__name__)  # as a decorator: too
+        return tripped
+
+    tripped = _tripped_in_a_child(work)
     assert tripped == [
         "pickle.find_class",
         "pickle.find_class",
