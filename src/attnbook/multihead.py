@@ -483,7 +483,15 @@ class MultiHeadAttention(nn.Module):
 
         ``in_proj``'s weight ``(D + 2 H_kv Dh, D)``: one pass over ``x``
         instead of three. Returns views ``(B, T, D)``, ``(B, T, H_kv Dh)`` x 2.
+        Only the width of ``x`` is checked (shapes, no values: it runs in every
+        layer on every forward pass).
         """
+        if not isinstance(x, torch.Tensor) or x.ndim == 0 or x.shape[-1] != self.d_model:
+            got = f"shape {shape_str(x)}" if isinstance(x, torch.Tensor) else type(x).__name__
+            raise ValueError(
+                f"x must be a torch tensor of shape (B, T, d_model) with d_model = "
+                f"{self.d_model}, got {got}"
+            )
         qkv = self.in_proj(x)  # (B, T, D) @ (D, D + 2 H_kv Dh)
         return qkv.split(self.qkv_widths, dim=-1)  # views, no copy
 

@@ -514,7 +514,15 @@ class RotaryPositions(PositionalEncoding):
     def rotate(
         self, q: torch.Tensor, k: torch.Tensor, start: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        # The attention layer has checked q and k, and the model the base: no checks per layer.
+        # The attention layer has checked q and k, and the model the base; only the head width
+        # is checked here, from the shapes (no values are read, so no device sync per layer).
+        d_head = q.shape[-1]
+        if d_head % 2 or d_head == 0 or k.shape[-1] != d_head:
+            raise ValueError(
+                "q and k must have shapes (B, H, T, Dh) and (B, H_kv, S, Dh) with the same head "
+                "width Dh, even and >= 2 (rotary positions turn pairs of features), got q "
+                f"{shape_str(q)} and k {shape_str(k)}"
+            )
         n_queries, n_keys = q.shape[-2], k.shape[-2]
         if start == 0 and n_queries == n_keys:  # the usual case: positions 0..T-1 for both
             return _rotate_pairs(q, None, self.base), _rotate_pairs(k, None, self.base)

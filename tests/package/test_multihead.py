@@ -440,6 +440,17 @@ def test_validate_false_is_forward_without_checks(
             torch.testing.assert_close(a[1], b[1])
 
 
+@pytest.mark.parametrize(
+    ("x", "got"), [(torch.zeros(2, 3, 6), r"shape \(2, 3, 6\)"), (torch.zeros(()), r"shape \(\)")]
+)
+def test_project_self_refuses_an_input_of_another_width(x: torch.Tensor, got: str) -> None:
+    """Before: torch's "mat1 and mat2 shapes cannot be multiplied" from in_proj."""
+    with pytest.raises(
+        ValueError, match=r"x must be .* \(B, T, d_model\) with d_model = 8, got " + got
+    ):
+        MultiHeadAttention(8, 2).project_self(x)
+
+
 def test_float32_module_and_repr(randn: Callable[..., torch.Tensor]) -> None:
     attn = MultiHeadAttention(8, 2, dropout=0.1)
     output, weights = attn(torch.randn(2, 3, 8), torch.randn(2, 4, 8), torch.randn(2, 4, 8))

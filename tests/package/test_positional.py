@@ -476,6 +476,14 @@ def test_rotary_positions_refuse_more_queries_than_keys() -> None:
         rope.rotate(torch.randn(1, 1, 3, 4), torch.randn(1, 1, 2, 4), 4)
 
 
+@pytest.mark.parametrize(("d_q", "d_k"), [(5, 5), (6, 4), (0, 0)])
+def test_rotary_positions_refuse_a_head_width_they_cannot_pair(d_q: int, d_k: int) -> None:
+    """Before: torch's error from unflatten for an odd width, and no error at all for unlike
+    widths (q and k rotated apart, left for the scores to fail on) or an empty one."""
+    with pytest.raises(ValueError, match=rf"Dh, even and >= 2 .*got q \(1, 2, 3, {d_q}\)"):
+        RotaryPositions().rotate(torch.randn(1, 2, 3, d_q), torch.randn(1, 2, 3, d_k), 0)
+
+
 @pytest.mark.parametrize(
     ("build", "name"),
     [
