@@ -23,7 +23,14 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from attnbook._validation import Array, as_float_array, same_dtype, same_kind, shape_str
+from attnbook._validation import (
+    Array,
+    as_float_array,
+    check_finite,
+    same_dtype,
+    same_kind,
+    shape_str,
+)
 from attnbook.softmax import softmax
 
 __all__ = ["hard_lookup", "soft_lookup"]
@@ -111,8 +118,14 @@ def soft_lookup(
     Returns:
         ``(output, weights)`` of shapes ``(..., d_v)`` and ``(..., S)``; each row
         of ``weights`` sums to 1.
+
+    Raises:
+        ValueError: for scores ``query · keys`` that are NaN or inf, or for NaN or
+            infinite ``values``: a weight of 0 (a cold temperature) times an
+            infinite value is NaN, where the hard lookup would return a finite one.
     """
     query, keys, values = _check_lookup(query, keys, values)
+    check_finite(values, "values")
     weights = softmax(_scores(query, keys), axis=-1, temperature=temperature)  # (..., S)
     output = weights @ values  # (..., S) @ (S, d_v) -> (..., d_v)
     return output, weights

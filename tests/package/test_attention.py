@@ -545,6 +545,19 @@ def test_soft_lookup_matches_attention_without_scaling_and_works_in_torch() -> N
     )
 
 
+@pytest.mark.parametrize("bad", [np.inf, np.nan])
+@pytest.mark.parametrize("kind", ["numpy", "torch"])
+def test_soft_lookup_refuses_values_that_are_not_finite(bad: float, kind: str) -> None:
+    """Before: a cold lookup gave NaN (weight 0 times inf), where hard_lookup gives 1."""
+    keys, values = np.eye(2), np.array([[1.0], [bad]])
+    if kind == "torch":
+        keys, values = torch.from_numpy(keys), torch.from_numpy(values)
+    query = keys[0] * 1.0
+    assert hard_lookup(query, keys, values).tolist() == [1.0]
+    with pytest.raises(ValueError, match="values must be finite"):
+        soft_lookup(query, keys, values, temperature=1e-3)
+
+
 def test_soft_lookup_bad_inputs() -> None:
     keys, values = np.ones((4, 3)), np.ones((4, 2))
     with pytest.raises(ValueError, match=r"keys must have shape \(S, d\) with d = 2"):
