@@ -86,6 +86,8 @@ def cosine_similarity(a: Array, b: Array, eps: float = 1e-8) -> Array:
     Args:
         a: shape ``(..., d)``.
         b: shape ``(..., d)``; leading dimensions broadcast against ``a``'s.
+            Torch tensors must share ``a``'s dtype, as in :func:`dot_product`
+            (NumPy arrays promote).
         eps: each norm is clamped to at least ``eps``, so a zero vector gets
             similarity 0 instead of NaN (PyTorch's ``F.cosine_similarity`` does the
             same). A vector shorter than ``eps`` is therefore treated as if it had
@@ -96,15 +98,17 @@ def cosine_similarity(a: Array, b: Array, eps: float = 1e-8) -> Array:
         in float32 (where ``1e-8`` would round to 0) and cast back.
 
     Raises:
-        ValueError: for NaN or infinite entries, or vectors so long that the
-            product of their lengths overflows (float32: about ``1.8e19`` each).
+        ValueError: for torch tensors of two dtypes, NaN or infinite entries, or
+            vectors so long that the product of their lengths overflows (float32:
+            about ``1.8e19`` each).
     """
     a, b = _check_pair(a, b, "a", "b")
+    same_dtype(a, b, "a", "b")
     check_finite(a, "a")
     check_finite(b, "b")
     eps = check_positive_number(eps, "eps")
     if isinstance(a, torch.Tensor):
-        out = torch.promote_types(a.dtype, b.dtype)
+        out = a.dtype  # b's too
         a, b = a.to(compute_dtype(a)), b.to(compute_dtype(b))
         norm_a = torch.linalg.vector_norm(a, dim=-1).clamp_min(eps)
         norm_b = torch.linalg.vector_norm(b, dim=-1).clamp_min(eps)

@@ -136,6 +136,17 @@ def test_dot_product_treats_mixed_dtypes_as_score_matrix_does() -> None:
     assert dot_product(a, b).dtype == score_matrix(a, b).dtype == np.float64
 
 
+@pytest.mark.parametrize("dtype_b", [torch.float32, torch.float64])
+def test_cosine_similarity_treats_mixed_dtypes_as_dot_product_does(dtype_b: torch.dtype) -> None:
+    """cosine_similarity promoted float16 against float32 (or float64), which dot_product refuses."""
+    a, b = torch.ones(2, 3, dtype=torch.float16), torch.ones(2, 3, dtype=dtype_b)
+    for fn in (dot_product, cosine_similarity):
+        with pytest.raises(ValueError, match=r"b must have the dtype of a \(torch.float16\), got "):
+            fn(a, b)
+    a, b = np.ones((2, 3), dtype=np.float16), np.ones((2, 3), dtype=np.float32)
+    assert dot_product(a, b).dtype == cosine_similarity(a, b).dtype == np.float32
+
+
 @pytest.mark.parametrize("kind", ["torch", "numpy"])
 @pytest.mark.parametrize(
     ("a", "b", "match"),
