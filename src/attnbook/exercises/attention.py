@@ -61,7 +61,9 @@ _SDPA_CASES = [
     Case(
         "square: T = S = 4 (a transpose mistake hides in the shape)",
         lambda: (randn(404, 4, 4), randn(405, 4, 4), randn(406, 4, 2)),
-        "Transpose the keys, not the queries: entry [t, s] of the scores is query t · key s.",
+        "Entry [t, s] of the scores is query t · key s. With T = S a product in the other "
+        "order has the right shape but the transposed scores: compare one score of yours with "
+        "a dot product you compute by hand.",
     ),
     Case(
         "wide vectors, d_k = 64 (the scale matters)",

@@ -332,9 +332,10 @@ _COUNT_CASES = [
     Case(
         "vocab_size = 65, context_length = 64, d_model = 128, n_layers = 4, d_ff = 512",
         lambda: (65, 64, 128, 4, 512),
-        "Per layer: attention (4 matrices and 4 biases), feed-forward (2 matrices, 2 biases), "
-        "2 LayerNorms (a weight and a bias each); once: token and position embeddings, a final "
-        "LayerNorm; the head is tied to the token embedding.",
+        "Go through one block and list every tensor it learns, in the attention, the "
+        "feed-forward network and the LayerNorms, each linear map's bias included; then what "
+        "the model holds once (the embeddings, the final LayerNorm). The head is tied to the "
+        "token embedding.",
         draw=lambda rng: _draw_sizes(rng, d_ff_is_4d=True, layers=(2, 6)),
     ),
     Case(
@@ -356,8 +357,8 @@ _COUNT_MISTAKES = [
     Mistake(
         "forgetting the biases of the linear maps",
         _off_by(lambda v, c, d, f: -(4 * d + f + d), _zero),
-        "Each nn.Linear has a bias: 4 * d_model in the attention, d_ff + d_model in the "
-        "feed-forward network, per layer.",
+        "Each nn.Linear adds a bias, one number per output feature: count it for every linear "
+        "map, in the attention and in the feed-forward network, in every layer.",
     ),
     Mistake(
         "counting the output head as a separate matrix",
@@ -367,12 +368,14 @@ _COUNT_MISTAKES = [
     Mistake(
         "forgetting the LayerNorms",
         _off_by(lambda v, c, d, f: -4 * d, lambda v, c, d, f: -2 * d),
-        "Each LayerNorm has a weight and a bias of size d_model: two per layer, and the final one.",
+        "Each LayerNorm learns a weight and a bias, one number each per feature: count the "
+        "LayerNorms of every block, and the final one.",
     ),
     Mistake(
         "forgetting the final LayerNorm",
         _off_by(_zero, lambda v, c, d, f: -2 * d),
-        "Pre-LN models end with one more LayerNorm before the head: 2 * d_model more.",
+        "Pre-LN models end with one more LayerNorm before the head, counted once, with a weight "
+        "and a bias like the others.",
     ),
     Mistake(
         "giving each LayerNorm a weight but no bias",
@@ -392,7 +395,8 @@ _COUNT_MISTAKES = [
     Mistake(
         "forgetting the attention's output projection W_O",
         _off_by(lambda v, c, d, f: -(d * d + d), _zero),
-        "Attention has four d_model x d_model maps: W_Q, W_K, W_V and the output projection W_O.",
+        "Attention has a fourth linear map besides W_Q, W_K and W_V: the output projection W_O, "
+        "applied after the heads are merged, with its bias.",
     ),
 ]
 

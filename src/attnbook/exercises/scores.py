@@ -41,7 +41,9 @@ _SCORE_MATRIX_CASES = [
     Case(
         "4 queries, 4 keys (square, so a transpose mistake hides in the shape)",
         lambda: (_rng(5).normal(size=(4, 6)), _rng(6).normal(size=(4, 6))),
-        "Multiply queries by the transpose of keys, not keys by the transpose of queries.",
+        "Entry [t, s] is query t · key s. With as many queries as keys, a product in the other "
+        "order has the right shape but holds entry [s, t] there: compare one entry of yours "
+        "with a dot product you compute by hand.",
     ),
     Case(
         "vectors with large entries",
@@ -51,8 +53,8 @@ _SCORE_MATRIX_CASES = [
     Case(
         "6 queries, 8 keys, width 5",
         lambda: (_rng(9).normal(size=(6, 5)), _rng(10).normal(size=(8, 5))),
-        "All T × S dot products at once, in one matrix product whose inner dimensions are "
-        "both d: queries (T, d) times the keys turned into (d, S).",
+        "All T × S dot products at once, in one matrix product: arrange its two operands so "
+        "that their inner dimensions are both d and the result is (T, S).",
     ),
 ]
 
@@ -108,8 +110,8 @@ def check_score_matrix(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Ve
             ),
             no_python_loops(
                 "loops over queries and keys compute one dot product at a time, far "
-                "slower than one matrix product. Write the whole (T, S) matrix at once: "
-                "one product of queries (T, d) with the keys turned into (d, S)."
+                "slower than one matrix product. Write the whole (T, S) matrix at once, as "
+                "one matrix product whose inner dimensions are both d."
             ),
         ),
     )
