@@ -188,6 +188,20 @@ def test_sliding_window_checker_names_typical_mistakes() -> None:
         assert_rejects(check_sliding_window_mask(wrong), first, mistake)
 
 
+def test_sliding_window_mask_must_be_a_tensor() -> None:
+    """The exercise asks for a boolean tensor, as chapter 6's mask exercises do: the right
+    values as a NumPy array are refused, with the type expected (they passed before)."""
+
+    def in_numpy(n, w):
+        distance = np.arange(n)[:, None] - np.arange(n)[None, :]
+        return (distance >= 0) & (distance < w)
+
+    np.testing.assert_array_equal(in_numpy(6, 3), _window(6, 3).numpy())
+    verdict = check_sliding_window_mask(in_numpy)
+    assert_rejects(verdict, "seq_len = 4, window = 2")
+    assert "returned a NumPy array, expected a torch tensor of dtype torch.bool" in verdict.message
+
+
 def test_sliding_window_checker_rejects_other_wrong_answers() -> None:
     assert_rejects(check_sliding_window_mask(lambda n, w: _window(n, w).int()), "window = 2")
     assert_rejects(

@@ -20,9 +20,11 @@ from attnbook.exercises._framework import (
     Case,
     Mistake,
     Verdict,
+    all_of,
     no_python_loops,
     randint,
     randn,
+    returns_tensor,
     run_cases,
 )
 from attnbook.masking import sliding_window_mask
@@ -337,17 +339,30 @@ _WINDOW_MISTAKES = [
 ]
 
 
+# As chapter 6's mask exercises: the exercise asks for a boolean tensor, which the attention
+# it goes into takes; a NumPy array of the right values is refused, naming its type.
+_MASK_TENSOR = "a torch tensor of dtype torch.bool"
+_MASK_TENSOR_HINT = (
+    "the exercise asks for a boolean torch tensor: the masked attention it goes into takes a "
+    "tensor. Build the mask with torch operations, not NumPy."
+)
+
+
 def check_sliding_window_mask(fn: Callable[[int, int], torch.Tensor]) -> Verdict:
-    """Check ``fn(seq_len, window) -> mask``: ``(T, T)`` boolean, ``True`` where ``0 <= t - s < window``."""
+    """Check ``fn(seq_len, window) -> mask``: a ``(T, T)`` boolean tensor, ``True`` where
+    ``0 <= t - s < window``. A NumPy array fails, even with the right values."""
     return run_cases(
         "sliding_window_mask",
         fn,
         _window_reference,
         _WINDOW_CASES,
         mistakes=_WINDOW_MISTAKES,
-        guard=no_python_loops(
-            "build the whole mask at once: the distances t - s of a column of positions and a "
-            "row of positions, (T, 1) - (1, T), then two comparisons.",
+        guard=all_of(
+            no_python_loops(
+                "build the whole mask at once: the distances t - s of a column of positions and "
+                "a row of positions, (T, 1) - (1, T), then two comparisons.",
+            ),
+            returns_tensor(_MASK_TENSOR, _MASK_TENSOR_HINT),
         ),
     )
 
