@@ -320,6 +320,46 @@ def test_a_directive_opened_in_a_backtick_fenced_directive_with_a_markdown_body_
         notebooks.strip_solutions(text, cell=3)
 
 
+@pytest.mark.parametrize(
+    ("text", "line", "name"),
+    [
+        ("Prose.\n\n> :::{solution} ex-add\n> SECRET\n> :::\n", 3, "solution"),
+        (">:::{exercise} Add\n>:::\n", 1, "exercise"),  # no space after the >
+        ("> Quoted.\n>\n> > ::::{exercise} Add\n> > ::::\n", 3, "exercise"),  # nested
+        ("- Item:\n\n  > :::{solution} ex-add\n  > :::\n", 3, "solution"),  # in a list item
+        (  # in the body of a solution, past a quoted code block
+            "::::{solution} ex-add\n> ```\n> x\n> ```\n> :::{solution} ex-b\n> :::\n::::\n",
+            5,
+            "solution",
+        ),
+    ],
+    ids=["quote", "no-space", "nested", "list-item", "in-a-body"],
+)
+def test_a_directive_opened_inside_a_block_quote_is_an_error(
+    text: str, line: int, name: str
+) -> None:
+    """MyST renders a directive in a block quote, but the parser reads no quote: the
+    solution was skipped, and the student edition kept it."""
+    message = (
+        f"cell 3, line {line}: a {{{name}}} directive is opened inside a block quote "
+        f"\\('>'\\), where the tools would overlook it; open the {{{name}}} outside the quote$"
+    )
+    with pytest.raises(ValueError, match=message):
+        notebooks.strip_solutions(text, cell=3)
+
+
+def test_a_quote_may_show_a_directive_in_its_code_or_hold_other_directives() -> None:
+    """The quote's own markdown is read as the text outside it: an example in its code block
+    and a note are no exercise or solution (they are not refused), and the code blocks the
+    tools skip are those outside quotes, as before."""
+    text = (
+        "> Write it so:\n> ```markdown\n> :::{solution} ex-example\n> ```\n"
+        "> :::{note}\n> A note.\n> :::\n\n:::{solution} ex-add\n:::\n"
+    )
+    assert [block.label for block in directive_blocks(text)] == ["ex-add"]
+    assert notebooks.code_blocks(text) == []
+
+
 def test_a_directive_in_a_literal_directive_or_a_code_block_of_a_note_is_code() -> None:
     text = (
         "```{code-block} markdown\n:::{solution} ex-example\n:::\n```\n"

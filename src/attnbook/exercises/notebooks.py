@@ -41,11 +41,14 @@ list item, past the item's marker and the spaces after it, ``1. ```python``
 or a line indented as far as the item's text), closed by a line of the same
 character, at least as long, with no info string, indented the same way. A code
 block in a list item also ends where the item does (a line indented less than
-its text; a block quote's ``>`` is not read). A code block never closed is code to the end of the text (or of the
+its text). A code block never closed is code to the end of the text (or of the
 body), as in CommonMark, and a directive line it would hide is a
-``ValueError``. ``code_blocks`` gives the code blocks as the parser reads them,
-for the tools that read the same markdown (the student edition's leak check, the
-exercise inventory).
+``ValueError``. A block quote's ``>`` is not read, so an exercise or solution
+opened inside a quote (which MyST renders) is a ``ValueError`` too; the quote's
+own code blocks are read only to tell an example from a directive, and are not
+among ``code_blocks``. ``code_blocks`` gives the code blocks as the parser reads
+them, for the tools that read the same markdown (the student edition's leak
+check, the exercise inventory).
 
 The checkers an exercise uses are the ``check_*`` calls of the first code cell
 after it (before the next exercise). ``run_notebook`` executes a notebook with
@@ -102,6 +105,8 @@ _LIST_MARKER = re.compile(
 _THEMATIC_BREAK = re.compile(r"^ {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$")
 # The other lines that start a block, and so end a paragraph: a heading, a quote, a colon fence.
 _BLOCK_START = re.compile(r"^ {0,3}(?:#{1,6}(?:[ \t]|$)|>|:{3,})")
+# A line of a block quote (CommonMark): up to three spaces, ">", an optional space, its content.
+_QUOTE = re.compile(r"^ {0,3}> ?")
 # The directive a backtick or tilde fence opens ("```{note}", "~~~ {figure} x.svg"): MyST reads
 # the body of most as markdown, as it does a colon fence's.
 _FENCED_DIRECTIVE = re.compile(r"[ \t]*\{(?P<name>[^{}\s]+)\}")
@@ -274,6 +279,7 @@ def _next_directive(
     items: list[int] = []  # the list items open (the columns where their text starts)
     paragraph = False  # the line before is a paragraph's (a lazy continuation may follow)
     empty = False  # the line before opens a list item without text
+    quoted = start  # the lines before it are in a block quote already read (or not quoted)
     i = start
     while i < stop:
         if code_fenced := _CODE_FENCED_OPEN.match(lines[i]):
@@ -288,6 +294,8 @@ def _next_directive(
         items, column = _list_items(lines[i], items, paragraph)
         text = "" if column is None else lines[i][column:]
         empty = column is not None and not text.strip()  # an item opened without text
+        if column is not None and i >= quoted and _QUOTE.match(text):
+            quoted = _refuse_quoted_directive(lines, i, stop, cell, column)
         fence = _code_fence(text)
         if not fence:
             if column is not None:  # not a blank line, nor a lazy continuation
@@ -322,6 +330,29 @@ def _next_directive(
         i = close if ended else close + 1  # the line that ends a list item is read again
         paragraph = False
     return stop
+
+
+def _refuse_quoted_directive(
+    lines: list[str], first: int, stop: int, cell: int, column: int
+) -> int:
+    """Raise a ValueError if the block quote whose first line is `first` (its ``>`` at
+    `column`, past a list item's marker) opens an exercise or solution, in its own markdown
+    (its code blocks and nested quotes read as in the text outside); return the line after
+    its last ``>`` line. MyST renders a directive in a quote, but the tools read neither the
+    quote's ``>`` nor a block written inside it, so the student edition would keep it."""
+    last = first
+    while last < stop and _QUOTE.match(lines[last][column:]):
+        last += 1
+    inside = [_QUOTE.sub("", line[column:], count=1) for line in lines[first:last]]
+    body = lines[:first] + inside + lines[last:]  # the same line numbers
+    if (inner := _next_directive(body, first, last, cell, [])) < last:
+        name = _directive_name(body[inner])
+        raise ValueError(
+            f"cell {cell}, line {inner + 1}: a {{{name}}} directive is opened inside a block "
+            f"quote ('>'), where the tools would overlook it; open the {{{name}}} outside "
+            "the quote"
+        )
+    return last
 
 
 def _refuse_hidden_directive(
@@ -408,7 +439,7 @@ def directive_blocks(source: str, cell: int = 0) -> list[Block]:
     Lines of a fenced code block (an example of how to write an exercise, say) are
     code, not directives. An exercise or solution opened inside the body of another,
     or of a directive fenced with backticks or tildes whose body is markdown (a
-    ```` ```{note} ````), is refused, not skipped.
+    ```` ```{note} ````), or inside a block quote (``>``), is refused, not skipped.
 
     Args:
         source: a markdown cell's source or a markdown page.
@@ -416,9 +447,9 @@ def directive_blocks(source: str, cell: int = 0) -> list[Block]:
 
     Raises:
         ValueError: a directive is never closed, is fenced with backticks or
-            tildes, is opened inside another or inside a backtick- or tilde-fenced
-            directive with a markdown body, or follows a code block that is never
-            closed.
+            tildes, is opened inside another, inside a backtick- or tilde-fenced
+            directive with a markdown body or inside a block quote, or follows a
+            code block that is never closed.
     """
     return _read(source, cell)[0]
 
