@@ -875,6 +875,46 @@ def test_the_grader_refuses_a_numpy_mask_as_the_checker_does(tmp_path: Path) -> 
     assert said["padding_mask"][0] == "passed", said["padding_mask"][1]
 
 
+_ZERO_WEIGHT = (  # attention's values through NumPy, tied to the graph by a term of weight 0
+    "import numpy as np\nimport torch\n"
+    "def attend(q, k, v):\n"
+    "    Q, K, V = (t.detach().numpy() for t in (q, k, v))\n"
+    "    s = Q @ np.swapaxes(K, -1, -2) / np.sqrt(Q.shape[-1])\n"
+    "    w = np.exp(s - s.max(axis=-1, keepdims=True))\n"
+    "    out = torch.from_numpy(w / w.sum(axis=-1, keepdims=True) @ V)\n"
+    "    return out + (q.sum() + k.sum() + v.sum()) * 0\n"
+    "__attnbook_answer__ = attend\n"
+)
+
+
+@needs_bwrap
+def test_values_computed_outside_autograd_fail_on_their_gradient_in_the_grader(
+    tmp_path: Path,
+) -> None:
+    """An answer that computed attention's values with NumPy and reached the inputs' graph by
+    adding `query.sum() * 0` was graded passed: the rule asked only that the graph reach the
+    inputs. Its gradient is now compared with the reference's, computed in the sandbox before
+    the exercise's library functions become tripwires; a right answer through einsum (in
+    float32 inside) passes in the same sandbox run."""
+    programs = {
+        "scaled_dot_product_attention": _ZERO_WEIGHT,
+        "self_attention": (
+            "import torch\n"
+            "def attend(x, W_q, W_k, W_v):\n"
+            "    q, k, v = (x.float() @ W.float() for W in (W_q, W_k, W_v))\n"
+            "    s = torch.einsum('...td,...sd->...ts', q, k) / q.shape[-1] ** 0.5\n"
+            "    return torch.einsum('...ts,...sd->...td', s.softmax(-1), v)\n"
+            "__attnbook_answer__ = attend\n"
+        ),
+    }
+    args = {name: _one_case(name).cases[0].make_args() for name in programs}
+    said = _evaluate_programs(programs, args, tmp_path)
+    status, message = said["scaled_dot_product_attention"]
+    assert status == "failed", message
+    assert "the gradient with respect to `query` differs from the reference's" in message
+    assert said["self_attention"][0] == "passed", said["self_attention"][1]
+
+
 _LAZY_LOOPS = (  # a mask computed by Python loops when NumPy converts the answer's result
     "import numpy as np\n"
     "class Lazy:\n"

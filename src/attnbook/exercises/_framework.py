@@ -63,11 +63,13 @@ __all__ = [
     "checker_spec",
     "differentiable",
     "forbid_calls",
+    "gradient_problem",
     "library_guard",
     "library_softmaxes",
     "no_checker_internals",
     "no_package",
     "no_python_loops",
+    "prime_reference",
     "returns_tensor",
     "run_cases",
     "seeded_args",
@@ -464,6 +466,19 @@ def _detached(result: object) -> object:
     return result
 
 
+@dataclass(frozen=True)
+class _Differentiable:
+    """What :func:`differentiable` was asked: for the wrapper that :func:`run_cases` builds
+    again with the reference, to compare the two gradients."""
+
+    exercise: str
+    fn: Callable
+    wrt: dict[str, int]
+    noun: str
+    why: str
+    keep_graph: bool
+
+
 def differentiable(
     exercise: str,
     fn: Callable,
@@ -487,6 +502,14 @@ def differentiable(
     refused; if not, the answer does not read the argument at all (a wrong answer, such as
     a forgotten gain), and the comparison with the reference names that mistake.
 
+    Reaching the leaves is not enough: ``values_from_numpy + query.sum() * 0`` reaches
+    ``query`` with a gradient of zero. Handed to :func:`run_cases`, the function is
+    wrapped again with the checker's reference (:func:`_against_reference`), and where its
+    values agree with the reference's, its gradients must too: the vector-Jacobian product
+    with a fixed random cotangent (seeded), with respect to each argument in ``wrt``, is
+    compared with the reference's at the checker's tolerances (``atol`` scaled by the
+    largest gradient entry, when that is above 1).
+
     Args:
         exercise: the exercise's name, e.g. ``"rms_norm"``, for the message.
         fn: the learner's function (or a reference, a mistake).
@@ -504,9 +527,114 @@ def differentiable(
 
     if not callable(fn):
         return fn  # for run_cases to say that the checker needs the function itself
+    return _differentiable_wrapper(_Differentiable(exercise, fn, wrt, noun, why, keep_graph))
+
+
+class _Reference:
+    """The reference of a checker whose answer is :func:`differentiable`, and the checker's
+    tolerances: its results and gradients on the cases' inputs, computed before the answer
+    runs under the guards' watch (:meth:`prime`), where the reference's own calls (the
+    package's function that the exercise forbids) would be seen as the answer's."""
+
+    def __init__(self, reference: Callable, rtol: float, atol: float) -> None:
+        # A reference wrapped by differentiable itself (the loss of chapter 10): its function.
+        self.fn = getattr(reference, "_attnbook_differentiable", None)
+        self.fn = reference if self.fn is None else self.fn.fn
+        self.rtol, self.atol = rtol, atol
+        self.primed: list[tuple[tuple, tuple[object, dict[str, torch.Tensor]]]] = []
+        self.problem: str | None = None  # what the last call's gradients showed
+
+    def prime(self, args: Sequence, wrt: dict[str, int]) -> None:
+        """Compute the reference's result and gradients on ``args``, for the call of the
+        answer on these very objects."""
+        self.primed.append((tuple(args), self.gradients(args, wrt)))
+
+    def on(self, args: Sequence, wrt: dict[str, int]) -> tuple[object, dict[str, torch.Tensor]]:
+        """The reference's result (detached) and its gradient with respect to each argument
+        of ``wrt`` that its graph reaches, on ``args``: primed, or computed now."""
+        for primed, found in self.primed:
+            if len(primed) == len(args) and all(a is b for a, b in zip(primed, args)):
+                return found
+        return self.gradients(args, wrt)
+
+    def gradients(
+        self, args: Sequence, wrt: dict[str, int]
+    ) -> tuple[object, dict[str, torch.Tensor]]:
+        args = list(copy.deepcopy(tuple(args)))
+        leaves: dict[str, torch.Tensor] = {}
+        for name, i in wrt.items():
+            arg = args[i] if i < len(args) else None
+            if isinstance(arg, torch.Tensor) and arg.is_floating_point():
+                leaves[name] = args[i] = arg.detach().clone().requires_grad_(True)
+        with torch.enable_grad(), np.errstate(all="ignore"):
+            result = self.fn(*args)
+            # only where the reference's own graph goes (pre_ln_block's runs under no_grad)
+            reached = _reached_leaves(result)
+            leaves = {n: leaf for n, leaf in leaves.items() if id(leaf) in reached}
+            grads = _vector_jacobian(result, leaves)
+        return _detached(result), grads
+
+
+def _float_parts(result: object) -> list[torch.Tensor]:
+    """The floating-point tensors of a result (a tensor, or a tuple or list of them)."""
+    parts = result if isinstance(result, tuple | list) else (result,)
+    return [p for p in parts if isinstance(p, torch.Tensor) and p.is_floating_point()]
+
+
+def _vector_jacobian(result: object, leaves: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The gradient of ``sum(v * result)`` with respect to each leaf that ``result``'s graph
+    reaches, ``v`` standard-normal draws of a fixed seed, one array for each floating-point
+    part of ``result``; a leaf not reached gets zeros."""
+    parts = _float_parts(result)
+    generator = torch.Generator().manual_seed(0)
+    cotangents = [
+        torch.randn(p.shape, generator=generator, dtype=torch.float64).to(p.dtype) for p in parts
+    ]
+    traced = [(p, v) for p, v in zip(parts, cotangents) if p.requires_grad]
+    names = list(leaves)
+    grads: Sequence[torch.Tensor | None] = [None] * len(names)
+    if traced and names:
+        grads = torch.autograd.grad(
+            [p for p, _ in traced],
+            [leaves[n] for n in names],
+            grad_outputs=[v for _, v in traced],
+            allow_unused=True,
+        )
+    return {
+        n: torch.zeros_like(leaves[n]) if g is None else g.detach() for n, g in zip(names, grads)
+    }
+
+
+def _gradient_gap(
+    got: torch.Tensor, expected: torch.Tensor, rtol: float, atol: float
+) -> str | None:
+    """Where two gradients differ beyond the tolerances (``atol`` times the largest entry of
+    ``expected`` when that is above 1), ``None`` where they agree."""
+    g, e = _to_numpy(got), _to_numpy(expected)
+    if g.shape != e.shape:
+        return f"its shape is {_fmt_shape(g.shape)}, the reference's {_fmt_shape(e.shape)}"
+    finite = np.abs(e[np.isfinite(e)])
+    scale = max(1.0, float(finite.max())) if finite.size else 1.0
+    wrong = ~np.isclose(g, e, rtol=rtol, atol=atol * scale, equal_nan=True)
+    if not wrong.any():
+        return None
+    with np.errstate(invalid="ignore"):
+        gap = np.where(wrong, np.nan_to_num(np.abs(g - e), nan=np.inf), 0.0)
+    worst = np.unravel_index(np.argmax(gap), g.shape) if g.ndim else ()
+    at = f" at index {tuple(int(i) for i in worst)}" if g.ndim else ""
+    return f"largest difference {gap[worst]:.2g}{at}"
+
+
+def _differentiable_wrapper(spec: _Differentiable, reference: _Reference | None = None) -> Callable:
+    """The function :func:`differentiable` returns; with ``reference``, the one that also
+    compares the answer's gradients with the reference's."""
+    exercise, fn, wrt, noun, why = spec.exercise, spec.fn, spec.wrt, spec.noun, spec.why
 
     @functools.wraps(fn)
     def wrapper(*args: object) -> object:
+        called_with = args
+        if reference is not None:
+            reference.problem = None
         args = list(args)
         originals: dict[str, torch.Tensor] = {}
         leaves: dict[str, torch.Tensor] = {}
@@ -531,9 +659,11 @@ def differentiable(
                     "operations on the tensors you are given and return that tensor, without "
                     f"{_CUT_FROM_AUTOGRAD}"
                 ) from None
+        in_place = False
         for name, original in originals.items():
             changed = given[name].detach()
             if changed.shape == original.shape and not torch.equal(changed, original):
+                in_place = True  # changed_inputs says so, in its own words
                 with torch.no_grad():
                     original.copy_(changed)
         if result is None:
@@ -548,11 +678,96 @@ def differentiable(
                 "with torch operations on the tensors you are given and return that tensor, "
                 f"without {_CUT_FROM_AUTOGRAD}"
             )
-        if keep_graph:
+        if spec.keep_graph:
             return result, tuple(leaves.values())
+        if reference is not None and leaves and not in_place:
+            reference.problem = _unwatched(  # type: ignore[assignment]
+                lambda: _compare_gradients(spec, reference, called_with, result, leaves)
+            )
         return _detached(result)
 
+    wrapper._attnbook_differentiable = spec  # type: ignore[attr-defined]
+    if reference is not None:
+        wrapper._attnbook_reference = (reference, wrt)  # type: ignore[attr-defined]
     return wrapper
+
+
+def _compare_gradients(
+    spec: _Differentiable,
+    reference: _Reference,
+    args: Sequence,
+    result: object,
+    leaves: dict[str, torch.Tensor],
+) -> str | None:
+    """What is wrong with the gradients of a result whose values agree with the reference's on
+    ``args``: one with respect to an argument of ``spec.wrt`` that differs from the
+    reference's, or none that autograd can compute; ``None`` when they agree, or when the
+    values do not (the comparison of values says so, and names the mistake)."""
+    expected, expected_grads = reference.on(args, spec.wrt)
+    got = _detached(result)
+    if compare_outputs(got, expected, reference.rtol, reference.atol) is not None:
+        return None
+    if [p.shape for p in _float_parts(got)] != [p.shape for p in _float_parts(expected)]:
+        return None
+    try:
+        with torch.enable_grad(), np.errstate(all="ignore"):
+            grads = _vector_jacobian(result, leaves)
+    except RuntimeError as exc:
+        return (
+            f"returned the right values, but autograd cannot compute their gradient "
+            f"(backward() raised {str(exc)[:160]}).\n   Hint: {spec.why}. An operation in "
+            "place on a tensor that autograd keeps for the backward pass (x *= ..., "
+            "x[...] = ...) is the usual cause: build a new tensor instead."
+        )
+    for name, expected_grad in expected_grads.items():
+        gap = _gradient_gap(grads[name], expected_grad, reference.rtol, reference.atol)
+        if gap is None:
+            continue
+        return (
+            f"returned the right values, but the gradient with respect to `{name}` differs "
+            f"from the reference's ({gap}): a result computed outside autograd, or one that "
+            f"reads `{name}` where another argument holds the same values?\n   Hint: "
+            f"{spec.why}. Build the result with torch operations on the tensors you are "
+            f"given, without {_CUT_FROM_AUTOGRAD}, and without a term such as "
+            f"`{name}.sum() * 0`, which reaches `{name}` with a gradient of zero."
+        )
+    return None
+
+
+def _against_reference(
+    learner_fn: Callable, reference_fn: Callable, rtol: float, atol: float
+) -> Callable:
+    """``learner_fn`` as :func:`run_cases` runs it: a :func:`differentiable` answer wrapped
+    again to compare its gradients with ``reference_fn``'s; any other function as it is."""
+    spec = getattr(learner_fn, "_attnbook_differentiable", None)
+    if not isinstance(spec, _Differentiable) or spec.keep_graph or not callable(reference_fn):
+        return learner_fn
+    return _differentiable_wrapper(spec, _Reference(reference_fn, rtol, atol))
+
+
+def prime_reference(learner_fn: Callable, args: Sequence) -> None:
+    """Before ``learner_fn`` (as :func:`checker_spec` hands it over) runs on ``args`` under a
+    guard or the grader's tripwires, compute what its reference gives on them: the
+    gradients that a :func:`differentiable` answer's are compared with. Nothing for any
+    other function."""
+    found = getattr(learner_fn, "_attnbook_reference", None)
+    if found is not None:
+        reference, wrt = found
+        reference.prime(args, wrt)
+
+
+def gradient_problem(learner_fn: Callable) -> str | None:
+    """What the last call of ``learner_fn`` (as :func:`checker_spec` hands it over) showed of
+    its gradients: for a :func:`differentiable` answer whose values were right, a gradient
+    unlike the reference's, else ``None``. A checker and the grader report it only once every
+    case's values have passed: a known mistake that returns the right values on one case
+    (keys read from ``x_query`` where ``x_context`` holds the same values) is then named on
+    the case where its values differ."""
+    found = getattr(learner_fn, "_attnbook_reference", None)
+    if found is None:
+        return None
+    problem, found[0].problem = found[0].problem, None
+    return problem
 
 
 def _depends_on(fn: Callable, args: list, i: int, result: object) -> bool:
@@ -577,7 +792,7 @@ _SWITCHED_OFF = (
 )
 
 
-def _call_hooks() -> tuple[Callable, Callable]:
+def _call_hooks() -> tuple[Callable, Callable, Callable]:
     """The two ways a guard watches an answer, each holding ``sys``'s hook setters in its
     closure: a sandbox may replace ``sys.setprofile`` and ``sys.settrace`` by tripwires
     before it runs an answer, and the guards keep working (a closure's cells are reached only
@@ -614,10 +829,23 @@ def _call_hooks() -> tuple[Callable, Callable]:
         """``call()`` under the trace function ``trace``."""
         return hooked(call, trace, set_trace, get_trace)
 
-    return watching_calls, tracing
+    def unwatched(call: Callable[[], object]) -> object:
+        """``call()`` with neither hook set, both put back after: the framework's own work
+        inside the answer's call (comparing its gradients with the reference's), which no
+        guard needs to watch and which would run slowly under every guard's hooks."""
+        profile, trace = get_profile(), get_trace()
+        set_profile(None)
+        set_trace(None)
+        try:
+            return call()
+        finally:
+            set_trace(trace)
+            set_profile(profile)
+
+    return watching_calls, tracing, unwatched
 
 
-_watching_calls, _tracing = _call_hooks()
+_watching_calls, _tracing, _unwatched = _call_hooks()
 
 
 def _first_seen(
@@ -1278,6 +1506,7 @@ def run_cases(
         no_package(learner_fn),
     )
     guard = all_of(*(g for g in guards if g is not None))
+    learner_fn = _against_reference(learner_fn, reference_fn, rtol, atol)
     if _CAPTURE.get():  # checker_spec: hand the checker's settings over instead of running
         spec = CheckSpec(exercise, learner_fn, reference_fn, tuple(cases), rtol, atol)
         raise _Captured(dataclasses.replace(spec, mistakes=tuple(mistakes), guard=guard))
@@ -1300,11 +1529,13 @@ def _judge(
             f"check_{exercise} needs your function itself, got {type(learner_fn).__name__}; "
             f"pass the function without calling it, e.g. check_{exercise}(my_function)"
         )
+    deferred = None  # the first case whose gradients are wrong, told once all values pass
     for i, case in enumerate(cases, start=1):
         expected = reference_fn(*case.make_args())
         args = case.make_args()
         before = snapshot(args)
         try:
+            prime_reference(learner_fn, args)
             # NumPy's overflow warnings would only repeat what the verdict explains.
             with np.errstate(all="ignore"):
                 if guard is None:
@@ -1331,6 +1562,9 @@ def _judge(
             )
         if misuse is None:
             misuse = changed_inputs(learner_fn, before, args)
+        gradient = gradient_problem(learner_fn)
+        if gradient is not None and deferred is None:
+            deferred = f"case {i}/{len(cases)} ({case.name}) {gradient}"
         if misuse is not None:
             return Verdict(
                 exercise,
@@ -1349,6 +1583,8 @@ def _judge(
                 len(cases),
                 f"❌ {exercise}: case {i}/{len(cases)} ({case.name}) {problem}\n   Hint: {hint}",
             )
+    if deferred is not None:
+        return Verdict(exercise, False, True, len(cases), f"❌ {exercise}: {deferred}")
     return Verdict(
         exercise,
         True,

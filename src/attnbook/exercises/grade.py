@@ -708,6 +708,7 @@ def _judge(
     entries = report.get("cases")
     if not isinstance(entries, list):
         return "error", f"⚠️ {name}: the answer's results cannot be read"
+    deferred = None  # the first case whose gradients are wrong, told once all values pass
     for i, case in enumerate(spec.cases):
         where = f"case {i + 1}/{n} ({case.name})"
         if case.draw is not None:  # named by the notebook's inputs, run on the grader's own
@@ -762,6 +763,10 @@ def _judge(
                 case.hint,
             )
             return "failed", f"❌ {name}: {where} {problem}\n   Hint: {hint}"
+        if entry.get("gradient") and deferred is None:
+            deferred = f"❌ {name}: {where} {str(entry['gradient'])[:900]}"
+    if deferred is not None:
+        return "failed", deferred
     return "passed", f"✅ {name}: all {n} cases pass (inputs drawn by the grader)."
 
 

@@ -856,7 +856,14 @@ def _evaluate_one(folder: Path, job: dict, alone: bool = False) -> None:
     import numpy as np
 
     import attnbook.exercises as checkers
-    from attnbook.exercises._framework import changed_inputs, checker_spec, seeded_args, snapshot
+    from attnbook.exercises._framework import (
+        changed_inputs,
+        checker_spec,
+        gradient_problem,
+        prime_reference,
+        seeded_args,
+        snapshot,
+    )
 
     name = job["exercise"]
     report: dict[str, Any] = {"exercise": name, "cases": [], "tripped": []}
@@ -902,6 +909,12 @@ def _evaluate_one(folder: Path, job: dict, alone: bool = False) -> None:
         args if args is not None else seeded_args(spec.cases[i], job["seeds"][i], spec)
         for i, args in enumerate(job["args"])
     ]
+    try:  # the reference's gradients, before its library functions become tripwires
+        for args in cases:
+            prime_reference(spec.learner_fn, args)
+    except BaseException as exc:
+        report["setup"] = f"{type(exc).__name__}: {str(exc)[:500]}"
+        return write()
     rebound = _rebound(library)  # while the answer was defined, before the tripwires
     _install_tripwires(name, tripped)
     library = _library_attributes()
@@ -933,6 +946,9 @@ def _evaluate_one(folder: Path, job: dict, alone: bool = False) -> None:
                 raise RuntimeError("the answer's result was not converted")
             kind, parts = converted[0]
             entry |= {"kind": kind, "n": len(parts), "misuse": misuse}
+            gradient = gradient_problem(spec.learner_fn)
+            if gradient is not None:  # told by the grader once every case's values pass
+                entry["gradient"] = gradient
             for j, part in enumerate(parts):
                 arrays[f"c{i}_{j}"] = part
         except NotImplementedError:
