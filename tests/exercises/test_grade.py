@@ -1653,6 +1653,35 @@ def test_a_failed_drawn_case_shows_the_graders_own_inputs(
     assert "[0.0, 0.0, 0.0, 0.0]" not in record["message"], record["message"]
 
 
+def test_a_definition_not_taken_from_the_notebook_is_named_in_the_grade(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A right softmax defined inside an `if` on the notebook's values, after one that calls
+    the library's: the program takes the first (only running decides whether the `if` ran),
+    and the grade's message says which definition it did not take. (The static check fails
+    the one taken, so that no sandbox runs.)"""
+    monkeypatch.setattr(sandbox, "bwrap_available", lambda: False)
+    right = (
+        "if np.ones(1).sum() > 0:\n    def my_softmax(x):\n"
+        "        e = np.exp(x - x.max(axis=-1, keepdims=True))\n"
+        "        return e / e.sum(axis=-1, keepdims=True)"
+    )
+    library = "def my_softmax(x):\n    return torch.softmax(torch.as_tensor(x), dim=-1)"
+    cells = (IMPORTS, library, right, "check_softmax(my_softmax)")
+    _mini(tmp_path / "subs" / "zoe" / "02_softmax.ipynb", *cells)
+    out = tmp_path / "grades.json"
+    argv = [str(tmp_path / "subs"), "--unsafe-no-sandbox", "--skip-run", "--json", str(out)]
+    with redirect_stderr(io.StringIO()), redirect_stdout(io.StringIO()):
+        assert grade.main(argv) == 0
+    (record,) = [r for r in json.loads(out.read_text()) if r["exercise"] == "softmax"]
+    assert record["status"] == "failed", record
+    assert "the answer calls softmax (torch.softmax)" in record["message"], record["message"]
+    assert (
+        "(Not taken from the notebook: a definition of `my_softmax` inside an `if` whose "
+        "condition only running the notebook decides was not taken"
+    ) in record["message"], record["message"]
+
+
 def test_calling_the_chapters_own_answer_fails_and_a_helper_of_another_name_passes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

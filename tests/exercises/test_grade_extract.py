@@ -151,6 +151,85 @@ def test_the_last_definition_before_the_call_counts() -> None:
     assert "return 3" not in found.program
 
 
+_RIGHT = (
+    "def f(x):\n    e = np.exp(x - x.max(axis=-1, keepdims=True))\n"
+    "    return e / e.sum(axis=-1, keepdims=True)"
+)
+
+
+def _softmax_of(program: str) -> np.ndarray:
+    namespace: dict = {}
+    exec(program, namespace)
+    return namespace["__attnbook_answer__"](np.array([1.0, 2.0, 3.0]))
+
+
+@pytest.mark.parametrize(
+    "opening",
+    ["try:", "with np.errstate(all='ignore'):", "if True:", "if __name__ == '__main__':"],
+)
+def test_a_definition_in_a_try_with_or_constant_if_body_is_taken_as_the_notebook_ran_it(
+    opening: str,
+) -> None:
+    """Only top-level statements were taken: a right softmax defined in a `try` after a wrong
+    one was graded failed, on the wrong one, though the notebook ran the right one."""
+    indented = "\n".join("    " + line for line in _RIGHT.splitlines())
+    rest = "\nexcept NameError:\n    def f(x):\n        return x" if opening == "try:" else ""
+    found = _one(
+        "import numpy as np",
+        "def f(x):\n    return x",
+        f"{opening}\n{indented}{rest}",
+        "check_softmax(f)",
+    )
+    assert found.program.count("def f") == 1, found.program
+    assert np.allclose(_softmax_of(found.program), np.exp([1, 2, 3]) / np.exp([1, 2, 3]).sum())
+    assert found.problems == ()
+    assert found.notes == ()
+
+
+def test_a_checker_called_in_a_try_body_reads_the_definitions_before_it_there() -> None:
+    indented = "\n".join("    " + line for line in _RIGHT.splitlines())
+    found = _one(
+        "import numpy as np",
+        f"try:\n{indented}\n    check_softmax(f)\nexcept Exception as e:\n    print(e)",
+    )
+    assert found.program.endswith("__attnbook_answer__ = f"), found.program
+    assert "print" not in found.program
+    assert "check_softmax" not in found.program
+    assert np.allclose(_softmax_of(found.program), np.exp([1, 2, 3]) / np.exp([1, 2, 3]).sum())
+
+
+def test_what_a_try_body_imports_is_read_as_any_import_is() -> None:
+    found = _one(
+        "try:\n    from scipy.special import softmax as f\nexcept ImportError:\n    f = None",
+        "check_softmax(f)",
+    )
+    assert found.program.startswith("from scipy.special import softmax as f"), found.program
+    assert found.problems, found.program
+    assert "softmax" in found.problems[0], found.problems
+
+
+def test_a_definition_that_only_running_decides_is_not_taken_and_is_named() -> None:
+    """An `if` on the notebook's values (a loop, an `except` branch) may or may not have
+    run: what it defines is not taken, and the grade's message says so."""
+    indented = "\n".join("    " + line for line in _RIGHT.splitlines())
+    found = _one(
+        "import numpy as np\nFAST = np.ones(1).sum() > 0",
+        "def f(x):\n    return x",
+        f"if FAST:\n{indented}",
+        "check_softmax(f)",
+    )
+    assert "return x\n" in found.program
+    assert "np.exp" not in found.program
+    (note,) = found.notes
+    assert note.startswith("a definition of `f` inside an `if` whose condition only running")
+    found = _one("for n in range(2):\n    def g(x):\n        return x * n", "check_softmax(g)")
+    assert found.notes == (
+        "a definition of `g` inside a `for` loop was not taken: the grader takes only "
+        "definitions that run whatever the notebook's values (at the top level of a cell, or "
+        "in a `try` or `with` body); define it there",
+    )
+
+
 def test_an_exercise_checked_twice_is_taken_from_its_last_call() -> None:
     found = _one(
         "def first(x):\n    return 1\n\ncheck_softmax(first)",

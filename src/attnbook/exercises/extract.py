@@ -10,6 +10,11 @@ one before that statement), with the statements after it that change what it
 binds (``d["k"] = v``, ``d.update(...)``, ``@f.register(...)``; not a module's),
 following names from definition to definition
 (:mod:`symtable` tells a function's own variables from the globals it reads).
+The statements of a ``try`` body (and its ``else`` and ``finally``), of a
+``with`` body and of an ``if`` whose condition is fixed before it runs count
+as top-level, as the notebook ran them (:func:`_ran`); what an ``except``
+branch, a loop or an ``if`` on the notebook's values defines is not taken, and
+the :class:`Extracted` answer notes it when the answer needs that name.
 Nothing else of the notebook is taken: prints, plots, training runs and any
 statement that calls a checker stay out. :func:`extract` returns that
 program, which the grader runs in a clean sandbox.
@@ -350,6 +355,9 @@ class Extracted:
     program: str  # the definitions it needs, then `__attnbook_answer__ = <the expression>`
     problems: tuple[str, ...]  # forbidden uses found statically ("" program if it cannot run)
     error: str = ""  # why no program could be taken ("" when it could)
+    # definitions of a name the answer needs that the program could not take (inside an
+    # `if` whose condition only running it decides), for the grade's message
+    notes: tuple[str, ...] = ()
 
 
 def _parse(source: str) -> ast.Module:
@@ -496,7 +504,7 @@ def extract(nb: object) -> list[Extracted]:
                 )
                 found[name] = Extracted(name, index, "", (), message)
             continue
-        for statement in tree.body:
+        for statement in (s for top in tree.body for s in _ran(top)):
             for call in (n for n in ast.walk(statement) if isinstance(n, ast.Call)):
                 func = call.func
                 checker = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
@@ -515,6 +523,68 @@ def extract(nb: object) -> list[Extracted]:
                 found[name] = _program(name, index, call.args[0], statements)
             statements.append(statement)
     return list(found.values())
+
+
+def _constant_test(test: ast.expr) -> bool | None:
+    """The truth of an ``if``'s condition where it is fixed before the notebook runs: a
+    constant (``if True:``, ``if 0:``) or ``__name__ == "__main__"`` (true in a notebook, as
+    in the grader's program); ``None`` where only running it decides."""
+    if isinstance(test, ast.Constant):
+        return bool(test.value)
+    main = ast.Compare(ast.Name("__name__", ast.Load()), [ast.Eq()], [ast.Constant("__main__")])
+    return True if ast.dump(test) == ast.dump(main) else None
+
+
+def _ran(statement: ast.stmt) -> list[ast.stmt]:
+    """The statements that running a top-level ``statement`` runs, where that is decided
+    before it runs: a ``try``'s body, ``else`` and ``finally`` (not its ``except``
+    branches, which run only when the body fails), a ``with``'s body, the branch of an
+    ``if`` whose condition is :func:`_constant_test`'s, each read the same way; any other
+    statement (an ``if`` that only running decides, a loop) as it is, whole, so that
+    nothing it binds is taken."""
+    if isinstance(statement, ast.Try | ast.TryStar):
+        parts = [*statement.body, *statement.orelse, *statement.finalbody]
+    elif isinstance(statement, ast.With):
+        parts = statement.body
+    elif isinstance(statement, ast.If) and (truth := _constant_test(statement.test)) is not None:
+        parts = statement.body if truth else statement.orelse
+    else:
+        return [statement]
+    return [ran for part in parts for ran in _ran(part)]
+
+
+_KEPT_WHOLE = {
+    ast.If: "an `if` whose condition only running the notebook decides",
+    ast.For: "a `for` loop",
+    ast.While: "a `while` loop",
+    ast.Match: "a `match`",
+    ast.Try: "an `except` branch",
+    ast.TryStar: "an `except` branch",
+    ast.With: "a `with`",
+}
+
+
+def _untaken(statement: ast.stmt, name: str) -> str | None:
+    """Where a statement that :func:`_ran` keeps whole (an ``if`` whose condition only
+    running it decides, a loop) binds ``name`` in the notebook's namespace, which the
+    program never takes from it: its kind (``"a `for` loop"``), else ``None``."""
+    kind = next((k for t, k in _KEPT_WHOLE.items() if isinstance(statement, t)), None)
+    if kind is None:
+        return None
+    blocks = [statement]
+    while blocks:
+        block = blocks.pop()
+        if not isinstance(block, tuple(_KEPT_WHOLE)):
+            continue
+        for field in ("body", "orelse", "finalbody", "handlers", "cases"):
+            for inner in getattr(block, field, []):
+                if isinstance(inner, ast.ExceptHandler | ast.match_case):
+                    blocks += inner.body
+                elif name in _binds(inner):
+                    return kind
+                else:
+                    blocks.append(inner)
+    return None
 
 
 def _is_get_device(statement: ast.stmt) -> bool:
@@ -556,6 +626,7 @@ def _program(name: str, cell: int, answer: ast.expr, before: list[ast.stmt]) -> 
     is looked for before that statement: a definition of it further down, which the
     notebook ran afterwards, does not change what that statement did."""
     chosen: set[int] = set()
+    notes: list[str] = []
     end = len(before)
     wanted = [(read, end) for read in _globals_read(answer)]  # (name, looked for before)
     seen: set[tuple[str, int]] = set()
@@ -573,6 +644,14 @@ def _program(name: str, cell: int, answer: ast.expr, before: list[ast.stmt]) -> 
         seen.add((needed, limit))
         for i in range(limit - 1, -1, -1):  # the last definition before the call (or read)
             statement = before[i]
+            if (where := _untaken(statement, needed)) is not None:
+                note = (
+                    f"a definition of `{needed}` inside {where} was not taken: the grader "
+                    "takes only definitions that run whatever the notebook's values (at the "
+                    "top level of a cell, or in a `try` or `with` body); define it there"
+                )
+                if note not in notes:
+                    notes.append(note)
             if needed in _binds(statement) and not _calls_a_checker(statement):
                 if i not in chosen:
                     chosen.add(i)
@@ -600,7 +679,7 @@ def _program(name: str, cell: int, answer: ast.expr, before: list[ast.stmt]) -> 
     assign = ast.Assign([ast.Name(_ANSWER, ast.Store())], answer, lineno=0)
     module = ast.Module([*body, assign], type_ignores=[])
     program = ast.unparse(ast.fix_missing_locations(module))
-    return Extracted(name, cell, program, tuple(forbidden_uses(module, name)))
+    return Extracted(name, cell, program, tuple(forbidden_uses(module, name)), "", tuple(notes))
 
 
 def _root(node: ast.expr) -> str | None:

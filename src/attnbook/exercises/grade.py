@@ -1008,6 +1008,8 @@ def grade_notebook(
         # The run explains a failure; an untouched stub needs no explaining (a note that the
         # run stopped early read as if the stub had been interrupted).
         if status in ("failed", "error") and answer is not None:
+            for note in answer.notes:  # what the program could not take from the notebook
+                message += f"\n   (Not taken from the notebook: {note}.)"
             if answer.cell in run.errors:
                 message += (
                     f"\n   (In the notebook run, cell {answer.cell + 1} raised "
