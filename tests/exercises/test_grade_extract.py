@@ -22,7 +22,7 @@ from nbformat.v4 import new_code_cell, new_notebook
 from test_notebook_solutions import solution_blocks
 
 import attnbook.exercises as exercises
-from attnbook.exercises import catalog, extract, notebooks
+from attnbook.exercises import catalog, extract, notebooks, sandbox
 from attnbook.exercises._framework import ANSWER_MODULES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -227,6 +227,37 @@ def test_a_definition_that_only_running_decides_is_not_taken_and_is_named() -> N
         "a definition of `g` inside a `for` loop was not taken: the grader takes only "
         "definitions that run whatever the notebook's values (at the top level of a cell, or "
         "in a `try` or `with` body); define it there",
+    )
+
+
+def test_a_type_registered_from_an_annotation_is_written_into_register() -> None:
+    """`@shift.register` on `def _(x: np.ndarray)` reads the type from the annotation, which
+    the grader removes before it runs the program: graded `error` (None is not a class). A
+    plain dotted name is written into the call; any other annotation is named in a note."""
+    dispatch = (
+        "@functools.singledispatch\ndef shift(x):\n    raise TypeError(type(x))\n\n"
+        "@shift.register\ndef _(x: np.ndarray):\n    return x - x.max(axis=-1, keepdims=True)"
+    )
+    answer = (
+        "def my_softmax(x):\n    e = np.exp(shift(x))\n"
+        "    return e / e.sum(axis=-1, keepdims=True)\n\ncheck_softmax(my_softmax)"
+    )
+    found = _one("import functools\nimport numpy as np", dispatch, answer)
+    assert "@shift.register(np.ndarray)\ndef _(x: np.ndarray):" in found.program, found.program
+    assert found.problems == ()
+    assert found.notes == ()
+    namespace: dict = {}
+    program = sandbox._without_annotations(ast.parse(found.program))  # as the sandbox runs it
+    exec(compile(program, "<answer>", "exec", dont_inherit=True), namespace)
+    weights = namespace["__attnbook_answer__"](np.array([1.0, 2.0, 3.0]))
+    assert np.allclose(weights, np.exp([1, 2, 3]) / np.exp([1, 2, 3]).sum())
+    union = dispatch.replace("x: np.ndarray", "x: np.ndarray | float")
+    found = _one("import functools\nimport numpy as np", union, answer)
+    assert "@shift.register\n" in found.program
+    assert found.notes == (
+        "`@shift.register` on `_` takes its type from the annotation `np.ndarray | float` of "
+        "its first parameter, which the grader does not evaluate (it runs answers without "
+        "their annotations); write the type in the call: `@shift.register(np.ndarray)`",
     )
 
 

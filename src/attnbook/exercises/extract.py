@@ -14,7 +14,10 @@ The statements of a ``try`` body (and its ``else`` and ``finally``), of a
 ``with`` body and of an ``if`` whose condition is fixed before it runs count
 as top-level, as the notebook ran them (:func:`_ran`); what an ``except``
 branch, a loop or an ``if`` on the notebook's values defines is not taken, and
-the :class:`Extracted` answer notes it when the answer needs that name.
+the :class:`Extracted` answer notes it when the answer needs that name. The
+grader runs the program without its annotations, so a ``@f.register`` that
+takes its type from a plain dotted annotation (``x: np.ndarray``) is written as
+``@f.register(np.ndarray)`` (:func:`_registered`; any other is noted).
 Nothing else of the notebook is taken: prints, plots, training runs and any
 statement that calls a checker stay out. :func:`extract` returns that
 program, which the grader runs in a clean sandbox.
@@ -67,6 +70,7 @@ equivalents, which live in the notebook and in no module, are refused there
 from __future__ import annotations
 
 import ast
+import copy
 import re
 import symtable
 from collections.abc import Iterable
@@ -618,6 +622,46 @@ def _needed_only(statement: ast.stmt, needed: set[str]) -> list[ast.stmt]:
     return [statement]
 
 
+def _dotted_name(node: ast.expr | None) -> bool:
+    """Whether ``node`` is a plain name or a chain of attributes of one (``np.ndarray``)."""
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return isinstance(node, ast.Name)
+
+
+def _registered(statement: ast.stmt) -> tuple[ast.stmt, str | None]:
+    """``statement`` with ``@f.register`` (no type given), on a function whose first
+    parameter's annotation is a plain dotted name (``x: np.ndarray``), written as
+    ``@f.register(np.ndarray)``: the program runs with its annotations removed (none is
+    evaluated), and ``register`` would read the type from one. For any other annotation, a
+    note for the grade's message saying to write the type in ``register(...)``."""
+    if not isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef):
+        return statement, None
+    bare = [
+        i
+        for i, d in enumerate(statement.decorator_list)
+        if isinstance(d, ast.Attribute) and d.attr == "register"
+    ]
+    if not bare:
+        return statement, None
+    arguments = [*statement.args.posonlyargs, *statement.args.args]
+    annotation = arguments[0].annotation if arguments else None
+    if not _dotted_name(annotation):
+        register = ast.unparse(statement.decorator_list[bare[0]])
+        shown = "" if annotation is None else f" `{ast.unparse(annotation)}`"
+        return statement, (
+            f"`@{register}` on `{statement.name}` takes its type from the annotation"
+            f"{shown} of its first parameter, which the grader does not evaluate (it runs "
+            f"answers without their annotations); write the type in the call: "
+            f"`@{register}(np.ndarray)`"
+        )
+    rewritten = copy.deepcopy(statement)
+    for i in bare:
+        decorator = rewritten.decorator_list[i]
+        rewritten.decorator_list[i] = ast.Call(decorator, [copy.deepcopy(annotation)], [])
+    return rewritten, None
+
+
 def _program(name: str, cell: int, answer: ast.expr, before: list[ast.stmt]) -> Extracted:
     """The definitions ``answer`` needs among the statements ``before`` it, and the answer.
 
@@ -675,7 +719,12 @@ def _program(name: str, cell: int, answer: ast.expr, before: list[ast.stmt]) -> 
                 and any(alias.name == "*" for alias in statement.names)
             }
     names = {needed for needed, _ in seen} | {"*"}
-    body = [part for i in sorted(chosen) for part in _needed_only(before[i], names)]
+    body = []
+    for i in sorted(chosen):
+        statement, note = _registered(before[i])
+        if note is not None:
+            notes.append(note)
+        body += _needed_only(statement, names)
     assign = ast.Assign([ast.Name(_ANSWER, ast.Store())], answer, lineno=0)
     module = ast.Module([*body, assign], type_ignores=[])
     program = ast.unparse(ast.fix_missing_locations(module))
