@@ -15,6 +15,7 @@ import torch
 from attnbook.exercises import (
     check_masked_attention,
     check_multi_head_attention,
+    check_pre_ln_block,
     check_scaled_dot_product_attention,
 )
 from attnbook.exercises._framework import checker_spec, gradient_problem, prime_reference
@@ -106,3 +107,23 @@ def test_the_reference_is_primed_before_the_answer_runs() -> None:
     prime_reference(spec.learner_fn, args)
     spec.learner_fn(*args)
     assert gradient_problem(spec.learner_fn) is None
+
+
+def test_the_pre_ln_block_compares_gradients_too() -> None:
+    """The block's reference keeps its graph, so its answer's gradient is compared as well: the
+    right values computed without a graph and tied to ``x`` by ``x.sum() * 0`` fail, and the
+    block as the chapter writes it passes."""
+
+    def block(x, attention, ffn, norm1, norm2):
+        x = x + attention(norm1(x))
+        return x + ffn(norm2(x))
+
+    def tied_by_zero(x, attention, ffn, norm1, norm2):
+        with torch.no_grad():
+            out = block(x, attention, ffn, norm1, norm2)
+        return out + x.sum() * 0
+
+    assert check_pre_ln_block(block)
+    verdict = check_pre_ln_block(tied_by_zero)
+    assert not verdict, verdict.message
+    assert "the gradient with respect to `x` differs from the reference's" in verdict.message

@@ -568,7 +568,7 @@ class _Reference:
                 leaves[name] = args[i] = arg.detach().clone().requires_grad_(True)
         with torch.enable_grad(), np.errstate(all="ignore"):
             result = self.fn(*args)
-            # only where the reference's own graph goes (pre_ln_block's runs under no_grad)
+            # only where the reference's own graph goes: a reference may run without one
             reached = _reached_leaves(result)
             leaves = {n: leaf for n, leaf in leaves.items() if id(leaf) in reached}
             grads = _vector_jacobian(result, leaves)
