@@ -47,13 +47,22 @@
   // bertviz's model view draws an SVG of a fixed width (970 px), wider than the column: its
   // last head was cut off. Given a viewBox of its own size, attnbook.css scales it down to
   // the column. It draws again when the reader picks another layer or attention kind, so
-  // each view is watched.
+  // each view is watched. On a phone, scaled to the column, its 13 px labels would shrink to
+  // about 5 px: there attnbook.css shows it at its own size in a box that scrolls sideways,
+  // and the hint put before the view (shown only there) says so.
   const fitBertviz = (view) => {
     view.querySelectorAll(":scope svg:not(svg svg)").forEach((svg) => {
       const width = Number(svg.getAttribute("width"));
       const height = Number(svg.getAttribute("height"));
       if (width > 0 && height > 0 && !svg.hasAttribute("viewBox")) {
         svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
+      }
+      if (width > 0 && !view.classList.contains("attnbook-bertviz-wide")) {
+        view.classList.add("attnbook-bertviz-wide");
+        const hint = document.createElement("p");
+        hint.className = "attnbook-bertviz-hint";
+        hint.textContent = "Wider than the screen: swipe sideways to see every head \u2192";
+        view.before(hint);
       }
     });
   };

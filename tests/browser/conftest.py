@@ -594,12 +594,45 @@ DIALOG_JS = r"""
 """
 
 
+# On a phone: each bertviz view drawn at a fixed width (the model view, 970 px): its smallest
+# label as shown (its font size times the drawing's scale), whether its right edge can be
+# reached (it fits the screen, or a box around it scrolls sideways that far), and the text
+# of the visible hint just before it, if any (attnbook.js, attnbook.css).
+BERTVIZ_PHONE_JS = r"""
+() => [...document.querySelectorAll('div[id^="bertviz-"]')].flatMap((view) => {
+  const svg = [...view.querySelectorAll("svg")].find((s) => Number(s.getAttribute("width")) > 0);
+  if (!svg) return [];
+  const box = svg.getBoundingClientRect();
+  const scale = box.width / Number(svg.getAttribute("width"));
+  const sizes = [...svg.querySelectorAll("text")]
+      .map((text) => parseFloat(getComputedStyle(text).fontSize));
+  let reach = document.documentElement.clientWidth;
+  for (let a = svg.parentElement; a && a !== document.body; a = a.parentElement) {
+    if (["auto", "scroll"].includes(getComputedStyle(a).overflowX)) {
+      reach = a.getBoundingClientRect().left + a.scrollWidth;
+      break;
+    }
+  }
+  const hint = view.previousElementSibling;
+  return [{
+    id: view.id,
+    smallestPx: Math.round(Math.min(...sizes) * scale * 10) / 10,
+    shown: Math.round(box.width),
+    reachable: box.right <= reach + 1,
+    hint: hint && hint.getClientRects().length ? hint.textContent.trim() : "",
+  }];
+})
+"""
+
+
 @dataclass
 class PhoneReport(PageReport):
     """One page on a phone: whether it pans, its figures (`figures[PHONE_WIDTH]`, FIGURES_JS),
-    and what tapping each sidebar button opened."""
+    its bertviz views drawn at a fixed width (BERTVIZ_PHONE_JS) and what tapping each sidebar
+    button opened."""
 
     pan: dict = field(default_factory=dict)  # the result of PAN_JS
+    bertviz: list[dict] = field(default_factory=list)  # the result of BERTVIZ_PHONE_JS
     wrapped_outputs: list[str] = field(default_factory=list)  # WRAPPED_OUTPUTS_JS's result
     # For each of SIDEBAR_DIALOGS: None if the page shows no such button, else DIALOG_JS's
     # result after the tap (`open` False if nothing opened within DIALOG_TIMEOUT_MS).
@@ -617,6 +650,8 @@ def _open_on_a_phone(browser, base: str, name: str) -> PhoneReport:
         report.pan = page.evaluate(PAN_JS)
         report.wrapped_outputs = page.evaluate(WRAPPED_OUTPUTS_JS)
         report.figures[PHONE_WIDTH] = page.evaluate(FIGURES_JS)
+        _wait_for_bertviz(page)
+        report.bertviz = page.evaluate(BERTVIZ_PHONE_JS)
         for what, (button, dialog) in SIDEBAR_DIALOGS.items():
             target = page.locator(button)
             if target.count() == 0 or not target.first.is_visible():

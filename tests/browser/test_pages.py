@@ -24,7 +24,8 @@ For each page of `_build/html` (not the generated index and search pages, nor
   for phones (images/NAME_narrow.svg: the chapter map, figure 4.1) is shown in that version,
   its smallest text at PHONE_FLOOR_PX (10 px) or more;
 - every bertviz view has drawn its SVG (tokens and attention lines), offline, no wider
-  than the column;
+  than the column; on a phone, the model view (970 px) keeps labels of PHONE_FLOOR_PX or
+  more in a box that scrolls sideways, under a hint;
 - the page's <link rel="icon"> files load;
 - the checkers' symbols (⏳, ✅, ❌) are drawn with an emoji font, not as empty boxes;
 - a chapter shows its reading and exercise times, what it builds on, and Colab and
@@ -550,6 +551,23 @@ def test_bertviz_views_draw(visit, page_name: str) -> None:
             )
     if problems:
         pytest.fail(_problems(f"{page_name}: bertviz views", problems), pytrace=False)
+
+
+def test_bertviz_labels_are_legible_on_a_phone(visit_on_a_phone, page_name: str) -> None:
+    """bertviz's model view, drawn 970 px wide, is not scaled down to a phone's column, where its
+    labels measured about 5 px: it keeps labels of PHONE_FLOOR_PX or more in a box that scrolls
+    sideways to its last head, under a visible hint that says so (attnbook.css, attnbook.js)."""
+    problems = []
+    for view in visit_on_a_phone(page_name).bertviz:
+        where = f"{view['id']} (shown {view['shown']} px wide)"
+        if view["smallestPx"] < PHONE_FLOOR_PX:
+            problems.append(f"{where}: labels of {view['smallestPx']:g} px < {PHONE_FLOOR_PX:g}")
+        if not view["reachable"]:
+            problems.append(f"{where}: its right edge cannot be scrolled to")
+        if view["shown"] > PHONE_WIDTH and "sideways" not in view["hint"]:
+            problems.append(f"{where}: wider than the screen, with no hint: {view['hint']!r}")
+    if problems:
+        pytest.fail(_problems(f"{page_name}: bertviz on a phone", problems), pytrace=False)
 
 
 def test_front_door(visit, page_name: str, book_pages: list[str]) -> None:
