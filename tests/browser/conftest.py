@@ -625,6 +625,17 @@ BERTVIZ_PHONE_JS = r"""
 """
 
 
+# On a phone: each word of inline code in a table cell (docutils puts each in a span.pre) that
+# the browser broke across lines, with its table's first header.
+BROKEN_TABLE_CODE_JS = r"""
+() => [...document.querySelectorAll(".bd-article td code span.pre, .bd-article th code span.pre")]
+  .filter((word) => new Set([...word.getClientRects()].filter((r) => r.width > 0)
+      .map((r) => Math.round(r.top))).size > 1)
+  .map((word) => `${word.textContent} (table "${
+      (word.closest("table").querySelector("th") || {textContent: ""}).textContent.trim()}")`)
+"""
+
+
 @dataclass
 class PhoneReport(PageReport):
     """One page on a phone: whether it pans, its figures (`figures[PHONE_WIDTH]`, FIGURES_JS),
@@ -633,6 +644,7 @@ class PhoneReport(PageReport):
 
     pan: dict = field(default_factory=dict)  # the result of PAN_JS
     bertviz: list[dict] = field(default_factory=list)  # the result of BERTVIZ_PHONE_JS
+    broken_table_code: list[str] = field(default_factory=list)  # BROKEN_TABLE_CODE_JS's
     wrapped_outputs: list[str] = field(default_factory=list)  # WRAPPED_OUTPUTS_JS's result
     # For each of SIDEBAR_DIALOGS: None if the page shows no such button, else DIALOG_JS's
     # result after the tap (`open` False if nothing opened within DIALOG_TIMEOUT_MS).
@@ -649,6 +661,7 @@ def _open_on_a_phone(browser, base: str, name: str) -> PhoneReport:
         page.goto(base + name, wait_until="load")
         report.pan = page.evaluate(PAN_JS)
         report.wrapped_outputs = page.evaluate(WRAPPED_OUTPUTS_JS)
+        report.broken_table_code = page.evaluate(BROKEN_TABLE_CODE_JS)
         report.figures[PHONE_WIDTH] = page.evaluate(FIGURES_JS)
         _wait_for_bertviz(page)
         report.bertviz = page.evaluate(BERTVIZ_PHONE_JS)

@@ -19,8 +19,9 @@ For each page of `_build/html` (not the generated index and search pages, nor
 - every code block (cell input, output, code in the prose) fits the column of a
   1440, 1366 and 1280 px wide window: no horizontal scroll bar (no tolerance);
 - on an emulated phone (390 px), the page does not pan sideways, no cell output wraps
-  its lines (it scrolls inside itself), and tapping the chapter-list button opens a list
-  of every page (the contents button, the page's sections); a diagram drawn a second time
+  its lines (it scrolls inside itself), no word of inline code in a table is broken (the
+  table scrolls), and tapping the chapter-list button opens a list of every page (the
+  contents button, the page's sections); a diagram drawn a second time
   for phones (images/NAME_narrow.svg: the chapter map, figure 4.1) is shown in that version,
   its smallest text at PHONE_FLOOR_PX (10 px) or more;
 - every bertviz view has drawn its SVG (tokens and attention lines), offline, no wider
@@ -434,6 +435,17 @@ def test_outputs_keep_their_lines_on_a_phone(visit_on_a_phone, page_name: str) -
     if wrapped:
         pytest.fail(
             _problems(f"{page_name}: on a phone these outputs wrap their lines", wrapped),
+            pytrace=False,
+        )
+
+
+def test_table_code_keeps_its_words_on_a_phone(visit_on_a_phone, page_name: str) -> None:
+    """Inline code in a table breaks only between its words on a phone (attnbook.css): the
+    table scrolls in its own box instead of breaking a name such as EFFICIENT_ATTENTION."""
+    broken = visit_on_a_phone(page_name).broken_table_code
+    if broken:
+        pytest.fail(
+            _problems(f"{page_name}: on a phone, code in a table broken inside a word", broken),
             pytrace=False,
         )
 
