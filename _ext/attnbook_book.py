@@ -372,10 +372,21 @@ def colab_url(theme_options: dict, pagename: str) -> str | None:
     return f"{colab}/github/{match[1]}/{match[2]}/blob/{branch}/{path}"
 
 
+# An apostrophe inside a word of plain text ("chapter 10's"): typeset as the prose's are (’ by
+# Sphinx's smartquotes); course.yml writes a plain one.
+_APOSTROPHE = re.compile(r"(?<=\w)'(?=\w)")
+
+
 def _inline(text: str) -> str:
-    """Plain text with `code` spans, as course.yml writes it, as HTML."""
-    parts = html_text.escape(text).split("`")
-    return "".join(f"<code>{part}</code>" if i % 2 else part for i, part in enumerate(parts))
+    """Plain text with `code` spans, as course.yml writes it, as HTML (apostrophes in the
+    text outside code typeset as the prose's: ’)."""
+    parts = text.split("`")
+    return "".join(
+        f"<code>{html_text.escape(part)}</code>"
+        if i % 2
+        else html_text.escape(_APOSTROPHE.sub("\u2019", part))
+        for i, part in enumerate(parts)
+    )
 
 
 def _button(href: str, text: str, *, primary: bool = False, download: bool = False) -> str:

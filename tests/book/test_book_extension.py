@@ -351,6 +351,23 @@ def test_chapter_facts_html() -> None:
     assert "Colab" not in without_colab
 
 
+def test_chapter_facts_typeset_apostrophes_as_the_prose_does() -> None:
+    """course.yml writes "chapter 10's"; the page's prose shows ’ (smartquotes), and so does the
+    facts line, outside code only."""
+    fact = {
+        "stem": "12_translation",
+        "requires": [],
+        "background": "A network's state; `d['x']` and chapter 10's loop.",
+        "reading": "40 min",
+        "exercises": "1 h",
+        "n_exercises": 3,
+    }
+    html = _extension().chapter_facts_html(fact, lambda name, resource=0: name, None)
+    assert (
+        "A network\u2019s state; <code>d[&#x27;x&#x27;]</code> and chapter 10\u2019s loop." in html
+    )
+
+
 def test_the_start_page_links_the_pdf_and_the_zip_only_where_they_are_beside_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
