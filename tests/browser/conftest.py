@@ -636,6 +636,25 @@ BROKEN_TABLE_CODE_JS = r"""
 """
 
 
+# On a phone: the lines the page's title (the article's <h1>) takes, its text only.
+TITLE_LINES_JS = r"""
+() => {
+  const title = document.querySelector("article.bd-article h1");
+  if (!title) return 0;
+  const tops = new Set();
+  const walker = document.createTreeWalker(title, NodeFilter.SHOW_TEXT);
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    if (node.parentElement.closest(".headerlink") || !node.textContent.trim()) continue;
+    const range = document.createRange();
+    range.selectNodeContents(node);
+    [...range.getClientRects()].filter((r) => r.width > 0)
+        .forEach((r) => tops.add(Math.round(r.top)));
+  }
+  return tops.size;
+}
+"""
+
+
 @dataclass
 class PhoneReport(PageReport):
     """One page on a phone: whether it pans, its figures (`figures[PHONE_WIDTH]`, FIGURES_JS),
@@ -645,6 +664,7 @@ class PhoneReport(PageReport):
     pan: dict = field(default_factory=dict)  # the result of PAN_JS
     bertviz: list[dict] = field(default_factory=list)  # the result of BERTVIZ_PHONE_JS
     broken_table_code: list[str] = field(default_factory=list)  # BROKEN_TABLE_CODE_JS's
+    title_lines: int = 0  # TITLE_LINES_JS's
     wrapped_outputs: list[str] = field(default_factory=list)  # WRAPPED_OUTPUTS_JS's result
     # For each of SIDEBAR_DIALOGS: None if the page shows no such button, else DIALOG_JS's
     # result after the tap (`open` False if nothing opened within DIALOG_TIMEOUT_MS).
@@ -662,6 +682,7 @@ def _open_on_a_phone(browser, base: str, name: str) -> PhoneReport:
         report.pan = page.evaluate(PAN_JS)
         report.wrapped_outputs = page.evaluate(WRAPPED_OUTPUTS_JS)
         report.broken_table_code = page.evaluate(BROKEN_TABLE_CODE_JS)
+        report.title_lines = page.evaluate(TITLE_LINES_JS)
         report.figures[PHONE_WIDTH] = page.evaluate(FIGURES_JS)
         _wait_for_bertviz(page)
         report.bertviz = page.evaluate(BERTVIZ_PHONE_JS)

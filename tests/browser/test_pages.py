@@ -20,10 +20,10 @@ For each page of `_build/html` (not the generated index and search pages, nor
   1440, 1366 and 1280 px wide window: no horizontal scroll bar (no tolerance);
 - on an emulated phone (390 px), the page does not pan sideways, no cell output wraps
   its lines (it scrolls inside itself), no word of inline code in a table is broken (the
-  table scrolls), and tapping the chapter-list button opens a list of every page (the
-  contents button, the page's sections); a diagram drawn a second time
-  for phones (images/NAME_narrow.svg: the chapter map, figure 4.1) is shown in that version,
-  its smallest text at PHONE_FLOOR_PX (10 px) or more;
+  table scrolls), the title takes three lines at most, and tapping the chapter-list button
+  opens a list of every page (the contents button, the page's sections); a diagram drawn a
+  second time for phones (images/NAME_narrow.svg: the chapter map, figure 4.1) is shown in
+  that version, its smallest text at PHONE_FLOOR_PX (10 px) or more;
 - every bertviz view has drawn its SVG (tokens and attention lines), offline, no wider
   than the column; on a phone, the model view (970 px) keeps labels of PHONE_FLOOR_PX or
   more in a box that scrolls sideways, under a hint;
@@ -448,6 +448,18 @@ def test_table_code_keeps_its_words_on_a_phone(visit_on_a_phone, page_name: str)
             _problems(f"{page_name}: on a phone, code in a table broken inside a word", broken),
             pytrace=False,
         )
+
+
+PHONE_TITLE_LINES = 3  # the most lines a page's title may take on a phone
+
+
+def test_titles_leave_room_on_a_phone(visit_on_a_phone, page_name: str) -> None:
+    """On a phone a page's title takes PHONE_TITLE_LINES lines at most (attnbook.css sets the
+    headings smaller there): at the theme's 42 px, the titles of chapters 1, 5 and 12 took
+    four, half of the first screen."""
+    lines = visit_on_a_phone(page_name).title_lines
+    if lines > PHONE_TITLE_LINES:
+        pytest.fail(f"{page_name}: on a phone its title takes {lines} lines", pytrace=False)
 
 
 def test_phone_navigation_opens(visit_on_a_phone, page_name: str, book_pages: list[str]) -> None:
