@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import functools
 import html as html_text
+import json
 import os
 import re
 import shutil
@@ -504,6 +505,20 @@ def _page_assets(
         )
 
 
+def _search_page_math(
+    app: Sphinx, pagename: str, templatename: str, context: dict, doctree: object
+) -> None:
+    """Load MathJax on the search page too, with the chapters' configuration, so that
+    attnbook.js can typeset the formulas quoted in the results' summaries (shown as raw TeX,
+    ``\\(T \\times S\\)``, before). Sphinx loads it only on pages that hold a formula."""
+    if pagename != "search" or app.builder.format != "html" or not app.config.mathjax_path:
+        return
+    builder = app.builder  # this page's scripts only (sphinx.ext.mathjax does the same)
+    if app.config.mathjax3_config:
+        builder.add_js_file("", body=f"window.MathJax = {json.dumps(app.config.mathjax3_config)}")
+    builder.add_js_file(app.config.mathjax_path, defer="defer")
+
+
 # The page a reader meets at a URL of the book that has no page (a stale link, a typo):
 # 404.html at the site's root, which GitHub Pages sends for every missing URL below it,
 # /<repo>/a/b/c included. The same file answers at any depth, so its stylesheets, scripts,
@@ -676,6 +691,7 @@ def setup(app: Sphinx) -> dict[str, object]:
     app.add_css_file("attnbook.css")
     app.add_js_file("attnbook.js", loading_method="defer")
     app.connect("html-page-context", _page_assets)
+    app.connect("html-page-context", _search_page_math)
     app.connect("html-page-context", _drop_duplicate_inline_scripts, priority=900)
     app.add_config_value(SITE_PATH_CONFIG, "", "html", types=[str])
     app.connect("html-collect-pages", _not_found_page)

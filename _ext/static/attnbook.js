@@ -99,6 +99,7 @@
       .forEach((button) => keepFixed(button, quietIcons));
     focusWideCode();
     watchBertviz();
+    improveSearch();
   };
   const focusWideCode = () => {
     document.querySelectorAll(".bd-article pre").forEach((pre) => {
@@ -107,6 +108,35 @@
       }
     });
   };
+  // The search page's results quote each page's text around the words found: its formulas
+  // came as raw TeX (\(T \times S\)), and the article's header (its download menu, ".pdf")
+  // came first. The header is left out of the text the summaries are cut from, and each
+  // summary is typeset by MathJax, which _ext loads on the search page (a formula cut in two
+  // by the summary's ends stays as it is).
+  const typesetSummaries = (results) => {
+    const fresh = [...results.querySelectorAll("p.context:not([data-attnbook-typeset])")];
+    if (!fresh.length || !window.MathJax || !window.MathJax.typesetPromise) return;
+    fresh.forEach((summary) => summary.setAttribute("data-attnbook-typeset", ""));
+    MathJax.startup.promise.then(() => MathJax.typesetPromise(fresh)).catch(() => {});
+  };
+  const improveSearch = () => {
+    if (typeof Search === "undefined" || !Search.htmlToText || Search.attnbookHeaderless) return;
+    const htmlToText = Search.htmlToText;
+    Search.htmlToText = (htmlString, anchor) => {
+      const page = new DOMParser().parseFromString(htmlString, "text/html");
+      page.querySelectorAll(".bd-header-article").forEach((header) => header.remove());
+      return htmlToText(page.documentElement.outerHTML, anchor);
+    };
+    Search.attnbookHeaderless = true;
+    const results = document.getElementById("search-results");
+    if (results) {
+      new MutationObserver(() => typesetSummaries(results)).observe(results, {
+        childList: true,
+        subtree: true,
+      });
+    }
+  };
+
   // A dropdown (a solution) opened by a click shows code that was not laid out before.
   document.addEventListener("click", () => requestAnimationFrame(focusWideCode));
   if (document.readyState === "loading") {

@@ -35,9 +35,9 @@ For each page of `_build/html` (not the generated index and search pages, nor
 
 Also: `404.html`, sent for a URL three folders deep under the site's path as GitHub Pages
 sends it, loads all it needs and leads to the start page; `index.html` (a redirect stub)
-leads to a page, the search page finds
-a word offline, on a desktop the chapter-list button hides and shows the sidebar, and
-the exercise's name in a solution's header opens the solution. Without Chromium all of this is one skipped test.
+leads to a page, the search page finds a word offline (its summaries' formulas typeset), on a
+desktop the chapter-list button hides and shows the sidebar, and the exercise's name in a
+solution's header opens the solution. Without Chromium all of this is one skipped test.
 
 Run with `pytest tests -m browser` after building the book (`make test` does both).
 """
@@ -68,7 +68,7 @@ from conftest import (
 
 from attnbook.viz import SMALLEST_TEXT_KEY, png_text, svg_smallest_text
 from tools.figure_text import FLOOR_PX, PHONE_FLOOR_PX
-from tools.page_checks import RAW_TEX, page_js
+from tools.page_checks import MATHJAX_DONE_JS, RAW_TEX, page_js
 from tools.pages_server import serve
 
 pytestmark = pytest.mark.browser
@@ -221,6 +221,41 @@ def test_search_works_offline(open_page) -> None:
     problems = report.errors() + [f"network: {url}" for _kind, url in report.blocked]
     if problems:
         pytest.fail(_problems(f"search.html?q={SEARCH_WORD}", problems), pytrace=False)
+
+
+MATHS_WORD = "softmax"  # its results quote formulas: T x S (chapter 14), sqrt(d_k) (chapter 4)
+SUMMARIES_JS = r"""
+() => [...document.querySelectorAll("#search-results p.context")].map((summary) => ({
+  text: summary.textContent.replace(/\s+/g, " ").slice(0, 100),
+  typeset: summary.querySelectorAll("mjx-container").length,
+  raw: /\\\([^]*?\\\)/.test(summary.textContent),
+}))
+"""
+
+
+def test_search_summaries_show_typeset_maths(open_page) -> None:
+    """The search results' summaries show a formula typeset, not as raw TeX (\\(T \\times
+    S\\)), and do not start with the page header's download menu (".pdf"): attnbook.js, with
+    MathJax loaded on the search page by _ext."""
+
+    def wait_for_summaries(page, report):
+        page.wait_for_function(
+            "() => /Search finished/.test(document.getElementById('search-results').textContent)",
+            timeout=30_000,
+        )
+        page.evaluate(MATHJAX_DONE_JS)
+        page.wait_for_timeout(500)
+        summaries.extend(page.evaluate(SUMMARIES_JS))
+
+    summaries: list[dict] = []
+    report = open_page(f"search.html?q={MATHS_WORD}", wait_for_summaries)
+    problems = [f"raw TeX: {s['text']}" for s in summaries if s["raw"]]
+    problems += [f"the header's menu: {s['text']}" for s in summaries if ".pdf" in s["text"]]
+    if not any(s["typeset"] for s in summaries):
+        problems.append(f"no formula typeset in {len(summaries)} summaries")
+    problems += report.errors()
+    if problems:
+        pytest.fail(_problems(f"search.html?q={MATHS_WORD}", problems), pytrace=False)
 
 
 def test_no_serious_accessibility_violations(visit, page_name: str) -> None:
