@@ -64,6 +64,7 @@ from conftest import (
     PageReport,
     _audit,
     _offline_page,
+    _wait_for_bertviz,
 )
 
 from attnbook.viz import SMALLEST_TEXT_KEY, png_text, svg_smallest_text
@@ -659,6 +660,39 @@ def test_bertviz_labels_are_legible_on_a_phone(visit_on_a_phone, page_name: str)
             problems.append(f"{where}: wider than the screen, with no hint: {view['hint']!r}")
     if problems:
         pytest.fail(_problems(f"{page_name}: bertviz on a phone", problems), pytrace=False)
+
+
+PRINT_COLUMN = 673  # CSS px: an A4 page less the 16 mm margins of tools/build_pdf.py
+PRINT_JS = r"""
+() => [...document.querySelectorAll('div[id^="bertviz-"]')].map((view) => ({
+  id: view.id,
+  widest: Math.round(Math.max(0, ...[...view.querySelectorAll("svg")]
+      .map((svg) => svg.getBoundingClientRect().width))),
+  column: view.clientWidth,
+  hint: [...document.querySelectorAll(".attnbook-bertviz-hint")]
+      .some((hint) => hint.getClientRects().length > 0),
+}))
+"""
+
+
+def test_bertviz_views_fit_the_printed_page(chromium, book_url: str) -> None:
+    """On paper (`make pdf` prints an A4 column about as wide as a small tablet's) a bertviz
+    view stays scaled to the column, with no hint to swipe: the phone's scrolling box (see
+    test_bertviz_labels_are_legible_on_a_phone) is for screens only."""
+    name = "chapters/13_inside_attention.html"
+    report = PageReport(name)
+    viewport = {"width": PRINT_COLUMN, "height": 900}
+    with _offline_page(chromium, book_url, report, viewport=viewport) as page:
+        page.emulate_media(media="print")
+        page.goto(book_url + name, wait_until="load")
+        _wait_for_bertviz(page)
+        views = page.evaluate(PRINT_JS)
+    assert views, f"{name}: no bertviz view"
+    problems = [f"{v['id']}: {v['widest']} px in a {v['column']} px column" for v in views
+                if v["widest"] > v["column"] + 1]  # fmt: skip
+    problems += ["a hint to swipe is shown on paper"] if any(v["hint"] for v in views) else []
+    if problems:
+        pytest.fail(_problems(f"{name} printed", problems), pytrace=False)
 
 
 def test_front_door(visit, page_name: str, book_pages: list[str]) -> None:
