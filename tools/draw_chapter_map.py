@@ -132,9 +132,10 @@ def draw_wide(plan: list, written: set[str]) -> tuple[plt.Figure, dict[str, str]
     ax.axis("off")
     number = 0
     centres = []
+    headers = []
     names: dict[str, str] = {}
     for col, (part, chapters) in enumerate(plan):
-        ax.text(
+        header = ax.text(
             col + 0.5,
             0.35,
             part.replace(" and ", " and\n") if len(part) > 14 else part,
@@ -144,20 +145,28 @@ def draw_wide(plan: list, written: set[str]) -> tuple[plt.Figure, dict[str, str]
             fontweight="bold",
             color="#333333",
         )
+        headers.append(header)
         for row, (stem, title) in enumerate(chapters):
             number += 1
             x, y = col + 0.5, -0.55 - 1.05 * row
             chapter_box(ax, x, y, BOX_W, stem, f"{number}. {title}", stem in written)
             names[stem] = f"{number}. {title}".replace("\n", " ")
             centres.append((x, y))
+    # Down each part, an arrow from each chapter to the next; from one part to the next, an
+    # arrow between their names. (An arrow from the last box of a part up to the first of the
+    # next ran almost vertically in the narrow gap between two columns, along the boxes'
+    # edges, where it read as one more border.)
     for (x0, y0), (x1, y1) in itertools.pairwise(centres):
         if x0 == x1:
             arrow(ax, (x0, y0 - 0.4), (x1, y1 + 0.4), "arc3")
-        else:
-            arrow(ax, (x0 + BOX_W / 2 + 0.01, y0), (x1 - BOX_W / 2 - 0.01, y1), "arc3,rad=0.0")
     if planned:
         legend(ax, columns, -0.35 - 1.05 * rows)
     fig.tight_layout()
+    fig.canvas.draw()  # the names' extents, in the axes' final size
+    to_data = ax.transData.inverted()
+    spans = [to_data.transform(h.get_window_extent().get_points())[:, 0] for h in headers]
+    for (_, right), (left, _) in itertools.pairwise(spans):
+        arrow(ax, (right + 0.06, 0.35), (left - 0.06, 0.35), "arc3")
     return fig, names
 
 

@@ -95,3 +95,27 @@ def test_a_drawing_script_s_help_and_a_bad_argument_draw_nothing(
         "",
         f"python -m tools.{name}: unrecognized arguments: --bogus (--help says what it draws)\n",
     )
+
+
+def test_the_chapter_map_s_arrows_run_straight() -> None:
+    """The wide chapter map's arrows run down each part (one from each chapter to the next) and
+    across between the parts' names, never slanted: an arrow from the last box of a part up to
+    the first box of the next ran in the narrow gap between two columns, along the boxes'
+    edges, where it read as one more border."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import FancyArrowPatch
+
+    from tools import course, draw_chapter_map
+
+    plan = [(part, [(c.stem, c.map_label) for c in chs]) for part, chs in course.load().parts]
+    fig, _names = draw_chapter_map.draw_wide(plan, {stem for _, chs in plan for stem, _ in chs})
+    try:
+        ends = [p._posA_posB for p in fig.axes[0].patches if isinstance(p, FancyArrowPatch)]
+    finally:
+        plt.close(fig)
+    down = [(a, b) for a, b in ends if a[0] == pytest.approx(b[0]) and a[1] > b[1]]
+    across = [(a, b) for a, b in ends if a[1] == pytest.approx(b[1]) and a[0] < b[0]]
+    slanted = [(a, b) for a, b in ends if (a, b) not in down + across]
+    assert not slanted, f"slanted arrows: {slanted}"
+    chapters = sum(len(chs) for _, chs in plan)
+    assert (len(down), len(across)) == (chapters - len(plan), len(plan) - 1)
