@@ -695,6 +695,28 @@ def test_bertviz_views_fit_the_printed_page(chromium, book_url: str) -> None:
         pytest.fail(_problems(f"{name} printed", problems), pytrace=False)
 
 
+PRINTED_OUTPUTS_JS = r"""
+() => [...document.querySelectorAll(".cell_output pre")]
+  .filter((pre) => pre.getClientRects().length > 0 && pre.scrollWidth > pre.clientWidth + 1)
+  .map((pre) => `${pre.scrollWidth} px in ${pre.clientWidth} px: ${pre.textContent.slice(0, 50)}`)
+"""
+
+
+def test_outputs_wrap_on_the_printed_page(chromium, book_url: str) -> None:
+    """On paper a cell output wider than the column wraps (attnbook.css's print rules) instead
+    of being cut off at the page's edge: the phone's rule that keeps an output's lines in a
+    scrolling box matched the printed A4 column too."""
+    name = "chapters/14_efficient_attention.html"  # printed tables of timings, wide
+    report = PageReport(name)
+    viewport = {"width": PRINT_COLUMN, "height": 900}
+    with _offline_page(chromium, book_url, report, viewport=viewport) as page:
+        page.emulate_media(media="print")
+        page.goto(book_url + name, wait_until="load")
+        cut = page.evaluate(PRINTED_OUTPUTS_JS)
+    if cut:
+        pytest.fail(_problems(f"{name} printed: outputs cut off", cut), pytrace=False)
+
+
 def test_front_door(visit, page_name: str, book_pages: list[str]) -> None:
     """A chapter shows its times, what it builds on and its buttons under its title; the
     start page has its buttons, and its chapter map a named link to every chapter; every
