@@ -141,6 +141,15 @@ def test_soft_lookup_mistakes(wrong: Callable, mistake: str) -> None:
     _rejects(check_soft_lookup(wrong), f"this looks like {mistake}")
 
 
+def test_soft_lookup_without_the_temperature_is_not_called_a_sqrt_d_scale() -> None:
+    """With d = 4 and τ = 0.5 (case 2), leaving τ out gives the same weights as dividing by
+    sqrt(d) and τ: the verdict said "scores divided by sqrt(d) as well as by the
+    temperature" to a learner who had divided by nothing."""
+    verdict = check_soft_lookup(lambda q, k, v, t: _lookup(q @ k.T, v, 1.0))
+    _rejects(verdict, "case 2/", "this looks like the temperature left out")
+    assert "sqrt" not in verdict.message, verdict.message
+
+
 # ---------------------------------------------------------------- hard lookup
 
 

@@ -122,6 +122,13 @@ _SOFT_MISTAKES = [
         "key; cosine similarity divides the lengths out. Score with the plain dot products, "
         "unnormalised.",
     ),
+    Mistake(  # before the sqrt(d) one: with d = 4 and τ = 0.5 (case 2) the two agree
+        "the temperature left out",
+        lambda q, k, v, t: _stable_softmax(q @ k.T) @ v,
+        "Your weights are those of τ = 1 whatever τ is given: the temperature divides the "
+        "scores inside the softmax, so a small τ sharpens the weights and a large one "
+        "flattens them.",
+    ),
     Mistake(
         "scores divided by sqrt(d) as well as by the temperature",
         lambda q, k, v, t: _stable_softmax(_shifted(q @ k.T / np.sqrt(k.shape[-1])) / t) @ v,
