@@ -539,6 +539,24 @@ def test_cosine_distance_and_angle_are_named_each_with_its_hint(
 
 
 @pytest.mark.parametrize(
+    "wrong",
+    [
+        lambda a, b: np.dot(a, b) / np.linalg.norm(a) * np.linalg.norm(b),
+        lambda a, b: a @ b / math.sqrt(a @ a) * math.sqrt(b @ b),
+    ],
+)
+def test_cosine_similarity_divided_then_multiplied_is_named(wrong: Callable) -> None:
+    """a·b / ‖a‖ * ‖b‖ multiplies by the second length (Python reads it left to right); it
+    got the case's hint, "Parallel vectors have cosine similarity 1", silent on the cause."""
+    _rejects(
+        attnbook.exercises.check_cosine_similarity(wrong),
+        "case 2/4",
+        "this looks like dividing by ‖a‖, then multiplying by ‖b‖",
+        "left to right",
+    )
+
+
+@pytest.mark.parametrize(
     "right",
     [
         lambda a, b: (a / np.linalg.norm(a)) @ (b / np.linalg.norm(b)),

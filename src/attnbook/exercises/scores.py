@@ -179,6 +179,13 @@ _COSINE_MISTAKES = [
         "a·a is the squared length: the length is its square root, ‖a‖ = sqrt(a·a) (or "
         "np.linalg.norm(a)). Divide the dot product by ‖a‖ ‖b‖.",
     ),
+    Mistake(
+        "dividing by ‖a‖, then multiplying by ‖b‖",
+        lambda a, b: (a @ b) / np.linalg.norm(a) * np.linalg.norm(b),
+        "Python reads x / y * z as (x / y) * z, left to right: the second length ends up in "
+        "the numerator. Both lengths belong in the denominator, so group their product "
+        "before dividing; parallel vectors must then give exactly 1.",
+    ),
 ]
 
 
