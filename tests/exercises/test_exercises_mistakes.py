@@ -236,6 +236,19 @@ def test_masked_attention_mistakes(wrong: Callable, mistake: str) -> None:
     _rejects(check_masked_attention(wrong), mistake)
 
 
+@pytest.mark.parametrize("count", [lambda q, k: q.shape[-2], lambda q, k: k.shape[-2]])
+def test_masked_attention_scaled_by_a_number_of_tokens_is_named(count: Callable) -> None:
+    """Scaling by sqrt(T) or sqrt(S) got the first case's hint about blocking with -inf,
+    which sends a learner whose mask is right to look at the mask."""
+    verdict = check_masked_attention(
+        lambda q, k, v, m: (
+            torch.softmax((q @ k.mT / math.sqrt(count(q, k))).masked_fill(~m, -math.inf), -1) @ v
+        )
+    )
+    _rejects(verdict, "case 1/", "this looks like a scale of sqrt(T) or sqrt(S)")
+    assert "-inf" not in verdict.message.split("Hint:")[1], verdict.message
+
+
 def test_masked_attention_tells_a_minus_1e9_fill_from_a_finite_penalty() -> None:
     """A fill replaces the blocked scores, a penalty lowers them: each gets its own hint."""
     filled = check_masked_attention(lambda q, k, v, m: _fill(q, k, v, m, -1e9))

@@ -305,6 +305,18 @@ _MASKED_MISTAKES = [
         lambda q, k, v, m: _masked_by(q @ k.transpose(-2, -1) / q.shape[-1], m) @ v,
         "The mask is right, but the scale is not: divide the scores by sqrt(d_k), not by d_k.",
     ),
+    *(
+        Mistake(  # two answers, one name: T = S in the first case, where they agree
+            "a scale of sqrt(T) or sqrt(S), a number of tokens, instead of sqrt(d_k)",
+            lambda q, k, v, m, axis=axis: (
+                _masked_by(q @ k.transpose(-2, -1) / math.sqrt(axis(q, k)), m) @ v
+            ),
+            "The mask is right, but the scale is not: d_k is the width of a query or key, its "
+            "last dimension. The second-to-last dimension counts the queries (or the keys), "
+            "and len(query) the rows or, with a batch axis, the sequences.",
+        )
+        for axis in (lambda q, k: q.shape[-2], lambda q, k: k.shape[-2])
+    ),
 ]
 
 
