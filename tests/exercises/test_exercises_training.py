@@ -190,6 +190,22 @@ def test_answer_loss_checker_names_typical_mistakes() -> None:
     assert_rejects(verdict, first)
 
 
+def test_answer_loss_averaging_the_masked_zeros_is_named() -> None:
+    """(losses * mask).mean() divides by every position, not by the answer tokens; it got the
+    first case's hint about the shift by one, which this answer gets right."""
+
+    def zeros_averaged(logits, tokens, is_answer):
+        per_token = F.cross_entropy(logits[:, :-1].transpose(1, 2), tokens[:, 1:], reduction="none")
+        return (per_token * is_answer[:, 1:]).mean()
+
+    assert_rejects(
+        check_answer_loss(zeros_averaged),
+        "the last 3 tokens are the answer",
+        "the masked losses averaged over every position",
+        named="number of answer targets",
+    )
+
+
 def test_answer_loss_that_autograd_cannot_differentiate_fails() -> None:
     """The right number as a Python float (.item()) or cut from the logits (.detach()) passed,
     though training calls loss.backward() on it."""

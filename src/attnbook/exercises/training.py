@@ -277,6 +277,13 @@ def _mean_per_sequence(logits, tokens, is_answer):
     return ((per_token * mask).sum(1) / mask.sum(1)).mean()
 
 
+def _zeros_averaged(logits, tokens, is_answer):
+    per_token = F.cross_entropy(
+        logits[:, :-1].flatten(0, 1), tokens[:, 1:].flatten(), reduction="none"
+    )
+    return (per_token * is_answer[:, 1:].flatten()).mean()  # divides by B * (T - 1)
+
+
 def _summed(logits, tokens, is_answer):
     per_token = F.cross_entropy(
         logits[:, :-1].flatten(0, 1), tokens[:, 1:].flatten(), reduction="none"
@@ -340,6 +347,14 @@ _LOSS_MISTAKES = [
         _mean_per_sequence,
         "Average over all answer tokens of the batch at once: with answers of different "
         "lengths a mean of means weighs the tokens of short answers more.",
+    ),
+    Mistake(
+        "the masked losses averaged over every position, the zeros of the prompt included",
+        _zeros_averaged,
+        "Multiplying by the mask sets the prompt's losses to 0 but keeps them in the count: "
+        "the mean then divides by every position of the batch, not by the number of answer "
+        "tokens, and the loss shrinks as the prompt grows. Divide the sum by the number of "
+        "answer targets.",
     ),
     Mistake(
         "a sum instead of a mean",
