@@ -51,6 +51,15 @@ def test_rms_norm_checker_agrees_with_the_package() -> None:
     torch.testing.assert_close(_rms(x, norm.weight.detach(), 1e-5), norm(x).detach())
 
 
+def test_rms_norm_without_eps_is_named() -> None:
+    """Leaving eps out got the first case's hint, which lists every step of the formula
+    without saying which one is missing."""
+    verdict = check_rms_norm(
+        lambda x, weight, eps: x / torch.sqrt((x * x).mean(-1, keepdim=True)) * weight
+    )
+    assert_rejects(verdict, "x of shape (2, 3, 8)", "eps left out", named="inside the square root")
+
+
 def test_rms_norm_checker_names_typical_mistakes() -> None:
     first = "x of shape (2, 3, 8)"
 

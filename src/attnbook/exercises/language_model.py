@@ -51,6 +51,10 @@ def _eps_outside(x, weight, eps):
     return x / (torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True)) + eps) * weight
 
 
+def _no_eps(x, weight, eps):
+    return x / torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True)) * weight
+
+
 def _unbiased_std(x, weight, eps):
     """The standard deviation (mean subtracted, divided by D - 1), not the root mean square."""
     return x / torch.sqrt(x.var(dim=-1, keepdim=True) + eps) * weight
@@ -110,6 +114,13 @@ _NORM_MISTAKES = [
         "eps added after the square root",
         _eps_outside,
         "Add eps to the mean of the squares, then take the square root: sqrt(mean(x**2) + eps).",
+    ),
+    Mistake(
+        "eps left out",
+        _no_eps,
+        "The exercise passes eps for a reason: it keeps the division finite when a vector is "
+        "all zeros, and it changes the result measurably for small vectors. Add it to the mean "
+        "of the squares, inside the square root.",
     ),
     Mistake(
         "the (unbiased) standard deviation instead of the root mean square",
