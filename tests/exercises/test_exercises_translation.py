@@ -166,6 +166,30 @@ def test_beam_step_checker_names_typical_mistakes() -> None:
     assert "returned 2 values, expected 3" in verdict.message, verdict.message
 
 
+def test_beam_step_checker_names_a_position_left_whole_or_split_by_k() -> None:
+    """A parent left as the position among the K * V sums, or split by the number of beams,
+    got the first case's general hint; both are the slips of the one line the exercise
+    leaves to think about."""
+
+    def topk(scores, log_probs):
+        B, K, V = log_probs.shape
+        return (scores[:, :, None] + log_probs).reshape(B, K * V).topk(K, dim=-1)
+
+    def whole(scores, log_probs):
+        new, pick = topk(scores, log_probs)
+        return new, pick, pick % log_probs.shape[-1]
+
+    def by_k(scores, log_probs):
+        new, pick = topk(scores, log_probs)
+        return new, pick // scores.shape[1], pick % scores.shape[1]
+
+    for wrong, mistake in [
+        (whole, "the position among all K * V extensions returned as the beam"),
+        (by_k, "the position among the K * V split by K"),
+    ]:
+        assert_rejects(check_beam_step(wrong), "case 1/3", mistake)
+
+
 def test_beam_step_checker_accepts_a_list_of_the_three_tensors() -> None:
     """ "Return three (B, K) tensors": a list of them is as right as a tuple."""
     verdict = check_beam_step(lambda scores, log_probs: list(_beam(scores, log_probs)))

@@ -229,6 +229,20 @@ def _unsorted(scores, log_probs):
     return new_scores, pick // V, pick % V
 
 
+def _flat_parent(scores, log_probs):
+    """The position among the K V sums returned as the beam, unsplit."""
+    B, K, V = log_probs.shape
+    new_scores, pick = (scores[:, :, None] + log_probs).reshape(B, K * V).topk(K, dim=-1)
+    return new_scores, pick, pick % V
+
+
+def _split_by_beams(scores, log_probs):
+    """The position among the K V sums split by the number of beams instead of words."""
+    B, K, V = log_probs.shape
+    new_scores, pick = (scores[:, :, None] + log_probs).reshape(B, K * V).topk(K, dim=-1)
+    return new_scores, pick // K, pick % K
+
+
 def _beam_args(seed: int, B: int, K: int, V: int, spread: float) -> tuple:
     g = torch.Generator().manual_seed(seed)
     scores = -spread * torch.rand(B, K, generator=g, dtype=torch.float64).sort(-1, True).values
@@ -283,6 +297,20 @@ _BEAM_MISTAKES = [
         "only the first beam extended",
         _stepwise(_first_beam_only),
         "Every beam is extended by every word, not only the best one.",
+    ),
+    Mistake(
+        "the position among all K * V extensions returned as the beam",
+        _stepwise(_flat_parent),
+        "Your parents reach K * V - 1, but a beam is a number in [0, K). The position of a "
+        "sum among the K * V holds the beam and the word together, V words per beam: recover "
+        "the beam from it as you recovered the word.",
+    ),
+    Mistake(
+        "the position among the K * V split by K, the number of beams, instead of by V",
+        _stepwise(_split_by_beams),
+        "The K * V sums lie beam after beam, V words each: the width of one beam's block is "
+        "the number of words, V, and that is what splits a position into its beam and its "
+        "word. Check on a case with K = 2 and V = 5.",
     ),
     Mistake(
         "the right K extensions, not in order best first (topk with sorted=False)",
