@@ -56,6 +56,13 @@ def test_feed_forward_checker_names_typical_mistakes() -> None:
     )
 
 
+def test_feed_forward_with_the_blocks_residual_inside_is_named() -> None:
+    """x + FFN(x), the residual of the block written into the network, got the case's hint
+    listing the formula's steps, all of which such an answer has."""
+    verdict = check_feed_forward(lambda x, w1, b1, w2, b2: x + F.gelu(x @ w1 + b1) @ w2 + b2)
+    assert_rejects(verdict, "one sequence", "the input added to the output")
+
+
 # ------------------------------------------------------------------ pre-LN block
 
 
@@ -137,6 +144,17 @@ def test_pre_ln_block_checker_names_typical_mistakes() -> None:
     assert_rejects(verdict, first, named="never sees what the attention gathered")
 
 
+def test_pre_ln_block_with_the_two_norms_swapped_is_named() -> None:
+    """norm2 before the attention and norm1 before the feed-forward network got the case's
+    hint about residuals, which such an answer gets right."""
+
+    def swapped(x, attention, ffn, norm1, norm2):
+        x = x + attention(norm2(x))
+        return x + ffn(norm1(x))
+
+    assert_rejects(check_pre_ln_block(swapped), "B = 2 sequences", "norm1 and norm2 swapped")
+
+
 def test_the_pre_ln_block_hints_name_the_mistake_not_the_code() -> None:
     """A hint names what is wrong and a property to check (sub-layers that return zeros
     leave x unchanged), not the line to write: no hint spells out a sub-layer's residual
@@ -202,6 +220,16 @@ def test_gpt_num_parameters_checker_names_typical_mistakes() -> None:
         check_gpt_num_parameters(lambda v, c, d, n, f: _count(v, c, d, n, 4 * d)),
         "vocab_size = 100",
     )
+
+
+def test_gpt_num_parameters_names_bias_free_attention_and_one_norm_per_block() -> None:
+    """Both got the first case's general hint: attention without biases (as chapter 7's
+    exercise wrote it) and one LayerNorm per block instead of two."""
+    for wrong, mistake in [
+        (lambda v, c, d, n, f: _count(v, c, d, n, f) - n * 4 * d, "forgetting the attention's"),
+        (lambda v, c, d, n, f: _count(v, c, d, n, f) - n * 2 * d, "one LayerNorm per block"),
+    ]:
+        assert_rejects(check_gpt_num_parameters(wrong), "vocab_size = 65", mistake)
 
 
 def test_pre_ln_block_checker_rejects_residuals_added_in_place() -> None:

@@ -86,6 +86,12 @@ _FFN_MISTAKES = [
         "b2 belongs to the second linear map: it is added to the output, after it.",
     ),
     Mistake(
+        "the input added to the output (a residual connection inside the network)",
+        lambda x, w1, b1, w2, b2: x + _ffn(x, w1, b1, w2, b2),
+        "The residual connection belongs to the block, which adds the sub-layer's output to "
+        "the stream; the feed-forward network itself returns only the two maps and the GELU.",
+    ),
+    Mistake(
         "no activation at all (a single linear map in disguise)",
         lambda *a: _ffn(*a, act=lambda h: h),
         "Apply GELU to the hidden layer; without it the two maps collapse into one linear map.",
@@ -189,6 +195,11 @@ def _one_norm(x, attention, ffn, norm1, norm2):
     return _pre_ln(x, attention, ffn, norm1, norm1)
 
 
+def _norms_swapped(x, attention, ffn, norm1, norm2):
+    with torch.no_grad():
+        return _pre_ln(x, attention, ffn, norm2, norm1)
+
+
 def _ffn_first(x, attention, ffn, norm1, norm2):
     with torch.no_grad():
         x = x + ffn(norm1(x))
@@ -256,6 +267,13 @@ _BLOCK_MISTAKES = [
         _one_norm,
         "Each sub-layer has its own LayerNorm: norm1 before the attention, norm2 before the "
         "feed-forward network.",
+    ),
+    Mistake(
+        "norm1 and norm2 swapped",
+        _norms_swapped,
+        "The sub-layers and residuals are right, but each LayerNorm has learned its own weight "
+        "and bias for one sub-layer: norm1 prepares the attention's input, norm2 the "
+        "feed-forward network's.",
     ),
     Mistake(
         "the feed-forward network before the attention",
@@ -361,6 +379,12 @@ _COUNT_MISTAKES = [
         "map, in the attention and in the feed-forward network, in every layer.",
     ),
     Mistake(
+        "forgetting the attention's biases (chapter 7's exercise had none)",
+        _off_by(lambda v, c, d, f: -4 * d, _zero),
+        "attnbook.GPT's attention gives each of its four linear maps, W_Q, W_K, W_V and W_O, "
+        "a bias of d_model numbers, unlike the bias-free matrices of chapter 7's exercise.",
+    ),
+    Mistake(
         "counting the output head as a separate matrix",
         _off_by(_zero, lambda v, c, d, f: v * d),
         "The head is tied to the token embedding: one (vocab_size, d_model) matrix, counted once.",
@@ -376,6 +400,12 @@ _COUNT_MISTAKES = [
         _off_by(_zero, lambda v, c, d, f: -2 * d),
         "Pre-LN models end with one more LayerNorm before the head, counted once, with a weight "
         "and a bias like the others.",
+    ),
+    Mistake(
+        "one LayerNorm per block instead of two",
+        _off_by(lambda v, c, d, f: -2 * d, _zero),
+        "A pre-LN block normalises the input of each of its two sub-layers, so it holds two "
+        "LayerNorms, each with a weight and a bias.",
     ),
     Mistake(
         "giving each LayerNorm a weight but no bias",
