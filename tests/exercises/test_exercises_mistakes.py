@@ -511,6 +511,13 @@ def test_score_matrix_mistakes(wrong: Callable, mistake: str) -> None:
     _rejects(check_score_matrix(wrong), mistake)
 
 
+def test_score_matrix_without_fitting_the_operands_is_told_why_the_product_raised() -> None:
+    """queries @ keys raises NumPy's gufunc error on the first case; its hint said what an
+    entry is, but not why the product did not fit, and without giving the operand to turn."""
+    verdict = check_score_matrix(lambda queries, keys: queries @ keys)
+    _rejects(verdict, "case 1/5", "raised ValueError", "(n, k) array by a (k, m) one")
+
+
 @pytest.mark.parametrize(
     "wrong",
     [

@@ -31,7 +31,9 @@ _SCORE_MATRIX_CASES = [
     Case(
         "2 queries, 3 keys, width 4",
         lambda: (_rng(1).normal(size=(2, 4)), _rng(2).normal(size=(3, 4))),
-        "Entry [t, s] is the dot product of query t with key s; the result has one row per query.",
+        "Entry [t, s] is the dot product of query t with key s; the result has one row per "
+        "query. If your matrix product raised a shape error: it multiplies an (n, k) array by "
+        "a (k, m) one, and a (T, d) and an (S, d) array do not line up that way as they are.",
     ),
     Case(
         "1 query, 5 keys",
