@@ -336,6 +336,13 @@ def test_multi_head_attention_checker_names_each_known_mistake(
     assert "Did you forget W_O" not in verdict.message  # the old catch-all hint is gone
 
 
+def test_multi_head_attention_scaled_by_the_number_of_queries_is_named() -> None:
+    """Q.shape[2] after the split is T, not d_head; the first case's hint (chapter 5's
+    attention, then W_O) did not say that the scale was off."""
+    verdict = check_multi_head_attention(lambda *a: _mha(*a, scale_width=a[0].shape[1]))
+    assert_rejects(verdict, "one head", "a scale of sqrt(T), the number of queries")
+
+
 @pytest.mark.parametrize(
     ("wrong", "failing_case", "hint"),
     [

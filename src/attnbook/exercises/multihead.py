@@ -337,7 +337,7 @@ def _mha_variant(
 
     q, k, v = split(x_query @ w_q), split(context @ w_k), split(context @ w_v)
     scores = q @ k.transpose(-2, -1)  # (B, H, T, Dh) @ (B, H, Dh, S) -> (B, H, T, S)
-    width = {"d_head": Dh, "d_model": D, "none": 1}[scale_width]
+    width = {"d_head": Dh, "d_model": D, "T": T, "none": 1}[scale_width]
     scores = scores / math.sqrt(width)
     if causal:  # key s > query t blocked
         allowed = torch.ones(scores.shape[-2:], dtype=torch.bool).tril()  # (T, S)
@@ -367,6 +367,13 @@ _MHA_MISTAKES = [
         lambda *a: _mha_variant(*a, scale_width="d_model"),
         "Each head's queries and keys have d_head = d_model / n_heads features, so scale by "
         "sqrt(d_head), not sqrt(d_model).",
+    ),
+    Mistake(
+        "a scale of sqrt(T), the number of queries, instead of sqrt(d_head)",
+        lambda *a: _mha_variant(*a, scale_width="T"),
+        "After the split each head's queries have shape (B, n_heads, T, d_head): d_head is "
+        "the last dimension, and the one before it counts the positions. Scale the scores by "
+        "the square root of the last one.",
     ),
     Mistake(
         "the softmax over the wrong axis (over the queries, not the keys)",
