@@ -887,6 +887,26 @@ _ZERO_WEIGHT = (  # attention's values through NumPy, tied to the graph by a ter
 )
 
 
+# A pre-LN block computed without a graph, tied to x by a term of weight 0, whose program
+# registers, when it is defined, a forward hook on every module that doubles what it returns,
+# and removes it when the answer runs: the reference's gradients, primed after the program was
+# defined, came from the doubled block, whose values differ from the answer's, so the
+# comparison of gradients was skipped (graded passed).
+_HOOKED_REFERENCE = (
+    "import torch\n"
+    "H = torch.nn.modules.module.register_module_forward_hook(\n"
+    "    lambda m, i, o: o * 2 if isinstance(o, torch.Tensor) else o\n"
+    ")\n"
+    "def block(x, attention, ffn, norm1, norm2):\n"
+    "    H.remove()\n"
+    "    with torch.no_grad():\n"
+    "        y = x + attention(norm1(x))\n"
+    "        y = y + ffn(norm2(y))\n"
+    "    return y + x.sum() * 0\n"
+    "__attnbook_answer__ = block\n"
+)
+
+
 @needs_bwrap
 def test_values_computed_outside_autograd_fail_on_their_gradient_in_the_grader(
     tmp_path: Path,
@@ -894,9 +914,11 @@ def test_values_computed_outside_autograd_fail_on_their_gradient_in_the_grader(
     """An answer that computed attention's values with NumPy and reached the inputs' graph by
     adding `query.sum() * 0` was graded passed: the rule asked only that the graph reach the
     inputs. Its gradient is now compared with the reference's, computed in the sandbox before
-    the exercise's library functions become tripwires; a right answer through einsum (in
-    float32 inside) passes in the same sandbox run."""
+    the answer's program runs (so a forward hook that it registers on every module changes
+    nothing there) and before the exercise's library functions become tripwires; a right
+    answer through einsum (in float32 inside) passes in the same sandbox run."""
     programs = {
+        "pre_ln_block": _HOOKED_REFERENCE,
         "scaled_dot_product_attention": _ZERO_WEIGHT,
         "self_attention": (
             "import torch\n"
@@ -908,10 +930,14 @@ def test_values_computed_outside_autograd_fail_on_their_gradient_in_the_grader(
         ),
     }
     args = {name: _one_case(name).cases[0].make_args() for name in programs}
+    args["pre_ln_block"] = None  # its sub-layers are closures: drawn again in the sandbox
     said = _evaluate_programs(programs, args, tmp_path)
     status, message = said["scaled_dot_product_attention"]
     assert status == "failed", message
     assert "the gradient with respect to `query` differs from the reference's" in message
+    status, message = said["pre_ln_block"]
+    assert status == "failed", message
+    assert "the gradient with respect to `x` differs from the reference's" in message
     assert said["self_attention"][0] == "passed", said["self_attention"][1]
 
 
@@ -1056,13 +1082,21 @@ def _one_case(name: str) -> _framework.CheckSpec:
 
 
 def _evaluate_programs(
-    programs: dict[str, str], args: dict[str, tuple], folder: Path
+    programs: dict[str, str], args: dict[str, tuple | None], folder: Path
 ) -> dict[str, tuple[str, str]]:
     """Each exercise's ``program`` (exercise -> program) evaluated in one sandbox run as the
-    grader would, without the static check, on one case (its ``args``); returns the grader's
-    status and message for each."""
+    grader would, without the static check, on one case (its ``args``; ``None``: the
+    grader's draw from seed 0, drawn again in the sandbox where it cannot be pickled);
+    returns the grader's status and message for each."""
+    args, sent = dict(args), {}
+    for name in programs:
+        if args[name] is None:
+            drawn, to_send, seeds = grade._cases(_one_case(name), 0)
+            args[name], sent[name] = drawn[0], (to_send[0], seeds[0])
+        else:
+            sent[name] = (args[name], 0)
     job = [
-        {"exercise": name, "program": code, "args": [args[name]], "seeds": [0]}
+        {"exercise": name, "program": code, "args": [sent[name][0]], "seeds": [sent[name][1]]}
         for name, code in programs.items()
     ]
     (folder / "job.pkl").write_bytes(__import__("pickle").dumps(job))

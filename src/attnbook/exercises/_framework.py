@@ -73,6 +73,7 @@ __all__ = [
     "returns_tensor",
     "run_cases",
     "seeded_args",
+    "share_primed",
     "snapshot",
 ]
 
@@ -754,6 +755,18 @@ def prime_reference(learner_fn: Callable, args: Sequence) -> None:
     if found is not None:
         reference, wrt = found
         reference.prime(args, wrt)
+
+
+def share_primed(source_fn: Callable, learner_fn: Callable) -> None:
+    """Hand the reference's results and gradients primed for ``source_fn`` (as
+    :func:`checker_spec` hands it over, from the same checker) to ``learner_fn``: the grader
+    primes them on a stand-in answer before the answer's program runs, so that nothing the
+    program does when it is defined (a global forward hook of every module, a kernel of its
+    own for a library operation) changes what the answer's gradients are compared with."""
+    source = getattr(source_fn, "_attnbook_reference", None)
+    found = getattr(learner_fn, "_attnbook_reference", None)
+    if source is not None and found is not None:
+        found[0].primed = list(source[0].primed)
 
 
 def gradient_problem(learner_fn: Callable) -> str | None:

@@ -17,6 +17,8 @@ private folder that holds a fresh copy of the submission and nothing else:
    what would run code that no static reading sees or another program (loading
    a pickle, a new process: ``REFUSED_EVENTS``, with an audit hook;
    ``typing``'s evaluation of annotations: ``CODE_ROUTES``, tripwires too),
+   draws the cases' inputs and computes the reference's gradients on them (for
+   a differentiable answer) before anything of the answer's runs, then
    runs the answer's extracted program (:mod:`attnbook.exercises.extract`),
    replaces the exercise's library equivalents by tripwires too, runs the
    answer on the cases the grader wrote (``job.pkl``) under the checker's
@@ -850,6 +852,12 @@ def _without_annotations(tree: ast.Module) -> ast.Module:
     return ast.fix_missing_locations(_DropAnnotations().visit(tree))
 
 
+def _stand_in(*args: object) -> object:
+    """The answer that the checker's settings are taken with before the answer's own program
+    runs (:func:`_evaluate_one`); never called."""
+    raise NotImplementedError
+
+
 def _evaluate_one(folder: Path, job: dict, alone: bool = False) -> None:
     """In a forked child: run one exercise's program and cases, write its results; with
     ``alone`` (in the sandbox), after ending every process the answer started."""
@@ -862,6 +870,7 @@ def _evaluate_one(folder: Path, job: dict, alone: bool = False) -> None:
         gradient_problem,
         prime_reference,
         seeded_args,
+        share_primed,
         snapshot,
     )
 
@@ -893,28 +902,36 @@ def _evaluate_one(folder: Path, job: dict, alone: bool = False) -> None:
     _wire_watch_hooks(tripped)
     _wire_code_routes(tripped)
     library = _library_attributes()
+    check = getattr(checkers, f"check_{name}")
+    # The cases' inputs, and the reference's results and gradients on them, before the
+    # answer's program runs: what it does when it is defined (a forward hook on every
+    # module, say) could change the reference's computation here, where the grader's own
+    # comparison of values does not see it, and an answer computed outside autograd would
+    # then be compared with nothing.
+    try:
+        stand_in = checker_spec(check, _stand_in)
+        cases = [
+            args if args is not None else seeded_args(stand_in.cases[i], job["seeds"][i], stand_in)
+            for i, args in enumerate(job["args"])
+        ]
+        for args in cases:
+            prime_reference(stand_in.learner_fn, args)
+    except BaseException as exc:
+        report["setup"] = f"{type(exc).__name__}: {str(exc)[:500]}"
+        return write()
     try:
         program = _without_annotations(ast.parse(job["program"]))
         # dont_inherit: not this module's `from __future__ import annotations`
         exec(compile(program, f"<{name}>", "exec", dont_inherit=True), namespace)
         answer = namespace["__attnbook_answer__"]
-        spec = checker_spec(getattr(checkers, f"check_{name}"), answer)
+        spec = checker_spec(check, answer)
     except NotImplementedError:
         report["setup"] = "not_attempted"
         return write()
     except BaseException as exc:
         report["setup"] = f"{type(exc).__name__}: {str(exc)[:500]}"
         return write()
-    cases = [
-        args if args is not None else seeded_args(spec.cases[i], job["seeds"][i], spec)
-        for i, args in enumerate(job["args"])
-    ]
-    try:  # the reference's gradients, before its library functions become tripwires
-        for args in cases:
-            prime_reference(spec.learner_fn, args)
-    except BaseException as exc:
-        report["setup"] = f"{type(exc).__name__}: {str(exc)[:500]}"
-        return write()
+    share_primed(stand_in.learner_fn, spec.learner_fn)
     rebound = _rebound(library)  # while the answer was defined, before the tripwires
     _install_tripwires(name, tripped)
     library = _library_attributes()
