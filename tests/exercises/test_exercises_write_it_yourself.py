@@ -10,10 +10,12 @@ answer written by hand still passes.
 
 from __future__ import annotations
 
+import cProfile
 import functools
 import heapq
 import math
 import operator
+import pstats
 import sys
 from collections.abc import Callable
 from operator import truediv as _truediv
@@ -225,6 +227,34 @@ def test_an_answer_that_switches_off_the_checkers_watch_fails(
 
 def _scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     return q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+
+
+def test_a_checker_called_under_cprofile_works_and_leaves_it_profiling() -> None:
+    """Under cProfile (and %prun) every checker failed its answer with "'Profile' object is
+    not callable": the guards called the profile hook set before them as a Python function,
+    and set the profiler's object back as one. The guards pause it for the answer's call and
+    enable it again after, with its settings (here: no builtins); they still watch."""
+    profiler = cProfile.Profile(builtins=False)
+    profiler.enable()
+    try:
+        right = check_softmax(_softmax)
+        library = check_softmax(lambda x: attnbook.softmax(x))
+        # a differentiable answer: its gradients are compared with the hooks paused
+        attention = check_scaled_dot_product_attention(
+            lambda q, k, v: torch.softmax(_scores(q, k), dim=-1) @ v
+        )
+        after = sys.getprofile()
+        math.sqrt(2.0)  # a builtin, which this profiler leaves out
+    finally:
+        profiler.disable()
+    assert right, right.message
+    assert attention, attention.message
+    assert not library
+    assert "softmax" in library.message, library.message
+    assert after is profiler
+    recorded = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
+    assert any(name == "check_softmax" for _, _, name in recorded), sorted(recorded)[:30]
+    assert not [key for key in recorded if key[0] == "~"]  # builtins=False was kept
 
 
 _package_softmax = attnbook.softmax  # a global the learner bound to the package

@@ -35,6 +35,7 @@ checker says in a learner's kernel is read by the grader.
 
 from __future__ import annotations
 
+import _lsprof
 import contextlib
 import contextvars
 import copy
@@ -812,6 +813,10 @@ def _call_hooks() -> tuple[Callable, Callable, Callable]:
     through ``__closure__``, which the grader's static check refuses)."""
     set_profile, get_profile = sys.setprofile, sys.getprofile
     set_trace, get_trace = sys.settrace, sys.gettrace
+    # cProfile's profiler (%prun's too): sys.getprofile() gives its object, which Python code
+    # cannot call as a hook nor set again with sys.setprofile; its own enable() sets it again
+    # (in the frame that paused it, so that the calls and returns it sees pair up)
+    c_profiler, enable_c_profiler = _lsprof.Profiler, _lsprof.Profiler.enable
 
     def hooked(
         call: Callable[[], object], hook: Callable, set_hook: Callable, get_hook: Callable
@@ -824,16 +829,23 @@ def _call_hooks() -> tuple[Callable, Callable, Callable]:
             result = call()
             return result, get_hook() is hook
         finally:
-            set_hook(previous)
+            if set_hook is set_profile and isinstance(previous, c_profiler):
+                enable_c_profiler(previous)  # with the settings it had
+            else:
+                set_hook(previous)
 
     def watching_calls(call: Callable[[], object], profile: Callable) -> tuple[object, bool]:
         """``call()`` with ``profile`` (a profile hook) watching every call it makes; a hook
-        set before (an enclosing guard's, under :func:`all_of`) keeps watching too."""
+        set before (an enclosing guard's, under :func:`all_of`) keeps watching too. A C
+        profiler set before (cProfile's, ``%prun``'s) is paused for the call, and enabled
+        again after: no Python code can pass it the events (it sees the call as time spent in
+        its caller)."""
         previous = get_profile()
+        chained = None if isinstance(previous, c_profiler) else previous
 
         def both(frame: FrameType, event: str, arg: object) -> None:
-            if previous is not None:
-                previous(frame, event, arg)
+            if chained is not None:
+                chained(frame, event, arg)
             profile(frame, event, arg)
 
         return hooked(call, both, set_profile, get_profile)
@@ -853,7 +865,10 @@ def _call_hooks() -> tuple[Callable, Callable, Callable]:
             return call()
         finally:
             set_trace(trace)
-            set_profile(profile)
+            if isinstance(profile, c_profiler):
+                enable_c_profiler(profile)
+            else:
+                set_profile(profile)
 
     return watching_calls, tracing, unwatched
 
