@@ -9,10 +9,13 @@ inside, ``torch.where`` for ``masked_fill``) still pass.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 
 from attnbook.exercises import (
+    check_apply_rope,
     check_masked_attention,
     check_multi_head_attention,
     check_pre_ln_block,
@@ -127,3 +130,108 @@ def test_the_pre_ln_block_compares_gradients_too() -> None:
     verdict = check_pre_ln_block(tied_by_zero)
     assert not verdict, verdict.message
     assert "the gradient with respect to `x` differs from the reference's" in verdict.message
+
+
+def _rope_with_numpy(x: torch.Tensor, positions: torch.Tensor) -> np.ndarray:
+    """RoPE's values, vectorised, through NumPy (outside autograd)."""
+    xs, d = x.detach().numpy(), x.shape[-1]
+    angle = positions.numpy()[:, None] * 10000.0 ** (-np.arange(0, d, 2) / d)
+    out = np.empty_like(xs)
+    out[..., 0::2] = xs[..., 0::2] * np.cos(angle) - xs[..., 1::2] * np.sin(angle)
+    out[..., 1::2] = xs[..., 0::2] * np.sin(angle) + xs[..., 1::2] * np.cos(angle)
+    return out
+
+
+_PENDING: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+
+class _FilledLater(torch.Tensor):
+    """A result whose numbers its own numpy() writes, by Python loops, the first time the
+    checker reads them (when it compares the gradients, unwatched), handing that comparison
+    the numbers from before."""
+
+    def numpy(self, *args: object, **kwargs: object) -> np.ndarray:
+        if not _PENDING:
+            return torch.Tensor.numpy(self, *args, **kwargs)
+        x, positions = _PENDING.pop()
+        before = torch.Tensor.numpy(self).copy()
+        d = x.shape[-1]
+        for t in range(x.shape[-2]):
+            for i in range(d // 2):
+                angle = float(positions[t]) * 10000 ** (-2 * i / d)
+                a, b = x[..., t, 2 * i], x[..., t, 2 * i + 1]
+                self[..., t, 2 * i] = a * math.cos(angle) - b * math.sin(angle)
+                self[..., t, 2 * i + 1] = a * math.sin(angle) + b * math.cos(angle)
+        return before
+
+
+def _rope_filled_later(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    _PENDING.append((x.detach(), positions))
+    return (x * 0).as_subclass(_FilledLater)
+
+
+def test_a_tensor_subclass_cannot_compute_its_numbers_while_the_gradients_are_compared() -> None:
+    """RoPE by Python loops, in the numpy() of a tensor subclass that the answer returned,
+    run when the checker read the result to compare its gradients, where no guard watches
+    (and handed the numbers from before to that comparison, so that it compared nothing):
+    passed in the notebook and in the grader. The result is now read as a plain tensor with
+    a copy of its numbers, made inside the answer's watched call."""
+    _PENDING.clear()
+    verdict = check_apply_rope(_rope_filled_later)
+    _PENDING.clear()
+    assert not verdict
+    assert "case 1/4" in verdict.message, verdict.message
+
+
+def test_code_of_the_answers_that_runs_while_the_gradients_are_compared_fails() -> None:
+    """RoPE's values through NumPy, tied to x by x * 0, and torch.Tensor.double replaced, in
+    the answer's call, by a function of the answer's that put the library's back and moved
+    the numbers once: the comparison of gradients, which reads the result through .double(),
+    saw other values than the reference's and compared nothing (passed, in the notebook and
+    in the grader)."""
+    real = torch.Tensor.double
+
+    def once(t: torch.Tensor) -> torch.Tensor:
+        torch.Tensor.double = real  # type: ignore[method-assign]
+        return real(t) + 1
+
+    def rope(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        torch.Tensor.double = once  # type: ignore[method-assign]
+        return torch.from_numpy(_rope_with_numpy(x, positions)) + x * 0
+
+    try:
+        verdict = check_apply_rope(rope)
+    finally:
+        torch.Tensor.double = real  # type: ignore[method-assign]
+    assert not verdict
+    assert "ran code of yours (once) while the checker compared its gradients" in verdict.message
+
+
+class _Writer:
+    """Writes ``values`` into ``out`` when it is let go of."""
+
+    def __init__(self, out: torch.Tensor, values: torch.Tensor) -> None:
+        self.out, self.values = out, values
+
+    def __del__(self) -> None:
+        self.out.copy_(self.values)
+
+
+def _written_after(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    values = torch.from_numpy(_numpy_attention(q, k, v))
+    result = torch.zeros_like(values) + (q.sum() + k.sum() + v.sum()) * 0
+    # let go of, and so written, when the checker lets go of q: after comparing the gradients
+    q.writer = _Writer(result.detach(), values)
+    return result
+
+
+def test_the_numbers_whose_gradients_are_compared_are_the_numbers_returned() -> None:
+    """Attention's values through NumPy, written into the answer's result (zeros, tied to
+    the inputs) by a finalizer when the checker let go of the query, after it had compared
+    the gradients of the zeros (other values than the reference's: nothing compared):
+    passed. The checker reads a copy of the result, made when the answer returned, and
+    returns that copy's numbers."""
+    verdict = check_scaled_dot_product_attention(_written_after)
+    assert not verdict
+    assert "case 1/5" in verdict.message, verdict.message
+    assert "returned the wrong values" in verdict.message, verdict.message

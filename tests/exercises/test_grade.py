@@ -907,6 +907,31 @@ _HOOKED_REFERENCE = (
 )
 
 
+# RoPE by Python loops, in the numpy() of a tensor subclass that the answer returns: it ran
+# when the gradients were compared, unwatched, and handed that comparison the zeros from before
+# (nothing compared), then the grader read the numbers the loops wrote (graded passed)
+_FILLED_LATER = (
+    "import math\nimport torch\nPENDING = []\n"
+    "class Lazy(torch.Tensor):\n"
+    "    def numpy(self, *args, **kwargs):\n"
+    "        if not PENDING:\n"
+    "            return torch.Tensor.numpy(self, *args, **kwargs)\n"
+    "        x, positions = PENDING.pop()\n"
+    "        before, d = torch.Tensor.numpy(self).copy(), x.shape[-1]\n"
+    "        for t in range(x.shape[-2]):\n"
+    "            for i in range(d // 2):\n"
+    "                angle = float(positions[t]) * 10000 ** (-2 * i / d)\n"
+    "                a, b = x[..., t, 2 * i], x[..., t, 2 * i + 1]\n"
+    "                self[..., t, 2 * i] = a * math.cos(angle) - b * math.sin(angle)\n"
+    "                self[..., t, 2 * i + 1] = a * math.sin(angle) + b * math.cos(angle)\n"
+    "        return before\n"
+    "def rope(x, positions):\n"
+    "    PENDING.append((x.detach(), positions))\n"
+    "    return (x * 0).as_subclass(Lazy)\n"
+    "__attnbook_answer__ = rope\n"
+)
+
+
 @needs_bwrap
 def test_values_computed_outside_autograd_fail_on_their_gradient_in_the_grader(
     tmp_path: Path,
@@ -916,8 +941,11 @@ def test_values_computed_outside_autograd_fail_on_their_gradient_in_the_grader(
     inputs. Its gradient is now compared with the reference's, computed in the sandbox before
     the answer's program runs (so a forward hook that it registers on every module changes
     nothing there) and before the exercise's library functions become tripwires; a right
-    answer through einsum (in float32 inside) passes in the same sandbox run."""
+    answer through einsum (in float32 inside) passes in the same sandbox run. A result that
+    computes its numbers while the gradients are compared (a tensor subclass's numpy, by
+    Python loops) fails too."""
     programs = {
+        "apply_rope": _FILLED_LATER,
         "pre_ln_block": _HOOKED_REFERENCE,
         "scaled_dot_product_attention": _ZERO_WEIGHT,
         "self_attention": (
@@ -938,6 +966,7 @@ def test_values_computed_outside_autograd_fail_on_their_gradient_in_the_grader(
     status, message = said["pre_ln_block"]
     assert status == "failed", message
     assert "the gradient with respect to `x` differs from the reference's" in message
+    assert said["apply_rope"][0] == "failed", said["apply_rope"][1]
     assert said["self_attention"][0] == "passed", said["self_attention"][1]
 
 

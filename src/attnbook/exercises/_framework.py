@@ -670,6 +670,7 @@ def _differentiable_wrapper(spec: _Differentiable, reference: _Reference | None 
                     original.copy_(changed)
         if result is None:
             return None  # the framework asks "did you forget `return`?"
+        result = _pinned(result)
         reached = _reached_leaves(result)
         for name, leaf in leaves.items():
             if id(leaf) in reached or not _depends_on(fn, args, wrt[name], result):
@@ -683,15 +684,49 @@ def _differentiable_wrapper(spec: _Differentiable, reference: _Reference | None 
         if spec.keep_graph:
             return result, tuple(leaves.values())
         if reference is not None and leaves and not in_place:
-            reference.problem = _unwatched(  # type: ignore[assignment]
+            problem, ran = _unwatched(
                 lambda: _compare_gradients(spec, reference, called_with, result, leaves)
             )
+            reference.problem = problem if not ran else _ran_unwatched(exercise, ran[0])
         return _detached(result)
 
     wrapper._attnbook_differentiable = spec  # type: ignore[attr-defined]
     if reference is not None:
         wrapper._attnbook_reference = (reference, wrt)  # type: ignore[attr-defined]
     return wrapper
+
+
+# The C methods of every tensor: torch._C.TensorBase is an immutable type, which no answer can
+# change (torch.Tensor, a Python class, it can)
+_AS_SUBCLASS, _CLONE = torch._C.TensorBase.as_subclass, torch._C.TensorBase.clone
+
+
+def _pinned(result: object) -> object:
+    """``result`` as a :func:`differentiable` answer's is read from then on: each tensor a plain
+    ``torch.Tensor`` holding a copy of its numbers, its graph kept (a tuple or list part by
+    part, anything else as it is). Made inside the answer's watched call: a tensor
+    subclass's methods (its ``numpy``, its ``__torch_function__``) are the answer's own code,
+    which would otherwise run when the gradients are compared, unwatched (Python loops
+    there are seen by no guard), and could change the numbers compared, or returned after."""
+    if isinstance(result, torch.Tensor):
+        with torch._C.DisableTorchFunctionSubclass(), torch.enable_grad():
+            return _CLONE(_AS_SUBCLASS(result, torch.Tensor))
+    if isinstance(result, tuple | list):
+        parts = [_pinned(part) for part in result]
+        return tuple(parts) if isinstance(result, tuple) else parts
+    return result
+
+
+def _ran_unwatched(exercise: str, name: str) -> str:
+    """What an answer is told when code of its own (``name``) ran while its gradients were
+    compared with the reference's, where the checker's guards do not watch."""
+    return (
+        f"ran code of yours ({name}) while the checker compared its gradients with the "
+        "reference's, where it cannot see how the code computes: a library function replaced "
+        "by one of yours, a custom backward or a tensor hook.\n   Hint: compute "
+        f"{exercise}'s result with torch's own operations on the tensors you are given, and "
+        "leave the libraries' functions as they are."
+    )
 
 
 def _compare_gradients(
@@ -854,15 +889,28 @@ def _call_hooks() -> tuple[Callable, Callable, Callable]:
         """``call()`` under the trace function ``trace``."""
         return hooked(call, trace, set_trace, get_trace)
 
-    def unwatched(call: Callable[[], object]) -> object:
-        """``call()`` with neither hook set, both put back after: the framework's own work
-        inside the answer's call (comparing its gradients with the reference's), which no
-        guard needs to watch and which would run slowly under every guard's hooks."""
+    def unwatched(call: Callable[[], object]) -> tuple[object, list[str]]:
+        """``call()`` with neither guard's hook set, both put back after: the framework's own
+        work inside the answer's call (comparing its gradients with the reference's), which
+        would run slowly under every guard's hooks. Only the calls of the learner's code are
+        watched there, which should not run at all (a library function the answer replaced by
+        one of its own, a custom backward): returns ``call()``'s result and the names of
+        those that ran."""
         profile, trace = get_profile(), get_trace()
+        ran: list[str] = []
+        learners: dict[str, bool] = {}  # file name -> whether it holds the learner's code
+
+        def learner_calls(frame: FrameType, event: str, arg: object) -> None:
+            filename = frame.f_code.co_filename
+            if filename not in learners:
+                learners[filename] = _is_learner_code(filename)
+            if learners[filename]:
+                ran.append(frame.f_code.co_name)
+
         set_profile(None)
-        set_trace(None)
+        set_trace(learner_calls)
         try:
-            return call()
+            return call(), ran
         finally:
             set_trace(trace)
             if isinstance(profile, c_profiler):
