@@ -28,6 +28,9 @@
   (tools/draw_*.py), shows the narrow one on a phone (``NARROW_MEDIA``), where the wide one's
   text would shrink below 10 px: the chapter map as a second SVG in the page, which
   attnbook.css shows instead of the first; any other as an HTML <picture>.
+- Figures on a phone: each image that links its own file (Sphinx links every image shown
+  smaller than its file, the notebooks' figures included) holds a cue, "Tap to enlarge", that
+  attnbook.css shows on a phone's screen only (``enlarge_cues``).
 - ``404.html``, the page GitHub Pages sends for a missing URL at any depth: "Page not found",
   links to the start page, the search page and every chapter, all its URLs (styles, scripts,
   favicon, links) absolute from the site's path (``site_path``: ``/<repo>/`` of the
@@ -218,6 +221,28 @@ HIDDEN_CELL_TOGGLE = '<summary aria-label="Toggle hidden content">'
 def named_toggles(html: str) -> str:
     """Let the visible text of each hidden-cell toggle in `html` be its accessible name."""
     return html.replace(HIDDEN_CELL_TOGGLE, "<summary>")
+
+
+# Sphinx links an image shown smaller than its file to the file itself (html_scaled_image_link):
+# every figure of the notebooks, drawn at twice the size it is shown at (attnbook.viz), and the
+# diagrams given a width. On a phone, scaled down to the column, a figure's text measures 5 to
+# 10 px; the link opens the file, where the phone's browser fits it to the screen and the
+# reader can zoom in. Nothing said so: each such link gets a cue, "Tap to enlarge", which
+# attnbook.css shows on a phone's screen only (not on a desktop, not on paper). Inside the
+# link, the cue's words follow the image's alt text in the link's accessible name.
+_IMAGE_LINK = re.compile(
+    r'(<a class="reference internal image-reference" href="([^"]+)">\s*'
+    r'<img [^>]*?\bsrc="\2"[^>]*>)(\s*</a>)'
+)
+ENLARGE_CUE = (
+    '<span class="attnbook-enlarge"> '  # the space parts the alt text from the cue's words
+    '<i class="fa-solid fa-magnifying-glass-plus" aria-hidden="true"></i>Tap to enlarge</span>'
+)
+
+
+def enlarge_cues(html: str) -> str:
+    """`html` with ENLARGE_CUE inside each link of an image to its own file, after the image."""
+    return _IMAGE_LINK.sub(lambda match: match[1] + ENLARGE_CUE + match[3], html)
 
 
 # sphinx-exercise puts an exercise's title in parentheses, and each title ends with its level
@@ -479,13 +504,16 @@ def _page_assets(
 ) -> None:
     """Make bertviz views and Plotly figures offline on this page; name cell toggles; write
     exercise levels without nested parentheses and solution links without a leading space;
-    link the favicon's PNG."""
+    put a cue to enlarge in each link of a figure to its file; link the favicon's PNG."""
     pathto = context.get("pathto")
     if pathto is None:
         return
     if "body" in context:
         context["body"] = exercise_levels(solution_links(named_toggles(context["body"])))
     _front_door(app, pagename, context)
+    if "body" in context and app.builder.name == "html":  # not the one page `make pdf` prints
+        # After the front door: the chapter map, put in the page, is no longer an image.
+        context["body"] = enlarge_cues(context["body"])
     if _vendored() and "body" in context:
         context["body"] = offline_bertviz(context["body"], pathto("_static/", 1))
     plotly_js = _plotly_js()

@@ -16,6 +16,8 @@
 - A diagram drawn twice, wide and narrow (images/NAME_narrow.svg), shows its narrow version
   on a phone: the chapter map as a second SVG with ids of its own, which attnbook.css shows
   under the same media query; any other as a <picture>, its narrow file in _images/.
+- A figure that links its own image file holds a cue to enlarge it (shown on phones only,
+  which the browser test checks), after the image, inside the link.
 """
 
 from __future__ import annotations
@@ -452,6 +454,24 @@ def test_a_diagram_with_a_narrow_version_is_shown_as_a_picture() -> None:
         '<img alt="flow" src="../_images/sdpa_dataflow.svg" /></picture>\n'
         '<img alt="block" src="../_images/transformer_block.svg" />'
     )
+
+
+def test_a_figure_that_links_its_file_says_so_on_a_phone() -> None:
+    """The cue goes inside a link of an image to its own file (Sphinx's link of an image shown
+    smaller than its file), after the image; any other link or image is left alone."""
+    extension = _extension()
+    figure = (
+        '<a class="reference internal image-reference" href="../_images/ab.png">'
+        '<img alt="A heatmap" src="../_images/ab.png" style="width: 614px;" />\n</a>'
+    )
+    other = '<a class="reference internal image-reference" href="x.html"><img src="a.png" /></a>'
+    plain = '<img alt="flow" src="../_images/sdpa_dataflow.svg" />'
+    html = extension.enlarge_cues(f"{figure}\n{other}\n{plain}")
+    assert html == (
+        figure.replace("/>\n</a>", "/>" + extension.ENLARGE_CUE + "\n</a>") + f"\n{other}\n{plain}"
+    )
+    assert re.fullmatch(r'<span class="attnbook-enlarge"> <i [^>]*aria-hidden="true"></i>'
+                        r"Tap to enlarge</span>", extension.ENLARGE_CUE)  # fmt: skip
 
 
 def test_a_built_page_serves_the_narrow_diagram(tmp_path: Path) -> None:

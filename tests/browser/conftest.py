@@ -249,7 +249,10 @@ LAYOUT_JS = page_js(r"""
     }
     frontDoor.links.push({text: link.textContent.trim(), href: link.getAttribute("href"), status});
   }
-  return {bertviz, icons, frontDoor};
+  // The text a link around a cell output's image shows (the phone's cue to enlarge: none here).
+  const figureLinkText = [...article.querySelectorAll(".cell_output a[href] img")]
+      .map((img) => img.closest("a").innerText.replace(/\s+/g, " ").trim()).filter((t) => t);
+  return {bertviz, icons, frontDoor, figureLinkText};
 """)
 
 # Every code block (cell inputs, outputs, code in the prose), every dropdown open: its width
@@ -655,17 +658,60 @@ TITLE_LINES_JS = r"""
 """
 
 
+# On a phone, every dropdown opened (a solution's figures too): each image of a cell output (the
+# notebooks' figures), the link around it if any (its target, whether the keyboard reaches it,
+# the text it shows), marked for DevTools to read the link's accessible name (`_link_names`).
+FIGURE_LINKS_JS = page_js(r"""
+  openDropdowns();
+  await new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done)));
+  return [...document.querySelectorAll("article.bd-article .cell_output img")].map((img, i) => {
+    const link = img.closest("a[href]");
+    if (link) link.setAttribute("data-figure-link-probe", String(i));
+    return {
+      src: img.currentSrc || img.src,
+      alt: (img.getAttribute("alt") || "").trim(),
+      href: link ? link.href : null,
+      focusable: !!link && link.tabIndex >= 0,
+      shown: link ? link.innerText.replace(/\s+/g, " ").trim() : "",
+      name: null,
+    };
+  });
+""")
+
+
+def _link_names(page, figures: list[dict]) -> None:
+    """Fill in each figure's `name`: its link's accessible name as Chromium computes it."""
+    if not any(figure["href"] for figure in figures):
+        return
+    cdp = page.context.new_cdp_session(page)
+    try:
+        root = cdp.send("DOM.getDocument", {"depth": 0})["root"]["nodeId"]
+        selector = {"nodeId": root, "selector": "[data-figure-link-probe]"}
+        for node in cdp.send("DOM.querySelectorAll", selector)["nodeIds"]:
+            attributes = cdp.send("DOM.getAttributes", {"nodeId": node})["attributes"]
+            index = int(dict(zip(attributes[::2], attributes[1::2]))["data-figure-link-probe"])
+            tree = cdp.send(
+                "Accessibility.getPartialAXTree", {"nodeId": node, "fetchRelatives": False}
+            )
+            names = [n.get("name", {}).get("value", "") for n in tree["nodes"] if not n["ignored"]]
+            figures[index]["name"] = names[0] if names else ""
+    finally:
+        cdp.detach()
+
+
 @dataclass
 class PhoneReport(PageReport):
     """One page on a phone: whether it pans, its figures (`figures[PHONE_WIDTH]`, FIGURES_JS),
-    its bertviz views drawn at a fixed width (BERTVIZ_PHONE_JS) and what tapping each sidebar
-    button opened."""
+    its bertviz views drawn at a fixed width (BERTVIZ_PHONE_JS), what tapping each sidebar
+    button opened and, every dropdown open, the links around the cell outputs' images
+    (FIGURE_LINKS_JS)."""
 
     pan: dict = field(default_factory=dict)  # the result of PAN_JS
     bertviz: list[dict] = field(default_factory=list)  # the result of BERTVIZ_PHONE_JS
     broken_table_code: list[str] = field(default_factory=list)  # BROKEN_TABLE_CODE_JS's
     title_lines: int = 0  # TITLE_LINES_JS's
     wrapped_outputs: list[str] = field(default_factory=list)  # WRAPPED_OUTPUTS_JS's result
+    figure_links: list[dict] = field(default_factory=list)  # FIGURE_LINKS_JS's, names added
     # For each of SIDEBAR_DIALOGS: None if the page shows no such button, else DIALOG_JS's
     # result after the tap (`open` False if nothing opened within DIALOG_TIMEOUT_MS).
     dialogs: dict[str, dict | None] = field(default_factory=dict)
@@ -703,6 +749,8 @@ def _open_on_a_phone(browser, base: str, name: str) -> PhoneReport:
                 page.wait_for_function(
                     f"() => !document.getElementById({dialog!r}).open", timeout=DIALOG_TIMEOUT_MS
                 )
+        report.figure_links = page.evaluate(FIGURE_LINKS_JS)  # last: it opens the dropdowns
+        _link_names(page, report.figure_links)
     return report
 
 

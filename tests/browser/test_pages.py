@@ -24,7 +24,9 @@ For each page of `_build/html` (not the generated index and search pages, nor
   table scrolls), the title takes three lines at most, and tapping the chapter-list button
   opens a list of every page (the contents button, the page's sections); a diagram drawn a
   second time for phones (images/NAME_narrow.svg: the chapter map, figure 4.1) is shown in
-  that version, its smallest text at PHONE_FLOOR_PX (10 px) or more;
+  that version, its smallest text at PHONE_FLOOR_PX (10 px) or more; every figure of a cell
+  output is a link to its image file, named by its alt text, with a cue to enlarge shown
+  (on a phone only);
 - every bertviz view has drawn its SVG (tokens and attention lines), offline, no wider
   than the column; on a phone, the model view (970 px) keeps labels of PHONE_FLOOR_PX or
   more in a box that scrolls sideways, under a hint;
@@ -483,6 +485,39 @@ def test_every_narrow_diagram_is_shown_on_a_phone(visit_on_a_phone, book_pages: 
         )
 
 
+ENLARGE_WORD = "enlarge"  # what the cue under a figure says on a phone ("Tap to enlarge")
+
+
+def test_figures_open_full_size_on_a_phone(visit, visit_on_a_phone, page_name: str) -> None:
+    """On a phone every figure of a cell output (its text scaled to 5 to 10 px in the column) is
+    a link to its own image file, which the phone's browser shows full size, to zoom in; the
+    keyboard reaches the link, its accessible name is the figure's alt text followed by the
+    words it shows, and it shows a cue to enlarge (_ext/attnbook_book.py, attnbook.css). On a
+    desktop, where the figures are legible, the link shows nothing but the figure."""
+    problems = []
+    for figure in visit_on_a_phone(page_name).figure_links:
+        where = f"{figure['src'].rsplit('/', 1)[-1][:16]} ({figure['alt'][:40]!r})"
+        if figure["href"] != figure["src"]:
+            problems.append(f"{where}: not in a link to its own file (link: {figure['href']})")
+            continue
+        if not figure["focusable"]:
+            problems.append(f"{where}: its link is out of the keyboard's reach")
+        if not figure["alt"] or not (figure["name"] or "").startswith(figure["alt"]):
+            problems.append(f"{where}: its link is named {figure['name']!r}, not by its alt text")
+        if ENLARGE_WORD not in figure["shown"].lower():
+            problems.append(
+                f"{where}: no cue to enlarge shown (the link shows {figure['shown']!r})"
+            )
+        elif not (figure["name"] or "").endswith(figure["shown"]):
+            problems.append(f"{where}: the cue {figure['shown']!r} is not in the link's name")
+    problems += [
+        f"on a desktop a figure's link shows {text!r}"
+        for text in visit(page_name).layout["figureLinkText"]
+    ]
+    if problems:
+        pytest.fail(_problems(f"{page_name}: figures on a phone", problems), pytrace=False)
+
+
 def test_no_sideways_pan_on_a_phone(visit_on_a_phone, page_name: str) -> None:
     pan = visit_on_a_phone(page_name).pan
     if pan["scrollWidth"] > pan["width"]:
@@ -695,26 +730,49 @@ def test_bertviz_views_fit_the_printed_page(chromium, book_url: str) -> None:
         pytest.fail(_problems(f"{name} printed", problems), pytrace=False)
 
 
-PRINTED_OUTPUTS_JS = r"""
-() => [...document.querySelectorAll(".cell_output pre")]
-  .filter((pre) => pre.getClientRects().length > 0 && pre.scrollWidth > pre.clientWidth + 1)
-  .map((pre) => `${pre.scrollWidth} px in ${pre.clientWidth} px: ${pre.textContent.slice(0, 50)}`)
+# Printed: each cell output wider than its box (cut off at the page's edge), and the text that
+# a link around a cell output's image shows (the phone's cue to enlarge: none on paper).
+PRINTED_JS = r"""
+() => ({
+  cut: [...document.querySelectorAll(".cell_output pre")]
+    .filter((pre) => pre.getClientRects().length > 0 && pre.scrollWidth > pre.clientWidth + 1)
+    .map((pre) => `${pre.scrollWidth} px in ${pre.clientWidth} px: ${pre.textContent.slice(0, 50)}`),
+  figureLinkText: [...document.querySelectorAll(".cell_output a[href] img")]
+    .map((img) => img.closest("a").innerText.replace(/\s+/g, " ").trim()).filter((t) => t),
+})
 """
+PRINTED_CHAPTER = "chapters/14_efficient_attention.html"  # wide tables of timings, 7 figures
 
 
-def test_outputs_wrap_on_the_printed_page(chromium, book_url: str) -> None:
-    """On paper a cell output wider than the column wraps (attnbook.css's print rules) instead
-    of being cut off at the page's edge: the phone's rule that keeps an output's lines in a
-    scrolling box matched the printed A4 column too."""
-    name = "chapters/14_efficient_attention.html"  # printed tables of timings, wide
-    report = PageReport(name)
+@pytest.fixture(scope="module")
+def printed_chapter(chromium, book_url: str) -> dict:
+    """PRINTED_JS's findings on PRINTED_CHAPTER, opened once with print media at the width of
+    the printed A4 column."""
+    report = PageReport(PRINTED_CHAPTER)
     viewport = {"width": PRINT_COLUMN, "height": 900}
     with _offline_page(chromium, book_url, report, viewport=viewport) as page:
         page.emulate_media(media="print")
-        page.goto(book_url + name, wait_until="load")
-        cut = page.evaluate(PRINTED_OUTPUTS_JS)
-    if cut:
-        pytest.fail(_problems(f"{name} printed: outputs cut off", cut), pytrace=False)
+        page.goto(book_url + PRINTED_CHAPTER, wait_until="load")
+        return page.evaluate(PRINTED_JS)
+
+
+def test_outputs_wrap_on_the_printed_page(printed_chapter: dict) -> None:
+    """On paper a cell output wider than the column wraps (attnbook.css's print rules) instead
+    of being cut off at the page's edge: the phone's rule that keeps an output's lines in a
+    scrolling box matched the printed A4 column too."""
+    if printed_chapter["cut"]:
+        pytest.fail(
+            _problems(f"{PRINTED_CHAPTER} printed: outputs cut off", printed_chapter["cut"]),
+            pytrace=False,
+        )
+
+
+def test_figures_show_no_cue_on_the_printed_page(printed_chapter: dict) -> None:
+    """On paper, as wide as a phone's rules reach, a figure shows no cue to tap it
+    (test_figures_open_full_size_on_a_phone): attnbook.css shows it on screens only."""
+    shown = printed_chapter["figureLinkText"]
+    if shown:
+        pytest.fail(_problems(f"{PRINTED_CHAPTER} printed: figures show", shown), pytrace=False)
 
 
 def test_front_door(visit, page_name: str, book_pages: list[str]) -> None:
