@@ -274,9 +274,14 @@ PDF_NAME = "attention-from-scratch.pdf"
 STUDENT_ZIP = "attnbook-student.zip"
 START_MARK = '<div class="attnbook-start"></div>'  # in intro.md, where the buttons go
 # The chapter map (tools/draw_chapter_map.py), whose boxes link their chapters: shown as an
-# <img>, which follows no link, so the HTML of the start page holds the SVG itself.
+# <img>, which follows no link, so the HTML of the start page holds the SVG itself. Sphinx
+# links the <img> (shown at a width) to its file: that link goes too, or a tap on the map
+# between its boxes opened the wide SVG file, also on a phone, which is shown the narrow map.
 CHAPTER_MAP = ROOT / "images" / "chapter_map.svg"
-_MAP_IMG = re.compile(r'<img alt="([^"]*)" src="_images/chapter_map\.svg"[^>]*>')
+_MAP_IMG = re.compile(
+    r'(?P<link><a class="reference internal image-reference" href="[^"]*">\s*)?'
+    r'<img alt="(?P<alt>[^"]*)" src="_images/chapter_map\.svg"[^>]*>(?(link)\s*</a>)'
+)
 # Where a phone shows a diagram's narrow version instead (attnbook.css says the same): below
 # 720 px, the wide chapter map's 10.5 pt labels would render under 10 CSS px.
 NARROW_MEDIA = "(max-width: 720px)"
@@ -291,7 +296,8 @@ def narrow_version(path: Path) -> Path:
 def inline_chapter_map(body: str, svg: str, narrow: str | None = None) -> str:
     """`body` with the chapter map's <img> replaced by `svg` itself (its links work there),
     named by the image's alt text, followed by the `narrow` map if there is one (which
-    attnbook.css shows instead on a phone; its ids made its own); unchanged without an <img>.
+    attnbook.css shows instead on a phone; its ids made its own), without the link to the
+    image's file around it, if any; unchanged without an <img>.
     For a page at the book's root (the map's links are relative to it)."""
     match = _MAP_IMG.search(body)
     if not match:
@@ -311,7 +317,7 @@ def inline_chapter_map(body: str, svg: str, narrow: str | None = None) -> str:
         classes = "attnbook-chapter-map" + (f" attnbook-chapter-map--{kind}" if narrow else "")
         text = text.replace(
             "<svg ",
-            f'<svg class="{classes}" role="group" aria-label="{match[1]}"{data} '
+            f'<svg class="{classes}" role="group" aria-label="{match["alt"]}"{data} '
             f'data-figure="{name}" ',
             1,
         )

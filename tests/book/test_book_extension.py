@@ -406,6 +406,10 @@ def test_the_chapter_map_is_put_in_the_page_with_its_links() -> None:
             assert f'href="{chapter.file}.html" aria-label="Chapter ' in html, chapter.stem
     assert "_blank" not in html
     assert _extension().inline_chapter_map("<p>no map</p>", svg) == "<p>no map</p>"
+    # Sphinx's link of the image to its file (the map is shown at a width) goes with the image.
+    linked = body.replace("<img", '<a class="reference internal image-reference" href="_images/'
+                          'chapter_map.svg"><img').replace("/>", "/>\n</a>")  # fmt: skip
+    assert _extension().inline_chapter_map(linked, svg) == html
 
 
 def test_the_narrow_chapter_map_follows_the_wide_one_with_ids_of_its_own() -> None:

@@ -241,6 +241,10 @@ LAYOUT_JS = page_js(r"""
     mapLinks: [...article.querySelectorAll(".attnbook-chapter-map a")].map((a) => ({
       href: a.getAttribute("href"), name: a.getAttribute("aria-label") || "",
     })),
+    // A link around the map (where a tap between its boxes would lead), if any.
+    mapInLink: [...article.querySelectorAll(".attnbook-chapter-map")]
+        .map((map) => map.parentElement.closest("a[href]")).filter((a) => a)
+        .map((a) => a.getAttribute("href")),
   };
   for (const link of links) {
     let status = null;

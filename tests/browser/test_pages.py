@@ -777,8 +777,8 @@ def test_figures_show_no_cue_on_the_printed_page(printed_chapter: dict) -> None:
 
 def test_front_door(visit, page_name: str, book_pages: list[str]) -> None:
     """A chapter shows its times, what it builds on and its buttons under its title; the
-    start page has its buttons, and its chapter map a named link to every chapter; every
-    local link of them leads somewhere."""
+    start page has its buttons, and its chapter map a named link to every chapter and no link
+    around it; every local link of them leads somewhere."""
     door = visit(page_name).layout["frontDoor"]
     problems = []
     if page_name.startswith("chapters/"):
@@ -795,6 +795,8 @@ def test_front_door(visit, page_name: str, book_pages: list[str]) -> None:
         texts = [link["text"] for link in door["links"]]
         if not door["start"] or "Start with chapter 1" not in texts:
             problems.append(f"no 'Start with chapter 1' button: {texts}")
+        if door["mapInLink"]:
+            problems.append(f"the chapter map is inside a link to {door['mapInLink'][0]}")
         linked = {link["href"] for link in door["mapLinks"] if link["name"]}
         chapters = {name for name in book_pages if name.startswith("chapters/")}
         if linked != chapters:
