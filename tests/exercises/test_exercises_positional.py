@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 from checker_asserts import assert_refuses_cut_answers, assert_rejects
 
 from attnbook.exercises import check_apply_rope, check_sinusoidal_positional_encoding
+from attnbook.positional import sinusoidal_positional_encoding
 
 # ------------------------------------------------------- learners' answers
 
@@ -193,3 +195,95 @@ def test_the_positional_checkers_reject_python_loops_as_their_texts_ask() -> Non
     verdict = check_apply_rope(_rope_loop)
     assert_rejects(verdict, "case 1/", named="broadcasting")
     assert "runs a Python loop" in verdict.message
+
+
+def _angles(seq_len, d_model):
+    """The (T, d/2) angles pos * w_i, as NumPy floats."""
+    return np.arange(seq_len)[:, None] * 10000.0 ** (-np.arange(0, d_model, 2) / d_model)
+
+
+def _interleaved(sines, cosines):
+    pe = np.empty((sines.shape[0], 2 * sines.shape[1]))
+    pe[:, 0::2], pe[:, 1::2] = sines, cosines
+    return torch.tensor(pe, dtype=torch.float32)
+
+
+def _pe_frompyfunc(seq_len, d_model):
+    """math.sin called on every angle by NumPy's C loop: none of this code runs twice."""
+    angles = _angles(seq_len, d_model)
+    sin, cos = np.frompyfunc(math.sin, 1, 1), np.frompyfunc(math.cos, 1, 1)
+    return _interleaved(sin(angles).astype(float), cos(angles).astype(float))
+
+
+def _pe_map(seq_len, d_model):
+    angles = _angles(seq_len, d_model)
+    sines = np.array(list(map(math.sin, angles.ravel()))).reshape(angles.shape)
+    cosines = np.array(list(map(math.cos, angles.ravel()))).reshape(angles.shape)
+    return _interleaved(sines, cosines)
+
+
+def _pe_reduce(seq_len, d_model):
+    """functools.reduce, imported inside, folds math.sin's values one element at a time."""
+    import functools as ft
+
+    angles = _angles(seq_len, d_model)
+    sines = ft.reduce(lambda acc, a: [*acc, math.sin(a)], angles.ravel(), [])
+    return _interleaved(np.reshape(sines, angles.shape), np.cos(angles))
+
+
+_SIN = np.frompyfunc(math.sin, 1, 1)
+
+
+def _pe_held(seq_len, d_model, sin=_SIN):
+    """The ufunc that np.frompyfunc made, held by a default argument."""
+    angles = _angles(seq_len, d_model)
+    return _interleaved(sin(angles).astype(float), np.cos(angles))
+
+
+def _pe_apply(seq_len, d_model):
+    """A tensor's apply_ calls math.sin on every element."""
+    angles = torch.tensor(_angles(seq_len, d_model))
+    return _interleaved(angles.clone().apply_(math.sin).numpy(), np.cos(angles.numpy()))
+
+
+@pytest.mark.parametrize(
+    ("answer", "named"),
+    [
+        (_pe_frompyfunc, "np.frompyfunc"),
+        (_pe_map, "map"),
+        (_pe_reduce, "functools.reduce"),
+        (_pe_held, "np.frompyfunc"),
+        (_pe_apply, "Tensor.apply_"),
+    ],
+)
+def test_a_loop_that_numpy_or_python_runs_element_by_element_fails(answer, named) -> None:
+    """These loops run from C over C functions (math.sin), so no line of the answer runs twice:
+    the right numbers, refused by what the answer's code reads (np.frompyfunc and map passed
+    all three cases before)."""
+    torch.testing.assert_close(answer(9, 6), sinusoidal_positional_encoding(9, 6))
+    verdict = check_sinusoidal_positional_encoding(answer)
+    assert_rejects(verdict, "case 1/", named="column")
+    assert f"applies a function element by element ({named}): a loop run for you" in (
+        verdict.message
+    )
+
+
+def _pe_fromfunction(seq_len, d_model):
+    """np.fromfunction calls its function once, on whole index arrays: vectorised."""
+    angles = np.fromfunction(
+        lambda t, i: t * 10000.0 ** (-2 * i / d_model), (seq_len, d_model // 2)
+    )
+    return _interleaved(np.sin(angles), np.cos(angles))
+
+
+def _pe_named_map(seq_len, d_model):
+    """A local variable called map, and np.add.reduce (a vectorised sum), are no loops."""
+    map = _angles(seq_len, d_model)
+    zero = np.add.reduce(np.zeros(3))
+    return _interleaved(np.sin(map) + zero, np.cos(map))
+
+
+@pytest.mark.parametrize("answer", [_pe_fromfunction, _pe_named_map])
+def test_vectorised_answers_with_names_like_those_loops_pass(answer) -> None:
+    verdict = check_sinusoidal_positional_encoding(answer)
+    assert verdict, verdict.message

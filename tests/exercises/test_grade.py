@@ -983,22 +983,39 @@ _LAZY_LOOPS = (  # a mask computed by Python loops when NumPy converts the answe
     "__attnbook_answer__ = lambda n, w: Lazy(n, w)\n"
 )
 
+_FROMPYFUNC_TABLE = (  # the right table, math.sin and math.cos called by NumPy on every angle
+    "import math\nimport numpy as np\nimport torch\n"
+    "def answer(n, d):\n"
+    "    angles = np.arange(n)[:, None] * 10000.0 ** (-np.arange(0, d, 2) / d)\n"
+    "    pe = np.empty((n, d))\n"
+    "    pe[:, 0::2] = np.frompyfunc(math.sin, 1, 1)(angles)\n"
+    "    pe[:, 1::2] = np.frompyfunc(math.cos, 1, 1)(angles)\n"
+    "    return torch.tensor(pe, dtype=torch.float32)\n"
+    "__attnbook_answer__ = answer\n"
+)
+
 
 @needs_bwrap
 def test_the_answers_result_is_converted_under_the_guards_watch(tmp_path: Path) -> None:
     """What turns a result into arrays may be the answer's own code (an object's __array__):
     it runs under the exercise's guard, so loops there fail as loops in the answer do (this
     one passed the grader when the conversion ran after the guard); a vectorised answer of
-    another exercise in the same sandbox run passes."""
+    another exercise in the same sandbox run passes. A loop that NumPy runs over math.sin
+    (np.frompyfunc), where no line of the answer runs twice, fails there too (it passed)."""
     programs = {
         "sliding_window_mask": _LAZY_LOOPS,
+        "sinusoidal_positional_encoding": _FROMPYFUNC_TABLE,
         "causal_mask": (
             "import torch\n"
             "__attnbook_answer__ = lambda n: torch.arange(n)[:, None] >= torch.arange(n)\n"
         ),
     }
     args = {"sliding_window_mask": (5, 2), "causal_mask": (4,)}
+    args["sinusoidal_positional_encoding"] = (6, 8)
     said = _evaluate_programs(programs, args, tmp_path)
+    status, message = said["sinusoidal_positional_encoding"]
+    assert status == "failed", message
+    assert "applies a function element by element (np.frompyfunc)" in message
     status, message = said["sliding_window_mask"]
     assert status == "failed", message
     assert "runs a Python loop" in message

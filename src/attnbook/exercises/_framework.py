@@ -43,6 +43,7 @@ import dataclasses
 import dis
 import functools
 import inspect
+import itertools
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -1208,6 +1209,118 @@ def _is_learner_code(filename: str) -> bool:
     return not resolved.startswith(_LIBRARY_DIRS)
 
 
+# What runs a loop for an answer, element by element (or row by row), from C or from a library's
+# Python code, which no_python_loops' watch on the learner's bytecode does not see: with a C
+# function (math.sin) no code of the learner's runs at all. Not listed, since each calls its
+# function once on whole arrays: np.fromfunction (one call on the index arrays: a vectorised
+# way to build a table), np.apply_over_axes (one call per axis named, on the whole array) and
+# np.piecewise (one call per piece, on all its elements; many pieces need a loop of the
+# learner's to write them out).
+_ELEMENTWISE: dict[object, str] = {
+    map: "map",
+    filter: "filter",
+    itertools.starmap: "itertools.starmap",
+    itertools.accumulate: "itertools.accumulate",
+    functools.reduce: "functools.reduce",
+    np.frompyfunc: "np.frompyfunc",
+    np.vectorize: "np.vectorize",
+    np.apply_along_axis: "np.apply_along_axis",
+}
+# ... and the attribute names that are theirs alone, read off anything (a tensor's apply_,
+# map_ and map2_ call a Python function on every element), or written in a string
+# (getattr(np, "frompyfunc")); map, filter and reduce are not, being common names of methods
+# (np.add.reduce is a vectorised sum)
+_ELEMENTWISE_NAMES: dict[str, str] = {
+    "frompyfunc": "np.frompyfunc",
+    "vectorize": "np.vectorize",
+    "apply_along_axis": "np.apply_along_axis",
+    "starmap": "itertools.starmap",
+    "apply_": "Tensor.apply_",
+    "map_": "Tensor.map_",
+    "map2_": "Tensor.map2_",
+}
+_NOTHING = object()
+
+
+_ELEMENTWISE_IDS = {id(f): name for f, name in _ELEMENTWISE.items()}
+_MODULE_DICT = ModuleType.__dict__["__dict__"]  # a module's namespace, read without its class
+
+
+def _elementwise(value: object, depth: int = 3) -> str | None:
+    """The name of what runs a loop element by element that ``value`` is or holds (a function
+    that np.frompyfunc or np.vectorize made, a functools.partial of one), else ``None``. It
+    reads ``value`` by identity and its type, never through a method of it, which could be the
+    learner's code (a ``__hash__``, a ``__class__``), run here where no guard watches."""
+    kind = type(value)
+    if id(value) in _ELEMENTWISE_IDS:
+        return _ELEMENTWISE_IDS[id(value)]
+    if issubclass(kind, np.vectorize):
+        return "np.vectorize"
+    if kind is np.ufunc and value.__name__.endswith("(vectorized)"):  # type: ignore[attr-defined]
+        return "np.frompyfunc"  # a ufunc that np.frompyfunc made
+    if kind is functools.partial and depth > 0:
+        return _elementwise(value.func, depth - 1)  # type: ignore[attr-defined]
+    return None
+
+
+def _module_attribute(module: object, name: object) -> object:
+    """``module.name`` from the module's namespace, or ``_NOTHING`` (not a module, not there)."""
+    if not issubclass(type(module), ModuleType) or not isinstance(name, str):
+        return _NOTHING
+    namespace = _MODULE_DICT.__get__(module, ModuleType)
+    return namespace.get(name, _NOTHING) if type(namespace) is dict else _NOTHING
+
+
+def _codes_within(code: CodeType) -> Iterator[CodeType]:
+    """``code`` and the code objects nested in it (its functions, lambdas, comprehensions)."""
+    yield code
+    for const in code.co_consts:
+        if isinstance(const, CodeType):
+            yield from _codes_within(const)
+
+
+def _elementwise_read(frame: FrameType) -> list[str]:
+    """What runs a loop element by element that the code of ``frame`` (a learner's function, at
+    its call) or a function nested in it reads: a global or builtin name bound to one, an
+    attribute of a module read by name (``np.frompyfunc``, ``functools.reduce``, with the
+    module imported in the function too), a name that only such a function has, or a value
+    that the frame holds at its call (a default argument, a closure's cell)."""
+    found: list[str] = []
+    scope = frame.f_globals
+    builtins_ = frame.f_builtins
+    for code in _codes_within(frame.f_code):
+        bound: dict[str, object] = {}  # local names bound to an import, in this code
+        value: object = _NOTHING  # what the instruction just read, where it is known
+        imported: object = _NOTHING  # the module of the last import, for its `from` names
+        for instruction in dis.get_instructions(code):
+            op, arg = instruction.opname, instruction.argval
+            if op in ("LOAD_GLOBAL", "LOAD_NAME"):
+                value = scope.get(arg, builtins_.get(arg, _NOTHING))
+            elif op in ("LOAD_FAST", "LOAD_DEREF", "LOAD_CLASSDEREF"):
+                value = bound.get(arg, _NOTHING)
+            elif op == "IMPORT_NAME":
+                imported = value = sys.modules.get(str(arg).split(".")[0], _NOTHING)
+            elif op == "IMPORT_FROM":
+                value = _module_attribute(imported, arg)
+            elif op in ("LOAD_ATTR", "LOAD_METHOD"):
+                value = _module_attribute(value, arg)
+            elif op.startswith("STORE_") and isinstance(arg, str):
+                if value is not _NOTHING:
+                    bound[arg] = value
+                value = _NOTHING
+            else:
+                value = _NOTHING
+            if op in ("LOAD_ATTR", "LOAD_METHOD", "LOAD_CONST") and arg in _ELEMENTWISE_NAMES:
+                found.append(_ELEMENTWISE_NAMES[arg])  # type: ignore[index]
+            elif value is not _NOTHING and (name := _elementwise(value)) is not None:
+                found.append(name)
+    with contextlib.suppress(Exception):  # what the frame holds at its call
+        for held in list(frame.f_locals.values()):
+            if (name := _elementwise(held)) is not None:
+                found.append(name)
+    return found
+
+
 def no_python_loops(hint: str, max_calls: int = 4) -> Guard:
     """A guard that fails an answer which loops in Python instead of using array operations.
 
@@ -1216,9 +1329,22 @@ def no_python_loops(hint: str, max_calls: int = 4) -> Guard:
     watched). Straight-line code executes each instruction of a call at most
     once; a loop of any kind (``for``, ``while``, a comprehension, a
     generator) jumps back and executes some instruction again. A helper of the
-    learner called over and over (``map``, ``np.vectorize``, ``np.fromfunction``
-    with a lambda) runs its code more than ``max_calls`` times. A correct
-    vectorised answer does neither, however it is written or formatted.
+    learner called over and over (``map``, ``np.vectorize`` or
+    ``np.apply_along_axis`` with a lambda) runs its code more than
+    ``max_calls`` times. And a loop that runs for the answer, from C or from a
+    library's Python code, calling a function element by element or row by
+    row, is refused by what the learner's code reads, whatever it calls: with
+    a C function (``np.frompyfunc(math.sin, 1, 1)``, ``map(math.sin, ...)``)
+    none of the learner's code runs in it. When each of the learner's
+    functions is first called, the names that it and the functions nested in
+    it read are looked up (:func:`_elementwise_read`): ``map``, ``filter``,
+    ``itertools.starmap``, ``itertools.accumulate``, ``functools.reduce``,
+    ``np.frompyfunc``, ``np.vectorize`` (and what these two made),
+    ``np.apply_along_axis`` and a tensor's ``apply_``, ``map_``, ``map2_``,
+    even in a branch that does not run. ``np.fromfunction``,
+    ``np.apply_over_axes`` and ``np.piecewise`` call their function once on
+    whole arrays, and pass. A correct vectorised answer does none of this,
+    however it is written or formatted.
     """
 
     def guard(call: Callable[[], object]) -> tuple[object, str | None]:
@@ -1226,6 +1352,7 @@ def no_python_loops(hint: str, max_calls: int = 4) -> Guard:
         where: dict[tuple[int, int], int] = {}  # (frame id, offset) -> line number
         calls: Counter[object] = Counter()  # learner code object -> times called
         frames: list[FrameType] = []  # keeps watched frames alive, so their ids stay unique
+        elementwise: list[str] = []  # what loops element by element, read by the learner's code
 
         def local(frame: FrameType, event: str, arg: object) -> Callable | None:
             if event == "opcode":
@@ -1239,6 +1366,8 @@ def no_python_loops(hint: str, max_calls: int = 4) -> Guard:
                 return None
             if not any(frame is f for f in frames):  # a resumed generator is not a new call
                 frames.append(frame)
+                if frame.f_code not in calls:
+                    elementwise.extend(_elementwise_read(frame))
                 calls[frame.f_code] += 1
             frame.f_trace_lines = False
             frame.f_trace_opcodes = True
@@ -1261,6 +1390,12 @@ def no_python_loops(hint: str, max_calls: int = 4) -> Guard:
             return result, (
                 f"runs a Python loop: your function {name} was called {n} times in one call "
                 f"(map, np.vectorize or similar).\n   Hint: {hint}"
+            )
+        if elementwise:
+            return result, (
+                f"applies a function element by element ({elementwise[0]}): a loop run for "
+                "you, one call per element or row, is still a Python loop.\n"
+                f"   Hint: {hint}"
             )
         return result, None
 
