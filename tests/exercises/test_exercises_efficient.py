@@ -125,7 +125,20 @@ def test_online_softmax_checker_rejects_other_wrong_answers() -> None:
 
     verdict = check_online_softmax_update(only_the_output)
     assert_rejects(verdict, "the first block")
-    assert "tuple (m, ell, acc)" in verdict.message
+    # the checker's wrapper refuses what came back: told as returned, not as raised
+    assert ") returned a value of type Tensor, where the new state is asked for, as a tuple " in (
+        verdict.message
+    )
+    assert "raised" not in verdict.message
+
+    def a_row_of_ell(m, l, acc, scores, values):  # noqa: E741  ell (T,) repeated: (2T,)
+        m_new, l_new, acc_new = _update(m, l, acc, scores, values)
+        return m_new, torch.cat([l_new, l_new]).ravel(), acc_new
+
+    verdict = check_online_softmax_update(a_row_of_ell)
+    assert_rejects(verdict, "the first block")
+    assert ") returned m and ell of shapes" in verdict.message
+    assert "raised" not in verdict.message
 
     def overflows(m, l, acc, scores, values):  # noqa: E741  right until the scores are large
         p = torch.exp(scores)

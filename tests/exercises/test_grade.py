@@ -859,8 +859,16 @@ def _evaluate_unchecked(
 def test_the_grader_refuses_a_numpy_mask_as_the_checker_does(tmp_path: Path) -> None:
     """The sandbox hands every result back as a NumPy array, so the type the mask exercises
     ask for (a torch tensor) is checked on the answer's own result, by the checker's guard:
-    a NumPy causal mask fails, a torch padding mask passes (one sandbox run for both)."""
+    a NumPy causal mask fails, a torch padding mask passes (one sandbox run for all three).
+    Weights in float32 for float64 scores, which the masked-softmax checker's own wrapper
+    refuses, are told as what the answer returned, not as an error it raised."""
     programs = {
+        "masked_softmax": (
+            "import torch\n"
+            "def answer(scores, mask):\n"
+            "    return torch.softmax(scores.float().masked_fill(~mask, -1e9), dim=-1)\n"
+            "__attnbook_answer__ = answer\n"
+        ),
         "causal_mask": "import numpy as np\n__attnbook_answer__ = lambda n: np.tri(n, dtype=bool)\n",
         "padding_mask": (
             "import torch\n"
@@ -868,7 +876,12 @@ def test_the_grader_refuses_a_numpy_mask_as_the_checker_does(tmp_path: Path) -> 
         ),
     }
     args = {"causal_mask": (4,), "padding_mask": (torch.tensor([3, 1, 4]), 4)}
+    args["masked_softmax"] = _one_case("masked_softmax").cases[0].make_args()
     said = _evaluate_programs(programs, args, tmp_path)
+    status, message = said["masked_softmax"]
+    assert status == "failed", message
+    assert ") returned float32 weights for float64 scores" in message, message
+    assert "raised" not in message, message
     status, message = said["causal_mask"]
     assert status == "failed", message
     assert "returned a NumPy array, expected a torch tensor of dtype torch.bool" in message
@@ -2348,6 +2361,8 @@ def test_every_part_of_a_returned_tuple_is_judged(tmp_path: Path) -> None:
     ("entry", "status", "words"),
     [
         ({"kind": "raised", "message": "ValueError: no"}, "failed", "raised ValueError: no"),
+        # what the checker's wrapper refused, told as returned (no kind of the grader's before)
+        ({"kind": "refused", "message": "returned m of shape (2,)"}, "failed", ") returned m of"),
         ({"kind": "not_attempted"}, "not_attempted", "not attempted yet"),
         ({"kind": "value", "n": 1, "misuse": "modifies its input"}, "failed", "modifies its"),
     ],

@@ -58,6 +58,7 @@ __all__ = [
     "Case",
     "CheckSpec",
     "Mistake",
+    "RefusedResult",
     "Verdict",
     "all_of",
     "changed_inputs",
@@ -127,6 +128,14 @@ class Verdict:
         return self.message
 
     __str__ = __repr__
+
+
+class RefusedResult(ValueError):
+    """What a checker's wrapper raises when it refuses what the answer *returned* (float32
+    weights for float64 scores, a state of the wrong shape), once the answer's code is done:
+    its message is a clause that starts with "returned", and the verdict tells it so, where an
+    error that the answer's code raised is told as "raised ...". A ``ValueError``, for code
+    that catches one."""
 
 
 def randint(rng: np.random.Generator, low: int, high: int) -> int:
@@ -676,8 +685,8 @@ def _differentiable_wrapper(spec: _Differentiable, reference: _Reference | None 
         for name, leaf in leaves.items():
             if id(leaf) in reached or not _depends_on(fn, args, wrt[name], result):
                 continue
-            raise ValueError(
-                f"{exercise} returned {noun} that autograd cannot differentiate with respect "
+            raise RefusedResult(
+                f"returned {noun} that autograd cannot differentiate with respect "
                 f"to `{name}`, though its values depend on `{name}`: {why}. Build the result "
                 "with torch operations on the tensors you are given and return that tensor, "
                 f"without {_CUT_FROM_AUTOGRAD}"
@@ -1724,6 +1733,12 @@ def run_cases(
     return _judge(exercise, learner_fn, reference_fn, cases, rtol, atol, mistakes, guard)
 
 
+def _returned(refused: RefusedResult) -> str:
+    """A verdict's clause for what a checker's wrapper refused: "returned ...", as it says."""
+    text = str(refused)
+    return text if text.startswith("returned") else f"returned what the checker refuses: {text}"
+
+
 def _judge(
     exercise: str,
     learner_fn: Callable,
@@ -1761,6 +1776,15 @@ def _judge(
                 len(cases),
                 f"⏳ {exercise}: not attempted yet. Replace `raise NotImplementedError` "
                 "with your code and run this cell again.",
+            )
+        except RefusedResult as exc:  # the checker's wrapper refused what the answer returned
+            return Verdict(
+                exercise,
+                False,
+                True,
+                len(cases),
+                f"❌ {exercise}: case {i}/{len(cases)} ({case.name}) {_returned(exc)}\n"
+                f"   Hint: {case.hint}",
             )
         except Exception as exc:
             return Verdict(

@@ -19,6 +19,7 @@ import torch
 from attnbook.exercises._framework import (
     Case,
     Mistake,
+    RefusedResult,
     Verdict,
     all_of,
     no_python_loops,
@@ -108,17 +109,22 @@ def _as_state(fn: UpdateFn) -> Callable[..., OnlineState]:
         if result is None:
             return None  # the framework asks "did you forget `return`?"
         if not isinstance(result, (tuple, list)) or len(result) != 3:
-            raise ValueError(
-                f"return the new state as a tuple (m, ell, acc), got {type(result).__name__}"
+            what = (
+                f"{len(result)} values"
+                if isinstance(result, (tuple, list))
+                else f"a value of type {type(result).__name__}"
+            )
+            raise RefusedResult(
+                f"returned {what}, where the new state is asked for, as a tuple (m, ell, acc)"
             )
         m, l, acc = (torch.as_tensor(x, dtype=torch.float64) for x in result)  # noqa: E741
         n_queries = args[3].shape[0]
         try:
             m, l = m.reshape(n_queries, 1), l.reshape(n_queries, 1)  # noqa: E741
         except RuntimeError:
-            raise ValueError(
-                f"m and ell must hold one number per query row, shape (T, 1) = ({n_queries}, 1), "
-                f"got shapes {tuple(m.shape)} and {tuple(l.shape)}"
+            raise RefusedResult(
+                f"returned m and ell of shapes {tuple(m.shape)} and {tuple(l.shape)}: each must "
+                f"hold one number per query row, shape (T, 1) = ({n_queries}, 1)"
             ) from None
         return OnlineState(m, l, acc)
 

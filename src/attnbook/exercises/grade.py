@@ -41,8 +41,10 @@ its own process says decides a grade. For each notebook, in order:
 A record has a ``status``:
 
 - ``passed``: every case matched the reference (full points);
-- ``failed``: a case did not match, raised, or the answer uses something the
-  exercise forbids (the message says which case and why, with a hint);
+- ``failed``: a case did not match, raised, returned what the checker refuses
+  (float32 weights for float64 scores: "returned ..."), or the answer uses
+  something the exercise forbids (the message says which case and why, with a
+  hint);
 - ``not_attempted``: the stub still raises ``NotImplementedError``;
 - ``error``: the answer could not be run: its cell does not parse, its
   definitions raise, or it ran past the time limit;
@@ -729,6 +731,11 @@ def _judge(
             message = str(entry.get("message"))[:300]
             message += _limit_note(message, evaluation)
             return "failed", f"❌ {name}: {where} raised {message}\n   Hint: {case.hint}"
+        if kind == "refused":  # the checker's wrapper refused what the answer returned
+            message = str(entry.get("message"))[:500]
+            if not message.startswith("returned"):
+                message = f"returned what the checker refuses: {message}"
+            return "failed", f"❌ {name}: {where} {message}\n   Hint: {case.hint}"
         if entry.get("misuse"):
             return "failed", f"❌ {name}: {where} {str(entry['misuse'])[:600]}"
         if kind == "none":

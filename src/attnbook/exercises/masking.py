@@ -18,6 +18,7 @@ from attnbook.attention import scaled_dot_product_attention
 from attnbook.exercises._framework import (
     Case,
     Mistake,
+    RefusedResult,
     Verdict,
     all_of,
     differentiable,
@@ -651,7 +652,7 @@ def _in_dtype_of(scores: torch.Tensor, weights: object) -> object:
         and weights.dtype != scores.dtype
     ):
         got, want = (str(t.dtype).removeprefix("torch.") for t in (weights, scores))
-        raise ValueError(
+        raise RefusedResult(
             f"returned {got} weights for {want} scores: return them in the scores' dtype, "
             f"as a {want} model multiplies them by {want} values and torch refuses to multiply "
             "two dtypes. Make zeros with torch.zeros_like(scores) or 0.0 (torch.zeros(shape) "

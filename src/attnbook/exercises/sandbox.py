@@ -865,6 +865,7 @@ def _evaluate_one(folder: Path, job: dict, alone: bool = False) -> None:
 
     import attnbook.exercises as checkers
     from attnbook.exercises._framework import (
+        RefusedResult,
         changed_inputs,
         checker_spec,
         gradient_problem,
@@ -970,6 +971,8 @@ def _evaluate_one(folder: Path, job: dict, alone: bool = False) -> None:
                 arrays[f"c{i}_{j}"] = part
         except NotImplementedError:
             entry = {"kind": "not_attempted"}
+        except RefusedResult as exc:  # the checker's wrapper refused what the answer returned
+            entry = {"kind": "refused", "message": str(exc)[:500]}
         except BaseException as exc:
             entry = {"kind": "raised", "message": f"{type(exc).__name__}: {str(exc)[:500]}"}
         report["cases"].append(entry)
