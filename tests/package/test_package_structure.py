@@ -95,9 +95,15 @@ def layer_violations(source: str, own: str) -> list[str]:
 # Documented standard-library names that start with an underscore: not private to anyone.
 STDLIB_UNDERSCORED = {"os._exit"}
 
+# Private names of a library that one module reads on purpose, by module. The checkers'
+# framework copies an answer's result with the C methods of torch._C.TensorBase, an immutable
+# type, because an answer can rebind the methods of torch.Tensor, a Python class.
+LIBRARY_PRIVATE_ALLOWED = {"exercises/_framework.py": {"torch._C"}}
 
-def private_reaches(source: str) -> list[str]:
-    """``from attnbook.x import _y`` and ``obj._name`` (``obj`` not ``self``/``cls``/``super()``)."""
+
+def private_reaches(source: str, allowed: frozenset[str] | set[str] = frozenset()) -> list[str]:
+    """``from attnbook.x import _y`` and ``obj._name`` (``obj`` not ``self``/``cls``/``super()``),
+    except the names in ``allowed``."""
     found = []
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("attnbook"):
@@ -114,7 +120,7 @@ def private_reaches(source: str) -> list[str]:
             base = node.value
             if isinstance(base, ast.Name) and base.id in ("self", "cls"):
                 continue
-            if ast.unparse(node) in STDLIB_UNDERSCORED:
+            if ast.unparse(node) in STDLIB_UNDERSCORED | set(allowed):
                 continue
             if isinstance(base, ast.Call) and getattr(base.func, "id", None) == "super":
                 continue
@@ -129,7 +135,8 @@ def test_imports_only_look_down_the_layers(path: Path) -> None:
 
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(SRC)))
 def test_no_private_name_crosses_a_module_or_class(path: Path) -> None:
-    assert not private_reaches(path.read_text())
+    allowed = LIBRARY_PRIVATE_ALLOWED.get(str(path.relative_to(SRC)), set())
+    assert not private_reaches(path.read_text(), allowed)
 
 
 def test_the_structure_checks_can_fail() -> None:
@@ -138,6 +145,9 @@ def test_the_structure_checks_can_fail() -> None:
     assert private_reaches("def f(block):\n    return block._forward(1)\n")
     assert private_reaches("import attnbook\nattnbook.attention._core\n")
     assert not private_reaches("class A:\n    def f(self):\n        return self._x, super()._y\n")
+    assert private_reaches("import torch\ntorch._C.TensorBase\n")  # allowed only by name
+    assert not private_reaches("import torch\ntorch._C.TensorBase\n", {"torch._C"})
+    assert private_reaches("import torch\ntorch._C._get_tracing_state\n", {"torch._C"})
     source = (SRC / "multihead.py").read_text()
     assert not layer_violations(source, "multihead")
     assert layer_violations(source + "\nfrom attnbook.model import GPT\n", "multihead")

@@ -45,6 +45,8 @@ import functools
 import inspect
 import itertools
 import sys
+import types
+import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -550,8 +552,8 @@ class _Reference:
 
     def __init__(self, reference: Callable, rtol: float, atol: float) -> None:
         # A reference wrapped by differentiable itself (the loss of chapter 10): its function.
-        self.fn = getattr(reference, "_attnbook_differentiable", None)
-        self.fn = reference if self.fn is None else self.fn.fn
+        spec, _ = _wrapped(reference)
+        self.fn = reference if spec is None else spec.fn
         self.rtol, self.atol = rtol, atol
         self.primed: list[tuple[tuple, tuple[object, dict[str, torch.Tensor]]]] = []
         self.problem: str | None = None  # what the last call's gradients showed
@@ -700,10 +702,26 @@ def _differentiable_wrapper(spec: _Differentiable, reference: _Reference | None 
             reference.problem = problem if not ran else _ran_unwatched(exercise, ran[0])
         return _detached(result)
 
-    wrapper._attnbook_differentiable = spec  # type: ignore[attr-defined]
-    if reference is not None:
-        wrapper._attnbook_reference = (reference, wrt)  # type: ignore[attr-defined]
+    _WRAPPERS[wrapper] = (spec, None if reference is None else (reference, wrt))
     return wrapper
+
+
+# What differentiable() knows of each function it returns, by the function's identity: its
+# spec and, when it compares gradients, its reference and the arguments it differentiates by.
+# Only plain functions are looked up: their hash and equality are their identity, so a lookup
+# runs no code of a learner's.
+_WRAPPERS: weakref.WeakKeyDictionary[
+    Callable, tuple[_Differentiable, tuple[_Reference, dict[str, int]] | None]
+] = weakref.WeakKeyDictionary()
+
+
+def _wrapped(
+    fn: object,
+) -> tuple[_Differentiable | None, tuple[_Reference, dict[str, int]] | None]:
+    """The spec and the reference of ``fn`` if :func:`differentiable` made it, else Nones."""
+    if type(fn) is not types.FunctionType:
+        return None, None
+    return _WRAPPERS.get(fn, (None, None))
 
 
 # The C methods of every tensor: torch._C.TensorBase is an immutable type, which no answer can
@@ -786,8 +804,8 @@ def _against_reference(
 ) -> Callable:
     """``learner_fn`` as :func:`run_cases` runs it: a :func:`differentiable` answer wrapped
     again to compare its gradients with ``reference_fn``'s; any other function as it is."""
-    spec = getattr(learner_fn, "_attnbook_differentiable", None)
-    if not isinstance(spec, _Differentiable) or spec.keep_graph or not callable(reference_fn):
+    spec, _ = _wrapped(learner_fn)
+    if spec is None or spec.keep_graph or not callable(reference_fn):
         return learner_fn
     return _differentiable_wrapper(spec, _Reference(reference_fn, rtol, atol))
 
@@ -797,7 +815,7 @@ def prime_reference(learner_fn: Callable, args: Sequence) -> None:
     guard or the grader's tripwires, compute what its reference gives on them: the
     gradients that a :func:`differentiable` answer's are compared with. Nothing for any
     other function."""
-    found = getattr(learner_fn, "_attnbook_reference", None)
+    _, found = _wrapped(learner_fn)
     if found is not None:
         reference, wrt = found
         reference.prime(args, wrt)
@@ -809,8 +827,8 @@ def share_primed(source_fn: Callable, learner_fn: Callable) -> None:
     primes them on a stand-in answer before the answer's program runs, so that nothing the
     program does when it is defined (a global forward hook of every module, a kernel of its
     own for a library operation) changes what the answer's gradients are compared with."""
-    source = getattr(source_fn, "_attnbook_reference", None)
-    found = getattr(learner_fn, "_attnbook_reference", None)
+    _, source = _wrapped(source_fn)
+    _, found = _wrapped(learner_fn)
     if source is not None and found is not None:
         found[0].primed = list(source[0].primed)
 
@@ -822,7 +840,7 @@ def gradient_problem(learner_fn: Callable) -> str | None:
     case's values have passed: a known mistake that returns the right values on one case
     (keys read from ``x_query`` where ``x_context`` holds the same values) is then named on
     the case where its values differ."""
-    found = getattr(learner_fn, "_attnbook_reference", None)
+    _, found = _wrapped(learner_fn)
     if found is None:
         return None
     problem, found[0].problem = found[0].problem, None
