@@ -1129,6 +1129,16 @@ def _one_case(name: str) -> _framework.CheckSpec:
     return dataclasses.replace(spec, cases=spec.cases[:1])
 
 
+def _graded_without_sandbox(folder: Path) -> list[dict]:
+    """The grader's JSON records for the submissions under ``folder / "subs"``, graded without
+    the sandbox and without running the notebooks (as stored), its output kept quiet."""
+    out = folder / "grades.json"
+    argv = [str(folder / "subs"), "--unsafe-no-sandbox", "--skip-run", "--json", str(out)]
+    with redirect_stderr(io.StringIO()), redirect_stdout(io.StringIO()):
+        assert grade.main(argv) == 0
+    return json.loads(out.read_text())
+
+
 def _said_failed(said: dict[str, tuple[str, str]], exercise: str, *pieces: str) -> str:
     """The grader's message for ``exercise`` in ``said``, asserted ``failed`` and holding each
     of ``pieces``."""
@@ -1735,11 +1745,7 @@ def test_a_failed_drawn_case_shows_the_graders_own_inputs(
         "check_softmax(my_softmax)"
     )
     _mini(tmp_path / "subs" / "zoe" / "02_softmax.ipynb", IMPORTS, wrong)
-    out = tmp_path / "grades.json"
-    argv = [str(tmp_path / "subs"), "--unsafe-no-sandbox", "--skip-run", "--json", str(out)]
-    with redirect_stderr(io.StringIO()), redirect_stdout(io.StringIO()):
-        assert grade.main(argv) == 0
-    (record,) = [r for r in json.loads(out.read_text()) if r["exercise"] == "softmax"]
+    (record,) = [r for r in _graded_without_sandbox(tmp_path) if r["exercise"] == "softmax"]
     assert record["status"] == "failed", record
     assert "case 3/6 (equal scores; here on ([" in record["message"], record["message"]
     assert "[0.0, 0.0, 0.0, 0.0]" not in record["message"], record["message"]
@@ -1761,11 +1767,7 @@ def test_a_definition_not_taken_from_the_notebook_is_named_in_the_grade(
     library = "def my_softmax(x):\n    return torch.softmax(torch.as_tensor(x), dim=-1)"
     cells = (IMPORTS, library, right, "check_softmax(my_softmax)")
     _mini(tmp_path / "subs" / "zoe" / "02_softmax.ipynb", *cells)
-    out = tmp_path / "grades.json"
-    argv = [str(tmp_path / "subs"), "--unsafe-no-sandbox", "--skip-run", "--json", str(out)]
-    with redirect_stderr(io.StringIO()), redirect_stdout(io.StringIO()):
-        assert grade.main(argv) == 0
-    (record,) = [r for r in json.loads(out.read_text()) if r["exercise"] == "softmax"]
+    (record,) = [r for r in _graded_without_sandbox(tmp_path) if r["exercise"] == "softmax"]
     assert record["status"] == "failed", record
     assert "the answer calls softmax (torch.softmax)" in record["message"], record["message"]
     assert (
@@ -1806,15 +1808,8 @@ def test_calling_the_chapters_own_answer_fails_and_a_helper_of_another_name_pass
         nb.cells += [new_code_cell(source) for source in (imports, defines, answer)]
         (tmp_path / "subs" / student).mkdir(parents=True)
         nbformat.write(nb, tmp_path / "subs" / student / "07_multi_head_attention.ipynb")
-    out = tmp_path / "grades.json"
-    argv = [str(tmp_path / "subs"), "--unsafe-no-sandbox", "--skip-run", "--json", str(out)]
-    with redirect_stderr(io.StringIO()), redirect_stdout(io.StringIO()):
-        assert grade.main(argv) == 0
-    records = {
-        r["student"]: r
-        for r in json.loads(out.read_text())
-        if r["exercise"] == "multi_head_attention"
-    }
+    graded = _graded_without_sandbox(tmp_path)
+    records = {r["student"]: r for r in graded if r["exercise"] == "multi_head_attention"}
     assert records["cheat"]["status"] == "failed", records["cheat"]
     assert records["cheat"]["message"] == (
         "❌ multi_head_attention: the answer calls multi_head_batched, the chapter's ready-made "
