@@ -353,17 +353,23 @@ def compare_outputs(got: object, expected: object, rtol: float, atol: float) -> 
         )
     wrong = ~np.isclose(g, e, rtol=rtol, atol=atol, equal_nan=True)
     if wrong.any():
-        with np.errstate(invalid="ignore"):  # inf - inf
-            gap = np.where(wrong, np.nan_to_num(np.abs(g - e), nan=np.inf), 0.0)
-        worst = np.unravel_index(np.argmax(gap), g.shape) if g.ndim else ()
-        at = f" at index {tuple(int(i) for i in worst)}" if g.ndim else ""
         # The arrays are shown to 4 decimals: the size of the gap says what they may hide.
         return (
-            f"returned the wrong values (largest difference {gap[worst]:.2g}{at}):\n"
+            f"returned the wrong values ({_largest_gap(g, e, wrong)}):\n"
             f"   expected {_show(e, expected)}\n   got      {_show(g, got)}"
             + _precision_note(got, expected)
         )
     return None
+
+
+def _largest_gap(g: np.ndarray, e: np.ndarray, wrong: np.ndarray) -> str:
+    """Where the entries marked ``wrong`` differ most, as ``largest difference 0.12 at index
+    (1, 2)`` (a NaN or inf against a number counts as an infinite difference)."""
+    with np.errstate(invalid="ignore"):  # inf - inf
+        gap = np.where(wrong, np.nan_to_num(np.abs(g - e), nan=np.inf), 0.0)
+    worst = np.unravel_index(np.argmax(gap), g.shape) if g.ndim else ()
+    at = f" at index {tuple(int(i) for i in worst)}" if g.ndim else ""
+    return f"largest difference {gap[worst]:.2g}{at}"
 
 
 def _compare_parts(got: object, expected: tuple, rtol: float, atol: float) -> str | None:
@@ -630,13 +636,7 @@ def _gradient_gap(
     finite = np.abs(e[np.isfinite(e)])
     scale = max(1.0, float(finite.max())) if finite.size else 1.0
     wrong = ~np.isclose(g, e, rtol=rtol, atol=atol * scale, equal_nan=True)
-    if not wrong.any():
-        return None
-    with np.errstate(invalid="ignore"):
-        gap = np.where(wrong, np.nan_to_num(np.abs(g - e), nan=np.inf), 0.0)
-    worst = np.unravel_index(np.argmax(gap), g.shape) if g.ndim else ()
-    at = f" at index {tuple(int(i) for i in worst)}" if g.ndim else ""
-    return f"largest difference {gap[worst]:.2g}{at}"
+    return _largest_gap(g, e, wrong) if wrong.any() else None
 
 
 def _differentiable_wrapper(spec: _Differentiable, reference: _Reference | None = None) -> Callable:
