@@ -171,6 +171,51 @@ def test_optimizer_decays_weight_matrices_only() -> None:
     assert id(model.blocks[0].self_attn.in_proj.weight) in ids(decay)  # W_Q, W_K, W_V stacked
 
 
+def test_optimizer_on_the_cpu_steps_as_pytorchs_default_bit_for_bit() -> None:
+    """``foreach`` on the CPU: the chapters' stored runs, made with the default loop, still hold."""
+    model = _model()
+    optimizer = make_optimizer(model, _config())
+    assert optimizer.defaults["foreach"] is True
+    assert not optimizer.defaults["fused"]
+    twin = _model()
+    groups = [
+        {"params": [dict(twin.named_parameters())[n] for n in names], "weight_decay": decay}
+        for names, decay in _group_names(model, optimizer)
+    ]
+    plain = torch.optim.AdamW(groups, lr=3e-3, betas=(0.9, 0.99))  # PyTorch's default on the CPU
+    assert plain.defaults["foreach"] is None
+    assert plain.defaults["fused"] is None
+    draws = torch.Generator().manual_seed(0)
+    for _ in range(5):
+        for p, q in zip(model.parameters(), twin.parameters(), strict=True):
+            p.grad = torch.randn(p.shape, generator=draws)
+            q.grad = p.grad.clone()
+        optimizer.step()
+        plain.step()
+    for (name, p), q in zip(model.named_parameters(), twin.parameters(), strict=True):
+        assert torch.equal(p, q), name
+
+
+def _group_names(model: nn.Module, optimizer: torch.optim.Optimizer) -> list:
+    names = {id(p): n for n, p in model.named_parameters()}
+    return [
+        ([names[id(p)] for p in group["params"]], group["weight_decay"])
+        for group in optimizer.param_groups
+    ]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_optimizer_on_cuda_is_fused() -> None:
+    optimizer = make_optimizer(_model().cuda(), _config())
+    assert optimizer.defaults["fused"] is True
+
+
+def test_optimizer_on_another_device_keeps_pytorchs_choice() -> None:
+    optimizer = make_optimizer(_model().to("meta"), _config())
+    assert optimizer.defaults["foreach"] is None
+    assert optimizer.defaults["fused"] is None
+
+
 @pytest.mark.parametrize(
     ("overrides", "match"),
     [
