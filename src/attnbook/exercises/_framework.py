@@ -10,8 +10,10 @@ Hints are written per *mistake*, not only per case: a checker lists the
 typical wrong answers of its exercise as :class:`Mistake` objects (each one a
 small function that makes that mistake), and when a case fails, the result is
 compared with what each mistake returns on the same inputs; a match names the
-mistake, says what it looks like and where to look. Only when no known mistake
-matches does the case's own hint show. A *guard* checks *how* the answer
+mistake, says what it looks like and where to look. A result of the wrong shape that
+no known mistake explains gets a hint about its shape instead (the shape asked for, in the
+exercise's letters, and whether the numbers are right in another arrangement); only
+otherwise does the case's own hint show. A *guard* checks *how* the answer
 computes (e.g. no Python loop, no call to the library function the exercise
 asks you to write), since such answers return the right numbers. Every
 checker also gets :func:`library_guard`: no call to the exercise's library
@@ -370,6 +372,177 @@ def _largest_gap(g: np.ndarray, e: np.ndarray, wrong: np.ndarray) -> str:
     worst = np.unravel_index(np.argmax(gap), g.shape) if g.ndim else ()
     at = f" at index {tuple(int(i) for i in worst)}" if g.ndim else ""
     return f"largest difference {gap[worst]:.2g}{at}"
+
+
+# Each exercise's result in the exercise's own letters, for the verdict on a result of the
+# wrong shape: one form for every case; one per number of axes where the cases' results take
+# two forms (one query or several); one per field where the result is a tuple whose parts
+# differ. "()" is a single number.
+_RESULT_SHAPES: dict[str, str | dict[int | str, str]] = {
+    "additive_step": "(B, S)",
+    "answer_loss": "()",
+    "apply_rope": "(..., T, d)",
+    "attention_rollout": "(B, T, T)",
+    "beam_step": "(B, K)",
+    "bpe_merge": "(n,)",
+    "causal_mask": "(T, T)",
+    "cosine_similarity": "()",
+    "cross_attention": "(..., T, d_v)",
+    "feed_forward": "(..., T, d_model)",
+    "gpt_num_parameters": "()",
+    "hard_lookup": "(d_v,)",
+    "head_entropy": "(..., H)",
+    "kv_cache_bytes": "()",
+    "lr_schedule": "(total_steps,)",
+    "masked_attention": "(..., T, d_v)",
+    "masked_softmax": "(..., T, S)",
+    "merge_heads": "(B, T, n_heads * d_head)",
+    "multi_head_attention": "(B, T, d_model)",
+    "online_softmax_update": {"m": "(T, 1)", "ell": "(T, 1)", "acc": "(T, d_v)"},
+    "padding_mask": "(B, 1, S)",
+    "pre_ln_block": "(B, T, d_model)",
+    "rms_norm": "(..., d)",
+    "scaled_dot_product_attention": "(..., T, d_v)",
+    "score_matrix": "(T, S)",
+    "self_attention": "(..., T, d_v)",
+    "sinusoidal_positional_encoding": "(seq_len, d_model)",
+    "sliding_window_mask": "(T, T)",
+    "soft_lookup": {1: "(d_v,)", 2: "(T, d_v)"},
+    "softmax": "x's shape",
+    "softmax_temperature": "x's shape",
+    "split_heads": "(B, n_heads, T, d_head)",
+}
+
+
+def _letters(exercise: str, expected: np.ndarray, field: str | None) -> str | None:
+    """The expected shape in the exercise's letters (``_RESULT_SHAPES``), if known."""
+    known = _RESULT_SHAPES.get(exercise)
+    if isinstance(known, dict):
+        known = known.get(field) if field in known else known.get(expected.ndim)
+    if known == "()":
+        return "a single number"
+    return known
+
+
+def _shape_parts(
+    got: object, expected: object, rtol: float, atol: float
+) -> tuple[np.ndarray, np.ndarray, str | None] | None:
+    """The result (or, of a tuple, its first part that differs) and what was expected, as
+    arrays, with the part's field name; ``None`` where they cannot be read as arrays."""
+    if isinstance(expected, tuple):
+        if not isinstance(got, tuple | list) or len(got) != len(expected):
+            return None
+        fields = getattr(expected, "_fields", None)
+        for i, (part, want) in enumerate(zip(got, expected)):
+            if compare_outputs(part, want, rtol, atol) is not None:
+                found = _shape_parts(part, want, rtol, atol)
+                if found is None:
+                    return None
+                return found[0], found[1], fields[i] if fields else None
+        return None
+    try:
+        return _to_numpy(got), _to_numpy(expected), None
+    except (TypeError, ValueError, RuntimeError, OverflowError, NotImplementedError):
+        return None
+
+
+def _rearranged(g: np.ndarray, e: np.ndarray, rtol: float, atol: float) -> str | None:
+    """How ``g`` holds the entries of ``e`` in another shape: "transposed", "extra 1" (an
+    axis of size 1 too many), "missing 1", "moved 1", "merged" (fewer axes, same order),
+    "split" (more axes), "reshaped", "permuted"; ``None`` where its entries are not ``e``'s."""
+    if g.size != e.size or g.size == 0:
+        return None
+    g, e = g.astype(float), e.astype(float)
+
+    def same(x: np.ndarray) -> bool:
+        return bool(np.allclose(x.reshape(e.shape), e, rtol=rtol, atol=atol, equal_nan=True))
+
+    swapped = g.ndim == e.ndim >= 2 and g.shape == np.swapaxes(e, -1, -2).shape
+    if swapped and same(np.swapaxes(g, -1, -2)):
+        return "transposed"
+    if same(g):
+        if [n for n in g.shape if n != 1] == [n for n in e.shape if n != 1]:
+            return "extra 1" if g.ndim > e.ndim else "missing 1" if g.ndim < e.ndim else "moved 1"
+        return "merged" if g.ndim < e.ndim else "split" if g.ndim > e.ndim else "reshaped"
+    if g.ndim <= 5:  # at most 120 orders of the axes
+        for order in itertools.permutations(range(g.ndim)):
+            if same(np.transpose(g, order)):
+                return "permuted"
+    return None
+
+
+def _shape_hint(how: str | None, got_shape: str, asked: str, ndim_more: bool) -> str:
+    """The hint for a result of shape ``got_shape`` where ``asked`` is asked."""
+    right = "Your numbers are right, but "
+    return {
+        "transposed": f"{right}transposed: {got_shape} where {asked} is asked, its last two "
+        "axes swapped. Put the axes in the asked order: swap the operands of the product, or "
+        "drop the .T / .transpose that turns it.",
+        "extra 1": f"{right}with an extra axis of size 1: {got_shape} where {asked} is asked. "
+        "Do not add it ([None], unsqueeze, keepdim=True), or take it away with "
+        ".squeeze(dim) at that axis.",
+        "missing 1": f"{right}an axis of size 1 is missing: {got_shape} where {asked} is "
+        "asked. Keep it (keepdim=True in the reduction, or [:, None] / unsqueeze); "
+        ".squeeze() without a dim drops every axis of size 1.",
+        "moved 1": f"{right}the axis of size 1 is in the wrong place: {got_shape} where "
+        f"{asked} is asked.",
+        "merged": f"{right}in fewer axes than asked: {got_shape} where {asked} is asked. Keep "
+        "the axes apart: do not flatten or merge them.",
+        "split": f"{right}in more axes than asked: {got_shape} where {asked} is asked. The "
+        "last axes still have to be merged into one (with reshape, e.g. the heads back into "
+        "the features).",
+        "reshaped": f"{right}laid out as {got_shape} where {asked} is asked: reshape them.",
+        "permuted": f"{right}with the axes in another order"
+        f"{' and not yet merged' if ndim_more else ''}: {got_shape} where {asked} is asked. "
+        "Put the axes back in order with transpose or permute before any reshape (a reshape "
+        "never moves entries from one axis to another).",
+    }.get(
+        how,
+        f"The shape is wrong: {got_shape} where {asked} is asked, so no value could be "
+        "compared. Print the shape after each step of your code to find where it goes astray.",
+    )
+
+
+def explain_failure(
+    exercise: str,
+    got: object,
+    expected: object,
+    args: tuple,
+    mistakes: Sequence[Mistake],
+    rtol: float,
+    atol: float,
+    case_hint: str,
+) -> tuple[str, str] | None:
+    """``None`` where ``got`` matches ``expected``; else the verdict's problem and its hint.
+
+    The hint is a known mistake's where the result is that mistake's (the most specific,
+    e.g. a transposed score matrix named as such); else, for a result of the wrong shape,
+    one that says so and names the shape asked for, in the exercise's letters where
+    ``_RESULT_SHAPES`` knows them (and whether the numbers are right in another arrangement:
+    transposed, an axis of size 1 too many or too few, axes merged or not merged); else the
+    case's own.
+    """
+    problem = compare_outputs(got, expected, rtol, atol)
+    if problem is None:
+        return None
+    # only a problem with the shapes is read again (reading a complex result would warn)
+    found = _shape_parts(got, expected, rtol, atol) if "expected shape" in problem else None
+    if found is not None:
+        g, e, field = found
+        shapes = f"shape {_fmt_shape(g.shape)}, expected shape {_fmt_shape(e.shape)}"
+        if g.shape != e.shape and shapes in problem:
+            letters = _letters(exercise, e, field)
+            problem = problem.replace(shapes, f"{shapes}, that is {letters}" if letters else shapes)
+            if e.ndim == 0:
+                asked = "a single number, shape ()"
+            else:
+                asked = f"{letters} = {_fmt_shape(e.shape)}" if letters else _fmt_shape(e.shape)
+            if field is not None:
+                asked = f"{asked} for {field}"
+            how = _rearranged(g, e, rtol, atol)
+            hint = _shape_hint(how, _fmt_shape(g.shape), asked, g.ndim > e.ndim)
+            case_hint = hint if how is not None else f"{hint} Then, for the values: {case_hint}"
+    return problem, mistake_hint(got, expected, args, mistakes, rtol, atol, case_hint)
 
 
 def _compare_parts(got: object, expected: tuple, rtol: float, atol: float) -> str | None:
@@ -1826,9 +1999,11 @@ def _judge(
                 len(cases),
                 f"❌ {exercise}: case {i}/{len(cases)} ({case.name}) {misuse}",
             )
-        problem = compare_outputs(got, expected, rtol, atol)
-        if problem is not None:
-            hint = mistake_hint(got, expected, case.make_args(), mistakes, rtol, atol, case.hint)
+        failure = explain_failure(
+            exercise, got, expected, case.make_args(), mistakes, rtol, atol, case.hint
+        )
+        if failure is not None:
+            problem, hint = failure
             return Verdict(
                 exercise,
                 False,

@@ -109,8 +109,7 @@ from attnbook.exercises import catalog, extract, notebooks, sandbox
 from attnbook.exercises._framework import (
     CheckSpec,
     checker_spec,
-    compare_outputs,
-    mistake_hint,
+    explain_failure,
     seeded_args,
 )
 
@@ -758,17 +757,18 @@ def _judge(
                 f"   Hint: {case.hint}"
             )
         expected = spec.reference_fn(*copy.deepcopy(args[i]))
-        problem = compare_outputs(got, expected, spec.rtol, spec.atol)
-        if problem is not None:
-            hint = mistake_hint(
-                got,
-                expected,
-                copy.deepcopy(args[i]),
-                spec.mistakes,
-                spec.rtol,
-                spec.atol,
-                case.hint,
-            )
+        failure = explain_failure(
+            spec.exercise,
+            got,
+            expected,
+            copy.deepcopy(args[i]),
+            spec.mistakes,
+            spec.rtol,
+            spec.atol,
+            case.hint,
+        )
+        if failure is not None:
+            problem, hint = failure
             return "failed", f"❌ {name}: {where} {problem}\n   Hint: {hint}"
         if entry.get("gradient") and deferred is None:
             deferred = f"❌ {name}: {where} {str(entry['gradient'])[:900]}"

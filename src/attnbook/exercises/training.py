@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from attnbook.exercises._framework import (
     Case,
     Mistake,
+    RefusedResult,
     Verdict,
     differentiable,
     randint,
@@ -109,6 +110,12 @@ def _curve(fn: Callable) -> Callable:
         rates = [fn(step, max_lr, min_lr, warmup_steps, total_steps) for step in range(total_steps)]
         if any(rate is None for rate in rates):
             return None  # the framework asks "did you forget `return`?"
+        shaped = next((rate for rate in rates if np.ndim(rate) != 0), None)
+        if shaped is not None:  # float() would take a (1,) array, and raise on a longer one
+            raise RefusedResult(
+                f"returned an array of shape {tuple(np.shape(shaped))} for one step, expected "
+                "a single number, shape (): the learning rate of that step"
+            )
         return np.array([float(rate) for rate in rates])
 
     return curve
