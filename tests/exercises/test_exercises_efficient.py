@@ -256,7 +256,7 @@ def test_kv_cache_checker_accepts_correct_answers() -> None:
 
 
 def test_kv_cache_checker_names_typical_mistakes() -> None:
-    first = "3 layers, 8 heads"
+    first = "3 layers, 16 heads"
 
     def keys_only(n_l, n_h, n_kv, d, s, b, e):
         return _bytes(n_l, n_h, n_kv, d, s, b, e) // 2
@@ -269,6 +269,9 @@ def test_kv_cache_checker_names_typical_mistakes() -> None:
 
     def d_model_wide(n_l, n_h, n_kv, d, s, b, e):
         return 2 * n_l * b * n_kv * s * d * e
+
+    def in_bits(n_l, n_h, n_kv, d, s, b, e):
+        return _bytes(n_l, n_h, n_kv, d, s, b, e) * 8
 
     def one_layer(n_l, n_h, n_kv, d, s, b, e):
         return _bytes(1, n_h, n_kv, d, s, b, e)
@@ -283,6 +286,7 @@ def test_kv_cache_checker_names_typical_mistakes() -> None:
         (keys_only, first, "the keys only"),
         (all_heads, "4 key/value heads", "n_heads instead of n_kv_heads"),
         (d_model_wide, first, "d_model per key/value head"),
+        (in_bits, first, "the size in bits instead of bytes"),
         (one_layer, first, "one layer's cache"),
         (no_batch, "batch 8", "the batch size left out"),
         (fixed(2), first, "bytes_per_element fixed at 2"),
@@ -295,6 +299,25 @@ def test_kv_cache_checker_names_typical_mistakes() -> None:
     assert_rejects(verdict, "4 key/value heads", "n_heads instead of n_kv_heads")
     assert "(or d_head taken as d_model / n_kv_heads)" in verdict.message, verdict.message
     assert "d_head = d_model / n_heads" in verdict.message.split("Hint:")[1], verdict.message
+
+
+def test_kv_cache_bits_and_d_model_per_head_are_told_apart() -> None:
+    """On a case with 8 heads and 1 byte, both slips give 8 times the bytes, and the answer in
+    bits was named "d_model per key/value head"; the first case has 16 heads now."""
+
+    def in_bits(n_l, n_h, n_kv, d, s, b, e):
+        return 8 * _bytes(n_l, n_h, n_kv, d, s, b, e)
+
+    def d_model_wide(n_l, n_h, n_kv, d, s, b, e):
+        return 2 * n_l * b * n_kv * s * d * e
+
+    for wrong, named, not_named in [
+        (in_bits, "the size in bits instead of bytes", "d_model per key/value head"),
+        (d_model_wide, "d_model per key/value head", "in bits"),
+    ]:
+        verdict = check_kv_cache_bytes(wrong)
+        assert_rejects(verdict, "case 1/3", named)
+        assert not_named not in verdict.message, verdict.message
 
 
 def test_kv_cache_checker_rejects_other_wrong_answers() -> None:

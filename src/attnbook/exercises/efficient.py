@@ -392,12 +392,12 @@ def _kv_cache_bytes(
 
 def _draw_kv(rng, case: str) -> tuple[int, ...]:
     """The grader's cache of each case's kind: ``"mha"`` (8-bit, as many key/value heads as
-    heads, one sequence), ``"gqa"`` (16-bit, heads / key/value heads >= 3) or ``"mqa"`` (16-bit,
+    heads, 16 or 32 of them, one sequence), ``"gqa"`` (16-bit, heads / key/value heads >= 3) or ``"mqa"`` (16-bit,
     one key/value head, a batch of 3 or more). Each mistake of ``_KV_MISTAKES`` then gives a
     factor of its own on the first case it fails, as on the shipped cases."""
     if case == "mha":
-        heads = int(rng.choice([8, 16, 32]))
-        d_model = heads * int(rng.choice([8, 16, 32, 64]))
+        heads = int(rng.choice([16, 32]))  # not 8: d_model per head would be the bits' x8
+        d_model = heads * int(rng.choice([4, 8, 16, 32, 64]))
         return (randint(rng, 3, 12), heads, heads, d_model, randint(rng, 16, 4096), 1, 1)
     if case == "gqa":
         heads = int(rng.choice([16, 24, 28, 32, 64]))
@@ -412,10 +412,12 @@ def _draw_kv(rng, case: str) -> tuple[int, ...]:
 
 
 _KV_CASES = [
-    Case(  # 1 byte, and 8 heads: each mistake below multiplies this case by its own factor
-        "3 layers, 8 heads, 8 key/value heads, d_model 64, 100 positions, batch 1, "
+    # 1 byte, and 16 heads: each mistake below multiplies this case by its own factor (with 8
+    # heads, d_model per head and the answer in bits would both be 8 times the bytes)
+    Case(
+        "3 layers, 16 heads, 16 key/value heads, d_model 64, 100 positions, batch 1, "
         "1 byte (an 8-bit cache)",
-        lambda: (3, 8, 8, 64, 100, 1, 1),
+        lambda: (3, 16, 16, 64, 100, 1, 1),
         "Each layer stores one key and one value vector of d_head = d_model / n_heads numbers "
         "per key/value head and position, each number bytes_per_element bytes.",
         draw=lambda rng: _draw_kv(rng, "mha"),
@@ -469,6 +471,12 @@ _KV_MISTAKES = [
         "d_model per key/value head instead of d_head",
         lambda n_l, n_h, n_kv, d, s, b, e: _kv_cache_bytes(n_l, n_h, n_kv, d, s, b, e) * n_h,
         "Each head's key is d_head = d_model / n_heads numbers wide.",
+    ),
+    Mistake(
+        "the size in bits instead of bytes (times 8)",
+        lambda n_l, n_h, n_kv, d, s, b, e: _kv_cache_bytes(n_l, n_h, n_kv, d, s, b, e) * 8,
+        "bytes_per_element already counts bytes, and the exercise asks for bytes: a factor 8 "
+        "turns them into bits. Leave it out.",
     ),
     Mistake(
         "one layer's cache instead of all layers'",
