@@ -171,7 +171,7 @@ def test_attention_rollout_checker_rejects_an_unknown_mistake_with_the_case_hint
         return _rollout(weights, residual).transpose(-2, -1)
 
     verdict = check_attention_rollout(transposed)
-    assert_rejects(verdict, "two layers, two heads, 4 tokens", named="last layer on the left")
+    assert_rejects(verdict, "two layers, two heads, 4 tokens", named="one layer at a time")
 
 
 def test_attention_rollout_checker_rejects_rows_left_unnormalised() -> None:

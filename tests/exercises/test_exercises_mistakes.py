@@ -1033,7 +1033,8 @@ def _closure_strings(fn: object, seen: set[int] | None = None) -> list[str]:
 
 
 # Pieces of an answer's code or formula that hints gave away: the learning-rate schedule's
-# cosine and progress, the scores' product, masked_fill on ~mask, the FFN's and the pre-LN
+# cosine, progress and warmup, RoPE's rotation and frequencies, rollout's layer matrix and
+# product, the scores' product, masked_fill on ~mask, the FFN's and the pre-LN
 # block's lines, the merge's loop, the beam's flat index, the answer loss's slices, ...
 _ANSWER_CODE = (
     "min_lr + 0.5",
@@ -1079,6 +1080,16 @@ _ANSWER_CODE = (
     "(x**2).mean(",
     "a @ b /",
     "softmax((x - max(x))",
+    # the formulas that the hints of RoPE, the schedule and rollout stated, to type in
+    "a cos θ - b sin θ",
+    "10000^(-2i",
+    "10000^(-i",
+    "max_lr / warmup_steps",
+    "half cosine, going from 1 to 0",
+    "residual * i + (1 - residual)",
+    "(1 - residual) * a",
+    "a'_l ... a'_",
+    "a'_l times",
     # the answer in words: which operand is transposed, or a count the exercise asks for
     "transpose the keys",
     "transpose of keys",
@@ -1124,4 +1135,34 @@ def test_no_hint_or_docstring_gives_the_answers_code() -> None:
         for piece in _DOCSTRING_CODE:
             assert piece not in checker.__doc__, f"{name}: {checker.__doc__}"
         checked += 1
+    assert checked == 32
+
+
+# The formulas that the statements of RoPE, the schedule and rollout spelled out, in TeX or
+# code: a statement names what to compute and where the chapter explains it.
+_STATEMENT_FORMULAS = (
+    "10000^{-2i/d}",
+    "(step + 1) / warmup_steps",
+    "(1 - r) \\bar A",
+    "A'_L \\cdots",
+)
+
+
+def test_no_checked_exercises_statement_gives_the_formula_to_type_in() -> None:
+    """The statement of an auto-checked exercise points at the idea and at the chapter's
+    section; it does not hand over the answer's formula (RoPE's angle, the warmup's line,
+    rollout's layer matrix and product), which an instructor assigning it wants written."""
+    from pathlib import Path
+
+    from attnbook.exercises.notebooks import exercises
+
+    chapters = sorted((Path(__file__).resolve().parents[2] / "chapters").glob("*.ipynb"))
+    checked = 0
+    for path in chapters:
+        for exercise in exercises(path):
+            if not exercise.checkers:
+                continue
+            checked += 1
+            for piece in _STATEMENT_FORMULAS:
+                assert piece not in exercise.block.body, f"{path.stem}: {exercise.block.body}"
     assert checked == 32

@@ -148,7 +148,7 @@ def test_rope_checker_rejects_answers_without_a_named_mistake() -> None:
     # rotating the values of every row by the same angle, whatever the position
     verdict = check_apply_rope(lambda x, p: _rope(x, torch.ones_like(p)))
     assert not verdict
-    assert "Hint: Row t, pair i" in verdict.message
+    assert "Hint: Each pair of row t turns by its own angle" in verdict.message
     # only 2-D inputs handled: the (B, H, T, Dh) case fails
     verdict = check_apply_rope(lambda x, p: _rope(x, p) if x.ndim == 2 else x)
     assert not verdict

@@ -231,18 +231,22 @@ _ROLLOUT_CASES = [
     Case(
         "two layers, two heads, 4 tokens, residual = 0.5",
         lambda: (_random_weights(10, (2, 1, 2, 4, 4)), 0.5),
-        "Per layer: the mean over the heads, then residual * I + (1 - residual) * A with its "
-        "rows renormalised; then the product, the last layer on the left.",
+        "Follow chapter 13's rollout (in 'Attention is not (yet) an explanation') one layer "
+        "at a time, with the residual connection's share given as residual instead of one "
+        "half. Check one layer's matrix first: each of its rows must sum to 1.",
     ),
     Case(
         "three layers, causal weights, a batch of 2, residual = 0.5",
         lambda: (_random_weights(11, (3, 2, 3, 5, 5), causal=True), 0.5),
-        "The rollout after layer l is A'_l times the rollout after layer l - 1.",
+        "Each layer mixes what the layers below it have already mixed: build the rollout "
+        "layer by layer, the first layer first, in the order in which the chapter multiplies "
+        "the layers' matrices.",
     ),
     Case(
         "two layers, residual = 0.25",
         lambda: (_random_weights(12, (2, 1, 2, 4, 4)), 0.25),
-        "residual is the weight of the identity: residual * I + (1 - residual) * A.",
+        "residual is the residual connection's share of each layer's matrix, the share the "
+        "chapter sets to one half; the heads' mean gets the rest.",
     ),
     Case(
         "one layer, residual = 0.0: the head-averaged weights themselves",
@@ -252,8 +256,9 @@ _ROLLOUT_CASES = [
     Case(
         "a query that attends to no key in the first layer (a row of zeros), residual = 0.5",
         lambda: (_with_an_empty_row(), 0.5),
-        "Renormalise the rows of residual * I + (1 - residual) * A: a row of zeros in A "
-        "becomes the identity's row, the query keeping its own vector.",
+        "A query that attends to no key keeps only its own vector, through the residual "
+        "connection: once the rows are renormalised, its row is the identity's row, not a row "
+        "that sums to residual.",
     ),
 ]
 
@@ -261,20 +266,22 @@ _ROLLOUT_MISTAKES = [
     Mistake(
         "the rows not renormalised after adding the identity",
         _rollout_not_renormalised,
-        "Divide each row of residual * I + (1 - residual) * A by its sum: where a query "
-        "attends to no key, the row sums to residual, not 1.",
+        "Each layer's matrix must have rows that sum to 1 once the identity is mixed in (the "
+        "chapter renormalises them): where a query attends to no key, your row sums to "
+        "residual.",
     ),
     Mistake(
         "the layers multiplied in the wrong order (the first layer on the left)",
         _rollout_first_on_left,
         "Layer l reads the output of layer l - 1, so the later layer's matrix goes on the "
-        "left: R = A'_L ... A'_2 A'_1.",
+        "left of the product of the layers before it.",
     ),
     Mistake(
         "the residual connection left out",
         _rollout_no_residual,
-        "Each layer's matrix is residual * I + (1 - residual) * A, not A alone: the residual "
-        "stream carries every position's own vector past the attention.",
+        "Each layer's matrix mixes the identity into the heads' mean, with the share "
+        "residual, not the heads' mean alone: the residual stream carries every position's "
+        "own vector past the attention.",
     ),
     Mistake(
         "only the last layer's matrix",
@@ -300,7 +307,8 @@ _ROLLOUT_MISTAKES = [
     Mistake(
         "the weights of the identity and of the attention swapped",
         _rollout_swapped_residual,
-        "residual multiplies the identity: residual * I + (1 - residual) * A.",
+        "residual is the identity's share, the residual connection's; the heads' mean gets "
+        "the rest.",
     ),
 ]
 

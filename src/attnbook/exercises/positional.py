@@ -65,19 +65,22 @@ _SINUSOIDAL_MISTAKES = [
     Mistake(
         "a frequency exponent missing its factor 2",
         lambda t, d: _sinusoidal_variant(t, d, exponent="i"),
-        "w_i = 10000^(-2i / d_model) for pair i, so the slowest pair has a wavelength near "
-        "2π·10000.",
+        "Your frequencies fall too slowly from pair to pair: the exponent counts the columns "
+        "before the pair, two for every pair, so that the slowest pair has a wavelength near "
+        "2π·10000. Compare with the frequencies that chapter 8's section on sinusoidal "
+        "encodings defines.",
     ),
     Mistake(
         "a frequency exponent with the wrong sign",
         lambda t, d: _sinusoidal_variant(t, d, exponent="+2i"),
-        "The frequencies must fall: w_i = 10000^(-2i / d_model).",
+        "The frequencies must fall from pair to pair, the first pair the fastest: check the "
+        "sign of your exponent.",
     ),
     Mistake(
         "a frequency per column instead of per pair",
         lambda t, d: _sinusoidal_variant(t, d, exponent="column"),
         "The sine and the cosine of one pair must share one frequency: use the pair index i "
-        "(the even column 2i) in 10000^(-2i / d_model) for both columns 2i and 2i + 1.",
+        "(the even column 2i) for both columns 2i and 2i + 1.",
     ),
 ]
 
@@ -91,8 +94,8 @@ _SINUSOIDAL_CASES = [
     Case(
         "seq_len = 6, d_model = 8",
         lambda: (6, 8),
-        "Pair i uses the frequency w_i = 10000^(-2i / d_model): column 2i = sin(pos * w_i), "
-        "column 2i + 1 = cos(pos * w_i).",
+        "Pair i has its own frequency w_i, as chapter 8's section on sinusoidal encodings "
+        "defines it: column 2i holds the sine of pos * w_i and column 2i + 1 its cosine.",
         draw=lambda rng: (randint(rng, 4, 10), 2 * randint(rng, 2, 6)),
     ),
     Case(
@@ -171,12 +174,16 @@ _ROPE_MISTAKES = [
     Mistake(
         "a rotation clockwise (by -θ)",
         lambda x, p: _rope_variant(x, p, sign=-1.0),
-        "The rotation by +θ is (a, b) -> (a cos θ - b sin θ, a sin θ + b cos θ).",
+        "Your pairs turn the wrong way: counter-clockwise, a positive angle turns (1, 0) "
+        "towards (0, 1). Compare the signs of your sines with the rotation matrix in the "
+        "section on rotary embeddings.",
     ),
     Mistake(
         "a frequency exponent missing its factor 2",
         lambda x, p: _rope_variant(x, p, exponent="i"),
-        "Pair i turns by pos * 10000^(-2i / d).",
+        "Your frequencies fall too slowly from pair to pair: the exponent of a pair's "
+        "frequency counts the features before the pair, two for every pair. Compare your last "
+        "pair's frequency with the one the section on rotary embeddings gives.",
     ),
     Mistake(
         "positions ignored: 0, 1, ..., T - 1 used instead",
@@ -194,8 +201,10 @@ _ROPE_CASES = [
     Case(
         "x of shape (T, d) = (6, 4), positions 0..5",
         _rope_case(801, (6, 4), list(range(6))),
-        "Row t, pair i = (x[t, 2i], x[t, 2i + 1]) turns by θ = positions[t] * 10000^(-2i / d): "
-        "(a, b) -> (a cos θ - b sin θ, a sin θ + b cos θ).",
+        "Each pair of row t turns by its own angle, which grows with the row's position: the "
+        "angles and the 2 × 2 rotation are in chapter 8's section on rotary position "
+        "embeddings. Check one pair by hand: at position 0 nothing turns, and a rotation keeps "
+        "each pair's length.",
     ),
     Case(
         "x of shape (B, H, T, Dh) = (2, 3, 5, 8), positions 0..4",
@@ -211,7 +220,9 @@ _ROPE_CASES = [
     Case(
         "d = 16, positions up to 100 (the slow pairs matter)",
         _rope_case(804, (4, 16), [0, 1, 50, 100]),
-        "Every pair has its own frequency 10000^(-2i / d), i = 0 .. d/2 - 1.",
+        "Every pair has its own frequency, the first pair the fastest and each pair after it "
+        "slower, as the section on rotary embeddings defines them: with d = 16 and positions "
+        "up to 100 the slow pairs turn visibly too.",
     ),
 ]
 

@@ -134,9 +134,10 @@ _LR_CASES = [
     Case(
         "max_lr = 1.0, min_lr = 0.1, warmup_steps = 4, total_steps = 20",
         lambda: _lr_args(1.0, 0.1, 4, 20),
-        "Steps 0 .. warmup_steps - 1 rise linearly to max_lr (step 0 gets max_lr / "
-        "warmup_steps); from step warmup_steps the cosine falls from max_lr to min_lr, "
-        "reaching it at the last step, total_steps - 1.",
+        "Print your rates for this run next to the schedule of the chapter's training loop: "
+        "they must rise in equal steps, step 0 already one step up from 0, to max_lr at step "
+        "warmup_steps - 1; then fall along half a cosine, never rising again, to min_lr at the "
+        "last step, total_steps - 1.",
         draw=lambda rng: _draw_lr(rng, (0.5, 2.0), (2, 6), (15, 30)),
     ),
     Case(
@@ -157,16 +158,16 @@ _LR_MISTAKES = [
     Mistake(
         "no warmup",
         _curve(_no_warmup),
-        "Your rate starts at max_lr: the first warmup_steps steps must rise linearly "
-        "instead, step 0 to max_lr / warmup_steps and step warmup_steps - 1 to max_lr. Print "
-        "the rates of the first few steps with warmup_steps = 4.",
+        "Your rate starts at max_lr: the first warmup_steps steps must rise in equal steps "
+        "instead, step 0 already one step up from 0 and step warmup_steps - 1 at max_lr. "
+        "Print the rates of the first few steps with warmup_steps = 4.",
     ),
     Mistake(
         "a warmup that starts at 0 (off by one step)",
         _curve(_warmup_from_zero),
         "Your step 0 has learning rate 0, a wasted step, and max_lr is only reached one step "
-        "late. Check the two ends of the warmup: step 0 must get max_lr / warmup_steps, and "
-        "step warmup_steps - 1 max_lr itself.",
+        "late. Check the two ends of the warmup: step 0 must already be one equal step above "
+        "0, and step warmup_steps - 1 at max_lr itself.",
     ),
     Mistake(
         "a warmup one step too long (step <= warmup_steps)",
@@ -183,16 +184,16 @@ _LR_MISTAKES = [
     Mistake(
         "a cosine scaled by max_lr instead of by max_lr - min_lr",
         _curve(_amplitude_max_lr),
-        "Your cosine starts at max_lr + min_lr, above the end of the warmup: the half "
-        "cosine, going from 1 to 0, must scale the distance between max_lr and min_lr. Check "
-        "that step warmup_steps returns max_lr and the last step min_lr.",
+        "Your cosine starts at max_lr + min_lr, above the end of the warmup: the decay spans "
+        "only the distance from max_lr down to min_lr. Check that step warmup_steps returns "
+        "max_lr, the last step min_lr, and every step between them a rate between the two.",
     ),
     Mistake(
         "a cosine whose progress counts from step 0 instead of from the end of the warmup",
         _curve(_cosine_from_start),
         "Your decay has already begun when the warmup ends, so step warmup_steps is below "
-        "max_lr: the cosine's progress must be 0 at step warmup_steps and 1 at the last "
-        "step, total_steps - 1.",
+        "max_lr: the decay starts at step warmup_steps, at max_lr, and ends at the last "
+        "step, total_steps - 1, at min_lr.",
     ),
     Mistake(
         "a full cosine period (cos(2 pi progress)) instead of half of one",
