@@ -1713,7 +1713,8 @@ def test_a_sets_exercise_that_nobody_handed_in_still_counts_in_every_maximum(
 ) -> None:
     """--set: the maximum is what the set asks for, not what came back. Nobody handed in
     chapter 1 here, yet its exercise of the set is worth its points: 2 / 4, not 2 / 2
-    (100% for half the set), with a column for it in the gradebook."""
+    (100% for half the set), with a column for it in the gradebook, and no column for
+    chapter 2's exercise outside the set (a column of 0s would read as a failure)."""
     monkeypatch.setattr(sandbox, "bwrap_available", lambda: False)
     _mini(tmp_path / "subs" / "zoe" / "02_softmax.ipynb", IMPORTS, _good_temperature())
     course = tmp_path / "course.yml"
@@ -1725,6 +1726,7 @@ def test_a_sets_exercise_that_nobody_handed_in_still_counts_in_every_maximum(
     with redirect_stderr(io.StringIO()), redirect_stdout(out):
         assert grade.main(argv) == 0
     (zoe,) = csv.DictReader(book.open(encoding="utf-8", newline=""))
+    assert list(zoe) == ["student", "score_matrix", "softmax_temperature", "total", "max_points"]
     assert (zoe["softmax_temperature"], zoe["score_matrix"]) == ("2", "0")
     assert (zoe["total"], zoe["max_points"]) == ("2", "4")
     assert "zoe: 2 / 4" in out.getvalue()

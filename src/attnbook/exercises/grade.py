@@ -1242,13 +1242,16 @@ def write_gradebook(
 ) -> None:
     """Write one CSV row per student: the points of each exercise, the total and the maximum.
 
-    ``expected`` (exercise name -> points: what ``--set`` asks for) adds a column, and its
-    points to the maximum, for each such exercise, whether anyone handed it in or not.
+    ``expected`` (exercise name -> points: what ``--set`` asks for) makes the columns those
+    exercises and no others, whether anyone handed them in or not, and adds their points to
+    the maximum. Without it, every exercise handed in has a column.
     """
     import io
 
-    handed_in = (r.exercise for r in records if r.exercise)
-    exercises = list(dict.fromkeys([*handed_in, *(expected or {})]))
+    if expected is None:
+        exercises = list(dict.fromkeys(r.exercise for r in records if r.exercise))
+    else:  # the exercises outside the set are worth 0: a column of 0s would read as a fail
+        exercises = list(expected)
     buffer = io.StringIO()
     writer = csv.writer(buffer)
     writer.writerow(["student", *exercises, "total", "max_points"])
@@ -1365,7 +1368,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.set and not args.course:
         parser.error("--set needs --course, the course.yml that holds the set")
     default_points, points = 1.0, {}
-    expected: dict[str, float] = {}  # with --set: every exercise it asks for, handed in or not
+    expected: dict[str, float] | None = None  # with --set: every exercise it asks for
     if args.course:
         try:
             default_points, points = load_points(args.course)
