@@ -1687,7 +1687,7 @@ def test_grading_for_a_set_makes_its_other_exercises_worth_0(
     worth = {r["label"]: r["max_points"] for r in json.loads(out_file.read_text("utf-8"))}
     assert worth == {"ex-ch02-stable-softmax": 0, "ex-ch02-temperature": 2}
     assert "1 auto-checked exercise(s) graded: ex-ch02-temperature" in err.getvalue()
-    assert "note: --set: ex-ch02-sigmoid: no auto-checked exercise" in err.getvalue()
+    assert "note: --set also hands in ex-ch02-sigmoid, which no checker" in err.getvalue()
     # The whole set: its second part hands in every auto-checked exercise of chapter 2.
     out_file.with_suffix(".state.jsonl").unlink()
     with redirect_stderr(io.StringIO()), redirect_stdout(io.StringIO()):

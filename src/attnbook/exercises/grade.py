@@ -1400,8 +1400,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         if by_hand:
             print(
-                f"note: --set: {', '.join(by_hand)}: no auto-checked exercise has these "
-                "labels (pen-and-paper and open exercises have none): grade them by hand",
+                f"note: --set also hands in {', '.join(by_hand)}, which no checker grades "
+                "(pen-and-paper or open exercises, or a label misspelt in --course): grade "
+                "them by hand",
                 file=sys.stderr,
             )
     if args.unsafe_no_sandbox:
