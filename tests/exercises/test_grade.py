@@ -548,6 +548,24 @@ def test_the_summary_table_shows_every_record_and_the_totals(cli_run: dict) -> N
     assert f"{1 + len(ATTACKS)} missing" in lines[-1]
 
 
+def test_the_table_names_the_file_of_a_notebook_that_could_not_be_graded() -> None:
+    """The table has no notebook column: a notebook's own error record (exercise "-") starts
+    its message with the file's name, so an instructor knows which file to ask for again."""
+    record = grade.GradeRecord(
+        "erin",
+        "subs/erin/02_softmax (1).ipynb",
+        "",
+        "",
+        "",
+        "error",
+        0.0,
+        0.0,
+        "cannot read this notebook: NotJSONError: Notebook does not appear to be JSON",
+    )
+    (row,) = [line for line in grade.format_table([record]).splitlines() if line.startswith("erin")]
+    assert row.split("0/0", 1)[1].strip().startswith("02_softmax (1).ipynb: cannot read"), row
+
+
 def test_the_state_file_holds_the_seed_and_every_notebook(cli_run: dict) -> None:
     lines = [json.loads(line) for line in cli_run["state"].read_text().splitlines()]
     assert lines[0]["kind"] == "seed"

@@ -1132,6 +1132,8 @@ def _short(record: GradeRecord, width: int = 60) -> str:
     prefix = f"{record.exercise}: "
     if record.exercise and prefix in text[: len(prefix) + 3]:
         text = text.split(prefix, 1)[1]
+    if not record.exercise:  # a notebook's own record: the table has no notebook column
+        text = f"{Path(record.notebook).name}: {text}"
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
