@@ -1090,6 +1090,10 @@ _ANSWER_CODE = (
     "(1 - residual) * a",
     "a'_l ... a'_",
     "a'_l times",
+    # the formulas that the hints of the cosine similarity, the online softmax, the head
+    # entropy and RMSNorm stated
+    "a·b / (‖a‖",
+    "cos θ = a·b",
     # the answer in words: which operand is transposed, or a count the exercise asks for
     "transpose the keys",
     "transpose of keys",

@@ -140,7 +140,11 @@ _COSINE_CASES = [
     Case(
         "random vectors of width 8",
         lambda: (_rng(11).normal(size=8), _rng(12).normal(size=8)),
-        "cos θ = a·b / (‖a‖ ‖b‖), with ‖a‖ = sqrt(a·a).",
+        "The first three cases' answers are 0, 1 and -1; this one lies strictly between. "
+        "Compare your function with the cosine similarity of chapter 1's section 'Length "
+        "versus direction', which compares directions only: scaling a or b by a positive "
+        "number must leave your result unchanged, it must stay within [-1, 1], and it must "
+        "be the number itself, not rounded.",
     ),
 ]
 
