@@ -1094,6 +1094,8 @@ _ANSWER_CODE = (
     # entropy and RMSNorm stated
     "a·b / (‖a‖",
     "cos θ = a·b",
+    "exp(scores - m_new)",
+    "p @ values",
     # the answer in words: which operand is transposed, or a count the exercise asks for
     "transpose the keys",
     "transpose of keys",

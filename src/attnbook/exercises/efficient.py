@@ -175,9 +175,13 @@ _ONLINE_CASES = [
     Case(
         "the first block, from the empty state m = -inf, ell = 0, acc = 0 (T = 3, 4 keys)",
         _first_block,
-        "From the empty state, m_new is the block's row maximum, ell_new the row sums of "
-        "P = exp(scores - m_new) and acc_new = P @ values; exp(-inf) = 0 rescales the empty "
-        "ell and acc to 0.",
+        "From the empty state nothing has been summed yet, so the new state describes this "
+        "block alone: its largest score, then the softmax's denominator and numerator over its "
+        "keys, as the three running quantities of chapter 14's section 'FlashAttention's "
+        "algorithm: the online softmax' define them. The empty state needs no special case "
+        "in the section's update: check that your correction of the old sums is 0 when "
+        "m = -inf, and that acc_new / ell_new is the softmax of this block's scores applied "
+        "to its values.",
     ),
     Case(
         "a second block whose scores are all larger than before (the maximum moves up)",
