@@ -1096,6 +1096,8 @@ _ANSWER_CODE = (
     "cos θ = a·b",
     "exp(scores - m_new)",
     "p @ values",
+    "-sum over the keys of",
+    "of a_ts ln a_ts",
     # the answer in words: which operand is transposed, or a count the exercise asks for
     "transpose the keys",
     "transpose of keys",

@@ -67,8 +67,10 @@ _ENTROPY_CASES = [
     Case(
         "one head, 3 queries, 4 keys: shape (1, 3, 4)",
         lambda: (_random_weights(0, (1, 3, 4)),),
-        "For each row, -sum over the keys of A_ts ln A_ts; then the mean over the rows; "
-        "one value per head.",
+        "Each query's row is a distribution over the keys: take its entropy in nats, as "
+        "chapter 13 defines it in 'What each head does, in numbers', then average the rows "
+        "of each head. Check one row by hand first: weight split evenly between two keys "
+        "gives ln 2 = 0.693, all of it on one key 0.",
     ),
     Case(
         "causal weights with zeros: shape (2, 5, 5)",
