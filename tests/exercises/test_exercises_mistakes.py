@@ -1098,6 +1098,8 @@ _ANSWER_CODE = (
     "p @ values",
     "-sum over the keys of",
     "of a_ts ln a_ts",
+    "mean of x**2, plus eps",
+    "its square root; divide x",
     # the answer in words: which operand is transposed, or a count the exercise asks for
     "transpose the keys",
     "transpose of keys",

@@ -87,8 +87,11 @@ _NORM_CASES = [
     Case(
         "x of shape (2, 3, 8), a gain of shape (8,), eps = 1e-5",
         lambda: _norm_args(2000, (2, 3, 8), 1.0, 1e-5),
-        "Over the last axis: the mean of x**2, plus eps, its square root; divide x by it "
-        "and multiply by weight.",
+        "RMSNorm divides each vector along the last axis by its root mean square, which "
+        "the exercise's statement defines, then applies the gain, as the table of chapter "
+        "11's section 'Two blocks: GPT-2's and Llama's' says: nothing is subtracted and "
+        "nothing added. Check your output divided by weight: each vector's mean square "
+        "must come out just under 1 (eps keeps it below).",
     ),
     Case(
         "tiny vectors (entries near 1e-3), eps = 4e-6: eps matters",
