@@ -91,10 +91,21 @@ def test_the_checkers_own_functions_are_off_limits_however_they_are_reached() ->
 # ------------------------------------------------------------ temperature softmax
 
 
+def _says_the_advice_once(verdict: attnbook.exercises.Verdict) -> None:
+    """Dividing by τ first is matched on NaN alone, on the case built to catch it: the verdict
+    names it and gives the advice to subtract the maximum first once, without adding the
+    case's own hint, which says the same ("If that is not what you wrote: ...")."""
+    hint = verdict.message.split("Hint:", 1)[1]
+    assert "If that is not what you wrote" not in hint, hint
+    assert hint.count("first") == 1, hint
+    assert hint.count("inf - inf = NaN") == 1, hint
+
+
 def test_temperature_softmax_divided_before_the_maximum_is_named() -> None:
     with np.errstate(all="ignore"):
         verdict = check_softmax_temperature(lambda x, t: _np_softmax(x / t))
     _rejects(verdict, "1e307", "dividing by τ before subtracting the maximum", "NaN")
+    _says_the_advice_once(verdict)
 
 
 @pytest.mark.parametrize(
@@ -112,6 +123,7 @@ def test_soft_lookup_divided_before_the_maximum_is_named() -> None:
     with np.errstate(all="ignore"):
         verdict = check_soft_lookup(lambda q, k, v, t: _np_softmax(q @ k.T / t) @ v)
     _rejects(verdict, "dividing by τ before subtracting the maximum")
+    _says_the_advice_once(verdict)
 
 
 def _unit(x: np.ndarray) -> np.ndarray:

@@ -1838,7 +1838,9 @@ def mistake_hint(
     """The hint of a failed case: the known mistake the answer matches, else ``case_hint``.
 
     A match on NaN alone is offered as a possibility, before the case's own hint: every
-    unstable answer returns NaN there, whatever else it does.
+    unstable answer returns NaN there, whatever else it does. A mistake's hint that already
+    holds the case's hint (a case built to catch that mistake gives the same advice) is not
+    followed by it a second time.
     """
     found = diagnose_mistake(got, expected, args, mistakes, rtol, atol)
     if found is None:
@@ -1846,6 +1848,8 @@ def mistake_hint(
     mistake, certain = found
     if certain:
         return f"this looks like {mistake.name}. {mistake.hint}"
+    if case_hint in mistake.hint:
+        return f"the NaN or inf is what {mistake.name} gives here. {mistake.hint}"
     return (
         f"the NaN or inf is what {mistake.name} gives here. {mistake.hint} "
         f"If that is not what you wrote: {case_hint}"

@@ -35,6 +35,13 @@ def _dictionary(seed: int, n_keys: int, d: int, d_v: int) -> tuple[np.ndarray, n
     return rng.normal(size=(n_keys, d)), rng.normal(size=(n_keys, d_v))
 
 
+# The advice of the case built to catch dividing by τ first; that mistake's hint ends with it,
+# so a verdict that names the mistake gives it once.
+_MAXIMUM_FIRST = (
+    "Subtract each row's maximum score first, then divide by τ: the gaps are <= 0, so "
+    "dividing them can only reach -inf (weight 0), never inf - inf = NaN."
+)
+
 _SOFT_CASES = [
     Case(
         "one query, 4 keys, temperature 1",
@@ -72,8 +79,7 @@ _SOFT_CASES = [
             np.arange(6.0).reshape(3, 2),
             0.01,
         ),
-        "Subtract each row's maximum score first, then divide by τ: the gaps are <= 0, so "
-        "dividing them can only reach -inf (weight 0), never inf - inf = NaN.",
+        _MAXIMUM_FIRST,
     ),
     Case(
         "three queries at once, shape (3, d), the last 100 times longer, temperature 0.1",
@@ -107,8 +113,8 @@ _SOFT_MISTAKES = [
     Mistake(
         "dividing by τ before subtracting the maximum",
         lambda q, k, v, t: _stable_softmax(q @ k.T / t) @ v,
-        "scores / τ overflows to inf for large scores and a small τ, and inf - inf is NaN. "
-        "Subtract each row's maximum score first and divide the gaps (<= 0) by τ.",
+        "scores / τ overflows to inf for large scores and a small τ (1e308 / 0.01). "
+        + _MAXIMUM_FIRST,
     ),
     Mistake(
         "multiplying the scores by τ",

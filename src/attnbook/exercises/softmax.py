@@ -91,6 +91,13 @@ def _stable(z: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=-1, keepdims=True)
 
 
+# The advice of the case built to catch dividing by τ first; that mistake's hint ends with it,
+# so a verdict that names the mistake gives it once.
+_MAXIMUM_FIRST = (
+    "Subtract each row's maximum first, then divide by τ: the gaps x - max(x) are <= 0, "
+    "so dividing them can only reach -inf (weight 0), never inf - inf = NaN."
+)
+
 _TEMPERATURE_CASES = [
     Case(
         "temperature 1 is the plain softmax",
@@ -115,8 +122,7 @@ _TEMPERATURE_CASES = [
     Case(
         "scores of 1e307 at temperature 0.01 (dividing first overflows)",
         lambda: (np.array([[1e307, 0.0, -1e307], [3.0, 2.0, 1.0]]), 0.01),
-        "Subtract each row's maximum first, then divide by τ: the gaps x - max(x) are <= 0, "
-        "so dividing them can only reach -inf (weight 0), never inf - inf = NaN.",
+        _MAXIMUM_FIRST,
     ),
 ]
 
@@ -124,9 +130,8 @@ _TEMPERATURE_MISTAKES = [
     Mistake(
         "dividing by τ before subtracting the maximum",
         lambda x, t: _stable(x / t),
-        "x / τ overflows to inf for large scores and a small τ (1e307 / 0.01), and inf - inf "
-        "is NaN. The maximum of x / τ is max(x) / τ, so subtract max(x) from x first and divide "
-        "the gaps x - max(x), which are <= 0, by τ.",
+        "x / τ overflows to inf for large scores and a small τ (1e307 / 0.01). The maximum "
+        "of x / τ is max(x) / τ, so the order can change. " + _MAXIMUM_FIRST,
     ),
     Mistake(
         "multiplying by τ instead of dividing",
