@@ -113,6 +113,10 @@ def test_temperature_softmax_divided_before_the_maximum_is_named() -> None:
     [
         (lambda x, t: _np_softmax(x * t), "multiplying by τ instead of dividing"),
         (lambda x, t: _np_softmax(x) / t, "dividing the weights by τ after the softmax"),
+        (
+            lambda x, t: (e := np.exp((x - x.max(axis=-1, keepdims=True)) / t)) / e.sum(),
+            "normalising by the sum of the whole array, not of each row",
+        ),
     ],
 )
 def test_temperature_softmax_mistakes(wrong: Callable, mistake: str) -> None:

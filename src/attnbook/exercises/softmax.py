@@ -91,6 +91,11 @@ def _stable(z: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=-1, keepdims=True)
 
 
+def _whole_array_sum(z: np.ndarray) -> np.ndarray:
+    e = np.exp(z)
+    return e / e.sum()
+
+
 # The advice of the case built to catch dividing by τ first; that mistake's hint ends with it,
 # so a verdict that names the mistake gives it once.
 _MAXIMUM_FIRST = (
@@ -144,6 +149,13 @@ _TEMPERATURE_MISTAKES = [
         lambda x, t: _stable(x) / t,
         "τ acts on the scores, inside the exponential, before the normalisation: the weights "
         "must still sum to 1. Check that yours do with τ = 2.",
+    ),
+    Mistake(
+        "normalising by the sum of the whole array, not of each row",
+        lambda x, t: _whole_array_sum((x - x.max(axis=-1, keepdims=True)) / t),
+        "Each row is its own softmax: sum the exponentials along the last axis only, "
+        "e.sum(axis=-1, keepdims=True), so that every row adds up to 1 (a bare e.sum() adds "
+        "up all the rows, and then only the whole array sums to 1).",
     ),
     Mistake(
         "the softmax without the maximum trick",
