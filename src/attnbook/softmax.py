@@ -118,9 +118,9 @@ def log_softmax(x: Array, axis: int = -1, temperature: float = 1.0) -> Array:
 
     ``log(softmax(x))`` loses accuracy once a weight drops below about
     ``1e-308`` (float64's smallest normal number) and is ``-inf`` below about
-    ``5e-324``, where the weight underflows to 0; ``z - logsumexp(z)`` stays
-    finite and accurate. Cross-entropy
-    losses use this form.
+    ``2.5e-324`` (half the smallest positive float64, ``4.9e-324``), where the
+    weight rounds to 0; ``z - logsumexp(z)`` stays finite and accurate.
+    Cross-entropy losses use this form.
 
     Args:
         x: scores, any shape, floating point.
