@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 from checker_asserts import assert_rejects
-from test_notebook_solutions import CASES
+from test_notebook_solutions import CASES, run_solution
 
 import attnbook.exercises as exercises
 from attnbook.exercises import (
@@ -180,25 +180,7 @@ def _with_extra_axis(fn):
 def test_every_books_solution_with_an_extra_axis_is_told_its_shape(path, label, code) -> None:
     """Each solution of the book, its result given an extra leading axis of size 1: the verdict
     names the shape, and says the numbers are right (or names a mistake that fits)."""
-    verdicts = []
-
-    def recording(checker):
-        def wrapper(fn):
-            verdict = checker(_with_extra_axis(fn))
-            verdicts.append(verdict)
-            return verdict
-
-        return wrapper
-
-    namespace = {"np": np, "torch": torch, "math": math, "nn": torch.nn}
-    namespace |= {"F": torch.nn.functional}
-    namespace |= {
-        name: recording(getattr(exercises, name))
-        for name in dir(exercises)
-        if name.startswith("check_")
-    }
-    torch.manual_seed(0)
-    exec(compile(code, f"{path.name}:{label}", "exec"), namespace)
+    verdicts = run_solution(path, label, code, answer=_with_extra_axis)
     assert verdicts
     for verdict in verdicts:
         assert not verdict.passed, verdict.message

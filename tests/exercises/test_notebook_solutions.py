@@ -51,13 +51,14 @@ def test_there_are_code_solutions_to_run() -> None:
     assert len(CASES) >= 20, f"only {len(CASES)} code solutions call a checker"
 
 
-@pytest.mark.parametrize(("path", "label", "code"), CASES)
-def test_solution_passes_its_checker(path: Path, label: str, code: str) -> None:
+def run_solution(path: Path, label: str, code: str, answer=lambda fn: fn) -> list:
+    """Run a solution's code, each checker it calls given ``answer(fn)`` for the solution's
+    ``fn``, and return the checkers' verdicts in order."""
     verdicts = []
 
     def recording(checker):
         def wrapper(fn):
-            verdict = checker(fn)
+            verdict = checker(answer(fn))
             verdicts.append(verdict)
             return verdict
 
@@ -71,6 +72,12 @@ def test_solution_passes_its_checker(path: Path, label: str, code: str) -> None:
     }
     torch.manual_seed(0)
     exec(compile(code, f"{path.name}:{label}", "exec"), namespace)
+    return verdicts
+
+
+@pytest.mark.parametrize(("path", "label", "code"), CASES)
+def test_solution_passes_its_checker(path: Path, label: str, code: str) -> None:
+    verdicts = run_solution(path, label, code)
     assert verdicts, f"solution {label} in {path.name} calls no checker"
     for verdict in verdicts:
         assert verdict.passed, (
