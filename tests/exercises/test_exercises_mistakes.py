@@ -123,6 +123,21 @@ def test_temperature_softmax_mistakes(wrong: Callable, mistake: str) -> None:
     _rejects(check_softmax_temperature(wrong), mistake)
 
 
+def test_temperature_softmax_without_the_maximum_trick_gives_its_advice_once() -> None:
+    """Scores of size 10 at τ = 0.01: the bare softmax returns NaN there, matched on NaN alone;
+    the verdict names it and says "maximum first" once, not again after "If that is not what
+    you wrote" with the case's own hint."""
+    with np.errstate(all="ignore"):
+        verdict = check_softmax_temperature(
+            lambda x, t: np.exp(x / t) / np.exp(x / t).sum(axis=-1, keepdims=True)
+        )
+    _rejects(verdict, "case 4/5", "the softmax without the maximum trick", "NaN")
+    hint = verdict.message.split("Hint:", 1)[1]
+    assert "If that is not what you wrote" not in hint, hint
+    assert hint.count("maximum") == 2, hint  # the mistake's name, then the advice once
+    assert hint.count("first") == 1, hint
+
+
 def test_soft_lookup_divided_before_the_maximum_is_named() -> None:
     with np.errstate(all="ignore"):
         verdict = check_soft_lookup(lambda q, k, v, t: _np_softmax(q @ k.T / t) @ v)

@@ -103,6 +103,10 @@ _MAXIMUM_FIRST = (
     "so dividing them can only reach -inf (weight 0), never inf - inf = NaN."
 )
 
+# The advice of the case built to catch the softmax without the maximum trick; that mistake's
+# hint ends with it, so a verdict that names the mistake gives it once.
+_EXPONENT_FIRST = "Scores / τ reach 1000 here: subtract the row's maximum first, then divide by τ."
+
 _TEMPERATURE_CASES = [
     Case(
         "temperature 1 is the plain softmax",
@@ -122,7 +126,7 @@ _TEMPERATURE_CASES = [
     Case(
         "tiny temperature 0.01 on scores of size 10 (overflows without the max trick)",
         lambda: (np.array([10.0, 9.0, 1.0]), 0.01),
-        "Scores / τ reach 1000 here: subtract the row's maximum first, then divide by τ.",
+        _EXPONENT_FIRST,
     ),
     Case(
         "scores of 1e307 at temperature 0.01 (dividing first overflows)",
@@ -160,7 +164,8 @@ _TEMPERATURE_MISTAKES = [
     Mistake(
         "the softmax without the maximum trick",
         lambda x, t: np.exp(x / t) / np.exp(x / t).sum(axis=-1, keepdims=True),
-        "exp(1000) is inf: subtract the row's maximum, then divide by τ, then exponentiate.",
+        "exp(x / τ) overflows to inf once x / τ passes about 709, and inf / inf is NaN. "
+        + _EXPONENT_FIRST,
     ),
 ]
 
