@@ -138,6 +138,32 @@ def test_temperature_softmax_without_the_maximum_trick_gives_its_advice_once() -
     assert hint.count("first") == 1, hint
 
 
+def _entropy_with_nan(a: torch.Tensor) -> torch.Tensor:
+    return -(a * a.log()).sum(-1).mean(-1)
+
+
+@pytest.mark.parametrize(
+    ("checker", "wrong", "mistake"),
+    [
+        ("check_head_entropy", _entropy_with_nan, "0 ln 0 computed as NaN"),
+        (
+            "check_masked_softmax",
+            lambda s, m: torch.softmax(s.masked_fill(~m, float("-inf")), dim=-1),
+            "a plain softmax of -inf scores",
+        ),
+    ],
+)
+def test_a_mistake_matched_on_nan_alone_gives_its_cases_advice_once(
+    checker: str, wrong: Callable, mistake: str
+) -> None:
+    """On the case built to catch it, each of these mistakes is matched on NaN alone; its hint
+    holds the case's, so the verdict does not add "If that is not what you wrote:" and the
+    same advice again (found by building every checker's verdict for every case and mistake)."""
+    verdict = getattr(attnbook.exercises, checker)(wrong)
+    _rejects(verdict, mistake, "NaN")
+    assert "If that is not what you wrote" not in verdict.message, verdict.message
+
+
 def test_soft_lookup_divided_before_the_maximum_is_named() -> None:
     with np.errstate(all="ignore"):
         verdict = check_soft_lookup(lambda q, k, v, t: _np_softmax(q @ k.T / t) @ v)

@@ -63,6 +63,13 @@ def _entropy_mean_over_keys(weights):
     return head_entropy(weights) / weights.shape[-1]
 
 
+# The advice of the case built to catch 0 ln 0 computed as NaN; that mistake's hint holds it,
+# so a verdict that names the mistake gives it once.
+_ZEROS_OUT_OF_THE_LOG = (
+    "Masked keys have weight exactly 0 and contribute 0 (the limit of p ln p as p -> 0); "
+    "ln 0 is -inf, so keep them out of the logarithm."
+)
+
 _ENTROPY_CASES = [
     Case(
         "one head, 3 queries, 4 keys: shape (1, 3, 4)",
@@ -75,8 +82,7 @@ _ENTROPY_CASES = [
     Case(
         "causal weights with zeros: shape (2, 5, 5)",
         lambda: (_random_weights(1, (2, 5, 5), causal=True),),
-        "Masked keys have weight exactly 0 and contribute 0 (the limit of p ln p as p -> 0); "
-        "ln 0 is -inf, so keep them out of the logarithm.",
+        _ZEROS_OUT_OF_THE_LOG,
     ),
     Case(
         "leading dimensions: shape (2, 3, 4, 6) (batch, heads, queries, keys)",
@@ -113,9 +119,8 @@ _ENTROPY_MISTAKES = [
     Mistake(
         "0 ln 0 computed as NaN",
         _entropy_nan,
-        "0 * log(0) is 0 * -inf = NaN in floating point; count zero weights as 0 without "
-        "taking their logarithm (torch.where, or torch.special.xlogy). Check a row (1, 0): "
-        "its entropy is 0.",
+        "0 * log(0) is 0 * -inf = NaN in floating point. " + _ZEROS_OUT_OF_THE_LOG + " "
+        "torch.where or torch.special.xlogy does it. Check a row (1, 0): its entropy is 0.",
     ),
     Mistake(
         "the minus sign forgotten",

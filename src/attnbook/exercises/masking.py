@@ -531,6 +531,13 @@ def _scores_far_below_minus_1e4() -> tuple[torch.Tensor, torch.Tensor]:
     return torch.where(mask, allowed, 3e9), mask
 
 
+# The advice of the case built to catch a plain softmax of -inf scores; that mistake's hint
+# holds it, so a verdict that names the mistake gives it once.
+_EMPTY_ROW_ZEROS = (
+    "A fully masked row has no allowed key: its weights must all be 0 (not NaN, not "
+    "uniform), while every other row still sums to 1."
+)
+
 _MASKED_SOFTMAX_CASES = [
     Case(
         "4 queries share a mask (1, 5): keys 3 and 4 are padding",
@@ -547,8 +554,7 @@ _MASKED_SOFTMAX_CASES = [
     Case(
         "one query that may attend to nothing (a fully masked row)",
         _row_blocked,
-        "A fully masked row has no allowed key: its weights must all be 0 (not NaN, not "
-        "uniform), while every other row still sums to 1.",
+        _EMPTY_ROW_ZEROS,
     ),
     Case(
         "a padding mask (B, 1, S) with an empty sequence (length 0)",
@@ -592,9 +598,9 @@ _MASKED_SOFTMAX_MISTAKES = [
     Mistake(
         "a plain softmax of -inf scores, which is NaN on a fully masked row",
         _plain,
-        "A row of only -inf has exp = 0 everywhere and 0 / 0 = NaN. The mask tells which "
-        "rows have no allowed key: theirs must come out all zeros, without a division by a "
-        "sum of zeros.",
+        "A row of only -inf has exp = 0 everywhere and 0 / 0 = NaN. " + _EMPTY_ROW_ZEROS + " "
+        "The mask tells which rows those are: compute theirs without a division by a sum of "
+        "zeros.",
     ),
     Mistake(
         "filling with a large finite number, which spreads a fully masked row uniformly",
