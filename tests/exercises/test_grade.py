@@ -1701,11 +1701,12 @@ def test_grading_for_a_set_makes_its_other_exercises_worth_0(
     out_file = tmp_path / "grades.json"
     argv = [str(notebook), "--unsafe-no-sandbox", "--skip-run", "--course", str(course)]
     argv += ["--json", str(out_file), "--set", "softmax WEEK", "--part", "temperature"]
-    err = io.StringIO()
-    with redirect_stderr(err), redirect_stdout(io.StringIO()):
+    err, out = io.StringIO(), io.StringIO()
+    with redirect_stderr(err), redirect_stdout(out):
         assert grade.main(argv) == 0
     worth = {r["label"]: r["max_points"] for r in json.loads(out_file.read_text("utf-8"))}
-    assert worth == {"ex-ch02-stable-softmax": 0, "ex-ch02-temperature": 2}
+    assert worth == {"ex-ch02-temperature": 2}  # the stable softmax's record is left out
+    assert "02_softmax: 0 / 2" in out.getvalue()  # and its 2 points count in no maximum
     assert "1 auto-checked exercise(s) graded: ex-ch02-temperature" in err.getvalue()
     assert "note: --set also hands in ex-ch02-sigmoid, which no checker" in err.getvalue()
     # The whole set: its second part hands in every auto-checked exercise of chapter 2.
@@ -1734,22 +1735,29 @@ def test_a_sets_exercise_that_nobody_handed_in_still_counts_in_every_maximum(
     """--set: the maximum is what the set asks for, not what came back. Nobody handed in
     chapter 1 here, yet its exercise of the set is worth its points: 2 / 4, not 2 / 2
     (100% for half the set), with a column for it in the gradebook, and no column for
-    chapter 2's exercise outside the set (a column of 0s would read as a failure)."""
+    chapter 2's exercise outside the set (a column of 0s would read as a failure), nor a
+    "0/0" row for it in the printed table or the JSON."""
     monkeypatch.setattr(sandbox, "bwrap_available", lambda: False)
     _mini(tmp_path / "subs" / "zoe" / "02_softmax.ipynb", IMPORTS, _good_temperature())
     course = tmp_path / "course.yml"
     course.write_text(TWO_CHAPTER_COURSE)
     book = tmp_path / "gradebook.csv"
     argv = [str(tmp_path / "subs"), "--unsafe-no-sandbox", "--skip-run", "--course", str(course)]
-    argv += ["--gradebook", str(book), "--set", "week 1"]
+    argv += ["--gradebook", str(book), "--json", str(tmp_path / "grades.json")]
     out = io.StringIO()
     with redirect_stderr(io.StringIO()), redirect_stdout(out):
-        assert grade.main(argv) == 0
+        assert grade.main([*argv, "--set", "week 1"]) == 0
     (zoe,) = csv.DictReader(book.open(encoding="utf-8", newline=""))
     assert list(zoe) == ["student", "score_matrix", "softmax_temperature", "total", "max_points"]
     assert (zoe["softmax_temperature"], zoe["score_matrix"]) == ("2", "0")
     assert (zoe["total"], zoe["max_points"]) == ("2", "4")
     assert "zoe: 2 / 4" in out.getvalue()
+    records = json.loads((tmp_path / "grades.json").read_text(encoding="utf-8"))
+    assert [r["exercise"] for r in records] == ["softmax_temperature"]  # not softmax's 0/0
+    table = out.getvalue().split("student totals:")[0]
+    assert "softmax_temperature" in table
+    assert "softmax " not in table, table
+    assert "1 record(s) of exercises outside the set left out" in out.getvalue()
 
 
 def test_a_failed_drawn_case_shows_the_graders_own_inputs(

@@ -75,8 +75,9 @@ Points come from ``--course course.yml`` (``points: default`` and per
 exercise label), else 1 per exercise. ``--set TITLE`` (and ``--part TITLE``)
 grades for one of its ``assignment_sets``: every auto-checked exercise that
 the set (or its part) does not hand in is worth 0 points, so it counts in no
-maximum; every one that it hands in counts in every student's maximum, even
-if nobody handed in its chapter; and the set's exercises without a checker
+maximum, and is left out of the printed table, ``--json``, ``--csv`` and
+``--gradebook``; every one that it hands in counts in every student's maximum,
+even if nobody handed in its chapter; and the set's exercises without a checker
 are named, to be graded by hand.
 
 The exit status is 0 when grading completed, whatever the learners' results;
@@ -124,6 +125,7 @@ __all__ = [
     "format_table",
     "grade",
     "grade_notebook",
+    "in_set",
     "load_assignment_set",
     "load_points",
     "main",
@@ -1137,6 +1139,20 @@ def _short(record: GradeRecord, width: int = 60) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def in_set(
+    records: Sequence[GradeRecord], expected: Mapping[str, float] | None = None
+) -> list[GradeRecord]:
+    """The records that ``--set`` grades: those of the exercises in ``expected`` (exercise
+    name -> points), and every notebook's own record (one that cannot be read or checks
+    nothing). An exercise outside the set is worth 0 points, and a row of "0/0" for it (a
+    week-1 notebook handed in again while grading week 2) would read as a failure. Without
+    ``expected``, every record.
+    """
+    if expected is None:
+        return list(records)
+    return [r for r in records if not r.exercise or r.exercise in expected]
+
+
 def format_table(
     records: Sequence[GradeRecord], expected: Mapping[str, float] | None = None
 ) -> str:
@@ -1145,15 +1161,18 @@ def format_table(
     Args:
         records: what :func:`grade` returned.
         expected: exercise name -> points of every exercise asked for (``--set``), handed
-            in or not: each counts in every student's maximum (see :func:`_totals`).
+            in or not: each counts in every student's maximum (see :func:`_totals`). The
+            table then lists only the records of the set (:func:`in_set`), and the summary
+            says how many it left out; every student who handed in a notebook keeps a total.
 
     Returns:
         The text, ready to print.
     """
+    shown = in_set(records, expected)
     rows = [("student", "exercise", "status", "points", "message")]
     rows += [
         (r.student, r.exercise or "-", r.status, f"{r.points:g}/{r.max_points:g}", _short(r))
-        for r in records
+        for r in shown
     ]
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     lines = [
@@ -1169,10 +1188,12 @@ def format_table(
             f"  note: {student} handed in one exercise in several notebooks "
             f"({', '.join(files)}): each exercise counts once, with its best result"
         )
-    counts = {status: sum(r.status == status for r in records) for status in STATUSES}
+    counts = {status: sum(r.status == status for r in shown) for status in STATUSES}
     n_notebooks = len({r.notebook for r in records})
     summary = ", ".join(f"{n} {status.replace('_', ' ')}" for status, n in counts.items())
-    lines.append(f"\n{n_notebooks} notebook(s), {len(records)} record(s): {summary}")
+    lines.append(f"\n{n_notebooks} notebook(s), {len(shown)} record(s): {summary}")
+    if left_out := len(records) - len(shown):
+        lines.append(f"{left_out} record(s) of exercises outside the set left out")
     return "\n".join(line.rstrip() for line in lines)
 
 
@@ -1458,9 +1479,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def write(records: list[GradeRecord]) -> None:
         if args.json:
-            write_json(records, args.json)
+            write_json(in_set(records, expected), args.json)
         if args.csv:
-            write_csv(records, args.csv)
+            write_csv(in_set(records, expected), args.csv)
         if args.gradebook:
             write_gradebook(records, args.gradebook, expected)
 
