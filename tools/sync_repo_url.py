@@ -15,6 +15,9 @@ default). This script writes them to:
   `attnbook @ git+URL@package_ref` and stops the notebook if pip fails;
 - README.md, between `<!-- repo-url:start -->` and `<!-- repo-url:end -->`: every
   `https://github.com/OWNER/REPO` there (the badges and links) becomes the URL;
+- README.md and instructors.md, anywhere: every pip requirement
+  `attnbook @ git+URL@REF` (with an extra or not, as in the grading commands) becomes
+  `attnbook @ git+url@package_ref`;
 - CITATION.cff, the `repository-code:` line;
 - pyproject.toml, the `Homepage` line of `[project.urls]`.
 
@@ -90,6 +93,13 @@ _REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]*")
 
 README_START, README_END = "<!-- repo-url:start -->", "<!-- repo-url:end -->"
 _GITHUB_REPO = re.compile(r"https://github\.com/[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+")
+# A pip requirement of the package from Git, as the documentation's install and grading
+# commands write it: `attnbook[grade] @ git+https://github.com/OWNER/REPO@v0.1.0`. The tag
+# or commit ends on a letter, digit or `_`, so that a full stop after it is not taken.
+_GIT_REQUIREMENT = re.compile(
+    r"(attnbook(?:\[[\w,-]+\])? @ git\+)https://[^\s\"'`@]+@"
+    r"[A-Za-z0-9](?:[A-Za-z0-9._/-]*[A-Za-z0-9_])?"
+)
 _CITATION_LINE = re.compile(r"^(repository-code:[ \t]*).*$", re.MULTILINE)
 _HOMEPAGE_LINE = re.compile(r'^(Homepage[ \t]*=[ \t]*)"[^"\n]*"', re.MULTILINE)
 
@@ -205,9 +215,15 @@ def _replace_homepage(text: str, url: str) -> str:
     return text[: match.end()] + section + text[stop:]
 
 
-def _text_rewrites(url: str) -> dict[str, object]:
+def _replace_requirements(text: str, url: str, ref: str) -> str:
+    """Every `attnbook @ git+URL@REF` in `text`, pointed at `url` and `ref`."""
+    return _GIT_REQUIREMENT.sub(lambda m: f"{m[1]}{url}@{ref}", text)
+
+
+def _text_rewrites(url: str, ref: str) -> dict[str, object]:
     return {
-        "README.md": lambda text: _replace_in_readme(text, url),
+        "README.md": lambda text: _replace_requirements(_replace_in_readme(text, url), url, ref),
+        "instructors.md": lambda text: _replace_requirements(text, url, ref),
         "CITATION.cff": lambda text: _CITATION_LINE.sub(lambda m: f'{m[1]}"{url}"', text, count=1),
         "pyproject.toml": lambda text: _replace_homepage(text, url),
     }
@@ -226,7 +242,7 @@ def sync(root: Path = ROOT, write: bool = True) -> list[OutOfSync]:
         problem = _sync_notebook(path, url, ref, write)
         if problem:
             found.append(problem)
-    for name, rewrite in _text_rewrites(url).items():
+    for name, rewrite in _text_rewrites(url, ref).items():
         path = root / name
         if not path.is_file():
             continue

@@ -81,6 +81,30 @@ def test_the_placeholder_url_is_recognised() -> None:
         assert sync_repo_url.placeholder_notice(real) is None
 
 
+def test_sync_points_the_documented_install_and_grading_commands_at_the_url_and_tag(
+    tmp_path: Path,
+) -> None:
+    """The pip commands of README.md and instructors.md (the grader's `attnbook[grade] @
+    git+...@tag`) follow `repository: url:` and `package_ref:` of _config.yml, as the Colab
+    cells do; run on a copy with another URL and tag (no chapters: only the text files)."""
+    config = (ROOT / "_config.yml").read_text(encoding="utf-8")
+    url, ref = sync_repo_url.repository_url(ROOT), sync_repo_url.package_ref(ROOT)
+    config = config.replace(f"url: {url}", "url: https://github.com/someone/course")
+    (tmp_path / "_config.yml").write_text(
+        config.replace(f"package_ref: {ref}", "package_ref: course-2026"), encoding="utf-8"
+    )
+    for name in ("README.md", "instructors.md"):
+        (tmp_path / name).write_text((ROOT / name).read_text(encoding="utf-8"), encoding="utf-8")
+    fixed = {p.path.name for p in sync_repo_url.sync(tmp_path)}
+    assert fixed == {"README.md", "instructors.md"}
+    grade = '"attnbook[grade] @ git+https://github.com/someone/course@course-2026"'
+    for name in ("README.md", "instructors.md"):
+        text = (tmp_path / name).read_text(encoding="utf-8")
+        assert f"pip install {grade}" in text, name
+        assert not re.findall(r"git\+https://(?!github\.com/someone/course@course-2026\b)", text)
+    assert not sync_repo_url.find_out_of_sync(tmp_path)
+
+
 # --- the Makefile's logic, read with `make -n` (nothing is run) ---------------------------------
 
 MAKE = shutil.which("make")
