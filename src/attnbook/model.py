@@ -228,9 +228,12 @@ def init_gpt2(module: nn.Module, n_layers: int) -> None:
     (attention's ``out_proj`` and the feed-forward ``linear2`` or ``down``) get standard
     deviation ``0.02 / sqrt(2 * n_layers)``: the stream is a sum of ``2 *
     n_layers`` such writes, so its variance at initialisation does not grow
-    with the depth (Radford et al. 2019). It does grow with the width: after
-    the last block it is about 1.5 times the embeddings' variance at
-    ``d_model = 64`` and about 100 times at 768, for 2 layers as for 12.
+    with the depth. The GPT-2 report (Radford et al. 2019) scales residual
+    layers by ``1/sqrt(N)``, ``N`` the number of residual layers; ``N = 2 *
+    n_layers`` is nanoGPT's and Hugging Face's reading (OpenAI's released code
+    scales nothing). The variance does grow with the width: after the last
+    block it is about 1.5 times the embeddings' variance at ``d_model = 64``
+    and about 100 times at 768, for 2 layers as for 12.
     """
     for name, p in module.named_parameters():
         if p.ndim == 1:
