@@ -78,6 +78,9 @@ def test_rms_norm_checker_names_typical_mistakes() -> None:
     def with_std(x, weight, eps):
         return x / torch.sqrt(x.std(-1, keepdim=True) ** 2 + eps) * weight
 
+    def with_population_std(x, weight, eps):
+        return x / torch.sqrt(x.var(-1, keepdim=True, correction=0) + eps) * weight
+
     def no_weight(x, weight, eps):
         return x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps)
 
@@ -94,6 +97,7 @@ def test_rms_norm_checker_names_typical_mistakes() -> None:
         (layer_norm_like, "LayerNorm: the mean subtracted"),
         (eps_outside, "eps added after the square root"),
         (with_std, "the (unbiased) standard deviation"),
+        (with_population_std, "the standard deviation (divided by D)"),
         (no_weight, "the gain forgotten"),
         (first_axis, "the statistics over the first axis"),
         (no_sqrt, "the mean square without its square root"),

@@ -60,6 +60,11 @@ def _unbiased_std(x, weight, eps):
     return x / torch.sqrt(x.var(dim=-1, keepdim=True) + eps) * weight
 
 
+def _population_std(x, weight, eps):
+    """The standard deviation divided by D (``x.var(unbiased=False)``): the mean still subtracted."""
+    return x / torch.sqrt(x.var(dim=-1, keepdim=True, unbiased=False) + eps) * weight
+
+
 def _no_weight(x, weight, eps):
     return x / torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps)
 
@@ -130,6 +135,12 @@ _NORM_MISTAKES = [
         _unbiased_std,
         "x.std() and x.var() subtract the mean and divide by D - 1; RMSNorm needs the mean "
         "of the squares over the D entries, no mean subtracted.",
+    ),
+    Mistake(
+        "the standard deviation (divided by D) instead of the root mean square",
+        _population_std,
+        "x.var(unbiased=False) and x.std(correction=0) divide by D but still subtract the "
+        "mean; RMSNorm needs the mean of the squares of x itself, no mean subtracted.",
     ),
     Mistake(
         "the gain forgotten",
