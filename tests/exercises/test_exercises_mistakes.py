@@ -1178,6 +1178,18 @@ _DOCSTRING_CODE = (
     "-log softmax(logits",
     "x_query @ W_Q",
     "max_lr * (step + 1)",
+    # the formulas that the docstrings of RoPE, the sinusoidal encoding, rollout, the head
+    # entropy, the soft lookup, attention, self-attention, RMSNorm and the warmup stated, and
+    # the order of the operations that the temperature's exercise asks the learner to find
+    "10000^(-2i",
+    "A'_L ... A'_1",
+    "ln A_ts",
+    "softmax(query · keys",
+    "query @ key",
+    "(x W_k)ᵀ",
+    "sqrt(mean(x**2",
+    "step 0 ``max_lr / warmup_steps",
+    "before subtracting the maximum",
 )
 
 

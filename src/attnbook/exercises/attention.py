@@ -158,7 +158,10 @@ _TRAINED_THROUGH = (
 def check_scaled_dot_product_attention(
     fn: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
 ) -> Verdict:
-    """Check ``fn(query, key, value) -> output``: ``softmax(query @ keyᵀ / sqrt(d_k)) @ value``.
+    """Check ``fn(query, key, value) -> output``: scaled dot-product attention.
+
+    The output is the exercise's formula, that of chapter 4's matrix form (only the
+    output, not the weights).
 
     Shapes: ``query`` ``(..., T, d_k)``, ``key`` ``(..., S, d_k)``, ``value``
     ``(..., S, d_v)``, output ``(..., T, d_v)``; the last case has a batch axis.
@@ -270,8 +273,9 @@ def check_self_attention(
     """Check ``fn(x, W_q, W_k, W_v) -> output``: self-attention with learned projections.
 
     Shapes: ``x`` ``(..., T, d_model)``, ``W_q`` and ``W_k`` ``(d_model, d_k)``,
-    ``W_v`` ``(d_model, d_v)``; output ``(..., T, d_v)`` =
-    ``softmax((x W_q)(x W_k)ᵀ / sqrt(d_k)) (x W_v)``. The exercise asks for PyTorch
+    ``W_v`` ``(d_model, d_v)``; output ``(..., T, d_v)``: chapter 5's self-attention, the
+    projections of ``x`` attending as in chapter 4's scaled dot-product attention.
+    The exercise asks for PyTorch
     operations only: an answer that calls a library attention (PyTorch's, the package's,
     or a ``SingleHeadAttention``) fails, even though its numbers are right. The output must be
     differentiable with respect to ``x`` and the three matrices (training learns them

@@ -151,8 +151,8 @@ def check_head_entropy(fn: Callable[[torch.Tensor], torch.Tensor]) -> Verdict:
 
     ``weights`` has shape ``(..., H, T, S)`` (rows sum to 1, masked keys are
     0); the answer has shape ``(..., H)``: for each head, the mean over the
-    ``T`` queries of ``-sum_s A_ts ln A_ts``, with ``0 ln 0 = 0``. The
-    reference is :func:`attnbook.interpret.head_entropy`.
+    ``T`` queries of the entropy of the query's row, as chapter 13's section "What each
+    head does, in numbers" defines it, a masked key contributing 0. The reference is :func:`attnbook.interpret.head_entropy`.
     """
     return run_cases("head_entropy", fn, head_entropy, _ENTROPY_CASES, mistakes=_ENTROPY_MISTAKES)
 
@@ -324,9 +324,9 @@ def check_attention_rollout(fn: Callable[[torch.Tensor, float], torch.Tensor]) -
     """Check ``fn(weights, residual) -> rollout`` (Abnar and Zuidema, 2020).
 
     ``weights`` has shape ``(L, B, H, T, T)``, the first layer first; the
-    answer has shape ``(B, T, T)``: with ``A'_l`` the heads' mean of layer
-    ``l``, plus ``residual`` times the identity, rows renormalised, the
-    product ``A'_L ... A'_1``. The reference is
+    answer has shape ``(B, T, T)``: the rollout that chapter 13's section "Attention is
+    not (yet) an explanation" builds, with ``residual`` as the residual connection's
+    share of each layer's matrix. The reference is
     :func:`attnbook.interpret.attention_rollout`.
     """
     return run_cases("attention_rollout", fn, _rollout, _ROLLOUT_CASES, mistakes=_ROLLOUT_MISTAKES)

@@ -169,7 +169,8 @@ _NORM_MISTAKES = [
 def check_rms_norm(fn: Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]) -> Verdict:
     """Check ``fn(x, weight, eps) -> y``: RMSNorm over the last axis, as Llama's blocks use it.
 
-    ``y = x / sqrt(mean(x**2, last axis) + eps) * weight``. Shapes: ``x``
+    ``y`` is RMSNorm as the exercise states it (chapter 11's section on GPT-2's and
+    Llama's blocks), with ``eps`` and the gain ``weight``. Shapes: ``x``
     ``(..., D)``, ``weight`` ``(D,)``, ``y`` like ``x``. Library normalisations
     (``F.rms_norm``, ``nn.RMSNorm``, ``attnbook.RMSNorm``, LayerNorm) are refused. The model
     trains through it, so ``y`` must be differentiable with respect to ``x`` and ``weight``

@@ -156,7 +156,8 @@ def check_soft_lookup(fn: Callable[..., np.ndarray]) -> Verdict:
 
     ``query`` has shape ``(d,)`` (or ``(T, d)`` for several queries), ``keys``
     ``(S, d)``, ``values`` ``(S, d_v)``; the output has shape ``(d_v,)`` (or
-    ``(T, d_v)``): the values averaged with weights ``softmax(query · keys / τ)``.
+    ``(T, d_v)``): the values averaged with the weights of chapter 3's soft lookup at the
+    temperature ``τ`` (its sections "Make it soft" and "Temperature").
     The exercise is to write it without ``attnbook``: an answer that calls the
     package's lookup or softmax, or a library's softmax or attention, fails.
     """

@@ -111,8 +111,8 @@ _SINUSOIDAL_CASES = [
 def check_sinusoidal_positional_encoding(fn: Callable[[int, int], torch.Tensor]) -> Verdict:
     """Check ``fn(seq_len, d_model) -> pe``, the sinusoidal encoding ``(seq_len, d_model)``.
 
-    Even columns ``2i`` hold ``sin(pos * 10000^(-2i/d_model))``, odd columns
-    ``2i + 1`` the cosine at the same frequency; ``d_model`` is even.
+    The encoding of chapter 8's section on sinusoidal position encodings, as the exercise
+    states it: sines in the even columns, cosines in the odd ones; ``d_model`` is even.
     """
     return run_cases(
         "sinusoidal_positional_encoding",
@@ -232,7 +232,8 @@ def check_apply_rope(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -
 
     ``x`` has shape ``(..., T, d)`` (``d`` even, float64 in the hidden cases),
     ``positions`` is an int64 tensor ``(T,)``; pair ``(x[..., 2i], x[..., 2i + 1])``
-    of row ``t`` turns counter-clockwise by ``positions[t] * 10000^(-2i/d)``. The rotated
+    of row ``t`` turns counter-clockwise by the angle that chapter 8's section on rotary
+    position embeddings gives position ``positions[t]`` and pair ``i``. The rotated
     queries and keys are trained through, so the result must be differentiable with
     respect to ``x``.
     """

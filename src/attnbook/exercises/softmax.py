@@ -173,9 +173,9 @@ _TEMPERATURE_MISTAKES = [
 def check_softmax_temperature(fn: Callable[[np.ndarray, float], np.ndarray]) -> Verdict:
     """Check ``fn(x, temperature) -> weights``: softmax of ``x / temperature`` over the last axis.
 
-    The hidden cases include scores of ``1e307`` at ``τ = 0.01``: an answer that
-    divides by ``τ`` before subtracting the maximum overflows there and fails, and
-    so does one that calls a library's softmax.
+    The hidden cases include scores of ``1e307`` at ``τ = 0.01``, where one order of the
+    operations overflows (chapter 2's Going deeper block on the temperature says which):
+    an answer that overflows there fails, and so does one that calls a library's softmax.
     """
     return run_cases(
         "softmax_temperature",

@@ -216,8 +216,8 @@ def check_lr_schedule(fn: Callable[[int, float, float, int, int], float]) -> Ver
     """Check ``fn(step, max_lr, min_lr, warmup_steps, total_steps) -> learning rate``.
 
     The schedule of :func:`attnbook.training.lr_at`, as the exercise states it: a linear
-    warmup over the steps ``step < warmup_steps`` that gives step 0 ``max_lr / warmup_steps``
-    and reaches ``max_lr`` at step ``warmup_steps - 1``; then half a cosine from ``max_lr``
+    warmup in equal steps over the steps ``step < warmup_steps``, in which step 0 already
+    moves and step ``warmup_steps - 1`` reaches ``max_lr``; then half a cosine from ``max_lr``
     at step ``warmup_steps`` to ``min_lr`` at the last step, ``total_steps - 1``.
     Steps count from 0. The checker asks for every step of a few runs, and names the usual
     slips of the warmup and of the cosine.
