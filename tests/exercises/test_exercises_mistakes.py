@@ -142,6 +142,11 @@ def _entropy_with_nan(a: torch.Tensor) -> torch.Tensor:
     return -(a * a.log()).sum(-1).mean(-1)
 
 
+def _softmax_then_renormalise(q, k, v, m):
+    weights = torch.softmax(_scores(q, k), dim=-1) * m
+    return weights / weights.sum(dim=-1, keepdim=True) @ v  # 0 / 0 where every kept weight is 0
+
+
 @pytest.mark.parametrize(
     ("checker", "wrong", "mistake"),
     [
@@ -150,6 +155,11 @@ def _entropy_with_nan(a: torch.Tensor) -> torch.Tensor:
             "check_masked_softmax",
             lambda s, m: torch.softmax(s.masked_fill(~m, float("-inf")), dim=-1),
             "a plain softmax of -inf scores",
+        ),
+        (
+            "check_masked_attention",
+            _softmax_then_renormalise,
+            "a softmax first, then zeroing the blocked weights and renormalising",
         ),
     ],
 )
@@ -953,17 +963,23 @@ def test_nan_from_a_narrower_dtype_is_named_as_such() -> None:
 
 
 def test_a_match_on_nan_alone_is_offered_with_the_cases_own_hint() -> None:
-    """Masked first, then shifted by the whole array's maximum: NaN in the row whose blocked
-    key scores far higher, as 'softmax, then renormalise' gives there. The verdict offers that
-    mistake as what the NaN is, and gives the case's own hint too."""
+    """An inverted src_mask on the first case's unpadded sentences blocks every key: NaN
+    everywhere, which any answer whose softmax sees only -inf returns, so NaN is all that
+    names the mistake. The verdict offers it as what the NaN is and then, since the case's
+    own hint gives other advice (how to build the score), that hint too. (Found by building,
+    for every checker, case and known mistake, the verdict that the mistake's answer gets.)"""
 
-    def whole_array_max(q, k, v, m):
-        s = _scores(q, k).masked_fill(~m, -math.inf)
-        e = torch.exp(s - s.max())
-        return e / e.sum(dim=-1, keepdim=True) @ v
+    def inverted(state, memory, src_mask, w_q, w_k, v):
+        scores = torch.tanh((state @ w_q)[:, None, :] + memory @ w_k) @ v  # (B, S)
+        return torch.softmax(scores.masked_fill(src_mask, -math.inf), dim=-1)
 
-    verdict = check_masked_attention(whole_array_max)
-    _rejects(verdict, "is what a softmax first, then zeroing", "If that is not what you wrote")
+    verdict = attnbook.exercises.check_additive_step(inverted)
+    _rejects(
+        verdict,
+        "case 1/3",
+        "the NaN or inf is what an inverted mask",
+        "If that is not what you wrote: Project the state",
+    )
     assert "this looks like" not in verdict.message
 
 
