@@ -1233,6 +1233,27 @@ def test_no_hint_or_docstring_gives_the_answers_code() -> None:
     assert checked == 32
 
 
+def test_no_exercise_stub_gives_the_answers_code() -> None:
+    """The code cell a learner fills in holds a stub whose docstring or comment says what to
+    return; like a checker's docstring, it does not spell out the answer's code or a formula
+    the statement leaves to the chapter (the FFN's line, the masked scores' product, RoPE's
+    angle, RMSNorm's line)."""
+    from pathlib import Path
+
+    import nbformat
+
+    chapters = sorted((Path(__file__).resolve().parents[2] / "chapters").glob("*.ipynb"))
+    stubs = 0
+    for path in chapters:
+        for cell in nbformat.read(path, as_version=4).cells:
+            if cell.cell_type != "code" or "raise NotImplementedError" not in cell.source:
+                continue
+            stubs += 1
+            for piece in _DOCSTRING_CODE:
+                assert piece not in cell.source, f"{path.stem}: {cell.source}"
+    assert stubs >= 32
+
+
 # The formulas that the statements of RoPE, the schedule and rollout spelled out, in TeX or
 # code: a statement names what to compute and where the chapter explains it.
 _STATEMENT_FORMULAS = (
