@@ -1173,6 +1173,11 @@ _ANSWER_CODE = (
     "of a_ts ln a_ts",
     "mean of x**2, plus eps",
     "its square root; divide x",
+    # and that other hints of RMSNorm and the online softmax still stated: the line of code,
+    # the running maximum's update and where its correction goes
+    "sqrt(mean(x**2) + eps)",
+    "max(m, rowmax",
+    "by exp(m - m_new) before",
     # the answer in words: which operand is transposed, or a count the exercise asks for
     "transpose the keys",
     "transpose of keys",

@@ -186,13 +186,15 @@ _ONLINE_CASES = [
     Case(
         "a second block whose scores are all larger than before (the maximum moves up)",
         _max_moves_up,
-        "When the maximum moves from m to m_new, everything summed so far was computed with "
-        "exp(score - m): multiply both ell and acc by exp(m - m_new) before adding the new block.",
+        "When the maximum moves up, everything summed so far was computed under the old "
+        "maximum: correct both ell and acc to the new one, with the section's correction "
+        "factor, before adding the new block.",
     ),
     Case(
         "a second block whose scores are all smaller (the maximum stays)",
         _max_stays,
-        "m_new = max(m, rowmax(scores)) keeps the old maximum here, and the correction is 1.",
+        "The new maximum is the largest score seen so far, the old maximum included: here it "
+        "stays the old one, and the correction of the old sums is 1.",
     ),
     Case(
         "4 query rows, some of whose maxima move and some not",
@@ -208,8 +210,9 @@ _ONLINE_CASES = [
     Case(
         "the first block from the empty state, every score around -1e3",
         _first_block_negative,
-        "m starts at -inf, not 0: m_new = max(m, rowmax(scores)) is the block's maximum even "
-        "when every score is negative, and exp(m - m_new) = exp(-inf) = 0 needs no special case.",
+        "m starts at -inf, not 0: the new maximum is then the block's own even when every "
+        "score is negative, and the correction of the empty sums, exp(-inf) = 0, needs no "
+        "special case.",
     ),
 ]
 
@@ -233,8 +236,8 @@ _ONLINE_MISTAKES = [
     Mistake(
         "the block's own maximum instead of the running maximum",
         _as_state(_block_max_only),
-        "The new maximum is max(m, rowmax(scores)), the largest of everything seen so far, "
-        "not only of this block.",
+        "The new maximum is the largest of everything seen so far, the running m included, "
+        "not only of this block's scores.",
     ),
     Mistake(
         "a softmax of each block on its own, summed",

@@ -115,13 +115,13 @@ _NORM_MISTAKES = [
     Mistake(
         "LayerNorm: the mean subtracted before dividing",
         _mean_subtracted,
-        "RMSNorm does not centre: it divides x itself by sqrt(mean(x**2) + eps), so a "
-        "constant shift of x is not removed.",
+        "RMSNorm does not centre: it divides x itself by its root mean square (with eps), so "
+        "a constant shift of x is not removed.",
     ),
     Mistake(
         "eps added after the square root",
         _eps_outside,
-        "Add eps to the mean of the squares, then take the square root: sqrt(mean(x**2) + eps).",
+        "Add eps to the mean of the squares first, then take the square root of the result.",
     ),
     Mistake(
         "eps left out",
