@@ -161,6 +161,13 @@ def _softmax_then_renormalise(q, k, v, m):
             _softmax_then_renormalise,
             "a softmax first, then zeroing the blocked weights and renormalising",
         ),
+        (
+            "check_masked_softmax",
+            lambda s, m: torch.softmax(
+                s + torch.zeros_like(s).masked_fill(~m, -math.inf), -1
+            ).nan_to_num(0.0),
+            "an additive -inf mask, then nan_to_num",
+        ),
     ],
 )
 def test_a_mistake_matched_on_nan_alone_gives_its_cases_advice_once(

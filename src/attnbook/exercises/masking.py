@@ -712,6 +712,16 @@ def _gradient_case() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return scores, mask, randn(523, 2, 3, 5)
 
 
+# The advice of the backward case; the hint of the additive mask repaired by nan_to_num, which
+# is matched there on NaN alone, holds it, so a verdict that names that mistake gives it once.
+_FINITE_GRADIENT = (
+    "A fully masked row does not depend on its scores: its gradient must be 0, not NaN. "
+    "Build the weights from operations whose backward pass is finite there (masked_fill, "
+    "torch.where), not from a NaN that is replaced afterwards, and edit no result in place "
+    "(w[...] = 0, w.masked_fill_): softmax's backward pass reads its own output."
+)
+
+
 def _additive_then_nan_to_num(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     additive = torch.zeros(mask.shape, dtype=scores.dtype).masked_fill(~mask, float("-inf"))
     return torch.softmax(scores + additive, dim=-1).nan_to_num(0.0)
@@ -725,10 +735,7 @@ _ALL_MASKED_SOFTMAX_CASES = [
     Case(
         "the gradient with respect to the scores, with a fully masked row",
         _gradient_case,
-        "A fully masked row does not depend on its scores: its gradient must be 0, not NaN. "
-        "Build the weights from operations whose backward pass is finite there (masked_fill, "
-        "torch.where), not from a NaN that is replaced afterwards, and edit no result in place "
-        "(w[...] = 0, w.masked_fill_): softmax's backward pass reads its own output.",
+        _FINITE_GRADIENT,
     ),
 ]
 
@@ -738,9 +745,7 @@ _ALL_MASKED_SOFTMAX_MISTAKES = [
         _forward_or_gradient(_additive_then_nan_to_num),
         "scores + mask, with -inf in the mask, gives a row of -inf whose softmax is NaN; "
         "nan_to_num repairs the values but not the backward pass, which multiplies by those "
-        "NaNs. Block by filling the blocked scores with -inf (masked_fill's backward pass "
-        "zeroes the filled entries) instead of adding a mask, and give an empty row weights "
-        "of 0 without computing 0 / 0.",
+        "NaNs: fill the blocked scores with -inf instead of adding it. " + _FINITE_GRADIENT,
     ),
     *(
         Mistake(mistake.name, _forward_or_gradient(mistake.answer), mistake.hint)
