@@ -152,7 +152,8 @@ def check_head_entropy(fn: Callable[[torch.Tensor], torch.Tensor]) -> Verdict:
     ``weights`` has shape ``(..., H, T, S)`` (rows sum to 1, masked keys are
     0); the answer has shape ``(..., H)``: for each head, the mean over the
     ``T`` queries of the entropy of the query's row, as chapter 13's section "What each
-    head does, in numbers" defines it, a masked key contributing 0. The reference is :func:`attnbook.interpret.head_entropy`.
+    head does, in numbers" defines it, a masked key contributing 0. The reference is
+    :func:`attnbook.interpret.head_entropy`.
     """
     return run_cases("head_entropy", fn, head_entropy, _ENTROPY_CASES, mistakes=_ENTROPY_MISTAKES)
 

@@ -61,7 +61,7 @@ def _unbiased_std(x, weight, eps):
 
 
 def _population_std(x, weight, eps):
-    """The standard deviation divided by D (``x.var(unbiased=False)``): the mean still subtracted."""
+    """The standard deviation divided by D (``x.var(unbiased=False)``), the mean subtracted."""
     return x / torch.sqrt(x.var(dim=-1, keepdim=True, unbiased=False) + eps) * weight
 
 
