@@ -30,7 +30,9 @@
   attnbook.css shows instead of the first; any other as an HTML <picture>.
 - Figures on a phone: each image that links its own file (Sphinx links every image shown
   smaller than its file, the notebooks' figures included) holds a cue, "Tap to enlarge", that
-  attnbook.css shows on a phone's screen only (``enlarge_cues``).
+  attnbook.css shows on a phone's screen only (``enlarge_cues``); a figure whose file records
+  its smallest text keeps the width at which that text measures 10 px there, in its link,
+  which scrolls sideways (``phone_widths``).
 - ``404.html``, the page GitHub Pages sends for a missing URL at any depth: "Page not found",
   links to the start page, the search page and every chapter, all its URLs (styles, scripts,
   favicon, links) absolute from the site's path (``site_path``: ``/<repo>/`` of the
@@ -46,6 +48,7 @@ from __future__ import annotations
 import functools
 import html as html_text
 import json
+import math
 import os
 import re
 import shutil
@@ -231,7 +234,7 @@ def named_toggles(html: str) -> str:
 # attnbook.css shows on a phone's screen only (not on a desktop, not on paper). Inside the
 # link, the cue's words follow the image's alt text in the link's accessible name.
 _IMAGE_LINK = re.compile(
-    r'(<a class="reference internal image-reference" href="([^"]+)">\s*'
+    r'(<a class="reference internal image-reference(?: [^"]*)?" href="([^"]+)">\s*'
     r'<img [^>]*?\bsrc="\2"[^>]*>)(\s*</a>)'
 )
 ENLARGE_CUE = (
@@ -243,6 +246,75 @@ ENLARGE_CUE = (
 def enlarge_cues(html: str) -> str:
     """`html` with ENLARGE_CUE inside each link of an image to its own file, after the image."""
     return _IMAGE_LINK.sub(lambda match: match[1] + ENLARGE_CUE + match[3], html)
+
+
+# On a phone the column is about 342 px wide, and a figure scaled down to it showed its smallest
+# text at 5 to 9 px. Each figure whose file records its smallest text (attnbook.viz: the
+# notebooks' PNGs, the diagrams of images/) gets the width at which that text measures
+# PHONE_FLOOR_PX (tools/figure_text.py), at most the width a desktop shows it at, as a CSS
+# variable on its <img>: attnbook.css keeps it at least that wide on a phone, in its link
+# (to its own file, added where Sphinx has none), which scrolls sideways. A diagram with a
+# narrow version (NARROW_MEDIA) is left alone: that version is legible there.
+PHONE_FLOOR_PX = 10.0  # tools/figure_text.py's, which the browser test holds the figures to
+PHONE_WIDTH_VAR = "--attnbook-phone-width"
+WIDE_FIGURE_CLASS = "attnbook-wide-figure"  # on the link that scrolls
+_FIGURE_IMG = re.compile(
+    r'(?P<link><a class="reference internal image-reference" href="(?P<href>[^"]+)">\s*)?'
+    r'<img (?P<attrs>[^>]*?\bsrc="(?P<src>(?:\.\./)*_images/(?P<name>[^"/]+\.(?:png|svg)))"'
+    r"[^>]*?)\s*/?>"
+)
+_STYLE_WIDTH = re.compile(r'\bstyle="[^"]*?\bwidth:\s*([0-9.]+)px')
+PX_PER_PT = 96 / 72
+
+
+def text_scale(path: Path) -> tuple[float, float] | None:
+    """(smallest text / width, natural width in CSS px) of the figure file `path`, from what
+    attnbook.viz records in it; None if it records nothing (or is no PNG or SVG)."""
+    from attnbook.viz import PIXEL_DENSITY, SMALLEST_TEXT_KEY, png_text, svg_smallest_text
+
+    if path.suffix == ".png":
+        data = path.read_bytes()
+        recorded = png_text(data).get(SMALLEST_TEXT_KEY)
+        width = int.from_bytes(data[16:20], "big")  # the IHDR chunk
+        return (float(recorded) / width, width / PIXEL_DENSITY) if recorded and width else None
+    if path.suffix == ".svg":
+        recorded = svg_smallest_text(path.read_text(encoding="utf-8"))
+        return (recorded[0] / recorded[1], recorded[1] * PX_PER_PT) if recorded else None
+    return None
+
+
+def phone_widths(html: str, files: dict[str, Path], floor_px: float) -> str:
+    """`html` with PHONE_WIDTH_VAR on each figure <img> of `files` (name in _images/ -> file)
+    that records its smallest text: the width in CSS px at which that text is `floor_px`, at
+    most the width of its style (else its file's natural width); its link to its own file
+    (added if it has none) gets WIDE_FIGURE_CLASS. Diagrams with a narrow version are left
+    as they are."""
+
+    def widen(match: re.Match) -> str:
+        path = files.get(match["name"])
+        if path is None or (path.suffix == ".svg" and narrow_version(path).is_file()):
+            return match[0]
+        if match["link"] and match["href"] != match["src"]:
+            return match[0]
+        scale = text_scale(path) if path.is_file() else None
+        if scale is None:
+            return match[0]
+        styled = _STYLE_WIDTH.search(match["attrs"])
+        shown = float(styled[1]) if styled else scale[1]
+        width = min(shown, math.ceil(floor_px / scale[0]))
+        variable = f"{PHONE_WIDTH_VAR}: {width:g}px;"
+        attrs = match["attrs"]
+        if 'style="' in attrs:
+            attrs = attrs.replace('style="', f'style="{variable} ', 1)
+        else:
+            attrs += f' style="{variable}"'
+        link = f'<a class="reference internal image-reference {WIDE_FIGURE_CLASS}" '
+        if match["link"]:
+            opening = match["link"].replace('<a class="reference internal image-reference" ', link)
+            return f"{opening}<img {attrs} />"
+        return f'{link}href="{match["src"]}"><img {attrs} /></a>'
+
+    return _FIGURE_IMG.sub(widen, html)
 
 
 # sphinx-exercise puts an exercise's title in parentheses, and each title ends with its level
@@ -505,12 +577,19 @@ def _front_door(app: Sphinx, pagename: str, context: dict) -> None:
         context["body"] = context["body"].replace(START_MARK, start_html(pathto, colab, beside), 1)
 
 
+def _figure_files(app: Sphinx) -> dict[str, Path]:
+    """The images the build has copied or will copy to _images/: name there -> source file."""
+    images = getattr(app.builder, "images", {})
+    return {name: Path(app.srcdir) / source for source, name in images.items()}
+
+
 def _page_assets(
     app: Sphinx, pagename: str, templatename: str, context: dict, doctree: object
 ) -> None:
     """Make bertviz views and Plotly figures offline on this page; name cell toggles; write
     exercise levels without nested parentheses and solution links without a leading space;
-    put a cue to enlarge in each link of a figure to its file; link the favicon's PNG."""
+    put a cue to enlarge in each link of a figure to its file, and a width to keep on a phone;
+    link the favicon's PNG."""
     pathto = context.get("pathto")
     if pathto is None:
         return
@@ -519,7 +598,9 @@ def _page_assets(
     _front_door(app, pagename, context)
     if "body" in context and app.builder.name == "html":  # not the one page `make pdf` prints
         # After the front door: the chapter map, put in the page, is no longer an image.
-        context["body"] = enlarge_cues(context["body"])
+        context["body"] = enlarge_cues(
+            phone_widths(context["body"], _figure_files(app), PHONE_FLOOR_PX)
+        )
     if _vendored() and "body" in context:
         context["body"] = offline_bertviz(context["body"], pathto("_static/", 1))
     plotly_js = _plotly_js()

@@ -13,11 +13,11 @@ check while drawing a figure.
 
 The floor: 9 CSS px. Body text is 16 px; 9 px is about the smallest size that stays
 legible on an ordinary (96 dpi) laptop screen, and the book's own smallest text (code at
-1280 px) is 11 px. Phones are not held to it: every figure there shrinks to the screen, and
-readers zoom. The exception: a diagram of images/ drawn a second time for phones
-(NAME_narrow.svg, which the book shows instead below 720 px) is held there to
-`PHONE_FLOOR_PX`, 10 CSS px, in the `PHONE_FIGURE_PX` a 390 px phone gives a figure
-(tests/book/test_diagrams.py and the browser test).
+1280 px) is 11 px. On a phone every figure is held to `PHONE_FLOOR_PX`, 10 CSS px (the browser
+test): a diagram of images/ drawn a second time for phones (NAME_narrow.svg, which the book
+shows instead below 720 px) in the `PHONE_FIGURE_PX` a 390 px phone gives a figure
+(tests/book/test_diagrams.py), any other at the width where its text is that size, which
+_ext/attnbook_book.py works out from what the file records, in a box that scrolls sideways.
 """
 
 from __future__ import annotations

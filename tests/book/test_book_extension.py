@@ -17,17 +17,22 @@
   on a phone: the chapter map as a second SVG with ids of its own, which attnbook.css shows
   under the same media query; any other as a <picture>, its narrow file in _images/.
 - A figure that links its own image file holds a cue to enlarge it (shown on phones only,
-  which the browser test checks), after the image, inside the link.
+  which the browser test checks), after the image, inside the link; a figure whose file
+  records its smallest text gets the width at which that text is legible on a phone.
 """
 
 from __future__ import annotations
 
+import base64
+import math
 import re
 import sys
 from pathlib import Path
 
 import pytest
 from sphinx.application import Sphinx
+
+from tools.figure_text import PHONE_FLOOR_PX
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -476,6 +481,56 @@ def test_a_figure_that_links_its_file_says_so_on_a_phone() -> None:
     )
     assert re.fullmatch(r'<span class="attnbook-enlarge"> <i [^>]*aria-hidden="true"></i>'
                         r"Tap to enlarge</span>", extension.ENLARGE_CUE)  # fmt: skip
+
+
+def test_a_figure_keeps_a_legible_width_on_a_phone(tmp_path: Path) -> None:
+    """Each figure whose file records its smallest text gets the width at which that text is
+    the floor (at most the width it is shown at), in a link to its own file (added where there
+    is none) that attnbook.css lets scroll on a phone; a diagram with a narrow version, a file
+    that records nothing and an image of no file known are left alone."""
+    from matplotlib.figure import Figure
+
+    from attnbook.viz import SMALLEST_TEXT_KEY, figure_png, png_text, svg_smallest_text
+
+    extension = _extension()
+    fig = Figure(figsize=(4, 2), dpi=100)  # 400 CSS px wide, its PNG 800 px
+    fig.add_subplot().set_title("8 pt", fontsize=8)
+    fig.axes[0].tick_params(labelsize=12)
+    png = tmp_path / "ab.png"
+    png.write_bytes(base64.b64decode(figure_png(fig)[0]))
+    (tmp_path / "plain.png").write_bytes(png.read_bytes()[:33] + b"\0\0\0\0IEND\xaeB`\x82")
+    block, flow = ROOT / "images" / "transformer_block.svg", ROOT / "images" / "sdpa_dataflow.svg"
+    files = {"ab.png": png, "plain.png": tmp_path / "plain.png", block.name: block, flow.name: flow}
+    link = '<a class="reference internal image-reference" href="../_images/{0}">'
+    shown = link.format("ab.png") + '<img alt="A" src="../_images/ab.png" style="width: {0}px;" />'
+    left = [
+        link.format("plain.png") + '<img alt="P" src="../_images/plain.png" style="width: 9px;" />',
+        '<img alt="flow" src="../_images/sdpa_dataflow.svg" />',
+        '<img alt="logo" src="../_images/logo.png" />',
+    ]
+    html = extension.phone_widths(
+        "\n".join([shown.format(400), shown.format(300), *left]), files, 10
+    )
+    wide = link.format("ab.png").replace("image-reference", "image-reference attnbook-wide-figure")
+    var = extension.PHONE_WIDTH_VAR
+    recorded = float(png_text(png.read_bytes())[SMALLEST_TEXT_KEY])  # 8 pt at 200 dpi: 22.2
+    legible = math.ceil(10 * int.from_bytes(png.read_bytes()[16:20], "big") / recorded)  # 350
+    assert 300 < legible < 400
+    assert html.split("\n") == [
+        f'{wide}<img alt="A" src="../_images/ab.png" style="{var}: {legible}px; width: 400px;" />',
+        f'{wide}<img alt="A" src="../_images/ab.png" style="{var}: 300px; width: 300px;" />',
+        *left,
+    ]
+    smallest_pt, width_pt = svg_smallest_text(block.read_text(encoding="utf-8"))
+    plain = '<img alt="block" src="../_images/transformer_block.svg" style="width: 100%;" />'
+    assert extension.phone_widths(plain, files, 10.0) == (
+        '<a class="reference internal image-reference attnbook-wide-figure" '
+        'href="../_images/transformer_block.svg"><img alt="block" '
+        f'src="../_images/transformer_block.svg" style="{var}: '
+        f'{math.ceil(10 * width_pt / smallest_pt)}px; width: 100%;" /></a>'
+    )
+    assert extension.ENLARGE_CUE in extension.enlarge_cues(extension.phone_widths(plain, files, 10))
+    assert extension.PHONE_FLOOR_PX == PHONE_FLOOR_PX
 
 
 def test_a_built_page_serves_the_narrow_diagram(tmp_path: Path) -> None:
