@@ -33,6 +33,8 @@
   attnbook.css shows on a phone's screen only (``enlarge_cues``); a figure whose file records
   its smallest text keeps the width at which that text measures 10 px there, in its link,
   which scrolls sideways (``phone_widths``).
+- Figure numbers: only the chapters, which cite their figures by number, show them
+  (``unnumbered_figures``: the start page's chapter map was "Fig. 1").
 - ``404.html``, the page GitHub Pages sends for a missing URL at any depth: "Page not found",
   links to the start page, the search page and every chapter, all its URLs (styles, scripts,
   favicon, links) absolute from the site's path (``site_path``: ``/<repo>/`` of the
@@ -317,6 +319,19 @@ def phone_widths(html: str, files: dict[str, Path], floor_px: float) -> str:
     return _FIGURE_IMG.sub(widen, html)
 
 
+# The chapters cite their figures by number ({numref}: "Fig. 4.1", the chapter's number first).
+# Sphinx numbers every figure with a caption, also outside the chapters: the start page's chapter
+# map was "Fig. 1", which no text cites and which read as chapter 1's. There the number goes.
+_FIGURE_NUMBER = re.compile(
+    r'(<figcaption>\s*<p>)<span class="caption-number">Fig\. [0-9.]+ </span>'
+)
+
+
+def unnumbered_figures(html: str) -> str:
+    """`html` without the number in any figure's caption (the caption's text stays)."""
+    return _FIGURE_NUMBER.sub(r"\1", html)
+
+
 # sphinx-exercise puts an exercise's title in parentheses, and each title ends with its level
 # in parentheses: "Exercise 1.1 (The score matrix (easy))", and so does its solution's link.
 _LEVEL_IN_TITLE = re.compile(r" \((easy|medium|harder)\)\)")
@@ -589,7 +604,7 @@ def _page_assets(
     """Make bertviz views and Plotly figures offline on this page; name cell toggles; write
     exercise levels without nested parentheses and solution links without a leading space;
     put a cue to enlarge in each link of a figure to its file, and a width to keep on a phone;
-    link the favicon's PNG."""
+    number figures in the chapters only; link the favicon's PNG."""
     pathto = context.get("pathto")
     if pathto is None:
         return
@@ -601,6 +616,8 @@ def _page_assets(
         context["body"] = enlarge_cues(
             phone_widths(context["body"], _figure_files(app), PHONE_FLOOR_PX)
         )
+        if not pagename.startswith("chapters/"):
+            context["body"] = unnumbered_figures(context["body"])
     if _vendored() and "body" in context:
         context["body"] = offline_bertviz(context["body"], pathto("_static/", 1))
     plotly_js = _plotly_js()

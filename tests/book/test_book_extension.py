@@ -19,6 +19,7 @@
 - A figure that links its own image file holds a cue to enlarge it (shown on phones only,
   which the browser test checks), after the image, inside the link; a figure whose file
   records its smallest text gets the width at which that text is legible on a phone.
+- Only the chapters number their figures (not the start page's map).
 """
 
 from __future__ import annotations
@@ -531,6 +532,20 @@ def test_a_figure_keeps_a_legible_width_on_a_phone(tmp_path: Path) -> None:
     )
     assert extension.ENLARGE_CUE in extension.enlarge_cues(extension.phone_widths(plain, files, 10))
     assert extension.PHONE_FLOOR_PX == PHONE_FLOOR_PX
+
+
+def test_a_figure_outside_the_chapters_has_no_number() -> None:
+    """The start page's chapter map showed "Fig. 1", which no text cites (the chapters, which
+    cite theirs, keep their numbers: the function is not called there)."""
+    caption = (
+        '<figcaption>\n<p><span class="caption-number">Fig. {0} </span>'
+        '<span class="caption-text">Map</span></p>'
+    )
+    exercise = '<p class="admonition-title"><span class="caption-number">Exercise 6.5 </span>'
+    html = _extension().unnumbered_figures(
+        f"{caption.format(1)}\n{caption.format(4.12)}\n{exercise}"
+    )
+    assert html == ('<figcaption>\n<p><span class="caption-text">Map</span></p>\n' * 2 + exercise)
 
 
 def test_a_built_page_serves_the_narrow_diagram(tmp_path: Path) -> None:
