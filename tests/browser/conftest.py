@@ -182,6 +182,14 @@ COLLECT_JS = page_js(r"""
       loaded: imageLoaded(img),
       alt: (img.getAttribute("alt") || "").trim(),
     })),
+    // The smallest character MathJax drew (a script of a script), and its formula.
+    smallestMath: [...article.querySelectorAll("mjx-container mjx-c")]
+      .map((c) => ({
+        px: parseFloat(getComputedStyle(c).fontSize),
+        formula: snippet((c.closest("mjx-container").querySelector("mjx-assistive-mml")
+            || c.closest("mjx-container")).textContent),
+      }))
+      .reduce((small, c) => (small && small.px <= c.px ? small : c), null),
     figures: [...article.querySelectorAll("figure")].map((f) => ({
       id: f.id || (f.querySelector("img") || {}).src || "(no id)",
       caption: snippet((f.querySelector("figcaption") || {}).textContent || ""),

@@ -7,6 +7,7 @@ For each page of `_build/html` (not the generated index and search pages, nor
 - every formula (display and inline) was typeset by MathJax, and no raw TeX
   (`$$`, `\\[`, `\\begin{`) is left in the article's text outside code, nor any `$`
   (KNOWN_STRAY_DOLLARS lists a page whose fix is waiting, as an expected failure);
+- MathJax draws no character under MATHS_FLOOR_PX (11 px: a script of a script);
 - every image in the article loaded and has alt text; every figure has a caption, numbered
   only in a chapter;
 - the browser logged no error and the page threw none;
@@ -110,6 +111,22 @@ def test_maths_is_typeset(visit, page_name: str) -> None:
                 f"were not typeset by MathJax{why}",
                 untypeset,
             ),
+            pytrace=False,
+        )
+
+
+# A script of a script (the s' of e^{z_{s'}}) beside 16 px text: MathJax drew it at half the
+# formula's size, 8.7 to 10.2 px depending on the fonts it matches; attnbook.js sets MathML's
+# scriptminsize to this (SCRIPT_MIN_SIZE there).
+MATHS_FLOOR_PX = 11.0
+
+
+def test_maths_scripts_are_legible(visit, page_name: str) -> None:
+    smallest = visit(page_name).facts["smallestMath"]
+    if smallest and smallest["px"] < MATHS_FLOOR_PX - 0.05:  # rounding of em to px
+        pytest.fail(
+            f"{page_name}: MathJax drew a character at {smallest['px']:.1f} px "
+            f"< {MATHS_FLOOR_PX:g} px, in {smallest['formula']!r}",
             pytrace=False,
         )
 
