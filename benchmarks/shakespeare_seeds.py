@@ -2,7 +2,8 @@
 
 Usage:
     ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 \\
-        python benchmarks/shakespeare_seeds.py [--seeds 0 1 2 3 4] [--threads 1]
+        python benchmarks/shakespeare_seeds.py [--seeds 0 1 2 3 4] [--threads 1] \\
+        [--swap-positions]
 
 Chapter 11 (``chapters/11_language_model.ipynb``, ``SCALE = "cpu"``) trains two
 models of the same parameter count on Shakespeare's 33 training plays and
@@ -24,6 +25,18 @@ a CPU that runs the same PyTorch kernels as the book's runs (x86-64, AVX2:
 the environment variables above ask for them on a CPU that also has AVX-512)
 it prints the chapter's stored figures, 4.401 (GPT-2) and 4.243 (Llama).
 
+With ``--swap-positions`` it also trains, for each seed, the two crossed
+variants: the GPT-2 block with rotary positions (``positional="rope"``, nothing
+else changed) and the Llama block with learned positions (``positional="learned"``,
+the same SwiGLU width), and prints all four models' loss with the per-seed
+differences that separate the positions from the rest of the block: GPT-2 rope -
+GPT-2 learned and Llama learned - Llama rope (the positions, in each block), and
+GPT-2 rope - Llama rope (the rest of the block, positions equal). The crossed
+variants' widths are not solved again: the learned table has ``context_length *
+d_model`` = 8,192 parameters, so the rope models have that many fewer than the
+learned ones, and the script prints each model's count. Without the option the
+output is the two-model one above, unchanged.
+
 A benchmark, not a test: it exits 0 and prints its figures, with the machine,
 the kernels PyTorch chose and the load average.
 """
@@ -31,9 +44,11 @@ the kernels PyTorch chose and the load average.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import statistics
 import time
+from collections.abc import Callable
 
 import torch
 from _common import DefaultsHelp, describe, int_at_least, load_average, positive_int
@@ -61,6 +76,22 @@ def configs() -> dict[str, GPTConfig]:
     return {"GPT-2": gpt2, "Llama": llama(8 + round((n_gpt2 - base) / per_unit))}
 
 
+def swapped(models: dict[str, GPTConfig]) -> dict[str, GPTConfig]:
+    """The two crossed variants: each block with the other's positions, all else the same."""
+    return {
+        "GPT-2 rope": dataclasses.replace(models["GPT-2"], positional="rope"),
+        "Llama learned": dataclasses.replace(models["Llama"], positional="learned"),
+    }
+
+
+# The per-seed differences --swap-positions prints: (label, minuend, subtrahend).
+CONTRASTS = (
+    ("positions in GPT-2 block: GPT-2 rope - GPT-2", "GPT-2 rope", "GPT-2"),
+    ("positions in Llama block: Llama learned - Llama", "Llama learned", "Llama"),
+    ("rest of block, rope both: GPT-2 rope - Llama", "GPT-2 rope", "Llama"),
+)
+
+
 def spread(values: list[float]) -> str:
     mean = statistics.fmean(values)
     sd = statistics.stdev(values) if len(values) > 1 else float("nan")
@@ -81,6 +112,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--threads", type=positive_int, default=1, help="torch threads (the chapter's: 1)"
     )
+    parser.add_argument(
+        "--swap-positions",
+        action="store_true",
+        help="also train the GPT-2 block with rotary positions and the Llama block with "
+        "learned positions, and print the differences that separate positions from block",
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     print(describe("cpu"))
@@ -97,8 +134,23 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"{data}; held-out windows: {chars_per_token:.3f} characters per target token")
     models = configs()
+    if args.swap_positions:
+        models |= swapped(models)
+    counts = {name: GPT(config).num_parameters() for name, config in models.items()}
     for name, config in models.items():
-        print(f"{name}: {GPT(config).num_parameters():,} parameters, d_ff {config.d_ff}")
+        if args.swap_positions:
+            print(
+                f"{name}: {counts[name]:,} parameters, d_ff {config.d_ff}, "
+                f"{config.positional} positions"
+            )
+        else:
+            print(f"{name}: {counts[name]:,} parameters, d_ff {config.d_ff}")
+    if args.swap_positions:
+        table = SIZES["context_length"] * SIZES["d_model"]
+        print(
+            f"parameter counts differ: the learned position table is {table:,} parameters "
+            "(context x width), which the rope models lack; widths are not re-solved"
+        )
 
     rows: dict[int, dict[str, float]] = {}
     for seed in args.seeds:
@@ -129,6 +181,9 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"\nload average after: {load_average()}")
     print(f"chapter 11's stored figures (seed 0): GPT-2 {STORED['GPT-2']}, Llama {STORED['Llama']}")
+    if args.swap_positions:
+        print_swapped(rows, counts, bits)
+        return 0
     print(
         "\n| seed | GPT-2 nats/token | Llama nats/token | GPT-2 - Llama | "
         "GPT-2 bits/char | Llama bits/char |"
@@ -144,6 +199,36 @@ def main(argv: list[str] | None = None) -> int:
         f"GPT-2 - Llama: {spread(gaps)}; Llama ahead at {sum(g > 0 for g in gaps)} of {len(gaps)}"
     )
     return 0
+
+
+def print_swapped(
+    rows: dict[int, dict[str, float]], counts: dict[str, int], bits: Callable[[float], float]
+) -> None:
+    """The four-model tables of --swap-positions, with the per-seed differences."""
+    names = ("GPT-2", "GPT-2 rope", "Llama learned", "Llama")
+    print(
+        "\nnats per token (bits per character), held out; parameters: "
+        + ", ".join(f"{name} {counts[name]:,}" for name in names)
+    )
+    print("\n| seed | " + " | ".join(names) + " |")
+    print("|---" * (len(names) + 1) + "|")
+    for seed, row in rows.items():
+        cells = " | ".join(f"{row[n]:.3f} ({bits(row[n]):.3f})" for n in names)
+        print(f"| {seed} | {cells} |")
+    print("\n| seed | " + " | ".join(label.split(": ")[1] for label, _, _ in CONTRASTS) + " |")
+    print("|---" * (len(CONTRASTS) + 1) + "|")
+    for seed, row in rows.items():
+        cells = " | ".join(f"{row[a] - row[b]:+.3f}" for _, a, b in CONTRASTS)
+        print(f"| {seed} | {cells} |")
+    print()
+    for name in names:
+        print(f"{name}: {spread([row[name] for row in rows.values()])}")
+    for label, a, b in CONTRASTS:
+        diffs = [row[a] - row[b] for row in rows.values()]
+        print(
+            f"{label}: {spread(diffs)}; negative (first lower) at "
+            f"{sum(d < 0 for d in diffs)} of {len(diffs)}"
+        )
 
 
 if __name__ == "__main__":
