@@ -315,7 +315,7 @@ class GPT(nn.Module):
 
         Needs ``transformers`` and a network (or a filled Hugging Face cache),
         e.g. ``GPT.from_pretrained("gpt2")`` for GPT-2 small (124M
-        parameters, about 500 MB). See :func:`attnbook.pretrained.from_pretrained`.
+        parameters, about 550 MB). See :func:`attnbook.pretrained.from_pretrained`.
 
         Args:
             name: a model id on the Hub (``"gpt2"``, ``"gpt2-medium"``, ...) or a local folder.

@@ -262,7 +262,7 @@ def from_pretrained(name: str, **kwargs: Any) -> GPT:
     """Download a GPT-2 or Llama checkpoint with ``transformers`` and convert it with :func:`from_hf`.
 
     For readers online: ``GPT.from_pretrained("gpt2")`` fetches GPT-2 small
-    (about 500 MB) into the Hugging Face cache on first use, then loads
+    (about 550 MB) into the Hugging Face cache on first use, then loads
     from there. Not run by the tests (they build small models offline).
 
     Args:
