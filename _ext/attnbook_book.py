@@ -642,13 +642,57 @@ def _search_page_math(
 ) -> None:
     """Load MathJax on the search page too, with the chapters' configuration, so that
     attnbook.js can typeset the formulas quoted in the results' summaries (shown as raw TeX,
-    ``\\(T \\times S\\)``, before). Sphinx loads it only on pages that hold a formula."""
+    ``\\(T \\times S\\)``, before). Sphinx loads it only on pages that hold a formula. Write
+    and load the map of the titles that hold a formula (SEARCH_TITLES_JS) for its links."""
     if pagename != "search" or app.builder.format != "html" or not app.config.mathjax_path:
         return
     builder = app.builder  # this page's scripts only (sphinx.ext.mathjax does the same)
     if app.config.mathjax3_config:
         builder.add_js_file("", body=f"window.MathJax = {json.dumps(app.config.mathjax3_config)}")
     builder.add_js_file(app.config.mathjax_path, defer="defer")
+    _write_search_titles(app)  # before the page, whose script tag holds the file's checksum
+    builder.add_js_file(SEARCH_TITLES_JS, defer="defer")
+
+
+# The search page shows a section's title as its result's link text, the plain text that
+# Sphinx's search index stores: "Why divide by \sqrt{d_k}?", raw TeX. This file, loaded on the
+# search page only, maps each such title to the title with its formulas marked as the pages mark
+# them, which attnbook.js swaps in and typesets. (Marking them in the index itself made its
+# titles longer, and a query then matched fewer of them.)
+SEARCH_TITLES_JS = "attnbook-search-titles.js"  # relative to the built book's _static/
+
+
+def math_titles(doctree: nodes.Node) -> dict[str, str]:
+    """Each title in `doctree` that holds a formula: its text as Sphinx's search index stores
+    it (``title.astext()``) -> its HTML, each formula in ``\\(...\\)`` inside a
+    ``span.math`` (as Sphinx writes inline maths, which MathJax typesets), the rest escaped."""
+
+    def html(node: nodes.Node) -> str:
+        if isinstance(node, nodes.math):
+            tex = html_text.escape(node.astext(), quote=False)
+            return f'<span class="math notranslate nohighlight">\\({tex}\\)</span>'
+        if isinstance(node, nodes.Text):
+            return html_text.escape(node.astext(), quote=False)
+        return "".join(html(child) for child in node.children)
+
+    return {
+        title.astext(): html(title)
+        for title in doctree.findall(nodes.title)
+        if next(title.findall(nodes.math), None) is not None
+    }
+
+
+def _write_search_titles(app: Sphinx) -> None:
+    """Write SEARCH_TITLES_JS: `math_titles` of every page, as ``window.attnbookSearchTitles``."""
+    static = Path(app.outdir) / "_static"
+    static.mkdir(parents=True, exist_ok=True)
+    found = {}
+    for docname in sorted(app.env.found_docs):
+        found.update(math_titles(app.env.get_doctree(docname)))
+    text = json.dumps(found, ensure_ascii=False, sort_keys=True)
+    (static / SEARCH_TITLES_JS).write_text(
+        f"window.attnbookSearchTitles = {text};\n", encoding="utf-8"
+    )
 
 
 # The page a reader meets at a URL of the book that has no page (a stale link, a typo):

@@ -138,6 +138,32 @@
     fresh.forEach((summary) => summary.setAttribute("data-attnbook-typeset", ""));
     MathJax.startup.promise.then(() => MathJax.typesetPromise(fresh)).catch(() => {});
   };
+  // A result found by a section's title shows that title as its link, in the plain text the
+  // search index stores ("Why divide by \\sqrt{d_k}?"). _ext writes, for the search page only,
+  // window.attnbookSearchTitles: each title holding a formula -> the title with its formulas
+  // marked. The link's last text ("Chapter > Why divide by ...") that ends with such a title
+  // gets the marked one, and the link is typeset like a summary.
+  const typesetTitles = (results) => {
+    const titles = window.attnbookSearchTitles || {};
+    const fresh = [...results.querySelectorAll("ul.search li > a:not([data-attnbook-typeset])")];
+    if (!fresh.length || !window.MathJax || !window.MathJax.typesetPromise) return;
+    const marked = fresh.filter((link) => {
+      link.setAttribute("data-attnbook-typeset", "");
+      const text = [...link.childNodes].filter((node) => node.nodeType === Node.TEXT_NODE).pop();
+      const title = text && Object.keys(titles)
+        .sort((a, b) => b.length - a.length)
+        .find((raw) => text.data.endsWith(raw));
+      if (!title) return false;
+      const span = document.createElement("span");
+      span.innerHTML = titles[title];
+      text.data = text.data.slice(0, -title.length);
+      text.after(span);
+      return true;
+    });
+    if (marked.length) {
+      MathJax.startup.promise.then(() => MathJax.typesetPromise(marked)).catch(() => {});
+    }
+  };
   const improveSearch = () => {
     if (typeof Search === "undefined" || !Search.htmlToText || Search.attnbookHeaderless) return;
     const htmlToText = Search.htmlToText;
@@ -149,7 +175,10 @@
     Search.attnbookHeaderless = true;
     const results = document.getElementById("search-results");
     if (results) {
-      new MutationObserver(() => typesetSummaries(results)).observe(results, {
+      new MutationObserver(() => {
+        typesetSummaries(results);
+        typesetTitles(results);
+      }).observe(results, {
         childList: true,
         subtree: true,
       });

@@ -20,11 +20,14 @@
   which the browser test checks), after the image, inside the link; a figure whose file
   records its smallest text gets the width at which that text is legible on a phone.
 - Only the chapters number their figures (not the start page's map).
+- The search page loads a map of the titles holding a formula, from the text the search
+  index stores to the title with its formulas marked for MathJax (`math_titles`).
 """
 
 from __future__ import annotations
 
 import base64
+import json
 import math
 import re
 import sys
@@ -229,11 +232,42 @@ def test_a_built_bertviz_page_loads_nothing_from_cdnjs(
     assert not (out / "_static" / "vendor" / "axe.min.js").exists()
 
 
-def test_pages_link_the_favicon_and_the_book_css(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.syspath_prepend(str(ROOT / "_ext"))
-    out = _build_pages(tmp_path, {"chapters/page.rst": "Page\n====\n\nText.\n"})
+SECTION_WITH_MATHS = """\
+Scores
+======
+
+Why divide by :math:`\\sqrt{d_k}`?
+----------------------------------
+
+Text.
+
+When :math:`a < b` & more
+-------------------------
+
+Plain words
+-----------
+"""
+
+
+@pytest.fixture(scope="module")
+def small_book(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A plain page and a page of titles with maths (SECTION_WITH_MATHS), built once with the
+    extension: the HTML output folder."""
+    sys.path.insert(0, str(ROOT / "_ext"))
+    try:
+        return _build_pages(
+            tmp_path_factory.mktemp("small_book"),
+            {
+                "chapters/page.rst": "Page\n====\n\nText.\n",
+                "chapters/scores.rst": SECTION_WITH_MATHS,
+            },
+        )
+    finally:
+        sys.path.remove(str(ROOT / "_ext"))
+
+
+def test_pages_link_the_favicon_and_the_book_css(small_book: Path) -> None:
+    out = small_book
     page = (out / "chapters" / "page.html").read_text()
     assert '<link rel="icon" href="../_static/favicon.svg"/>' in page
     assert (
@@ -718,3 +752,31 @@ def test_the_not_found_page_works_at_any_depth(
     kinds = [".css", ".js", "favicon.svg", "favicon.png", "/a-book/index.html", "search.html"]
     for kind in kinds:  # the check saw each kind of URL the page needs
         assert any(kind in url for url in local), (kind, sorted(local))
+
+
+def test_titles_with_maths_map_to_titles_marked_for_mathjax() -> None:
+    """The search page's results show a title as the plain text the search index stores (raw
+    TeX): `math_titles` maps that text to the title with its formulas marked as on the pages."""
+    from docutils.core import publish_doctree
+
+    doctree = publish_doctree(SECTION_WITH_MATHS, settings_overrides={"report_level": 5})
+    math = '<span class="math notranslate nohighlight">'
+    assert _extension().math_titles(doctree) == {
+        "Why divide by \\sqrt{d_k}?": f"Why divide by {math}\\(\\sqrt{{d_k}}\\)</span>?",
+        "When a < b & more": f"When {math}\\(a &lt; b\\)</span> &amp; more",
+    }
+
+
+def test_the_search_page_loads_the_titles_of_the_index_with_their_maths(small_book: Path) -> None:
+    """The map's keys are the titles as the built search index stores them; only the search
+    page loads it."""
+    out = small_book
+    name = _extension().SEARCH_TITLES_JS
+    script = (out / "_static" / name).read_text(encoding="utf-8")
+    found = json.loads(script.removeprefix("window.attnbookSearchTitles = ").removesuffix(";\n"))
+    index = (out / "searchindex.js").read_text(encoding="utf-8")
+    assert set(found) == {"Why divide by \\sqrt{d_k}?", "When a < b & more"}
+    for title in found:
+        assert json.dumps(title) in index, title
+    assert f'src="_static/{name}' in (out / "search.html").read_text(encoding="utf-8")
+    assert name not in (out / "chapters" / "scores.html").read_text(encoding="utf-8")

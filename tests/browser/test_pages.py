@@ -40,7 +40,7 @@ For each page of `_build/html` (not the generated index and search pages, nor
 
 Also: `404.html`, sent for a URL three folders deep under the site's path as GitHub Pages
 sends it, loads all it needs and leads to the start page; `index.html` (a redirect stub)
-leads to a page, the search page finds a word offline (its summaries' formulas typeset), on a
+leads to a page, the search page finds a word offline (its summaries' and titles' formulas typeset), on a
 desktop the chapter-list button hides and shows the sidebar, and the exercise's name in a
 solution's header opens the solution. Without Chromium all of this is one skipped test.
 
@@ -285,6 +285,42 @@ def test_search_summaries_show_typeset_maths(open_page) -> None:
     problems += report.errors()
     if problems:
         pytest.fail(_problems(f"search.html?q={MATHS_WORD}", problems), pytrace=False)
+
+
+TITLE_QUERY = "why divide by"  # chapter 4's section "Why divide by $\sqrt{d_k}$?"
+TITLE_LINKS_JS = r"""
+() => [...document.querySelectorAll("#search-results ul.search li > a")].map((link) => ({
+  text: link.textContent.replace(/\s+/g, " ").slice(0, 100),
+  typeset: link.querySelectorAll("mjx-container").length,
+}))
+"""
+
+
+def test_search_results_show_titles_with_typeset_maths(open_page) -> None:
+    """A result found by a section's title whose text holds a formula links it with the formula
+    typeset, not as the raw TeX the search index stores ("Why divide by \\sqrt{d_k}?"):
+    attnbook.js, with the map of such titles that _ext writes for the search page."""
+
+    def wait_for_links(page, report):
+        page.wait_for_function(
+            "() => /Search finished/.test(document.getElementById('search-results').textContent)",
+            timeout=30_000,
+        )
+        page.evaluate(MATHJAX_DONE_JS)
+        page.wait_for_timeout(500)
+        links.extend(page.evaluate(TITLE_LINKS_JS))
+
+    links: list[dict] = []
+    query = urllib.parse.quote(TITLE_QUERY)
+    report = open_page(f"search.html?q={query}", wait_for_links)
+    titled = [link for link in links if "divide by" in link["text"].lower()]
+    problems = [f"raw TeX: {link['text']}" for link in titled if "\\" in link["text"]]
+    problems += [f"no formula typeset: {link['text']}" for link in titled if not link["typeset"]]
+    if not titled:
+        problems.append(f"no result links the section 'Why divide by ...' ({len(links)} links)")
+    problems += report.errors()
+    if problems:
+        pytest.fail(_problems(f"search.html?q={query}", problems), pytrace=False)
 
 
 def test_no_serious_accessibility_violations(visit, page_name: str) -> None:
