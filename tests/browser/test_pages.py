@@ -262,22 +262,31 @@ SUMMARIES_JS = r"""
 """
 
 
-def test_search_summaries_show_typeset_maths(open_page) -> None:
-    """The search results' summaries show a formula typeset, not as raw TeX (\\(T \\times
-    S\\)), and do not start with the page header's download menu (".pdf"): attnbook.js, with
-    MathJax loaded on the search page by _ext."""
+def _search_results(open_page, query: str, read_js: str) -> tuple[list[dict], PageReport]:
+    """Open the search page for ``query`` (already URL-quoted), wait until the search has
+    finished and MathJax has typeset the results, and return what ``read_js`` reads from them
+    with the page's report."""
+    results: list[dict] = []
 
-    def wait_for_summaries(page, report):
+    def wait_and_read(page, report):
         page.wait_for_function(
             "() => /Search finished/.test(document.getElementById('search-results').textContent)",
             timeout=30_000,
         )
         page.evaluate(MATHJAX_DONE_JS)
         page.wait_for_timeout(500)
-        summaries.extend(page.evaluate(SUMMARIES_JS))
+        results.extend(page.evaluate(read_js))
 
-    summaries: list[dict] = []
-    report = open_page(f"search.html?q={MATHS_WORD}", wait_for_summaries)
+    report = open_page(f"search.html?q={query}", wait_and_read)
+    return results, report
+
+
+def test_search_summaries_show_typeset_maths(open_page) -> None:
+    """The search results' summaries show a formula typeset, not as raw TeX (\\(T \\times
+    S\\)), and do not start with the page header's download menu (".pdf"): attnbook.js, with
+    MathJax loaded on the search page by _ext."""
+
+    summaries, report = _search_results(open_page, MATHS_WORD, SUMMARIES_JS)
     problems = [f"raw TeX: {s['text']}" for s in summaries if s["raw"]]
     problems += [f"the header's menu: {s['text']}" for s in summaries if ".pdf" in s["text"]]
     if not any(s["typeset"] for s in summaries):
@@ -301,18 +310,8 @@ def test_search_results_show_titles_with_typeset_maths(open_page) -> None:
     typeset, not as the raw TeX the search index stores ("Why divide by \\sqrt{d_k}?"):
     attnbook.js, with the map of such titles that _ext writes for the search page."""
 
-    def wait_for_links(page, report):
-        page.wait_for_function(
-            "() => /Search finished/.test(document.getElementById('search-results').textContent)",
-            timeout=30_000,
-        )
-        page.evaluate(MATHJAX_DONE_JS)
-        page.wait_for_timeout(500)
-        links.extend(page.evaluate(TITLE_LINKS_JS))
-
-    links: list[dict] = []
     query = urllib.parse.quote(TITLE_QUERY)
-    report = open_page(f"search.html?q={query}", wait_for_links)
+    links, report = _search_results(open_page, query, TITLE_LINKS_JS)
     titled = [link for link in links if "divide by" in link["text"].lower()]
     problems = [f"raw TeX: {link['text']}" for link in titled if "\\" in link["text"]]
     problems += [f"no formula typeset: {link['text']}" for link in titled if not link["typeset"]]
