@@ -272,13 +272,11 @@ PX_PER_PT = 96 / 72
 def text_scale(path: Path) -> tuple[float, float] | None:
     """(smallest text / width, natural width in CSS px) of the figure file `path`, from what
     attnbook.viz records in it; None if it records nothing (or is no PNG or SVG)."""
-    from attnbook.viz import PIXEL_DENSITY, SMALLEST_TEXT_KEY, png_text, svg_smallest_text
+    from attnbook.viz import PIXEL_DENSITY, png_smallest_text, svg_smallest_text
 
     if path.suffix == ".png":
-        data = path.read_bytes()
-        recorded = png_text(data).get(SMALLEST_TEXT_KEY)
-        width = int.from_bytes(data[16:20], "big")  # the IHDR chunk
-        return (float(recorded) / width, width / PIXEL_DENSITY) if recorded and width else None
+        recorded = png_smallest_text(path.read_bytes())
+        return (recorded[0] / recorded[1], recorded[1] / PIXEL_DENSITY) if recorded else None
     if path.suffix == ".svg":
         recorded = svg_smallest_text(path.read_text(encoding="utf-8"))
         return (recorded[0] / recorded[1], recorded[1] * PX_PER_PT) if recorded else None

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import nbformat
 
-from attnbook.viz import PIXEL_DENSITY, SMALLEST_TEXT_KEY, png_text
+from attnbook.viz import PIXEL_DENSITY, png_smallest_text
 
 ROOT = Path(__file__).resolve().parent.parent
 FLOOR_PX = 9.0
@@ -67,14 +67,14 @@ def figures(path: Path) -> list[FigureText]:
             if "image/png" not in data:
                 continue
             png = base64.b64decode(data["image/png"])
-            width = struct.unpack(">I", png[16:20])[0]
-            text = png_text(png).get(SMALLEST_TEXT_KEY)
+            (width,) = struct.unpack(">I", png[16:20])  # the IHDR chunk
+            recorded = png_smallest_text(png)
             found.append(
                 FigureText(
                     notebook=path.name,
                     cell=index,
                     natural_px=width // PIXEL_DENSITY,
-                    smallest_px=float(text) / PIXEL_DENSITY if text is not None else None,
+                    smallest_px=recorded[0] / PIXEL_DENSITY if recorded else None,
                 )
             )
     return found

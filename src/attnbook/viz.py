@@ -44,6 +44,7 @@ __all__ = [
     "plot_heatmap",
     "plot_history",
     "plot_query_key",
+    "png_smallest_text",
     "png_text",
     "smallest_text_pt",
     "svg_metadata",
@@ -204,6 +205,18 @@ def png_text(data: bytes) -> dict[str, str]:
             entries[key.decode("latin-1")] = zlib.decompress(rest[1:]).decode("latin-1")
         at += 12 + length
     return entries
+
+
+def png_smallest_text(data: bytes) -> tuple[float, int] | None:
+    """What `figure_png` recorded in a PNG file's bytes: (smallest text, width), in image pixels.
+
+    The PNG counterpart of `svg_smallest_text`; None if the PNG records no smallest text.
+    """
+    recorded = png_text(data).get(SMALLEST_TEXT_KEY)  # refuses bytes that are no PNG
+    if recorded is None:
+        return None
+    (width,) = struct.unpack(">I", data[16:20])  # the IHDR chunk
+    return float(recorded), width
 
 
 def _use_figure_png() -> None:

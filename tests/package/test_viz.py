@@ -235,6 +235,28 @@ def test_figure_helpers_refuse_what_is_not_a_figure(name: str) -> None:
     plt.close("all")
 
 
+def test_png_smallest_text_reads_what_figure_png_recorded() -> None:
+    import base64
+    import io
+    import struct
+
+    from attnbook.viz import figure_png, png_smallest_text
+
+    fig, ax = plt.subplots(figsize=(4, 3), dpi=100)
+    ax.plot([0, 1], [0, 1])
+    ax.tick_params(labelsize=9)
+    png = base64.b64decode(figure_png(fig)[0])
+    plain = io.BytesIO()
+    fig.savefig(plain, format="png")  # matplotlib's own PNG records no smallest text
+    plt.close(fig)
+    smallest, width = png_smallest_text(png)
+    assert smallest == pytest.approx(9 * 200 / 72, abs=0.01)
+    assert width == struct.unpack(">I", png[16:20])[0]
+    assert png_smallest_text(plain.getvalue()) is None
+    with pytest.raises(ValueError, match="data must be the bytes of a PNG"):
+        png_smallest_text(b"GIF89a")
+
+
 def test_png_text_refuses_other_bytes() -> None:
     from attnbook.viz import png_text
 
