@@ -234,13 +234,17 @@ def named_toggles(html: str) -> str:
 # 10 px; the link opens the file, where the phone's browser fits it to the screen and the
 # reader can zoom in. Nothing said so: each such link gets a cue, "Tap to enlarge", which
 # attnbook.css shows on a phone's screen only (not on a desktop, not on paper). Inside the
-# link, the cue's words follow the image's alt text in the link's accessible name.
+# link, the cue's words follow the image's alt text in the link's accessible name. A figure kept
+# wider than the screen (see phone_widths below) scrolls sideways in its link, which nothing
+# showed: the cue starts with a sentence that says so, which attnbook.css shows only while
+# attnbook.js finds the link scrolling (not where the figure fits, as on most tablets).
 _IMAGE_LINK = re.compile(
     r'(<a class="reference internal image-reference(?: [^"]*)?" href="([^"]+)">\s*'
     r'<img [^>]*?\bsrc="\2"[^>]*>)(\s*</a>)'
 )
 ENLARGE_CUE = (
     '<span class="attnbook-enlarge"> '  # the space parts the alt text from the cue's words
+    '<span class="attnbook-swipe">Wider than the screen: swipe sideways. </span>'
     '<i class="fa-solid fa-magnifying-glass-plus" aria-hidden="true"></i>Tap to enlarge</span>'
 )
 

@@ -96,6 +96,25 @@
       .forEach((view) => keepFixed(view, fitBertviz));
   };
 
+  // On a phone a figure keeps the width at which its text is legible (attnbook.css), in its
+  // link, which then scrolls sideways: the link is marked `attnbook-scrolls` while it is wider
+  // than its box, and attnbook.css shows the cue's sentence that says so. Watched for
+  // changes of size: a turned phone, a solution opened (its figures had no size while hidden).
+  const markScrolling = (links) => {
+    links.forEach((link) => {
+      const scrolls = link.scrollWidth > link.clientWidth + 1;
+      if (link.classList.contains("attnbook-scrolls") !== scrolls) {
+        link.classList.toggle("attnbook-scrolls", scrolls);
+      }
+    });
+  };
+  const watchWideFigures = () => {
+    const links = document.querySelectorAll(".bd-article a.attnbook-wide-figure");
+    if (!links.length || typeof ResizeObserver === "undefined") return;
+    const observer = new ResizeObserver((entries) => markScrolling(entries.map((e) => e.target)));
+    links.forEach((link) => observer.observe(link));
+  };
+
   // An icon inside a labelled button: an <i> before FontAwesome draws it, an <svg> after.
   const quietIcons = (button) => {
     button.querySelectorAll("i, svg").forEach((icon) => {
@@ -117,6 +136,7 @@
       .querySelectorAll("button[aria-label], .search-button-field")
       .forEach((button) => keepFixed(button, quietIcons));
     focusWideCode();
+    watchWideFigures();
     watchBertviz();
     improveSearch();
   };

@@ -514,8 +514,9 @@ def test_a_figure_that_links_its_file_says_so_on_a_phone() -> None:
     assert html == (
         figure.replace("/>\n</a>", "/>" + extension.ENLARGE_CUE + "\n</a>") + f"\n{other}\n{plain}"
     )
-    assert re.fullmatch(r'<span class="attnbook-enlarge"> <i [^>]*aria-hidden="true"></i>'
-                        r"Tap to enlarge</span>", extension.ENLARGE_CUE)  # fmt: skip
+    assert re.fullmatch(r'<span class="attnbook-enlarge"> <span class="attnbook-swipe">[^<]+'
+                        r'</span><i [^>]*aria-hidden="true"></i>Tap to enlarge</span>',
+                        extension.ENLARGE_CUE)  # fmt: skip
 
 
 def test_a_figure_keeps_a_legible_width_on_a_phone(tmp_path: Path) -> None:

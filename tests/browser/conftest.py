@@ -685,10 +685,41 @@ FIGURE_LINKS_JS = page_js(r"""
       href: link ? link.href : null,
       focusable: !!link && link.tabIndex >= 0,
       shown: link ? link.innerText.replace(/\s+/g, " ").trim() : "",
+      ...scrolling(link),
       name: null,
     };
   });
 """)
+
+# Whether a figure's link scrolls sideways (a figure kept wider than the column), and whether
+# the cue's sentence that says so is drawn: defined before FIGURE_LINKS_JS and
+# TABLET_FIGURES_JS.
+SCROLLING_JS = r"""
+  const scrolling = (link) => ({
+    scrolls: !!link && link.scrollWidth > link.clientWidth + 1,
+    swipe: !!link && [...link.querySelectorAll(".attnbook-swipe")]
+      .some((hint) => hint.getClientRects().length > 0),
+  });
+"""
+FIGURE_LINKS_JS = FIGURE_LINKS_JS.replace(
+    "  openDropdowns();", SCROLLING_JS + "  openDropdowns();", 1
+)
+
+# The same page turned into a tablet (TABLET), after FIGURE_LINKS_JS opened the dropdowns: the
+# widest screen where attnbook.css keeps a figure wide and shows the cue; there some figures fit
+# the column and some do not. Two frames for the layout and attnbook.js's marks to follow.
+TABLET = {"width": 768, "height": 1024}
+TABLET_FIGURES_JS = page_js(
+    SCROLLING_JS
+    + r"""
+  await new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done)));
+  return [...document.querySelectorAll("article.bd-article .cell_output img")].map((img) => ({
+    src: img.currentSrc || img.src,
+    alt: (img.getAttribute("alt") || "").trim(),
+    ...scrolling(img.closest("a[href]")),
+  }));
+"""
+)
 
 
 def _link_names(page, figures: list[dict]) -> None:
@@ -724,6 +755,7 @@ class PhoneReport(PageReport):
     title_lines: int = 0  # TITLE_LINES_JS's
     wrapped_outputs: list[str] = field(default_factory=list)  # WRAPPED_OUTPUTS_JS's result
     figure_links: list[dict] = field(default_factory=list)  # FIGURE_LINKS_JS's, names added
+    tablet_figures: list[dict] = field(default_factory=list)  # TABLET_FIGURES_JS's, at TABLET
     # For each of SIDEBAR_DIALOGS: None if the page shows no such button, else DIALOG_JS's
     # result after the tap (`open` False if nothing opened within DIALOG_TIMEOUT_MS).
     dialogs: dict[str, dict | None] = field(default_factory=dict)
@@ -763,6 +795,8 @@ def _open_on_a_phone(browser, base: str, name: str) -> PhoneReport:
                 )
         report.figure_links = page.evaluate(FIGURE_LINKS_JS)  # last: it opens the dropdowns
         _link_names(page, report.figure_links)
+        page.set_viewport_size(TABLET)
+        report.tablet_figures = page.evaluate(TABLET_FIGURES_JS)
     return report
 
 

@@ -573,6 +573,24 @@ def test_figures_open_full_size_on_a_phone(visit, visit_on_a_phone, page_name: s
         pytest.fail(_problems(f"{page_name}: figures on a phone", problems), pytrace=False)
 
 
+def test_a_figure_wider_than_a_phone_says_it_scrolls(visit_on_a_phone, page_name: str) -> None:
+    """On a phone a figure kept at the width where its text is legible scrolls sideways in its
+    link (attnbook.css), and its cue then starts by saying so; on the same page turned into a
+    tablet (768 px, the widest screen with the phone's rules), where some figures fit the column,
+    those say nothing of it (attnbook.js marks the links that scroll, again when they resize)."""
+    report = visit_on_a_phone(page_name)
+    problems = []
+    for screen, figures in (("phone", report.figure_links), ("tablet", report.tablet_figures)):
+        for figure in figures:
+            where = f"{screen}: {figure['src'].rsplit('/', 1)[-1][:16]} ({figure['alt'][:40]!r})"
+            if figure["scrolls"] and not figure["swipe"]:
+                problems.append(f"{where}: scrolls sideways, and nothing says so")
+            elif figure["swipe"] and not figure["scrolls"]:
+                problems.append(f"{where}: fits the column, and its cue says to swipe sideways")
+    if problems:
+        pytest.fail(_problems(f"{page_name}: wide figures on a phone", problems), pytrace=False)
+
+
 def test_no_sideways_pan_on_a_phone(visit_on_a_phone, page_name: str) -> None:
     pan = visit_on_a_phone(page_name).pan
     if pan["scrollWidth"] > pan["width"]:
