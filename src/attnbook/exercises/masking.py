@@ -507,7 +507,7 @@ _FAR_BELOW_HINT = (
     "lie below -1e4, and the blocked keys score about 3e9, so a blocked key filled with -1e4, "
     "or lowered by a penalty of 1e4 (or even 1e9), still outscores the allowed keys and takes "
     "the softmax's weight. Set the blocked scores to float('-inf'): it is below every score, "
-    "at any scale and in every dtype."
+    "at any scale, in float16, bfloat16, float32 and float64 alike."
 )
 
 
@@ -579,8 +579,8 @@ _MASKED_SOFTMAX_CASES = [
         _half_precision,
         "Models often run in float16, whose largest finite number is 65504: -1e9 does not fit, "
         "so filling it into float16 scores raises (and a conversion quietly gives -inf). Fill with "
-        "float('-inf'), which every floating-point dtype holds, and return the weights in "
-        "float16, the scores' dtype.",
+        "float('-inf'), which float16 holds (as do bfloat16, float32 and float64), and return "
+        "the weights in float16, the scores' dtype.",
     ),
     Case(
         "allowed scores far below -1e4 (about -1e5 to -3e5), blocked keys far above (3e9)",
