@@ -949,6 +949,23 @@ def test_a_result_in_another_precision_is_named_as_such() -> None:
     _rejects(verdict, "Note: your result is float32, the answer float64")
 
 
+def test_a_wrong_result_in_a_finer_precision_gets_no_note_on_rounding() -> None:
+    """A float64 result cannot be wrong by rounding where the answer is float32: the note
+    that told such a learner to compute in the inputs' dtype (the sinusoidal encoding's
+    inputs are integers) is given only for a coarser dtype."""
+
+    def cosines_first_in_float64(seq_len, d_model):
+        angle = torch.arange(seq_len, dtype=torch.float64)[:, None] / 10000 ** (
+            torch.arange(0, d_model, 2, dtype=torch.float64) / d_model
+        )
+        return torch.stack([angle.cos(), angle.sin()], dim=-1).flatten(1)  # sin and cos swapped
+
+    verdict = attnbook.exercises.check_sinusoidal_positional_encoding(cosines_first_in_float64)
+    assert not verdict.passed
+    assert "wrong values" in verdict.message
+    assert "Note: your result is" not in verdict.message
+
+
 def test_nan_from_a_narrower_dtype_is_named_as_such() -> None:
     """A soft lookup in float32, right in its order of operations: the scores of 1e308 do not
     fit in float32. The verdict said only what dividing by τ first gives (NaN), a mistake the

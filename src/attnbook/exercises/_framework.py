@@ -256,8 +256,14 @@ def _float_max(dtype: object) -> float:
     return float(torch.finfo(dtype).max if isinstance(dtype, torch.dtype) else np.finfo(dtype).max)
 
 
+def _float_eps(dtype: object) -> float:
+    """The gap between 1 and the next number of a floating-point dtype, torch's or NumPy's."""
+    return float(torch.finfo(dtype).eps if isinstance(dtype, torch.dtype) else np.finfo(dtype).eps)
+
+
 def _precision_note(got: object, expected: object, *, overflow: bool = False) -> str:
-    """When ``got`` is floating point of another precision than ``expected``, a note saying so.
+    """When ``got`` is floating point of a coarser precision than ``expected``, a note saying
+    so: the rounding may be what is wrong (a finer one, float64 against float32, cannot be).
 
     With ``overflow`` (``got`` holds NaN or inf where ``expected`` is finite), the note is
     given only when ``got``'s dtype holds smaller numbers, and says that it overflowed.
@@ -269,9 +275,12 @@ def _precision_note(got: object, expected: object, *, overflow: bool = False) ->
     if names[0] == names[1]:
         return ""
     if not overflow:
+        if _float_eps(dtypes[0]) <= _float_eps(dtypes[1]):
+            return ""
         return (
-            f"\n   Note: your result is {names[0]}, the answer {names[1]}: compute in the "
-            "inputs' dtype (a conversion such as .float() rounds every value)"
+            f"\n   Note: your result is {names[0]}, the answer {names[1]}: {names[0]} rounds "
+            f"every value more coarsely; compute in {names[1]} (a conversion such as .float() "
+            "of float64 inputs loses digits)"
         )
     if _float_max(dtypes[0]) >= _float_max(dtypes[1]):
         return ""
