@@ -138,6 +138,57 @@ def test_temperature_softmax_without_the_maximum_trick_gives_its_advice_once() -
     assert hint.count("first") == 1, hint
 
 
+def test_temperature_softmax_without_the_maximum_trick_is_told_truly_on_both_cases() -> None:
+    """The bare softmax is named on the case of size 10 (scores / τ of 1000) and also on the
+    1e307 case, by an answer that survives the first (one in extended precision, say) and
+    returns the bare softmax's NaN there. On both, the hint's numbers hold (scores / τ pass
+    709.78, beyond which exp overflows; not "reach 1000", which the 1e307 case does not say)
+    and the advice to subtract the maximum first comes once, not again after "If that is not
+    what you wrote" with the 1e307 case's own hint."""
+    from attnbook.exercises._framework import checker_spec, compare_outputs, mistake_hint
+
+    spec = checker_spec(check_softmax_temperature, lambda x, t: x)
+    (bare,) = [m for m in spec.mistakes if m.name == "the softmax without the maximum trick"]
+    named = []
+    for number, case in enumerate(spec.cases, start=1):
+        x, t = case.make_args()
+        expected = spec.reference_fn(x, t)
+        with np.errstate(all="ignore"):
+            got = bare.answer(x, t)
+            if compare_outputs(got, expected, spec.rtol, spec.atol) is None:
+                continue  # the case cannot tell the bare softmax from the right answer
+            hint = mistake_hint(
+                got, expected, (x, t), spec.mistakes, spec.rtol, spec.atol, case.hint
+            )
+        named.append(number)
+        assert hint.startswith("the NaN or inf is what the softmax without the maximum"), hint
+        with np.errstate(over="ignore"):
+            assert np.max(x / t) > 709.78  # ln of float64's largest number: exp overflows
+        assert "pass 709.78" in hint, hint
+        assert "1000" not in hint, hint
+        assert "If that is not what you wrote" not in hint, hint
+        assert hint.count("first") == 1, hint
+    assert named == [4, 5]
+
+
+@pytest.mark.skipif(
+    np.finfo(np.longdouble).max <= np.finfo(np.float64).max,
+    reason="long double is float64 on this platform",
+)
+def test_a_bare_softmax_in_extended_precision_is_named_on_the_1e307_case() -> None:
+    """exp(1000) is finite in x86's long double, so this answer passes the case of size 10
+    and fails the 1e307 one as the bare softmax does: the verdict of the test above."""
+
+    def wide(x, t):
+        e = np.exp(np.asarray(x, dtype=np.longdouble) / t)
+        return (e / e.sum(axis=-1, keepdims=True)).astype(np.float64)
+
+    with np.errstate(all="ignore"):
+        verdict = check_softmax_temperature(wide)
+    _rejects(verdict, "case 5/5", "the softmax without the maximum trick", "pass 709.78")
+    assert "If that is not what you wrote" not in verdict.message, verdict.message
+
+
 def _entropy_with_nan(a: torch.Tensor) -> torch.Tensor:
     return -(a * a.log()).sum(-1).mean(-1)
 

@@ -100,12 +100,18 @@ def _whole_array_sum(z: np.ndarray) -> np.ndarray:
 # so a verdict that names the mistake gives it once.
 _MAXIMUM_FIRST = (
     "Subtract each row's maximum first, then divide by τ: the gaps x - max(x) are <= 0, "
-    "so dividing them can only reach -inf (weight 0), never inf - inf = NaN."
+    "so dividing them can only reach -inf (weight 0), never inf - inf = NaN, and their exp "
+    "is at most 1."
 )
 
 # The advice of the case built to catch the softmax without the maximum trick; that mistake's
-# hint ends with it, so a verdict that names the mistake gives it once.
-_EXPONENT_FIRST = "Scores / τ reach 1000 here: subtract the row's maximum first, then divide by τ."
+# hint ends with it, so a verdict that names the mistake gives it once. It ends with the advice
+# of the 1e307 case, where an answer that survives the case of size 10 (in extended precision,
+# say) can still be named as the bare softmax, so that there too the advice comes once. Where
+# the mistake is named, exp overflowed, so x / τ passed 709.78 (ln of float64's largest number).
+_EXPONENT_FIRST = (
+    "Scores / τ pass 709.78 here, beyond which exp overflows in float64. " + _MAXIMUM_FIRST
+)
 
 _TEMPERATURE_CASES = [
     Case(
@@ -164,8 +170,7 @@ _TEMPERATURE_MISTAKES = [
     Mistake(
         "the softmax without the maximum trick",
         lambda x, t: np.exp(x / t) / np.exp(x / t).sum(axis=-1, keepdims=True),
-        "exp(x / τ) overflows to inf once x / τ passes about 709, and inf / inf is NaN. "
-        + _EXPONENT_FIRST,
+        "exp(x / τ) of the largest scores is inf, and inf / inf is NaN. " + _EXPONENT_FIRST,
     ),
 ]
 
