@@ -685,6 +685,27 @@ def test_cosine_distance_and_angle_are_named_each_with_its_hint(
 
 
 @pytest.mark.parametrize(
+    ("wrong", "mistake"),
+    [
+        (lambda a, b: np.dot(a, b), "the dot product a·b alone"),
+        (lambda a, b: float(sum(x * y for x, y in zip(a, b))), "the dot product a·b alone"),
+        (lambda a, b: a @ b / np.linalg.norm(a), "the dot product divided by one length only"),
+        (lambda a, b: a @ b / math.sqrt(b @ b), "the dot product divided by the other length"),
+    ],
+)
+def test_cosine_similarity_not_divided_by_both_lengths_is_named(wrong, mistake) -> None:
+    """The raw dot product, or one divided by a single length, got only the parallel case's
+    hint, "Parallel vectors have cosine similarity 1, whatever their lengths", which does not
+    say what is missing (the expert read of chapter 1 found no named mistake for it)."""
+    _rejects(
+        attnbook.exercises.check_cosine_similarity(wrong),
+        "case 2/4",
+        f"this looks like {mistake}",
+        "‖a‖ ‖b‖",
+    )
+
+
+@pytest.mark.parametrize(
     "wrong",
     [
         lambda a, b: np.dot(a, b) / np.linalg.norm(a) * np.linalg.norm(b),

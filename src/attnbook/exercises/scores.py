@@ -186,6 +186,24 @@ _COSINE_MISTAKES = [
         "np.linalg.norm(a)). Divide the dot product by ‖a‖ ‖b‖.",
     ),
     Mistake(
+        "the dot product a·b alone, not divided by the lengths",
+        lambda a, b: float(a @ b),
+        "The dot product grows with both lengths (for parallel vectors it is their product): "
+        "the cosine similarity divides it by ‖a‖ ‖b‖, so that only the directions count.",
+    ),
+    Mistake(
+        "the dot product divided by one length only",
+        lambda a, b: float(a @ b / np.linalg.norm(a)),
+        "Dividing by ‖a‖ alone leaves the length of b in the result (a·b / ‖a‖ is the length "
+        "of b's shadow on a's direction): divide by both lengths, ‖a‖ ‖b‖.",
+    ),
+    Mistake(
+        "the dot product divided by the other length only",
+        lambda a, b: float(a @ b / np.linalg.norm(b)),
+        "Dividing by ‖b‖ alone leaves the length of a in the result: divide by both lengths, "
+        "‖a‖ ‖b‖.",
+    ),
+    Mistake(
         "dividing by ‖a‖, then multiplying by ‖b‖",
         lambda a, b: (a @ b) / np.linalg.norm(a) * np.linalg.norm(b),
         "Python reads x / y * z as (x / y) * z, left to right: the second length ends up in "
