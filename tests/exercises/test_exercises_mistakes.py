@@ -1168,6 +1168,20 @@ def test_self_attention_checker_names_typical_mistakes(wrong: Callable, named: s
     assert "Project first" not in verdict.message
 
 
+def test_self_attention_with_swapped_projections_gets_a_self_attention_hint() -> None:
+    """W_q and W_k swapped give the transposed scores, which in self-attention keep their
+    (T, T) shape: the hint said to check the shape "with T = 2 queries and S = 5 keys",
+    which an answer that takes one sequence cannot do."""
+
+    def swapped(x, w_q, w_k, w_v):
+        return _self()(x, w_k, w_q, w_v)
+
+    verdict = attnbook.exercises.check_self_attention(swapped)
+    _rejects(verdict, "this looks like key @ queryᵀ, the transposed scores")
+    assert "S = 5 keys" not in verdict.message
+    assert "same (T, T) shape" in verdict.message
+
+
 def test_a_package_function_that_raises_is_named_not_its_error() -> None:
     """attnbook.softmax called with torch's dim=: the TypeError hid the real problem."""
 

@@ -99,6 +99,13 @@ _VALUE_WIDTH_SCALE = Mistake(
     "sqrt(d_k), with d_k the width of a query or key, not by the values' width.",
 )
 
+_TRANSPOSED_SCORES = Mistake(
+    "key @ queryᵀ, the transposed scores",
+    lambda q, k, v: torch.softmax(k @ q.transpose(-2, -1) / np.sqrt(q.shape[-1]), -1) @ v,
+    "Entry [t, s] of the scores is query t · key s, so the scores have shape (T, S): "
+    "check it with T = 2 queries and S = 5 keys, where a transposed product gives (5, 2).",
+)
+
 _SDPA_MISTAKES = [
     Mistake(
         "a missing scale (no division by sqrt(d_k))",
@@ -132,12 +139,7 @@ _SDPA_MISTAKES = [
         "Each query's row of weights must sum to 1 over the keys, the last axis of the "
         "(..., T, S) scores: check that your weights' rows sum to 1.",
     ),
-    Mistake(
-        "key @ queryᵀ, the transposed scores",
-        lambda q, k, v: torch.softmax(k @ q.transpose(-2, -1) / np.sqrt(q.shape[-1]), -1) @ v,
-        "Entry [t, s] of the scores is query t · key s, so the scores have shape (T, S): "
-        "check it with T = 2 queries and S = 5 keys, where a transposed product gives (5, 2).",
-    ),
+    _TRANSPOSED_SCORES,
 ]
 
 _FORBIDDEN_SDPA = {
@@ -244,8 +246,23 @@ def _self_transposed_weights(x, w_q, w_k, w_v):
     return _self_attention_reference(x, w_q.T, w_k.T, w_v.T)  # nn.Linear's habit
 
 
+# Self-attention has one sequence, T = S: the transposed scores keep their shape, and the
+# same numbers come from W_q and W_k swapped (x W_k (x W_q)ᵀ), so the hint cannot be chapter 4's.
+_SELF_TRANSPOSED_HINT = (
+    "Entry [t, s] of the scores is query t · key s, with the queries made by W_q and the keys "
+    "by W_k. In self-attention the transposed scores have the same (T, T) shape, so the shape "
+    "cannot tell you: compute one score by hand, query t · key s, and compare it with yours."
+)
+
 _SELF_MISTAKES = [
-    *(Mistake(m.name, _self_projected(m.answer), m.hint) for m in _SDPA_MISTAKES),
+    *(
+        Mistake(
+            m.name,
+            _self_projected(m.answer),
+            _SELF_TRANSPOSED_HINT if m is _TRANSPOSED_SCORES else m.hint,
+        )
+        for m in _SDPA_MISTAKES
+    ),
     Mistake(
         "a scale of sqrt(d_model), the input's width, instead of sqrt(d_k)",
         _self_model_width_scale,
