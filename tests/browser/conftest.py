@@ -670,10 +670,23 @@ TITLE_LINES_JS = r"""
 """
 
 
+# Whether a figure's link scrolls sideways (a figure kept wider than the column), and whether
+# the cue's sentence that says so is drawn: a function for FIGURE_LINKS_JS and
+# TABLET_FIGURES_JS.
+SCROLLING_JS = r"""
+  const scrolling = (link) => ({
+    scrolls: !!link && link.scrollWidth > link.clientWidth + 1,
+    swipe: !!link && [...link.querySelectorAll(".attnbook-swipe")]
+      .some((hint) => hint.getClientRects().length > 0),
+  });
+"""
+
 # On a phone, every dropdown opened (a solution's figures too): each image of a cell output (the
 # notebooks' figures), the link around it if any (its target, whether the keyboard reaches it,
 # the text it shows), marked for DevTools to read the link's accessible name (`_link_names`).
-FIGURE_LINKS_JS = page_js(r"""
+FIGURE_LINKS_JS = page_js(
+    SCROLLING_JS
+    + r"""
   openDropdowns();
   await new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done)));
   return [...document.querySelectorAll("article.bd-article .cell_output img")].map((img, i) => {
@@ -689,20 +702,7 @@ FIGURE_LINKS_JS = page_js(r"""
       name: null,
     };
   });
-""")
-
-# Whether a figure's link scrolls sideways (a figure kept wider than the column), and whether
-# the cue's sentence that says so is drawn: defined before FIGURE_LINKS_JS and
-# TABLET_FIGURES_JS.
-SCROLLING_JS = r"""
-  const scrolling = (link) => ({
-    scrolls: !!link && link.scrollWidth > link.clientWidth + 1,
-    swipe: !!link && [...link.querySelectorAll(".attnbook-swipe")]
-      .some((hint) => hint.getClientRects().length > 0),
-  });
 """
-FIGURE_LINKS_JS = FIGURE_LINKS_JS.replace(
-    "  openDropdowns();", SCROLLING_JS + "  openDropdowns();", 1
 )
 
 # The same page turned into a tablet (TABLET), after FIGURE_LINKS_JS opened the dropdowns: the

@@ -852,7 +852,7 @@ _SELF_MATCHING = frozenset(
 
 def _bound_names(tree: ast.AST) -> set[str]:
     """Every name that ``tree`` binds anywhere: assigned, defined, imported, a parameter, a
-    pattern's capture."""
+    pattern's capture, an exception caught ``as`` a name."""
     names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
@@ -863,7 +863,7 @@ def _bound_names(tree: ast.AST) -> set[str]:
             names.add((node.asname or node.name).split(".")[0])
         elif isinstance(node, ast.arg):
             names.add(node.arg)
-        elif isinstance(node, ast.MatchAs | ast.MatchStar) and node.name:
+        elif isinstance(node, ast.MatchAs | ast.MatchStar | ast.ExceptHandler) and node.name:
             names.add(node.name)
     return names
 
