@@ -218,6 +218,20 @@ def test_bpe_merge_checker_rejects_a_merge_of_the_digits() -> None:
     assert_rejects(check_bpe_merge(by_text), "digits run together")
 
 
+def test_bpe_merge_checker_names_back_to_back_occurrences_missed() -> None:
+    """Spaces around the pair keep the digits apart, but a match uses up the space that the
+    next occurrence starts with: in 'hehe' only the first 'he' merges."""
+
+    def by_padded_text(ids, pair, new_id):
+        text = " " + " ".join(map(str, ids)) + " "
+        text = text.replace(f" {pair[0]} {pair[1]} ", f" {new_id} ")
+        return [int(t) for t in text.split()]
+
+    assert_rejects(
+        check_bpe_merge(by_padded_text), "'the hehe there'", "the second of two occurrences"
+    )
+
+
 def test_bpe_merge_checker_names_a_comparison_that_never_matches() -> None:
     """ids[i : i + 2] == pair compares a list with a tuple: nothing merges, anywhere."""
 

@@ -250,6 +250,23 @@ def _last_id_dropped(ids, pair, new_id):
     return out
 
 
+def _back_to_back_missed(ids, pair, new_id):
+    """After a match the next id is copied without a look, so the second of two occurrences back
+    to back stays unmerged: what replacing " left right " (spaces around, so that no id's digits
+    run into another's) in the ids written as text gives, since a match uses up the space that the
+    next one starts with."""
+    out, i = [], 0
+    while i < len(ids):
+        if i + 1 < len(ids) and (ids[i], ids[i + 1]) == tuple(pair):
+            out.append(new_id)
+            out.extend(ids[i + 2 : i + 3])  # the next id, never the start of a match
+            i += 3
+        else:
+            out.append(ids[i])
+            i += 1
+    return out
+
+
 def _relabelled(ids: list[int], pair: tuple[int, int], rng) -> tuple:
     """The grader's variant of a merge case: every id renamed to another byte, one for one (the
     same occurrences, overlaps and orders), and a new id drawn above the bytes."""
@@ -332,6 +349,13 @@ _MERGE_MISTAKES = [
         _reversed_pair,
         "pair = (left, right) is ordered: left must come first and right directly after "
         "it. Check [1, 2] with the pair (2, 1): nothing merges.",
+    ),
+    Mistake(
+        "the second of two occurrences back to back missed",
+        _back_to_back_missed,
+        "After a match, the very next id may start the next one: in h e h e the pair (h, e) "
+        "occurs twice. A replace of the ids written as text, with spaces around the pair, "
+        "misses the second, because the first match used up the space between them.",
     ),
     Mistake(
         "occurrences taken right to left",
