@@ -205,7 +205,7 @@ class GPTConfig:
           ``rope_base=10000``; Llama 3 uses 500000), nothing added to the embeddings;
         - no biases anywhere (``bias=False``);
         - a head separate from the token embedding (``tie_embeddings=False``);
-        - grouped-query attention when ``n_kv_heads`` < ``n_heads`` (Llama 2 70B, Llama 3).
+        - grouped-query attention when ``n_kv_heads`` < ``n_heads`` (Llama 2 34B and 70B, Llama 3).
 
         ``overrides`` replace any field, e.g. ``rope_base=500000.0``.
         """
