@@ -157,13 +157,15 @@ def test_every_positional_mode_makes_the_model_see_order() -> None:
         torch.testing.assert_close(blind(idx)[0, -1], blind(permuted)[0, -1])
 
 
-def test_the_four_positional_modes_differ() -> None:
+def test_the_positional_modes_differ() -> None:
+    # Untrained, RoPE moves these logits by only 2e-4 from a model without positions (a learned
+    # score bias drawn from N(0, 0.02), T5's, by 3e-4), and float32 rounding by 5e-8.
     idx = _ids(3, 2, 9)
     with torch.no_grad():
         logits = {mode: _with_shared_weights(mode)(idx) for mode in MODES}
     for i, a in enumerate(MODES):
         for b in MODES[i + 1 :]:
-            assert not torch.allclose(logits[a], logits[b], atol=1e-3), (a, b)
+            assert not torch.allclose(logits[a], logits[b], rtol=0, atol=1e-6), (a, b)
 
 
 def test_rope_and_alibi_models_run_past_no_learned_table() -> None:
