@@ -88,6 +88,66 @@ def test_the_checkers_own_functions_are_off_limits_however_they_are_reached() ->
     )
 
 
+# ------------------------------------------------------------ softmax: the shift
+
+
+def _shifted(shift: Callable[[np.ndarray], np.ndarray]) -> Callable[[np.ndarray], np.ndarray]:
+    def answer(x: np.ndarray) -> np.ndarray:
+        with np.errstate(all="ignore"):
+            e = np.exp(x - shift(x))
+            return e / e.sum(axis=-1, keepdims=True)
+
+    return answer
+
+
+@pytest.mark.parametrize(
+    ("shift", "named", "row"),
+    [
+        (lambda x: x.mean(axis=-1, keepdims=True), "each row's mean instead of", [0.0, 2000.0]),
+        (lambda x: np.min(x, axis=-1)[..., None], "each row's minimum instead of", [-1000.0, 0.0]),
+    ],
+    ids=["mean", "minimum"],
+)
+def test_softmax_shifted_by_another_statistic_than_the_maximum_is_named(
+    shift: Callable, named: str, row: list[float]
+) -> None:
+    """Both pass the scores near 1000 and -1000 (one shift suits a row whose scores are
+    close) and return NaN on the batch of size 1e4: the verdict names which shift, and says
+    why the maximum's works, on the row its hint quotes, which overflows with that shift and
+    not with the maximum (nor, for the minimum's, with no shift at all)."""
+    verdict = check_softmax(_shifted(shift))
+    _rejects(verdict, "case 6/6", f"NaN or inf is what subtracting {named} its maximum")
+    _rejects(verdict, "exp(0) = 1", "the sum is at least 1", f"[{row[0]:.0f}, {row[1]:.0f}]")
+    x = np.array(row)
+    assert np.isnan(_shifted(shift)(x)).any()
+    np.testing.assert_array_equal(_np_softmax(x), [0.0, 1.0])
+    if named.startswith("each row's minimum"):
+        np.testing.assert_array_equal(_shifted(lambda x: 0.0)(x), [0.0, 1.0])
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        _shifted(lambda x: np.max(x, axis=-1)[..., None]),
+        _shifted(lambda x: np.amax(x, axis=-1, keepdims=True) - 3.0),  # largest exponent 3: safe
+        lambda x: np.exp(
+            (y := x - x.max(axis=-1, keepdims=True)) - np.log(np.exp(y).sum(axis=-1, keepdims=True))
+        ),
+    ],
+    ids=["max then [..., None]", "max minus a constant", "log-sum-exp"],
+)
+def test_unusual_correct_softmaxes_still_pass(answer: Callable) -> None:
+    assert check_softmax(answer), check_softmax(answer).message
+
+
+def test_softmax_shifted_by_the_whole_arrays_maximum_keeps_the_per_row_hint() -> None:
+    """One maximum for the whole batch is right for a single row and wrong where another row
+    lies far below it (0 / 0): no shift mistake is named, the case says to take it per row."""
+    verdict = check_softmax(_shifted(lambda x: x.max()))
+    _rejects(verdict, "case 6/6", "Hint: Take the maximum along the last axis only, per row")
+    assert "subtracting" not in verdict.message, verdict.message
+
+
 # ------------------------------------------------------------ temperature softmax
 
 

@@ -67,6 +67,42 @@ _SOFTMAX_CASES = [
 ]
 
 
+def _shifted_by(shift: Callable[[np.ndarray], np.ndarray]) -> Callable[[np.ndarray], np.ndarray]:
+    """The stable softmax's steps with another shift than the row's maximum."""
+
+    def answer(x: np.ndarray) -> np.ndarray:
+        e = np.exp(x - shift(x))
+        return e / e.sum(axis=-1, keepdims=True)
+
+    return answer
+
+
+# Why the maximum, and no other statistic of the row, is the shift that works: the end of the
+# hints of the two mistakes that shift by another one.
+_WHY_THE_MAXIMUM = (
+    "Shift by the row's maximum instead: the largest exponential is then exp(0) = 1, so none "
+    "exceeds 1 and nothing overflows, and the sum is at least 1, so it cannot become 0 either."
+)
+
+_SOFTMAX_MISTAKES = [
+    Mistake(
+        "subtracting each row's mean instead of its maximum",
+        _shifted_by(lambda x: x.mean(axis=-1, keepdims=True)),
+        "The mean lies below the row's largest score (unless all are equal), so the top "
+        "score's exponent stays positive: half the gap in a row of two scores such as "
+        "[0, 2000], where exp(1000) is inf in float64 and inf / inf is NaN. " + _WHY_THE_MAXIMUM,
+    ),
+    Mistake(
+        "subtracting each row's minimum instead of its maximum",
+        _shifted_by(lambda x: x.min(axis=-1, keepdims=True)),
+        "Subtracting the minimum makes every exponent at least 0, the opposite of what the shift "
+        "is for: the top score's exponent becomes the whole spread of the row, so a row such as "
+        "[-1000, 0], which even the formula as written gets right, overflows to inf / inf = NaN. "
+        + _WHY_THE_MAXIMUM,
+    ),
+]
+
+
 def check_softmax(fn: Callable[[np.ndarray], np.ndarray]) -> Verdict:
     """Check ``fn(x) -> weights``: a numerically stable softmax over the last axis.
 
@@ -79,6 +115,7 @@ def check_softmax(fn: Callable[[np.ndarray], np.ndarray]) -> Verdict:
         fn,
         softmax,
         _SOFTMAX_CASES,
+        mistakes=_SOFTMAX_MISTAKES,
         guard=_write_it_yourself(
             "write the three steps with NumPy: subtract the row's maximum, np.exp, divide by "
             "the row's sum; use attnbook.softmax afterwards, to check yours."
