@@ -84,32 +84,36 @@ def _gpt(V, C, d, L, d_ff):
 @pytest.mark.parametrize(
     ("checker", "wrong", "name"),
     [
-        (ex.check_multi_head_attention, _mha_module, "attnbook.MultiHeadAttention"),
-        (ex.check_multi_head_attention, _mha_torch, "MultiheadAttention"),
+        (ex.check_multi_head_attention, _mha_module, "builds attnbook.MultiHeadAttention"),
+        (ex.check_multi_head_attention, _mha_torch, "builds torch.nn.MultiheadAttention"),
         (ex.check_multi_head_attention, _mha_core(attend), ".attend"),
         (ex.check_multi_head_attention, _mha_core(F.scaled_dot_product_attention), "scaled_dot_product_attention"),
         (ex.check_multi_head_attention, _mha_core(attnbook.scaled_dot_product_attention), "attnbook.scaled_dot_product_attention"),
         (ex.check_sinusoidal_positional_encoding, lambda T, d: attnbook.sinusoidal_positional_encoding(T, d).double(), "sinusoidal_positional_encoding"),
         (ex.check_sinusoidal_positional_encoding, lambda T, d: SinusoidalPositions(T, d).table.double(), "sinusoidal_positional_encoding"),
         (ex.check_apply_rope, lambda x, p: attnbook.apply_rope(x, p), "attnbook.apply_rope"),
-        (ex.check_feed_forward, _ffn_module, "attnbook.FeedForward"),
-        (ex.check_gpt_num_parameters, lambda *a: _gpt(*a).num_parameters(), "attnbook.GPT"),
-        (ex.check_gpt_num_parameters, lambda *a: sum(p.numel() for p in _gpt(*a).parameters()), "attnbook.GPT"),
+        (ex.check_feed_forward, _ffn_module, "builds attnbook.FeedForward"),
+        (ex.check_gpt_num_parameters, lambda *a: _gpt(*a).num_parameters(), "builds attnbook.GPT"),
+        (ex.check_gpt_num_parameters, lambda *a: sum(p.numel() for p in _gpt(*a).parameters()), "builds attnbook.GPT"),
         (ex.check_lr_schedule, lambda s, hi, lo, w, n: lr_at(s, TrainConfig(lr=hi, min_lr_ratio=lo / hi, warmup_steps=w, steps=n)), "lr_at"),
         (ex.check_head_entropy, lambda w: head_entropy(w), "attnbook.head_entropy"),
-        (ex.check_head_entropy, lambda w: torch.distributions.Categorical(probs=w).entropy().mean(-1), "Categorical"),
+        (ex.check_head_entropy, lambda w: torch.distributions.Categorical(probs=w).entropy().mean(-1), "builds torch.distributions.Categorical"),
         (ex.check_head_entropy, lambda w: torch.from_numpy(scipy_stats.entropy(w.numpy(), axis=-1)).mean(-1), "scipy.stats.entropy"),
         (ex.check_head_entropy, lambda w: torch.special.entr(w).sum(-1).mean(-1), "entr"),
         (ex.check_attention_rollout, lambda w, r: attention_rollout(list(w), residual=r), "attention_rollout"),
         (ex.check_sliding_window_mask, lambda T, w: attnbook.sliding_window_mask(T, w), "sliding_window_mask"),
-        (ex.check_kv_cache_bytes, lambda *a: KVCache(a[0]).nbytes, "KVCache"),
+        (ex.check_kv_cache_bytes, lambda *a: KVCache(a[0]).nbytes, "builds attnbook.KVCache"),
     ],
 )  # fmt: skip
 def test_calling_the_library_fails(checker: Callable, wrong: Callable, name: str) -> None:
     verdict = checker(wrong)
     assert_rejects(verdict, "case 1/")
     assert "asks you to write yourself" in verdict.message, verdict.message
-    assert name in verdict.message.split("which this exercise")[0], verdict.message
+    told = verdict.message.split("which this exercise")[0]
+    assert name in told, verdict.message
+    # a class is built before it runs: the verdict says so, and "calls" for a function
+    assert ("builds " in told) == name.startswith("builds "), verdict.message
+    assert ("calls " in told) != name.startswith("builds "), verdict.message
 
 
 def test_answers_that_build_plain_layers_pass() -> None:

@@ -550,6 +550,20 @@ def test_sdpa_through_nn_multihead_attention_fails() -> None:
     _rejects(check_scaled_dot_product_attention(via_mha), "calls ")
 
 
+def test_a_library_class_only_built_is_told_as_built_not_called() -> None:
+    """Building nn.MultiheadAttention counts as using the library's answer even where the
+    answer never calls it (its __init__ is watched, as its forward is); the verdict said it
+    "calls" the class."""
+
+    def builds_mha(q, k, v):
+        nn.MultiheadAttention(q.shape[-1], 1, batch_first=True)  # built, never called
+        return _by_hand(q, k, v)
+
+    verdict = check_scaled_dot_product_attention(builds_mha)
+    _rejects(verdict, "builds torch.nn.MultiheadAttention, which this exercise asks you to")
+    assert "calls" not in verdict.message, verdict.message
+
+
 @pytest.mark.parametrize(
     ("wrong", "mistake"),
     [

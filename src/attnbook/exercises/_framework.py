@@ -1164,10 +1164,13 @@ def forbid_calls(forbidden: dict[str, object], hint: str) -> Guard:
     forbidden function however it was imported or renamed, and however deep in
     the answer's helpers it is called. Python functions are recognised by
     their code object, built-in ones (such as ``F.scaled_dot_product_attention``)
-    by identity.
+    by identity. A class's ``__init__`` among them (:func:`library_guard` forbids building
+    a library class such as ``nn.MultiheadAttention``, not only calling it) is told as
+    "builds", the others as "calls".
     """
     codes = {getattr(f, "__code__", None): name for name, f in forbidden.items()}
     codes.pop(None, None)
+    constructors = {name for name, f in forbidden.items() if _is_constructor(f)}
     builtins = {id(f): name for name, f in forbidden.items() if not hasattr(f, "__code__")}
     # A method of a built-in type (torch.Tensor.softmax) is called bound to an object
     # (x.softmax(-1)), a new object every time: recognise it by its name and owner type.
@@ -1197,11 +1200,18 @@ def forbid_calls(forbidden: dict[str, object], hint: str) -> Guard:
             profile,
             seen,
             lambda name: (
-                f"calls {name}, which this exercise asks you to write yourself.\n   Hint: {hint}"
+                f"{'builds' if name in constructors else 'calls'} {name}, which this exercise "
+                f"asks you to write yourself.\n   Hint: {hint}"
             ),
         )
 
     return guard
+
+
+def _is_constructor(f: object) -> bool:
+    """Whether ``f`` is a class's ``__init__`` written in Python (building the class runs it)."""
+    code = getattr(f, "__code__", None)
+    return code is not None and code.co_name == "__init__"
 
 
 def library_softmaxes() -> dict[str, object]:
