@@ -153,7 +153,9 @@ def check_head_entropy(fn: Callable[[torch.Tensor], torch.Tensor]) -> Verdict:
     0); the answer has shape ``(..., H)``: for each head, the mean over the
     ``T`` queries of the entropy of the query's row, as chapter 13's section "What each
     head does, in numbers" defines it, a masked key contributing 0. The reference is
-    :func:`attnbook.interpret.head_entropy`.
+    :func:`attnbook.interpret.head_entropy`. The exercise is to write the sum: an answer
+    that uses a ready-made entropy (the package's, ``scipy.stats.entropy``,
+    ``torch.distributions.Categorical``'s) or ``torch.special.entr`` fails, as its text says.
     """
     return run_cases("head_entropy", fn, head_entropy, _ENTROPY_CASES, mistakes=_ENTROPY_MISTAKES)
 
