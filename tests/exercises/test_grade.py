@@ -206,13 +206,13 @@ ATTACKS = {
         "def my_softmax(x):\n    return F.softmax(torch.as_tensor(x), dim=-1).numpy()\n\n\n"
         "check_softmax(my_softmax)",
         "failed",
-        "calls softmax (F.softmax)",
+        "uses softmax (F.softmax)",
     ),
     "tensor_method": (
         "def my_softmax(x):\n    return torch.as_tensor(x).softmax(-1).numpy()\n\n\n"
         "check_softmax(my_softmax)",
         "failed",
-        "calls softmax",
+        "uses softmax",
     ),
     "scipy_alias": (
         "from scipy.special import softmax as normalise\n\n"

@@ -310,11 +310,13 @@ def test_a_cell_that_does_not_parse_is_an_error() -> None:
     [
         ("from attnbook import softmax\nf = lambda x: softmax(x)", "imports attnbook"),
         ("import attnbook as a\nf = lambda x: a.softmax(x)", "imports attnbook"),
-        ("f = lambda x: torch.softmax(x, -1)", "calls softmax"),
-        ("f = lambda x: F.log_softmax(x, -1).exp()", "calls log_softmax"),
+        ("f = lambda x: torch.softmax(x, -1)", "uses softmax"),
+        ("f = lambda x: F.log_softmax(x, -1).exp()", "uses log_softmax"),
         ("from torch.nn.functional import softmax as s\nf = lambda x: s(x, -1)", "imports torch"),
-        ("import scipy.special as sp\nf = lambda x: sp.softmax(x)", "calls softmax"),
-        ("f = lambda x: torch.logsumexp(x, -1)", "calls logsumexp"),
+        ("import scipy.special as sp\nf = lambda x: sp.softmax(x)", "uses softmax"),
+        ("f = lambda x: torch.logsumexp(x, -1)", "uses logsumexp"),
+        # named, not called: the reading says "uses", which fits a call, a class and a name
+        ("f = torch.softmax", "uses softmax (torch.softmax), the library's answer"),
         # these passed: the logsumexp by other names, and an attention whose weights are x's
         ("f = lambda x: np.exp(x - np.logaddexp.reduce(x, -1, keepdims=True))", "logaddexp"),
         ("f = lambda x: torch.exp(x - torch.logcumsumexp(x, -1)[..., -1:])", "logcumsumexp"),
@@ -322,8 +324,8 @@ def test_a_cell_that_does_not_parse_is_an_error() -> None:
         ("f = lambda x: np.logaddexp2.reduce(x / np.log(2), -1) * np.log(2)", "logaddexp2"),
         ("from torch.nn.attention import flex_attention as a\nf = a.flex_attention", "flex_att"),
         # this passed too: the softmax less the one-hot target, as a gradient
-        ("f = lambda x, t: F.cross_entropy(x, t, reduction='sum')", "calls cross_entropy"),
-        ("f = lambda x, t: torch.nn.CrossEntropyLoss()(x, t)", "calls CrossEntropyLoss"),
+        ("f = lambda x, t: F.cross_entropy(x, t, reduction='sum')", "uses cross_entropy"),
+        ("f = lambda x, t: torch.nn.CrossEntropyLoss()(x, t)", "uses CrossEntropyLoss"),
         ("f = lambda x: torch._softmax(x, -1, False)", "private"),
         ("f = lambda x: torch.ops.aten.exp(x)", "torch.ops"),
         ("import importlib\nf = lambda x: importlib.import_module('torch')", "importlib"),
@@ -460,7 +462,7 @@ def test_a_class_pattern_reads_what_it_matches_as_attributes_are_read() -> None:
 
     keyword = "match torch:\n    case object(ops=o):\n        f = o.aten"
     assert "uses object(ops=...), a private or low-level name" in problems(keyword)[0]
-    assert "calls softmax" in problems("match torch:\n    case object(softmax=f):\n        pass")[0]
+    assert "uses softmax" in problems("match torch:\n    case object(softmax=f):\n        pass")[0]
     positional = (
         "import dataclasses\n\nclass Meta(type):\n    def __instancecheck__(cls, obj):\n"
         "        return True\n\nclass Base(metaclass=Meta):\n    pass\n\n"

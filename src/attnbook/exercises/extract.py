@@ -746,7 +746,7 @@ def forbidden_uses(tree: ast.AST, exercise: str) -> list[str]:
             forbids only the general list).
 
     Returns:
-        Short descriptions, e.g. ``"calls softmax (torch.softmax), the library's answer"``;
+        Short descriptions, e.g. ``"uses softmax (torch.softmax), the library's answer"``;
         a chapter equivalent first (``multi_head_loop`` also imports the package's attention:
         the chapter's function is what the answer should not have called).
     """
@@ -819,7 +819,7 @@ def _attribute_problems(
     if attr in _BANNED_ATTRIBUTES:
         return [f"uses {dotted}, which the grader does not allow in an answer"]
     if attr in equivalents:
-        return [f"calls {attr} ({dotted}), the library's answer to this exercise"]
+        return [f"uses {attr} ({dotted}), the library's answer to this exercise"]
     if attr.startswith("__") and attr not in _ALLOWED_DUNDERS:
         return [f"uses {dotted}, a dunder attribute the grader does not allow"]
     # a private name of the learner's own class, self._w, is fine; any other
