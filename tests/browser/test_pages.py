@@ -803,8 +803,10 @@ def test_bertviz_views_fit_the_printed_page(chromium, book_url: str) -> None:
         pytest.fail(_problems(f"{name} printed", problems), pytrace=False)
 
 
-# Printed: each cell output wider than its box (cut off at the page's edge), and the text that
-# a link around a cell output's image shows (the phone's cue to enlarge: none on paper).
+# Printed: each cell output wider than its box (cut off at the page's edge), the text that a
+# link around a cell output's image shows (the phone's cue to enlarge: none on paper), the
+# labels and chevrons of hidden cells and dropdowns still shown, and how many code blocks are
+# kept whole on one page.
 PRINTED_JS = r"""
 () => ({
   cut: [...document.querySelectorAll(".cell_output pre")]
@@ -812,6 +814,11 @@ PRINTED_JS = r"""
     .map((pre) => `${pre.scrollWidth} px in ${pre.clientWidth} px: ${pre.textContent.slice(0, 50)}`),
   figureLinkText: [...document.querySelectorAll(".cell_output a[href] img")]
     .map((img) => img.closest("a").innerText.replace(/\s+/g, " ").trim()).filter((t) => t),
+  labels: [...document.querySelectorAll("details.hide > summary, .toggle-button")]
+    .filter((label) => label.getClientRects().length > 0)
+    .map((label) => label.innerText.replace(/\s+/g, " ").trim() || label.className),
+  unbroken: [...document.querySelectorAll(".cell div.highlight, .cell div[class*=highlight-]")]
+    .filter((box) => getComputedStyle(box).breakInside !== "auto").length,
 })
 """
 PRINTED_CHAPTER = "chapters/14_efficient_attention.html"  # wide tables of timings, 7 figures
@@ -846,6 +853,25 @@ def test_figures_show_no_cue_on_the_printed_page(printed_chapter: dict) -> None:
     shown = printed_chapter["figureLinkText"]
     if shown:
         pytest.fail(_problems(f"{PRINTED_CHAPTER} printed: figures show", shown), pytrace=False)
+
+
+def test_nothing_to_click_and_no_empty_frames_on_the_printed_page(chromium, book_url: str) -> None:
+    """On paper a hidden cell prints opened without its label ("Hide code cell content") and
+    a dropdown without its chevron; and a cell's code or output may break across pages: kept
+    whole (the themes' break-inside: avoid), one that did not fit moved to the next page and
+    left its cell's frame behind, empty down to the foot of the page. Chapter 1 has hidden
+    cells, dropdowns and code."""
+    name = "chapters/01_scores.html"
+    viewport = {"width": PRINT_COLUMN, "height": 900}
+    with _offline_page(chromium, book_url, PageReport(name), viewport=viewport) as page:
+        page.emulate_media(media="print")
+        page.goto(book_url + name, wait_until="load")
+        printed = page.evaluate(PRINTED_JS)
+    problems = [f"a label is printed: {label!r}" for label in printed["labels"]]
+    if printed["unbroken"]:
+        problems.append(f"{printed['unbroken']} code blocks cannot break across pages")
+    if problems:
+        pytest.fail(_problems(f"{name} printed", problems), pytrace=False)
 
 
 def test_front_door(visit, page_name: str, book_pages: list[str]) -> None:
