@@ -9,7 +9,10 @@ MathJax and bertviz's views, opens every dropdown (solutions), and checks the pa
 printing it:
 
 - every formula was typeset by MathJax and no raw TeX is left in the text;
-- every image loaded; nothing was requested from the network; no error was logged.
+- every image loaded; nothing was requested from the network; no error was logged;
+- nothing is cut off at the edge of the printed column (paper cannot scroll): display
+  formulas and tables wider than it are first set smaller until they fit, then every box
+  that still clips what it holds, and every image past the edge, is named.
 
 It prints A4 pages with page numbers, a tagged PDF with bookmarks from the headings, to
 _build/pdf/attention-from-scratch.pdf, and checks the file: a PDF, with at least one page
@@ -39,6 +42,10 @@ CHROMIUM_ARGS = [
     "--disable-background-networking",
 ]
 TIMEOUT_MS = 120_000  # the whole book is one page: loading and typesetting take a while
+MARGIN_MM = {"top": 18, "bottom": 18, "left": 16, "right": 16}
+# Chromium lays a printed page out as wide as the paper less its margins, in CSS px (96 an
+# inch): A4 is 210 mm wide. The page is measured, and its wide parts fitted, at this width.
+PRINT_WIDTH_PX = round((210 - MARGIN_MM["left"] - MARGIN_MM["right"]) / 25.4 * 96)
 
 # Run in the page once loaded: typeset maths, open dropdowns, load every image, and report.
 PREPARE_JS = page_js(r"""
@@ -57,6 +64,72 @@ PREPARE_JS = page_js(r"""
       .replace(/\s+/g, " ").trim()),
   };
 """)
+
+
+# Run at the printed width: what a screen scrolls sideways, paper cuts off at the box's edge.
+# A display formula wider than the line (chapter 3's lookup(q), with its shapes) is set
+# smaller until it fits; a table wider than the line (the instructor guide's times) gets a
+# smaller text, down to 70 %, which its columns wrap. Returns how many were made smaller.
+FIT_JS = r"""
+() => {
+  const main = document.querySelector("main") || document.body;
+  const overflows = (box) => box.scrollWidth > box.clientWidth + 1;
+  let fitted = 0;
+  for (const box of main.querySelectorAll('mjx-container[display="true"]')) {
+    for (let step = 0; step < 4 && overflows(box); step++) {
+      const size = parseFloat(getComputedStyle(box).fontSize);
+      box.style.fontSize = `${size * 0.98 * box.clientWidth / box.scrollWidth}px`;
+      fitted += step === 0;
+    }
+  }
+  for (const box of main.querySelectorAll(".pst-scrollable-table-container")) {
+    const size = parseFloat(getComputedStyle(box).fontSize);
+    for (let scale = 0.95; scale > 0.69 && overflows(box); scale -= 0.05) {
+      box.style.fontSize = `${size * scale}px`;
+      fitted += scale === 0.95;
+    }
+  }
+  return fitted;
+}
+"""
+
+# Run at the printed width: every box whose content is wider than it and that clips it
+# (paper cannot scroll: the rest is lost), and every image or drawing that reaches past the
+# text's right edge (the page cuts it), each named with its chapter and section.
+CUT_JS = r"""
+() => {
+  const main = document.querySelector("main") || document.body;
+  const right = main.getBoundingClientRect().right;
+  const where = (el) => {
+    const section = el.closest("section[id]");
+    let chapter = section;
+    while (chapter && !(chapter.previousElementSibling || {id: ""}).id.startsWith("document-")) {
+      chapter = chapter.parentElement.closest("section[id]");
+    }
+    const doc = chapter ? chapter.previousElementSibling.id.replace("document-", "") : "intro";
+    return `${doc}#${section ? section.id : ""}`;
+  };
+  const cut = [];
+  for (const el of main.querySelectorAll("*")) {
+    const style = getComputedStyle(el);
+    // Inline maths measures wider than its box by its glyphs' overhang, and MathJax's copy
+    // for screen readers is clipped to nothing on purpose: neither is cut off on paper.
+    if (style.display.startsWith("inline") || el.getClientRects().length === 0
+        || el.closest("mjx-assistive-mml")) continue;
+    const clips = ["auto", "scroll", "hidden", "clip"].includes(style.overflowX);
+    const name = el.tagName.toLowerCase();
+    if (clips && el.scrollWidth > el.clientWidth + 1) {
+      cut.push(`${where(el)}: ${name} cuts off ${el.scrollWidth - el.clientWidth} px`
+        + ` of ${el.scrollWidth}: ${el.textContent.replace(/\s+/g, " ").trim().slice(0, 40)}`);
+    } else if (["img", "svg", "canvas", "iframe"].includes(name)
+        && el.getBoundingClientRect().right > right + 1) {
+      cut.push(`${where(el)}: ${name} reaches ${Math.round(el.getBoundingClientRect().right
+        - right)} px past the text`);
+    }
+  }
+  return cut;
+}
+"""
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
@@ -147,6 +220,9 @@ def print_book(html: Path, out: Path) -> list[str]:
             page.goto(base + page_name, wait_until="load")
             page.emulate_media(media="print")
             facts = page.evaluate(PREPARE_JS)
+            page.set_viewport_size({"width": PRINT_WIDTH_PX, "height": 1600})
+            page.evaluate(FIT_JS)
+            problems += [f"cut off on paper: {cut}" for cut in page.evaluate(CUT_JS)]
             if facts["untypeset"]:
                 problems.append(f"{facts['untypeset']} of {facts['maths']} formulas not typeset")
             for marker in RAW_TEX:
@@ -158,7 +234,7 @@ def print_book(html: Path, out: Path) -> list[str]:
                 path=str(out),
                 format="A4",
                 print_background=True,
-                margin={"top": "18mm", "bottom": "18mm", "left": "16mm", "right": "16mm"},
+                margin={side: f"{mm}mm" for side, mm in MARGIN_MM.items()},
                 display_header_footer=True,
                 header_template="<span></span>",
                 footer_template=(

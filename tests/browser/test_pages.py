@@ -73,6 +73,7 @@ from conftest import (
 )
 
 from attnbook.viz import SMALLEST_TEXT_KEY, png_text, svg_smallest_text
+from tools.build_pdf import CUT_JS, FIT_JS
 from tools.figure_text import FLOOR_PX, PHONE_FLOOR_PX
 from tools.page_checks import MATHJAX_DONE_JS, RAW_TEX, page_js
 from tools.pages_server import serve
@@ -855,6 +856,9 @@ def test_figures_show_no_cue_on_the_printed_page(printed_chapter: dict) -> None:
         pytest.fail(_problems(f"{PRINTED_CHAPTER} printed: figures show", shown), pytrace=False)
 
 
+WIDE_FORMULA_CHAPTER = "chapters/03_soft_lookup.html"  # lookup(q) and its shapes: 831 px
+
+
 def test_nothing_to_click_and_no_empty_frames_on_the_printed_page(chromium, book_url: str) -> None:
     """On paper a hidden cell prints opened without its label ("Hide code cell content") and
     a dropdown without its chevron; and a cell's code or output may break across pages: kept
@@ -872,6 +876,25 @@ def test_nothing_to_click_and_no_empty_frames_on_the_printed_page(chromium, book
         problems.append(f"{printed['unbroken']} code blocks cannot break across pages")
     if problems:
         pytest.fail(_problems(f"{name} printed", problems), pytrace=False)
+
+
+def test_wide_formulas_fit_the_printed_page(chromium, book_url: str) -> None:
+    """On paper a display formula wider than the A4 column is cut off at its box's edge (a
+    screen scrolls it): `make pdf` sets it smaller until it fits (tools/build_pdf.py's FIT_JS),
+    and its check (CUT_JS) names any box that still cuts off what it holds."""
+    report = PageReport(WIDE_FORMULA_CHAPTER)
+    viewport = {"width": PRINT_COLUMN, "height": 900}
+    with _offline_page(chromium, book_url, report, viewport=viewport) as page:
+        page.emulate_media(media="print")
+        page.goto(book_url + WIDE_FORMULA_CHAPTER, wait_until="load")
+        page.evaluate(MATHJAX_DONE_JS)
+        before = page.evaluate(CUT_JS)
+        fitted = page.evaluate(FIT_JS)
+        after = page.evaluate(CUT_JS)
+    assert any("lookup(q)" in cut for cut in before), f"the check misses lookup(q): {before}"
+    assert fitted >= 1, "no formula was made smaller"
+    if after:
+        pytest.fail(_problems(f"{WIDE_FORMULA_CHAPTER} printed: cut off", after), pytrace=False)
 
 
 def test_front_door(visit, page_name: str, book_pages: list[str]) -> None:
