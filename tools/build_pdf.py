@@ -96,6 +96,37 @@ FIT_JS = r"""
 }
 """
 
+# Chromium names a PDF bookmark after the text its heading prints, and a formula typeset by
+# MathJax prints none ("4.4. Why divide by ?"). After each formula in a heading goes its
+# plain text, read from MathJax's MathML ("√d_k"), printed invisible (transparent, 1 px, out
+# of the flow): the bookmark reads "Why divide by √d_k?". Returns how many were named.
+NAME_MATHS_JS = r"""
+() => {
+  const plain = (node) => {
+    if (node.nodeType === Node.TEXT_NODE) return node.textContent.trim();
+    const parts = [...node.childNodes].map(plain);
+    if (node.localName === "msqrt") return `√${parts.join("")}`;
+    if (node.localName === "msub") return `${parts[0]}_${parts[1]}`;
+    if (node.localName === "msup") return `${parts[0]}^${parts[1]}`;
+    return parts.join("");
+  };
+  const main = document.querySelector("main") || document.body;
+  let named = 0;
+  for (const heading of main.querySelectorAll("h1, h2, h3, h4, h5, h6")) {
+    for (const box of heading.querySelectorAll("mjx-container")) {
+      const mathml = box.querySelector("mjx-assistive-mml math");
+      if (!mathml) continue;
+      const name = document.createElement("span");
+      name.style.cssText = "position: absolute; color: transparent; font-size: 1px";
+      name.textContent = plain(mathml);
+      box.after(name);
+      named++;
+    }
+  }
+  return named;
+}
+"""
+
 # Run at the printed width: every box whose content is wider than it and that clips it
 # (paper cannot scroll: the rest is lost), and every image or drawing that reaches past the
 # text's right edge (the page cuts it), each named with its chapter and section.
@@ -225,6 +256,7 @@ def print_book(html: Path, out: Path) -> list[str]:
             facts = page.evaluate(PREPARE_JS)
             page.set_viewport_size({"width": PRINT_WIDTH_PX, "height": 1600})
             page.evaluate(FIT_JS)
+            page.evaluate(NAME_MATHS_JS)
             problems += [f"cut off on paper: {cut}" for cut in page.evaluate(CUT_JS)]
             if facts["untypeset"]:
                 problems.append(f"{facts['untypeset']} of {facts['maths']} formulas not typeset")
