@@ -190,6 +190,19 @@ def test_beam_step_checker_names_a_position_left_whole_or_split_by_k() -> None:
         assert_rejects(check_beam_step(wrong), "case 1/3", mistake)
 
 
+def test_beam_step_checker_names_the_beam_and_the_word_swapped() -> None:
+    """The right survivors returned as (scores, words, beams) got the first case's general
+    hint, which sends a learner back to the arithmetic that was right."""
+
+    def swapped(scores, log_probs):
+        new, parents, words = _beam(scores, log_probs)
+        return new, words, parents
+
+    assert_rejects(
+        check_beam_step(swapped), "case 1/3", "the beam and the word swapped", named="order"
+    )
+
+
 def test_beam_step_checker_accepts_a_list_of_the_three_tensors() -> None:
     """ "Return three (B, K) tensors": a list of them is as right as a tuple."""
     verdict = check_beam_step(lambda scores, log_probs: list(_beam(scores, log_probs)))

@@ -9,7 +9,8 @@ Two exercises, each with the typical wrong answers it recognises and names:
 - ``check_beam_step``: one step of beam search: extend each of the ``K``
   partial translations by every word and keep the best ``K`` of all ``K V``
   (the best ``K`` words of each beam, the previous scores forgotten,
-  probabilities multiplied as numbers, the best of the first beam only).
+  probabilities multiplied as numbers, the best of the first beam only, the
+  beam and the word returned in each other's place).
 """
 
 from __future__ import annotations
@@ -243,6 +244,12 @@ def _split_by_beams(scores, log_probs):
     return new_scores, pick // K, pick % K
 
 
+def _words_and_beams_swapped(scores, log_probs):
+    """The right K extensions, with the word returned where the beam is asked and back."""
+    new_scores, parents, tokens = _beam_step(scores, log_probs)
+    return new_scores, tokens, parents
+
+
 def _beam_args(seed: int, B: int, K: int, V: int, spread: float) -> tuple:
     g = torch.Generator().manual_seed(seed)
     scores = -spread * torch.rand(B, K, generator=g, dtype=torch.float64).sort(-1, True).values
@@ -311,6 +318,12 @@ _BEAM_MISTAKES = [
         "The K * V sums lie beam after beam, V words each: the width of one beam's block is "
         "the number of words, V, and that is what splits a position into its beam and its "
         "word. Check on a case with K = 2 and V = 5.",
+    ),
+    Mistake(
+        "the beam and the word swapped: the words returned as the parents",
+        _stepwise(_words_and_beams_swapped),
+        "Return (new scores, parent beams, words) in that order: your second tensor holds "
+        "the words each survivor adds and your third the beams they extend.",
     ),
     Mistake(
         "the right K extensions, not in order best first (topk with sorted=False)",
