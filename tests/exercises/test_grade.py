@@ -1799,7 +1799,7 @@ def test_a_definition_not_taken_from_the_notebook_is_named_in_the_grade(
     _mini(tmp_path / "subs" / "zoe" / "02_softmax.ipynb", *cells)
     (record,) = [r for r in _graded_without_sandbox(tmp_path) if r["exercise"] == "softmax"]
     assert record["status"] == "failed", record
-    assert "the answer calls softmax (torch.softmax)" in record["message"], record["message"]
+    assert "the answer uses softmax (torch.softmax)" in record["message"], record["message"]
     assert (
         "(Not taken from the notebook: a definition of `my_softmax` inside an `if` whose "
         "condition only running the notebook decides was not taken"
